@@ -1,0 +1,2 @@
+//! Code that runs inside the benchmark child process.
+#![no_std]

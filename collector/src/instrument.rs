@@ -1,0 +1,161 @@
+//! The plug-in point for every measuring mechanism.
+//!
+//! A [`Group`] is a set of instruments that share runs without disturbing each other.
+//! The runner knows nothing of any particular instrument: for each run it calls, in order,
+//! [`Instrument::prepare`] (before fork: env vars, fds to pass, a command wrapper),
+//! [`Instrument::attach`] (child forked and held at its start gate: open counters on its
+//! pid), then releases the child, reaps it and calls [`Instrument::collect`]. Finally
+//! [`Instrument::finish`] runs once per group, also after an error or Ctrl-C.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use nix::unistd::Pid;
+use sbs_reports::model::Unit;
+
+/// What a metric is: its id, unit, mechanism and kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricSpec {
+    /// Stable id, e.g. `time.wall`, `alloc.count`, `invocations.Vec::push`.
+    pub id: String,
+    /// Unit of the values.
+    pub unit: Unit,
+    /// Mechanism: `rusage`, `uprobe`, `agent`, `perf-sw`, `perf-hw`, `valgrind`...
+    pub source: String,
+    /// An exact count (repeatable) rather than a measurement.
+    pub exact: bool,
+}
+
+impl MetricSpec {
+    /// A new metric description.
+    pub fn new(id: impl Into<String>, unit: Unit, source: impl Into<String>, exact: bool) -> Self {
+        MetricSpec {
+            id: id.into(),
+            unit,
+            source: source.into(),
+            exact,
+        }
+    }
+}
+
+/// One value of one metric from one run, with an optional breakdown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Which metric.
+    pub metric: MetricSpec,
+    /// The value for this run.
+    pub value: f64,
+    /// Breakdown of `value` (label, value), e.g. per probed symbol.
+    pub details: Vec<(String, f64)>,
+}
+
+impl Sample {
+    /// A sample without breakdown.
+    pub fn new(metric: MetricSpec, value: f64) -> Self {
+        Sample {
+            metric,
+            value,
+            details: Vec::new(),
+        }
+    }
+}
+
+/// How the child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+    /// Killed by us after the timeout.
+    TimedOut,
+}
+
+impl ExitKind {
+    /// Exit code 0.
+    pub fn success(self) -> bool {
+        self == ExitKind::Code(0)
+    }
+}
+
+/// What the runner observed about one child run.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// Pid of the child (the benchmark's main process).
+    pub pid: Pid,
+    /// From release of the start gate until the child was reaped.
+    pub wall: Duration,
+    /// User CPU time of the child and its reaped descendants (`wait4` rusage).
+    pub user: Duration,
+    /// System CPU time of the child and its reaped descendants (`wait4` rusage).
+    pub sys: Duration,
+    /// Peak resident set size of the child, bytes (`wait4` rusage `ru_maxrss`).
+    pub max_rss: u64,
+    /// How it ended.
+    pub exit: ExitKind,
+}
+
+/// What an instrument may change about the child before it is forked.
+#[derive(Debug, Default)]
+pub struct ChildSetup {
+    /// Environment variables to set (after the base environment is built).
+    pub env: Vec<(OsString, OsString)>,
+    /// Descriptors to pass to the child: `(fd, number it gets in the child)`.
+    /// The runner `dup2`s them in the child; the parent's copies are dropped after fork.
+    pub pass_fds: Vec<(OwnedFd, i32)>,
+    /// A command prefix the benchmark runs under (e.g. `valgrind --tool=...`).
+    pub wrapper: Vec<OsString>,
+}
+
+/// A measuring mechanism, driven by the runner once per run.
+pub trait Instrument {
+    /// Short name for messages, e.g. `uprobes`.
+    fn name(&self) -> &str;
+
+    /// Before fork: set env vars, pass descriptors, wrap the command.
+    fn prepare(&mut self, _setup: &mut ChildSetup) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// The child exists and waits at its start gate (it has not exec'd yet): attach to it,
+    /// e.g. open counters on `pid` with `inherit` and `enable_on_exec`.
+    fn attach(&mut self, _pid: Pid) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// The child was reaped: append this run's samples to `out`. Called also for failed
+    /// runs that the user chose to keep (`--ignore-failure`).
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()>;
+
+    /// Called after a run that did not reach `collect` (spawn error, timeout, Ctrl-C):
+    /// drop per-run state such as open counters.
+    fn abort_run(&mut self) {}
+
+    /// Warnings for the report, gathered once after the group's runs.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Once, after the group's last run, also after an error: release what the
+    /// instrument holds (probe definitions, temporary files).
+    fn finish(&mut self) {}
+}
+
+/// A set of instruments that share a series of runs.
+pub struct Group {
+    /// `timing`, `invocations`, `alloc`, `memory`, `counters`...
+    pub name: String,
+    /// The instruments measured together in each run of this group.
+    pub instruments: Vec<Box<dyn Instrument>>,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.instruments.iter().map(|i| i.name()).collect();
+        f.debug_struct("Group")
+            .field("name", &self.name)
+            .field("instruments", &names)
+            .finish()
+    }
+}

@@ -1,0 +1,1 @@
+//! sbs-profile collector library.

@@ -1,0 +1,1 @@
+//! ELF symbols, demangling, uprobes and perf counters.

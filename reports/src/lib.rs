@@ -1,0 +1,3 @@
+//! Result model and renderers.
+#![forbid(unsafe_code)]
+pub mod model;
