@@ -1,1 +1,2 @@
-//! sbs-profile collector library.
+//! sbs-profile's collector: the plan, the child-process runner, statistics and history.
+pub mod instrument;
