@@ -981,10 +981,12 @@ mod tests {
         ));
     }
 
+    type OpenLog = std::rc::Rc<std::cell::RefCell<Vec<(i32, Vec<String>)>>>;
+
     /// A scripted kernel: each opened group pops its next reading.
     struct Script {
         readings: VecDeque<GroupReading>,
-        opened: std::rc::Rc<std::cell::RefCell<Vec<(i32, Vec<String>)>>>,
+        opened: OpenLog,
     }
     struct ScriptGroup(GroupReading);
     impl OpenGroup for ScriptGroup {
