@@ -1,0 +1,3 @@
+//! The measuring mechanisms, one module each.
+pub mod counters;
+pub mod valgrind;
