@@ -1,3 +1,6 @@
-//! The measuring mechanisms, one module each.
+//! The instruments, one module per mechanism. Each plugs into the runner through
+//! [`crate::instrument::Instrument`].
+
 pub mod counters;
+pub mod timing;
 pub mod valgrind;
