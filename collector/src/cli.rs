@@ -95,6 +95,30 @@ pub struct RunArgs {
     #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
 
+    /// Count perf events (comma-separated, perf's names, optional `:u`/`:k`/`:uk` scope),
+    /// e.g. `instructions,cycles,page-faults,context-switches`. See --list-counters.
+    #[arg(long, value_name = "LIST")]
+    pub counters: Option<String>,
+
+    /// Never let the kernel time-share (multiplex) hardware counters: measure each group of
+    /// hardware events in runs of its own.
+    #[arg(long)]
+    pub no_multiplex: bool,
+
+    /// Skip counter events this machine cannot count (with a warning) instead of failing.
+    #[arg(long)]
+    pub counters_best_effort: bool,
+
+    /// Count instructions: `perf` (the PMU), `valgrind` (cachegrind, no PMU needed) or
+    /// `auto` (the PMU if it works here, otherwise valgrind). The two are never compared.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub instructions: Option<crate::counters_plan::InstructionsMode>,
+
+    /// List the perf events this machine can count, and why not and how to fix it for the
+    /// others; then exit.
+    #[arg(long, exclusive = true)]
+    pub list_counters: bool,
+
     /// Name of the benchmark in reports (default: the command line).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
@@ -198,9 +222,10 @@ fn available_cpus() -> Vec<usize> {
 
 /// The metric groups of one benchmark, in run order. Every benchmark of a plan gets the
 /// same list (interleaved runs rely on it).
-fn build_groups(args: &RunArgs) -> Vec<Group> {
+fn build_groups(args: &RunArgs) -> anyhow::Result<Vec<Group>> {
     let mut groups = Vec::new();
     // Further groups (invocations, alloc, memory, counters) are pushed here.
+    groups.extend(crate::counters_plan::groups_for(args)?);
     let others_requested = !groups.is_empty();
     if args.time || !others_requested {
         groups.insert(
@@ -211,7 +236,7 @@ fn build_groups(args: &RunArgs) -> Vec<Group> {
             },
         );
     }
-    groups
+    Ok(groups)
 }
 
 /// Validate the arguments and build the plan.
@@ -255,7 +280,7 @@ pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
         cpus: args.pin.clone(),
         timeout: args.timeout,
     };
-    let groups = build_groups(&args);
+    let groups = build_groups(&args)?;
     Ok(Plan {
         benchmarks: vec![Benchmark { name, run, groups }],
         runs: args.runs as usize,

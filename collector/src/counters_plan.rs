@@ -21,7 +21,7 @@ use crate::instruments::counters::PerfCounters;
 use crate::instruments::valgrind::ValgrindInstructions;
 
 /// How instruction counts are obtained (`--instructions`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum InstructionsMode {
     /// The PMU's `instructions` event (source `perf-hw`).
     Perf,
@@ -29,20 +29,6 @@ pub enum InstructionsMode {
     Valgrind,
     /// The PMU if it works here, otherwise valgrind.
     Auto,
-}
-
-impl std::str::FromStr for InstructionsMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "perf" => Ok(InstructionsMode::Perf),
-            "valgrind" => Ok(InstructionsMode::Valgrind),
-            "auto" => Ok(InstructionsMode::Auto),
-            other => Err(format!(
-                "unknown instruction counter `{other}`: use perf, valgrind or auto"
-            )),
-        }
-    }
 }
 
 /// The counter options of the command line.
@@ -58,7 +44,8 @@ pub struct CounterOptions {
     pub instructions: Option<InstructionsMode>,
 }
 
-/// Groups of runs for the counters, and warnings for the report.
+/// Groups of runs for the counters, and the plan-time warnings (also handed to the first
+/// group's instrument, which puts them in the report).
 #[derive(Debug, Default)]
 pub struct CounterGroups {
     /// `counters`, `counters-2`... then `valgrind`.
@@ -138,15 +125,42 @@ pub fn resolve(
                     ));
                 } else {
                     bail!(
-                        "counter event `{r}` is not supported on this machine: {reason}.\n\
-                         fix: {fix}.\n(--counters-best-effort measures the supported events \
-                         and skips the others)"
+                        "counter event `{r}` is not supported on this machine: {reason}; fix: \
+                         {fix}; or pass --counters-best-effort to measure the supported events \
+                         and skip the others"
                     );
                 }
             }
         }
     }
     Ok((kept, instructions))
+}
+
+/// The counter groups the command line asks for (none without counter options).
+/// Plan-time warnings (dropped events, the mechanism `auto` chose) travel with the first
+/// counter instrument into the report.
+pub fn groups_for(args: &crate::cli::RunArgs) -> anyhow::Result<Vec<Group>> {
+    let opts = CounterOptions {
+        counters: args.counters.clone(),
+        no_multiplex: args.no_multiplex,
+        best_effort: args.counters_best_effort,
+        instructions: args.instructions,
+    };
+    if opts.counters.is_none() && opts.instructions.is_none() {
+        if opts.no_multiplex || opts.best_effort {
+            bail!("--no-multiplex and --counters-best-effort apply to --counters: add --counters LIST");
+        }
+        return Ok(Vec::new());
+    }
+    let CounterGroups { groups, warnings } = build_groups(&opts)?;
+    if groups.is_empty() {
+        bail!(
+            "none of the requested counter events can be counted on this machine ({}); run \
+             `sbs-profile --list-counters` to see which can",
+            warnings.join("; ")
+        );
+    }
+    Ok(groups)
 }
 
 /// Build the groups of runs for the counter options, probing this machine.
@@ -168,21 +182,27 @@ pub fn build_groups(opts: &CounterOptions) -> anyhow::Result<CounterGroups> {
             ..PlanOptions::default()
         },
     );
+    // Plan-time warnings go with the first instrument into the report.
+    let mut notes = Some(warnings.clone());
     for (i, s) in series.into_iter().enumerate() {
         let name = if i == 0 {
             "counters".to_string()
         } else {
             format!("counters-{}", i + 1)
         };
+        let inst = PerfCounters::new(s, Box::new(PerfBackend))
+            .with_plan_warnings(notes.take().unwrap_or_default());
         groups.push(Group {
             name,
-            instruments: vec![Box::new(PerfCounters::new(s, Box::new(PerfBackend)))],
+            instruments: vec![Box::new(inst)],
         });
     }
     if instructions == Some(InstructionSource::Valgrind) {
+        let inst =
+            ValgrindInstructions::new()?.with_plan_warnings(notes.take().unwrap_or_default());
         groups.push(Group {
             name: "valgrind".into(),
-            instruments: vec![Box::new(ValgrindInstructions::new()?)],
+            instruments: vec![Box::new(inst)],
         });
     }
     Ok(CounterGroups { groups, warnings })
@@ -217,6 +237,8 @@ pub fn list_counters_table(
         "{:<w$}  {:<8}  {:<9}  reason / fix",
         "event", "source", "supported"
     );
+    // A reason shared with the row before is named once.
+    let mut last_reason: Option<(String, String)> = None;
     for (r, sup) in rows {
         let scope = r.scope.modifier();
         match sup {
@@ -230,9 +252,17 @@ pub fn list_counters_table(
                 );
             }
             Support::Unsupported { reason, fix } => {
+                let why = format!("{reason}; fix: {fix}");
+                let text = match &last_reason {
+                    Some((first, prev)) if *prev == why => format!("as for {first}"),
+                    _ => {
+                        last_reason = Some((r.name(), why.clone()));
+                        why
+                    }
+                };
                 let _ = writeln!(
                     s,
-                    "{:<w$}  {:<8}  {:<9}  {reason}; fix: {fix}",
+                    "{:<w$}  {:<8}  {:<9}  {text}",
                     r.name(),
                     r.source(),
                     "no"
@@ -359,14 +389,15 @@ mod tests {
             paranoid: Some(2),
             root: true,
         };
-        let rows: Vec<(CounterRequest, Support)> = ["instructions", "page-faults"]
-            .iter()
-            .map(|n| {
-                let r = CounterRequest::new(find_event(n).unwrap());
-                let s = no_pmu(&r);
-                (r, s)
-            })
-            .collect();
+        let rows: Vec<(CounterRequest, Support)> =
+            ["instructions", "page-faults", "cycles", "LLC-loads"]
+                .iter()
+                .map(|n| {
+                    let r = CounterRequest::new(find_event(n).unwrap());
+                    let s = no_pmu(&r);
+                    (r, s)
+                })
+                .collect();
         let t = list_counters_table(&facts, &rows, Err("valgrind is not installed".into()));
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].contains("perf_event_paranoid: 2"), "{t}");
@@ -379,8 +410,11 @@ mod tests {
             lines[3].starts_with("page-faults") && lines[3].contains(" yes "),
             "{t}"
         );
+        assert!(lines[4].ends_with(" no         as for instructions"), "{t}");
+        assert!(lines[5].starts_with("LLC-loads"), "{t}");
+        assert!(lines[5].ends_with("as for instructions"), "{t}");
         assert!(
-            lines[4].contains("valgrind") && lines[4].contains("not installed"),
+            lines[6].contains("valgrind") && lines[6].contains("not installed"),
             "{t}"
         );
     }

@@ -21,6 +21,13 @@ fn renderer(format: Format) -> Box<dyn Render> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if cli.run.list_counters {
+        let table = sbs_collector::counters_plan::list_counters();
+        std::io::stdout()
+            .write_all(table.as_bytes())
+            .context("cannot write the counter list")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut plan = build_plan(cli.run)?;
     // Open the destination first: an unwritable path fails before minutes of runs.
     let output = Output::open(plan.output.as_deref())?;

@@ -27,6 +27,7 @@ pub struct PerfCounters {
     /// Per event: (runs in which it was scaled, smallest running fraction seen, whether
     /// a running-fraction metric is reported for it).
     scaled: BTreeMap<String, (usize, f64, bool)>,
+    plan_warnings: Vec<String>,
 }
 
 impl PerfCounters {
@@ -36,7 +37,15 @@ impl PerfCounters {
             set: CounterSet::new(plan, backend),
             runs: 0,
             scaled: BTreeMap::new(),
+            plan_warnings: Vec::new(),
         }
+    }
+
+    /// Warnings from planning (events skipped, mechanism chosen) to report with this
+    /// instrument's own.
+    pub fn with_plan_warnings(mut self, warnings: Vec<String>) -> Self {
+        self.plan_warnings = warnings;
+        self
     }
 
     fn samples(&mut self, values: Vec<CounterValue>, out: &mut Vec<Sample>) {
@@ -98,24 +107,22 @@ impl Instrument for PerfCounters {
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.scaled
-            .iter()
-            .map(|(id, (n, min, hw))| {
-                let see = if *hw {
-                    format!(", per run in {id}{RUNNING_FRACTION_SUFFIX}")
-                } else {
-                    String::new()
-                };
-                format!(
-                    "{id} was multiplexed in {n} of {} runs (its group counted as little as \
+        let scaled = self.scaled.iter().map(|(id, (n, min, hw))| {
+            let see = if *hw {
+                format!(", per run in {id}{RUNNING_FRACTION_SUFFIX}")
+            } else {
+                String::new()
+            };
+            format!(
+                "{id} was multiplexed in {n} of {} runs (its group counted as little as \
                      {:.1}% of the time): values are scaled estimates (raw x enabled / \
                      running){see}; use --no-multiplex to measure each counter group in runs \
                      of its own",
-                    self.runs,
-                    min * 100.0
-                )
-            })
-            .collect()
+                self.runs,
+                min * 100.0
+            )
+        });
+        self.plan_warnings.iter().cloned().chain(scaled).collect()
     }
 
     fn finish(&mut self) {

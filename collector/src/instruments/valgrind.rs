@@ -29,6 +29,7 @@ pub struct ValgrindInstructions {
     valgrind: PathBuf,
     log: Option<File>,
     processes: Option<(usize, usize)>,
+    plan_warnings: Vec<String>,
 }
 
 impl ValgrindInstructions {
@@ -39,7 +40,15 @@ impl ValgrindInstructions {
             valgrind,
             log: None,
             processes: None,
+            plan_warnings: Vec::new(),
         })
+    }
+
+    /// Warnings from planning (e.g. why `auto` chose valgrind) to report with this
+    /// instrument's own.
+    pub fn with_plan_warnings(mut self, warnings: Vec<String>) -> Self {
+        self.plan_warnings = warnings;
+        self
     }
 
     /// The metric this instrument yields.
@@ -95,13 +104,15 @@ impl Instrument for ValgrindInstructions {
     }
 
     fn warnings(&self) -> Vec<String> {
+        let mut w = self.plan_warnings.clone();
         match self.processes {
-            Some((lo, hi)) if lo != hi => vec![format!(
+            Some((lo, hi)) if lo != hi => w.push(format!(
                 "counter.instructions (valgrind): the number of processes varied between runs \
                  ({lo} to {hi}); counts include every process the benchmark started"
-            )],
-            _ => Vec::new(),
+            )),
+            _ => {}
         }
+        w
     }
 
     fn finish(&mut self) {
