@@ -196,9 +196,17 @@ fn run_inner(
             .map(|(fd, n)| (fd.as_raw_fd(), *n))
             .collect(),
     };
-    let (gate_read, gate_write) = sys::pipe_cloexec().map_err(spawn_err)?;
+    let gated = instruments.iter().any(|i| i.needs_start_gate());
+    let (gate_read, gate_write) = match gated {
+        true => {
+            let (r, w) = sys::pipe_cloexec().map_err(spawn_err)?;
+            (Some(r), Some(w))
+        }
+        false => (None, None),
+    };
     let (err_read, err_write) = sys::pipe_cloexec().map_err(spawn_err)?;
-    let pid = sys::fork_gated(&exec, &child, &gate_read, &err_write).map_err(spawn_err)?;
+    let start = Instant::now();
+    let pid = sys::fork_gated(&exec, &child, gate_read.as_ref(), &err_write).map_err(spawn_err)?;
     // The parent's copies: the child has its own now.
     drop((gate_read, err_write, devnull));
     drop(setup.pass_fds);
@@ -210,14 +218,20 @@ fn run_inner(
         i.attach(pid).map_err(|e| instrument_error(i.as_ref(), e))?;
     }
     let pidfd = sys::pidfd_open(pid).map_err(spawn_err)?;
-    let mut gate = File::from(gate_write);
-    let start = Instant::now();
-    match gate.write_all(b"g") {
-        // The child already failed its set-up; its errno follows on the error pipe.
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
-        other => other.map_err(spawn_err)?,
-    }
-    drop(gate);
+    let start = match gate_write {
+        Some(gate) => {
+            let mut gate = File::from(gate);
+            // Timing starts at the release: attaching is not the benchmark's time.
+            let start = Instant::now();
+            match gate.write_all(b"g") {
+                // The child already failed its set-up; its errno follows on the error pipe.
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+                other => other.map_err(spawn_err)?,
+            }
+            start
+        }
+        None => start,
+    };
     // EOF: exec succeeded (close-on-exec). Four bytes: the child's errno.
     let mut errno = [0u8; 4];
     let mut err_file = File::from(err_read);
@@ -316,5 +330,97 @@ impl Drop for ChildGuard {
             let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
             let _ = sys::wait4(self.pid);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instrument::MetricSpec;
+    use sbs_reports::model::Unit;
+    use std::sync::{Arc, Mutex};
+
+    /// Attaches like a perf counter would, and records what it saw.
+    struct Spy {
+        gate: bool,
+        exe_at_attach: Arc<Mutex<Option<PathBuf>>>,
+    }
+
+    impl Instrument for Spy {
+        fn name(&self) -> &str {
+            "spy"
+        }
+        fn needs_start_gate(&self) -> bool {
+            self.gate
+        }
+        fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+            setup.env.push(("SBS_SPY".into(), "1".into()));
+            Ok(())
+        }
+        fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+            *self.exe_at_attach.lock().unwrap() =
+                std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+            Ok(())
+        }
+        fn collect(&mut self, o: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+            let code = match o.exit {
+                ExitKind::Code(c) => c as f64,
+                _ => -1.0,
+            };
+            out.push(Sample::new(
+                MetricSpec::new("spy.exit", Unit::Count, "test", true),
+                code,
+            ));
+            Ok(())
+        }
+    }
+
+    fn config(args: &[&str]) -> RunConfig {
+        RunConfig {
+            program: PathBuf::from(args[0]),
+            args: args.iter().map(OsString::from).collect(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            show_output: false,
+            disable_aslr: true,
+            cpus: Vec::new(),
+            timeout: Some(Duration::from_secs(20)),
+        }
+    }
+
+    #[test]
+    fn gated_child_has_not_exec_d_when_instruments_attach() {
+        let cancel = Cancel::install().unwrap();
+        for gate in [true, false] {
+            let seen = Arc::new(Mutex::new(None));
+            let spy = Spy {
+                gate,
+                exe_at_attach: seen.clone(),
+            };
+            let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(spy)];
+            // The child exits 0 only if the instrument's env var reached it.
+            let cfg = config(&["/bin/sh", "-c", "test \"$SBS_SPY\" = 1"]);
+            let (outcome, samples) = run_once(&cfg, &mut instruments, &cancel).unwrap();
+            assert_eq!(outcome.exit, ExitKind::Code(0));
+            assert_eq!(samples[0].value, 0.0);
+            if gate {
+                // Held at the gate: still a copy of this test process, not yet /bin/sh.
+                let own = std::env::current_exe().unwrap();
+                assert_eq!(seen.lock().unwrap().as_deref(), Some(own.as_path()));
+            }
+        }
+    }
+
+    #[test]
+    fn exec_failure_reports_errno() {
+        let cancel = Cancel::install().unwrap();
+        let mut none: Vec<Box<dyn Instrument>> = Vec::new();
+        let err = run_once(
+            &config(&["/proc/self/cwd/does-not-exist"]),
+            &mut none,
+            &cancel,
+        )
+        .unwrap_err();
+        assert!(matches!(err, RunError::Exec { .. }), "{err}");
+        assert!(err.to_string().contains("No such file"), "{err}");
     }
 }
