@@ -7,5 +7,6 @@ pub mod output;
 pub mod plan;
 pub mod runner;
 pub mod scheduler;
+pub mod sources;
 pub mod stats;
 mod sys;
