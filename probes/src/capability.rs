@@ -15,6 +15,10 @@ pub const PMU_DIR: &str = "/sys/bus/event_source/devices";
 /// Where the kernel's perf access level lives.
 pub const PARANOID_FILE: &str = "/proc/sys/kernel/perf_event_paranoid";
 
+/// Software events that only ever happen in kernel context: with `exclude_kernel` they
+/// read 0, so a user-space-only scope is no alternative for them.
+const KERNEL_ONLY: &[&str] = &["context-switches", "cpu-migrations"];
+
 /// The machine facts that explain a failure.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MachineFacts {
@@ -127,10 +131,19 @@ pub fn classify_open_error(req: &CounterRequest, errno: i32, facts: &MachineFact
                  CAP_PERFMON: `sudo setcap cap_perfmon+ep \"$(command -v sbs-profile)\"`"
             );
             if kernel {
-                fix.push_str(&format!(
-                    "; or count user space only: `{}:u`",
-                    req.event.name
-                ));
+                let ev = &req.event.name;
+                if KERNEL_ONLY.contains(&ev.as_str()) {
+                    fix.push_str(&format!(
+                        " (`{ev}` happens in the kernel: `{ev}:u` would always read 0)"
+                    ));
+                } else if req.event.class() == EventClass::Software {
+                    fix.push_str(&format!(
+                        "; or count user space only: `{ev}:u` (then events taken inside \
+                         system calls are not counted)"
+                    ));
+                } else {
+                    fix.push_str(&format!("; or count user space only: `{ev}:u`"));
+                }
             }
             Support::Unsupported {
                 reason: format!(
@@ -244,7 +257,18 @@ mod tests {
         assert!(reason.contains("perf_event_paranoid is 2"), "{reason}");
         assert!(fix.contains("kernel.perf_event_paranoid=1"), "{fix}");
         assert!(fix.contains("cap_perfmon"), "{fix}");
-        assert!(fix.contains("context-switches:u"), "{fix}");
+        assert!(
+            fix.contains("`context-switches:u` would always read 0"),
+            "{fix}"
+        );
+        let r = parse_counter("page-faults").unwrap();
+        let Support::Unsupported { fix, .. } = classify_open_error(&r, libc::EACCES, &vm()) else {
+            panic!("expected unsupported")
+        };
+        assert!(
+            fix.contains("count user space only: `page-faults:u`"),
+            "{fix}"
+        );
 
         let mut facts = vm();
         facts.paranoid = Some(3);

@@ -23,6 +23,26 @@ fn pmu_reason() -> Option<String> {
     }
 }
 
+/// Why software counters cannot be opened here (unprivileged with a strict
+/// `perf_event_paranoid`), or `None` when they can.
+fn software_unavailable() -> Option<String> {
+    let out = sbs(["--list-counters"]).success().stdout();
+    out.lines()
+        .filter(|l| l.starts_with("page-faults ") || l.starts_with("context-switches "))
+        .find(|l| !l.contains(" yes "))
+        .map(str::to_string)
+}
+
+/// Skip (with the reason) when software counters are not available.
+macro_rules! need_software_counters {
+    () => {
+        if let Some(reason) = software_unavailable() {
+            eprintln!("skipped: software counters unavailable: {reason}");
+            return;
+        }
+    };
+}
+
 fn valgrind_installed() -> bool {
     Command::new("valgrind")
         .arg("--version")
@@ -32,6 +52,7 @@ fn valgrind_installed() -> bool {
 
 #[test]
 fn page_faults_cover_every_fresh_page_touched() {
+    need_software_counters!();
     let n = 2000;
     let run = sbs([
         "--runs",
@@ -78,6 +99,7 @@ fn page_faults_cover_every_fresh_page_touched() {
 
 #[test]
 fn more_pages_more_faults() {
+    need_software_counters!();
     let faults = |n: &str| {
         let r = sbs([
             "-r",
@@ -105,6 +127,7 @@ fn more_pages_more_faults() {
 
 #[test]
 fn a_sleeper_is_switched_out_and_uses_little_cpu() {
+    need_software_counters!();
     let run = sbs([
         "--runs",
         "3",
@@ -135,6 +158,7 @@ fn a_sleeper_is_switched_out_and_uses_little_cpu() {
 
 #[test]
 fn counters_include_threads_and_children() {
+    need_software_counters!();
     // fork_child forks; spin_threads spreads work over threads. The task clock of two
     // spinning threads is about twice that of one.
     let clock = |threads: &str| {
@@ -165,6 +189,7 @@ fn counters_include_threads_and_children() {
 
 #[test]
 fn hardware_events_are_unsupported_without_pmu_with_reason() {
+    need_software_counters!();
     if let Some(reason) = pmu_reason() {
         // No PMU: the list says why, and asking for a hardware event is an error naming it.
         assert!(reason.contains(" no "), "{reason}");
