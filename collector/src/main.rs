@@ -17,6 +17,7 @@ fn renderer(format: Format) -> Box<dyn Render> {
         Format::Text => Box::new(sbs_reports::text::Text),
         Format::Json => Box::new(sbs_reports::json::Json),
         Format::Csv => Box::new(sbs_reports::csv::Csv),
+        Format::Bmf => Box::new(sbs_reports::bmf::Bmf),
     }
 }
 
@@ -24,12 +25,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut plan = build_plan(cli.run)?;
     // Open the destination first: an unwritable path fails before minutes of runs.
     let output = Output::open(plan.output.as_deref())?;
+    let html = match plan.html.as_deref() {
+        Some(path) => Some(Output::open_named(path, "--html")?),
+        None => None,
+    };
     let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
     let report = execute(&mut plan, &cancel)?;
     let mut buf = Vec::new();
     renderer(plan.format)
         .render(&report, &mut buf)
         .context("cannot render the report")?;
+    if let Some(html) = html {
+        let mut page = Vec::new();
+        sbs_reports::html::Html
+            .render(&report, &mut page)
+            .context("cannot render the HTML page")?;
+        html.write_all(&page)?;
+    }
     output.write_all(&buf)?;
     Ok(ExitCode::SUCCESS)
 }

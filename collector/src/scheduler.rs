@@ -331,6 +331,7 @@ mod tests {
             clean_env: false,
             format: crate::plan::Format::Text,
             output: None,
+            html: None,
             progress: false,
         }
     }
