@@ -1,2 +1,3 @@
 //! sbs-profile's collector: the plan, the child-process runner, statistics and history.
+pub mod compare;
 pub mod instrument;
