@@ -1,3 +1,4 @@
 //! sbs-profile's collector: the plan, the child-process runner, statistics and history.
 pub mod compare;
 pub mod instrument;
+pub mod steady;
