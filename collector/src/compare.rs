@@ -91,6 +91,14 @@ impl Moments {
             return None;
         }
         let n = samples.len();
+        if samples.iter().all(|&x| x == samples[0]) {
+            // Exactly equal values: no rounding residue in the mean or the variance.
+            return Some(Moments {
+                n,
+                mean: samples[0],
+                var: 0.0,
+            });
+        }
         let mean = samples.iter().sum::<f64>() / n as f64;
         let var = if n < 2 {
             0.0
@@ -801,6 +809,15 @@ mod tests {
         let a = anova(&[&G1, &[3.05, 3.15, 2.95, 3.1, 3.2, 2.9], &[3.0, 3.1, 3.2]]).unwrap();
         close(a.f.unwrap(), 0.12350035285815106, 1e-9);
         close(a.p_value, 0.885148564589297, 1e-9);
+    }
+
+    #[test]
+    fn moments_of_equal_values_are_exact() {
+        let m = Moments::of(&[0.1; 7]).unwrap();
+        assert_eq!((m.n, m.mean, m.var), (7, 0.1, 0.0));
+        let m = Moments::of(&[1.0, 2.0, 4.0]).unwrap();
+        assert!((m.var - 7.0 / 3.0).abs() < 1e-15);
+        assert_eq!(Moments::of(&[]), None);
     }
 
     #[test]

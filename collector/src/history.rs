@@ -166,10 +166,10 @@ impl EntryMeta {
         }
     }
 
-    /// A short label for reports: the time to the second, and the commit if known.
+    /// A short label for reports: the time to the millisecond, and the commit if known.
     pub fn label(&self) -> String {
         let time = match self.time.split_once('.') {
-            Some((secs, _)) => format!("{secs}Z"),
+            Some((secs, frac)) => format!("{secs}.{}Z", frac.get(..3).unwrap_or("000")),
             None => self.time.clone(),
         };
         match &self.git_commit {
@@ -740,7 +740,7 @@ mod tests {
         assert!(e.metric("alloc.count", Unit::Count, "valgrind").is_none());
         assert!(e.metric("time.wall", Unit::Count, "rusage").is_none());
         assert!(h.entries("never saved").unwrap().is_empty());
-        assert_eq!(e.meta.label(), "2026-11-21T10:00:00Z @0123456789");
+        assert_eq!(e.meta.label(), "2026-11-21T10:00:00.000Z @0123456789");
     }
 
     #[test]

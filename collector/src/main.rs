@@ -1,1 +1,80 @@
-fn main() {}
+//! `sbs-profile`: parse options, build the plan, run it, render the report.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use sbs_collector::cli::{build_plan, Cli, Subcommand};
+use sbs_collector::output::Output;
+use sbs_collector::plan::Format;
+use sbs_collector::regression::{build_compare_plan, Mode, Regression};
+use sbs_collector::runner::{Cancel, RunError};
+use sbs_collector::scheduler::execute;
+use sbs_reports::Render;
+
+fn renderer(format: Format) -> Box<dyn Render> {
+    match format {
+        Format::Text => Box::new(sbs_reports::text::Text),
+        Format::Json => Box::new(sbs_reports::json::Json),
+        Format::Csv => Box::new(sbs_reports::csv::Csv),
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let (args, mode) = match cli.subcommand {
+        Some(Subcommand::Compare(args)) => (args, Mode::Compare),
+        None => (cli.run, Mode::Run),
+    };
+    let regression_args = args.regression.clone();
+    let mut plan = match mode {
+        Mode::Compare => build_compare_plan(args)?,
+        Mode::Run => build_plan(args)?,
+    };
+    let regression = Regression::new(&regression_args, plan.confidence, mode)?;
+    // Read the history first: a missing baseline or a corrupt file fails before the runs.
+    let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
+    let references = regression.load(&names)?;
+    // Open the destination first: an unwritable path fails before minutes of runs.
+    let output = Output::open(plan.output.as_deref())?;
+    let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
+    let mut report = execute(&mut plan, &cancel)?;
+    let regressions = regression.apply(&references, &mut report)?;
+    regression.save(&report)?;
+    let mut buf = Vec::new();
+    renderer(plan.format)
+        .render(&report, &mut buf)
+        .context("cannot render the report")?;
+    output.write_all(&buf)?;
+    if regressions.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut err = std::io::stderr().lock();
+    for r in &regressions {
+        let _ = writeln!(err, "regression: {r}");
+    }
+    Ok(ExitCode::from(1))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if e.chain()
+                .any(|c| matches!(c.downcast_ref::<RunError>(), Some(RunError::Interrupted)))
+            {
+                eprintln!("sbs-profile: interrupted; the child was killed and nothing was written");
+                return ExitCode::from(130);
+            }
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

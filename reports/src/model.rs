@@ -184,6 +184,17 @@ impl Verdict {
         }
     }
 
+    /// The machine-readable name, as in JSON (`no_change`, `regressed`...).
+    pub fn id(self) -> &'static str {
+        match self {
+            Verdict::NoChange => "no_change",
+            Verdict::Improved => "improved",
+            Verdict::Regressed => "regressed",
+            Verdict::BelowThreshold => "below_threshold",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
+
     /// Whether this verdict makes the run fail (exit code 1).
     pub fn is_regression(self) -> bool {
         self == Verdict::Regressed
