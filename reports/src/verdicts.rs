@@ -43,9 +43,18 @@ fn change(c: &Comparison, unit: crate::model::Unit) -> (String, String) {
 fn method(c: &Comparison) -> String {
     let mut s = c.method.as_str().to_string();
     if let Some(p) = c.p_value {
-        s.push_str(&format!(" p={p:.2e}"));
+        s.push_str(&format!(" p={}", p_value(p)));
     }
     s
+}
+
+/// A p-value for people: three decimals, or scientific notation below 0.001.
+fn p_value(p: f64) -> String {
+    if p >= 0.001 {
+        format!("{p:.3}")
+    } else {
+        format!("{p:.1e}")
+    }
 }
 
 fn verdict(c: &Comparison) -> String {
@@ -114,14 +123,19 @@ pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
     }
     for (m, c) in &compared {
         let Some(a) = &c.anova else { continue };
-        let f = a.f.map_or("-".to_string(), |f| format!("{f:.3}"));
+        let test = match a.f {
+            Some(f) => format!(
+                "ANOVA over {} series, F({}, {}) = {f:.3}, p = {}",
+                a.groups.len(),
+                a.df_between,
+                a.df_within,
+                p_value(a.p_value)
+            ),
+            None => format!("{} series of exact values", a.groups.len()),
+        };
         let mut line = format!(
-            "  {}: ANOVA over {} series, F({}, {}) = {f}, p = {:.2e}: {}",
+            "  {}: {test}: {}",
             m.id,
-            a.groups.len(),
-            a.df_between,
-            a.df_within,
-            a.p_value,
             if a.significant {
                 "means differ"
             } else {
@@ -232,12 +246,12 @@ mod tests {
             warnings: vec![],
         };
         let text = text_lines(&b).join("\n");
-        assert!(text.contains("time.wall    +5.00%  [+4.00%, +6.00%]  REGRESSED (> 2.00%)  welch-t p=1.20e-4  baseline main (n=10)"), "{text}");
+        assert!(text.contains("time.wall    +5.00%  [+4.00%, +6.00%]  REGRESSED (> 2.00%)  welch-t p=1.2e-4  baseline main (n=10)"), "{text}");
         assert!(
             text.contains("alloc.count      0%             exact  no change"),
             "{text}"
         );
-        assert!(text.contains("rss.peak: ANOVA over 3 series, F(2, 27) = 12.500, p = 1.00e-4: means differ; bonferroni-welch finds: a vs this run"), "{text}");
+        assert!(text.contains("rss.peak: ANOVA over 3 series, F(2, 27) = 12.500, p = 1.0e-4: means differ; bonferroni-welch finds: a vs this run"), "{text}");
         assert!(!text.contains("time.user"));
         let none = BenchmarkResult {
             metrics: vec![metric("x", Unit::Count, None)],
