@@ -394,6 +394,11 @@ pub struct Policy {
     pub threshold: f64,
     /// Whether the metric is an exact count (one sample suffices, zero variance expected).
     pub exact: bool,
+    /// Whether the series other than the candidate are saved sessions of the same
+    /// benchmark (history), rather than different commands. Only then is a measured metric
+    /// with zero variance within each session but different values between sessions
+    /// judged against the spread between sessions ([`ComparisonMethod::Sessions`]).
+    pub sessions: bool,
 }
 
 /// Compare series `candidate` with series `reference` among `series`.
@@ -485,6 +490,18 @@ pub fn compare(
         result.relative_ci_low = relative_to(low, ref_m.mean);
         result.relative_ci_high = relative_to(high, ref_m.mean);
     };
+
+    if all_zero && !policy.exact && policy.sessions && kept.len() >= 3 {
+        let others: Vec<f64> = kept
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != c)
+            .map(|(_, s)| s.samples[0])
+            .collect();
+        if others.iter().any(|&v| v != others[0]) {
+            return between_sessions(&others, cand_m.mean, policy, result);
+        }
+    }
 
     if kept.len() >= 3 {
         let pairs = bonferroni_pairs(&groups, policy.confidence, policy.exact)?;
@@ -580,6 +597,49 @@ pub fn compare(
     result.p_value = Some(interval.p_value);
     result.verdict = verdict(
         interval.significant(),
+        difference,
+        relative,
+        policy.threshold,
+    );
+    Ok(result)
+}
+
+/// A measured metric repeatable within each session but not across sessions (e.g. the
+/// peak RSS of a small program, page-granular, that differs by a few pages from one
+/// session to the next): each saved session's value is one observation of the
+/// between-session spread, and the candidate is significant when it falls outside their
+/// prediction interval `mean ± t(k-1) · s · sqrt(1 + 1/k)`.
+fn between_sessions(
+    sessions: &[f64],
+    candidate: f64,
+    policy: &Policy,
+    mut result: Comparison,
+) -> Result<Comparison, CompareError> {
+    let m = Moments::of(sessions).ok_or(CompareError::TooFewSamples { n: 0, needed: 2 })?;
+    let k = m.n as f64;
+    let se = (m.var * (1.0 + 1.0 / k)).sqrt();
+    let t = StudentsT::new(0.0, 1.0, k - 1.0)
+        .map_err(|_| CompareError::TooFewSamples { n: m.n, needed: 2 })?;
+    let critical = t.inverse_cdf(1.0 - (1.0 - policy.confidence) / 2.0);
+    let difference = candidate - m.mean;
+    let (low, high) = (difference - critical * se, difference + critical * se);
+    let relative = relative_to(difference, m.mean);
+    result.method = ComparisonMethod::Sessions;
+    result.reference = format!("{} saved sessions", m.n);
+    result.reference_n = m.n;
+    result.reference_mean = m.mean;
+    result.difference = difference;
+    result.ci_low = Some(low);
+    result.ci_high = Some(high);
+    result.relative = relative;
+    result.relative_ci_low = relative_to(low, m.mean);
+    result.relative_ci_high = relative_to(high, m.mean);
+    result.confidence = policy.confidence;
+    result.df = Some(k - 1.0);
+    result.p_value = Some((2.0 * t.sf((difference / se).abs())).min(1.0));
+    result.anova = None;
+    result.verdict = verdict(
+        low > 0.0 || high < 0.0,
         difference,
         relative,
         policy.threshold,
@@ -734,6 +794,7 @@ mod tests {
             confidence: 0.95,
             threshold,
             exact,
+            sessions: false,
         }
     }
 
@@ -1081,6 +1142,82 @@ mod tests {
         let c = compare(&series, 1, 2, &policy(0.02, true)).unwrap();
         assert_eq!(c.verdict, Verdict::NoChange);
         assert!(!c.anova.unwrap().significant);
+    }
+
+    #[test]
+    fn measured_metric_steady_within_but_not_between_sessions() {
+        // Peak RSS of `true`, 2 runs per session, as measured on this machine. Reference
+        // values: scipy, prediction interval of a new observation:
+        // m=np.mean(h); s=np.std(h,ddof=1); se=s*np.sqrt(1+1/k); t=stats.t.ppf(0.975,k-1)
+        // d=c-m; (d-t*se, d+t*se), 2*stats.t.sf(abs(d)/se,k-1)
+        let h = [
+            [1056768.0; 2],
+            [1105920.0; 2],
+            [1101824.0; 2],
+            [1056768.0; 2],
+        ];
+        let run = |cand: &[f64], sessions: bool, exact: bool| {
+            let mut series: Vec<Series<'_>> = h
+                .iter()
+                .map(|s| Series {
+                    label: "saved",
+                    samples: s,
+                })
+                .collect();
+            series.push(Series {
+                label: "now",
+                samples: cand,
+            });
+            let p = Policy {
+                sessions,
+                ..policy(0.02, exact)
+            };
+            compare(&series, 3, 4, &p).unwrap()
+        };
+        let c = run(&[1105920.0; 2], true, false);
+        assert_eq!(c.method, ComparisonMethod::Sessions);
+        assert_eq!(c.verdict, Verdict::NoChange);
+        assert_eq!(
+            (c.reference.as_str(), c.reference_n),
+            ("4 saved sessions", 4)
+        );
+        close(c.difference, 25600.0, 1e-12);
+        close(c.ci_low.unwrap(), -71346.62104820664, 1e-9);
+        close(c.ci_high.unwrap(), 122546.62104820664, 1e-9);
+        close(c.p_value.unwrap(), 0.4624001957114069, 1e-7);
+        let c = run(&[1300000.0; 2], true, false);
+        assert_eq!(c.verdict, Verdict::Regressed);
+        close(c.ci_low.unwrap(), 122733.37895179336, 1e-9);
+        close(c.p_value.unwrap(), 0.005497156638804684, 1e-6);
+        // Different commands (compare), or an exact count: compared exactly with the
+        // reference, and +4.65% is past the 2% threshold.
+        assert_eq!(
+            run(&[1105920.0; 2], false, false).verdict,
+            Verdict::Regressed
+        );
+        assert_eq!(run(&[1105920.0; 2], true, true).verdict, Verdict::Regressed);
+        // All saved sessions agree: no evidence of a spread, compared exactly.
+        let same = [[1056768.0; 2]; 3];
+        let series: Vec<Series<'_>> = same
+            .iter()
+            .map(|s| Series {
+                label: "saved",
+                samples: s,
+            })
+            .chain([Series {
+                label: "now",
+                samples: &[1105920.0; 2],
+            }])
+            .collect();
+        let p = Policy {
+            sessions: true,
+            ..policy(0.02, false)
+        };
+        let c = compare(&series, 2, 3, &p).unwrap();
+        assert_eq!(
+            (c.method, c.verdict),
+            (ComparisonMethod::Exact, Verdict::Regressed)
+        );
     }
 
     #[test]

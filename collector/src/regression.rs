@@ -209,6 +209,7 @@ impl Regression {
             confidence: self.confidence,
             threshold: self.thresholds.for_metric(&metric.id),
             exact: metric.exact,
+            sessions: self.mode == Mode::Run,
         }
     }
 

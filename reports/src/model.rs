@@ -214,6 +214,10 @@ pub enum ComparisonMethod {
     Anova,
     /// Zero variance on every side: values compared exactly.
     Exact,
+    /// A measured metric with zero variance within each saved session but differing
+    /// between sessions: the candidate is judged against the spread of the sessions'
+    /// means (prediction interval, Student t with k - 1 degrees of freedom).
+    Sessions,
 }
 
 impl ComparisonMethod {
@@ -224,6 +228,7 @@ impl ComparisonMethod {
             ComparisonMethod::WelchZ => "welch-z",
             ComparisonMethod::Anova => "anova",
             ComparisonMethod::Exact => "exact",
+            ComparisonMethod::Sessions => "sessions",
         }
     }
 }
