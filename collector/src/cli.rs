@@ -32,14 +32,34 @@ Examples:\n  sbs-profile -- ./target/release/mybench\n  \
 sbs-profile --runs 20 --format json --output result.json -- ./mybench --size 1000\n\n\
 Exit codes: 0 success, 1 a metric regressed past its threshold, 2 error, 130 interrupted."
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
+    /// `compare`, or none for a plain run.
+    #[command(subcommand)]
+    pub subcommand: Option<Subcommand>,
+
     /// What to run and measure.
     #[command(flatten)]
     pub run: RunArgs,
 }
 
+/// Subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Subcommand {
+    /// Compare two or more commands: they run interleaved (A B A B ...) so drift hits all
+    /// alike, and every metric of B, C... gets a verdict against A's (Welch for two
+    /// commands, ANOVA for more).
+    #[command(
+        after_help = "Each COMMAND is one argument, split into words as a shell would (no shell \
+runs it): sbs-profile compare './old --n 100' './new --n 100'\n\n\
+Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first, \
+2 error, 130 interrupted."
+    )]
+    Compare(RunArgs),
+}
+
 /// Options of a measuring run.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Measured runs per metric group.
     #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
@@ -102,6 +122,10 @@ pub struct RunArgs {
     /// Name of the benchmark in reports (default: the command line).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+
+    /// History, baselines, thresholds.
+    #[command(flatten)]
+    pub regression: crate::regression::RegressionArgs,
 
     /// The benchmark command and its arguments (after `--`).
     #[arg(

@@ -232,6 +232,7 @@ fn execute_inner(
                     group: s.group,
                     samples: s.samples,
                     notes: Vec::new(),
+                    comparison: None,
                 })
                 .collect(),
             warnings: c.warnings,

@@ -12,6 +12,7 @@ pub mod human;
 pub mod json;
 pub mod model;
 pub mod text;
+pub mod verdicts;
 
 use std::io;
 
