@@ -5,9 +5,14 @@
 //! the inlined instances a probe cannot see, [`tracefs`] defines the uprobes (and always
 //! removes them), [`counter`] counts their hits in a child process and its descendants.
 
+pub mod counter;
 pub mod demangle;
+pub mod dwarf;
 pub mod elf;
 pub mod error;
 pub mod pattern;
+pub mod resolve;
+mod sys;
+pub mod tracefs;
 
 pub use error::ProbeError;
