@@ -37,7 +37,7 @@ impl RunCounters {
                     ProbeError::or_permission(e, what, |source| ProbeError::Counter {
                         event: p.event.clone(),
                         pid,
-                        source,
+                        cause: source,
                     })
                 })?;
             counters.push((p.event.clone(), counter));
@@ -53,7 +53,7 @@ impl RunCounters {
             .map(|(event, c)| {
                 c.read().map_err(|source| ProbeError::ReadCounter {
                     event: event.clone(),
-                    source,
+                    cause: source,
                 })
             })
             .collect()

@@ -4,15 +4,18 @@ use std::io;
 use std::path::PathBuf;
 
 /// Everything that can go wrong while resolving, defining or counting probes.
+///
+/// The OS error is part of each message (field `cause`, not a `source`), so that a
+/// chain printed with `{:#}` says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// The target is not an ELF file nor a script with a `#!` line.
     #[error("{path} is not an ELF executable nor a script starting with `#!`: give the path of a compiled program")]
@@ -71,30 +74,30 @@ pub enum ProbeError {
         examples: String,
     },
     /// No tracefs is mounted and mounting it failed.
-    #[error("tracefs is not mounted and mounting it at /sys/kernel/tracing failed ({source}): run `mount -t tracefs nodev /sys/kernel/tracing` as root")]
+    #[error("tracefs is not mounted and mounting it at /sys/kernel/tracing failed ({cause}): run `mount -t tracefs nodev /sys/kernel/tracing` as root")]
     NoTracefs {
         /// The mount error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// The kernel refused a uprobe or a counter for lack of privilege.
-    #[error("{what}: permission denied ({source}); uprobes need root or CAP_SYS_ADMIN (kernel.perf_event_paranoid is {paranoid}): run sbs-profile as root, e.g. with sudo")]
+    #[error("{what}: permission denied ({cause}); uprobes need root or CAP_SYS_ADMIN (kernel.perf_event_paranoid is {paranoid}): run sbs-profile as root, e.g. with sudo")]
     Permission {
         /// What was refused.
         what: String,
         /// The OS error.
-        source: io::Error,
+        cause: io::Error,
         /// Content of /proc/sys/kernel/perf_event_paranoid.
         paranoid: String,
     },
     /// Writing a uprobe definition failed.
-    #[error("the kernel refused the uprobe definition `{definition}` in {file}: {source}; check `dmesg` and that the file still exists")]
+    #[error("the kernel refused the uprobe definition `{definition}` in {file}: {cause}; check `dmesg` and that the file still exists")]
     Define {
         /// The line written.
         definition: String,
         /// The tracefs file written to.
         file: PathBuf,
         /// The OS error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// A probed file path the tracefs syntax cannot express.
     #[error("cannot probe {path}: uprobe definitions cannot name a path containing whitespace; copy or link the program to a path without spaces")]
@@ -103,22 +106,22 @@ pub enum ProbeError {
         path: PathBuf,
     },
     /// Opening a counter on the child failed.
-    #[error("cannot open a counter for uprobe {event} on pid {pid}: {source}")]
+    #[error("cannot open a counter for uprobe {event} on pid {pid}: {cause}")]
     Counter {
         /// The tracefs event (`group/name`).
         event: String,
         /// The child.
         pid: i32,
         /// The OS error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// Reading a counter failed.
-    #[error("cannot read the counter of uprobe {event}: {source}")]
+    #[error("cannot read the counter of uprobe {event}: {cause}")]
     ReadCounter {
         /// The tracefs event (`group/name`).
         event: String,
         /// The OS error.
-        source: io::Error,
+        cause: io::Error,
     },
 }
 
@@ -127,7 +130,7 @@ impl ProbeError {
     pub(crate) fn read(path: impl Into<PathBuf>, source: io::Error) -> Self {
         ProbeError::Read {
             path: path.into(),
-            source,
+            cause: source,
         }
     }
 
@@ -140,7 +143,7 @@ impl ProbeError {
         match source.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => ProbeError::Permission {
                 what: what.into(),
-                source,
+                cause: source,
                 paranoid: perf_event_paranoid(),
             },
             _ => other(source),

@@ -88,7 +88,21 @@ impl Pattern {
 fn balanced(s: &str) -> bool {
     let mut stack = Vec::new();
     let bytes = s.as_bytes();
-    for (i, &c) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if bytes[i..].starts_with(b"operator") {
+            // The symbol of an operator is not a bracket: operator<<, operator(), ...
+            i += "operator".len();
+            if bytes[i..].starts_with(b"()") || bytes[i..].starts_with(b"[]") {
+                i += 2;
+            } else {
+                while i < bytes.len() && b"<>=!+-*/%^&|~,".contains(&bytes[i]) {
+                    i += 1;
+                }
+            }
+            continue;
+        }
         match c {
             b'<' | b'(' | b'[' => stack.push(c),
             b'>' if i > 0 && bytes[i - 1] == b'-' => {}
@@ -104,6 +118,7 @@ fn balanced(s: &str) -> bool {
             }
             _ => {}
         }
+        i += 1;
     }
     stack.is_empty()
 }
@@ -282,10 +297,12 @@ fn type_paths(ty: &[char]) -> Vec<Vec<String>> {
     parse_paths(&chars)
 }
 
-/// Levenshtein distance, for "closest names" suggestions.
+/// Edit distance with adjacent transpositions (optimal string alignment), for "closest
+/// names" suggestions: `wrok` is 1 away from `work`.
 pub fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut row = vec![0; b.len() + 1];
     for i in 1..=a.len() {
@@ -293,7 +310,11 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
             row[j] = (prev[j] + 1).min(row[j - 1] + 1).min(prev[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                row[j] = row[j].min(before[j - 2] + 1);
+            }
         }
+        std::mem::swap(&mut before, &mut prev);
         std::mem::swap(&mut prev, &mut row);
     }
     prev[b.len()]
@@ -429,6 +450,9 @@ mod tests {
         assert!(pat.matches("_ZN2ns6Widget4drawEi", "ns::Widget::draw(int)"));
         assert!(!pat.matches("_ZN2ns6Widget4drawEd", "ns::Widget::draw(double)"));
         assert!(m("ns::Widget::draw(int)", "ns::Widget::draw(int)"));
+        assert!(m("V::operator<<", "ns::V::operator<<(int)"));
+        assert!(!m("V::operator<", "ns::V::operator<<(int)"));
+        assert!(m("operator()", "ns::V::operator()(int) const"));
     }
 
     #[test]
@@ -444,5 +468,6 @@ mod tests {
         assert_eq!(edit_distance("push", "pish"), 1);
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("wrok", "work"), 1);
     }
 }

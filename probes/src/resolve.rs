@@ -281,9 +281,9 @@ fn no_match(target: &Target, pattern: &Pattern, inlined: &InlinedMatch) -> Probe
 pub fn closest_names(target: &Target, pattern: &Pattern) -> Vec<String> {
     let want = pattern.last_segment().to_lowercase();
     let limit = (want.chars().count() / 3).max(2);
-    let mut scored: Vec<(usize, String)> = Vec::new();
+    let mut scored: Vec<(usize, usize, String)> = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    for image in &target.images {
+    for (index, image) in target.images.iter().enumerate() {
         for f in &image.functions {
             let d = demangle(&f.name).label;
             let paths = crate::pattern::name_paths(&d);
@@ -297,16 +297,13 @@ pub fn closest_names(target: &Target, pattern: &Pattern) -> Vec<String> {
                 edit_distance(&last, &want)
             };
             if dist <= limit && seen.insert(d.clone()) {
-                scored.push((dist, d));
+                // The program's own functions before its libraries'.
+                scored.push((dist, usize::from(index > 0), d));
             }
         }
     }
-    scored.sort_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then(a.1.len().cmp(&b.1.len()))
-            .then(a.1.cmp(&b.1))
-    });
-    scored.into_iter().take(5).map(|(_, n)| n).collect()
+    scored.sort_by(|a, b| (a.0, a.1, a.2.len(), &a.2).cmp(&(b.0, b.1, b.2.len(), &b.2)));
+    scored.into_iter().take(5).map(|(_, _, n)| n).collect()
 }
 
 fn find_in_path(program: &Path) -> Option<PathBuf> {

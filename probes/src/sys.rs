@@ -47,6 +47,12 @@ pub fn process_exists(pid: i32) -> bool {
     }
 }
 
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Raise the soft limit of open files to at least `wanted` (bounded by the hard limit).
 /// Returns the soft limit in effect afterwards.
 pub fn raise_nofile_limit(wanted: u64) -> io::Result<u64> {

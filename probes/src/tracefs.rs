@@ -25,19 +25,26 @@ impl Tracefs {
             return Ok(t);
         }
         let target = Path::new("/sys/kernel/tracing");
+        if !sys::is_root() {
+            return Err(ProbeError::or_permission(
+                std::io::Error::from_raw_os_error(libc::EACCES),
+                "using tracefs (/sys/kernel/tracing/uprobe_events) to define uprobes",
+                |cause| ProbeError::NoTracefs { cause },
+            ));
+        }
         match sys::mount_tracefs(target) {
             Ok(()) if target.join("uprobe_events").exists() => Ok(Tracefs {
                 root: target.to_path_buf(),
             }),
             Ok(()) => Err(ProbeError::NoTracefs {
-                source: std::io::Error::other(
+                cause: std::io::Error::other(
                     "mounted, but it has no uprobe_events: the kernel lacks CONFIG_UPROBE_EVENTS",
                 ),
             }),
             Err(e) => Err(ProbeError::or_permission(
                 e,
                 "mounting tracefs at /sys/kernel/tracing",
-                |source| ProbeError::NoTracefs { source },
+                |source| ProbeError::NoTracefs { cause: source },
             )),
         }
     }
@@ -78,14 +85,14 @@ impl Tracefs {
                 ProbeError::or_permission(e, what.clone(), |source| ProbeError::Define {
                     definition: line.to_string(),
                     file: file.clone(),
-                    source,
+                    cause: source,
                 })
             })?;
         f.write_all(format!("{line}\n").as_bytes()).map_err(|e| {
             ProbeError::or_permission(e, what, |source| ProbeError::Define {
                 definition: line.to_string(),
                 file: file.clone(),
-                source,
+                cause: source,
             })
         })
     }

@@ -9,7 +9,6 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use nix::unistd::Pid;
 use sbs_probes::counter::RunCounters;
 use sbs_probes::resolve::{match_patterns, Target};
@@ -33,6 +32,7 @@ pub struct Invocations {
     /// Distinct probe locations (file, offset).
     targets: Vec<(PathBuf, u64)>,
     warnings: Vec<String>,
+    tracefs: Tracefs,
     set: Option<ProbeSet>,
     counters: Option<RunCounters>,
 }
@@ -47,6 +47,8 @@ impl Invocations {
         max_probes: usize,
     ) -> Result<Invocations, ProbeError> {
         let mut target = Target::load(program, ld_library_path)?;
+        // Fail before any run (of any group) when uprobes cannot be used at all.
+        let tracefs = Tracefs::open_or_mount()?;
         let matches = match_patterns(&mut target, patterns, max_probes)?;
         let mut warnings = Vec::new();
         if let Some(script) = &target.script {
@@ -102,6 +104,7 @@ impl Invocations {
             patterns: rows_of,
             targets,
             warnings,
+            tracefs,
             set: None,
             counters: None,
         })
@@ -114,9 +117,8 @@ impl Invocations {
 
     fn define(&mut self) -> Result<&ProbeSet, ProbeError> {
         if self.set.is_none() {
-            let tracefs = Tracefs::open_or_mount()?;
-            tracefs.clean_stale()?;
-            self.set = Some(ProbeSet::define(&tracefs, &self.targets)?);
+            self.tracefs.clean_stale()?;
+            self.set = Some(ProbeSet::define(&self.tracefs, &self.targets)?);
         }
         self.set
             .as_ref()
@@ -128,7 +130,7 @@ fn unreachable_state(what: &str) -> ProbeError {
     ProbeError::Counter {
         event: what.to_string(),
         pid: 0,
-        source: std::io::Error::other("internal error; please report it"),
+        cause: std::io::Error::other("internal error; please report it"),
     }
 }
 
@@ -138,7 +140,7 @@ impl Instrument for Invocations {
     }
 
     fn prepare(&mut self, _setup: &mut crate::instrument::ChildSetup) -> anyhow::Result<()> {
-        self.define().context("cannot define the uprobes")?;
+        self.define()?;
         Ok(())
     }
 
