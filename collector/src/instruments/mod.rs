@@ -1,4 +1,5 @@
 //! The instruments, one module per mechanism. Each plugs into the runner through
 //! [`crate::instrument::Instrument`].
 
+pub mod invocations;
 pub mod timing;
