@@ -120,6 +120,30 @@ pub struct RunArgs {
     #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
 
+    /// Count perf events (comma-separated, perf's names, optional `:u`/`:k`/`:uk` scope),
+    /// e.g. `instructions,cycles,page-faults,context-switches`. See --list-counters.
+    #[arg(long, value_name = "LIST")]
+    pub counters: Option<String>,
+
+    /// Never let the kernel time-share (multiplex) hardware counters: measure each group of
+    /// hardware events in runs of its own.
+    #[arg(long)]
+    pub no_multiplex: bool,
+
+    /// Skip counter events this machine cannot count (with a warning) instead of failing.
+    #[arg(long)]
+    pub counters_best_effort: bool,
+
+    /// Count instructions: `perf` (the PMU), `valgrind` (cachegrind, no PMU needed) or
+    /// `auto` (the PMU if it works here, otherwise valgrind). The two are never compared.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub instructions: Option<crate::counters_plan::InstructionsMode>,
+
+    /// List the perf events this machine can count, and why not and how to fix it for the
+    /// others; then exit.
+    #[arg(long, exclusive = true)]
+    pub list_counters: bool,
+
     /// Name of the benchmark in reports (default: the command line).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
@@ -254,6 +278,7 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
         groups.push(invocations_group(args, run)?);
     }
     // Further groups (invocations, alloc, memory, counters) are pushed here.
+    groups.extend(crate::counters_plan::groups_for(args)?);
     let others_requested = !groups.is_empty();
     if args.time || !others_requested {
         groups.insert(
