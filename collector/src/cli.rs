@@ -1,0 +1,313 @@
+//! The command line (clap derive) and its conversion into a validated [`Plan`].
+
+use std::ffi::{OsStr, OsString};
+use std::io::IsTerminal;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser};
+
+use crate::instrument::Group;
+use crate::instruments::timing::Timing;
+use crate::plan::{Benchmark, FailurePolicy, Format, Plan};
+use crate::runner::RunConfig;
+
+/// `PATH` of a clean environment (`--clean-env`).
+pub const CLEAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Count what a stopwatch cannot: invocations, allocations, footprint, instructions, time.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sbs-profile",
+    version,
+    about,
+    after_help = "Each metric group runs in its own series of fresh child processes, so timing is \
+never measured in a run that carries an agent, a probe or a counter.\n\n\
+Exit codes: 0 success, 1 a metric regressed past its threshold, 2 error, 130 interrupted.",
+    after_long_help = "Each metric group runs in its own series of fresh child processes, so timing \
+is never measured in a run that carries an agent, a probe or a counter.\n\n\
+Examples:\n  sbs-profile -- ./target/release/mybench\n  \
+sbs-profile --runs 20 --format json --output result.json -- ./mybench --size 1000\n\n\
+Exit codes: 0 success, 1 a metric regressed past its threshold, 2 error, 130 interrupted."
+)]
+pub struct Cli {
+    /// What to run and measure.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Options of a measuring run.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Measured runs per metric group.
+    #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
+    pub runs: u64,
+
+    /// Discarded warm-up runs before each group's measured runs.
+    #[arg(short = 'w', long, value_name = "N", default_value_t = 1)]
+    pub warmup: u64,
+
+    /// Measure wall, user and system time and peak RSS (the default when no other group
+    /// is asked for).
+    #[arg(long)]
+    pub time: bool,
+
+    /// Kill a run's whole process group after this long: seconds, or with a unit
+    /// (`500ms`, `2s`, `1m`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+
+    /// Report format.
+    #[arg(short = 'f', long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+
+    /// Write the report to FILE (atomically) instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Show the child's stdout and stderr (discarded by default).
+    #[arg(long)]
+    pub show_output: bool,
+
+    /// Keep measuring when the child exits non-zero, dies from a signal or times out.
+    #[arg(short = 'i', long)]
+    pub ignore_failure: bool,
+
+    /// Confidence level of the intervals, as a percentage or a fraction (95, 99, 0.9).
+    #[arg(long, value_name = "LEVEL", default_value = "95", value_parser = parse_confidence)]
+    pub confidence: f64,
+
+    /// Pin the child to these CPUs (comma-separated list, e.g. `1` or `0,1`).
+    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    pub pin: Vec<usize>,
+
+    /// Keep address-space layout randomisation on (by default it is off in the child).
+    #[arg(long)]
+    pub aslr: bool,
+
+    /// Start the child from an empty environment (plus a fixed PATH and any --env).
+    #[arg(long)]
+    pub clean_env: bool,
+
+    /// Set an environment variable in the child (repeatable).
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(OsString, OsString)>,
+
+    /// Name of the benchmark in reports (default: the command line).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+
+    /// The benchmark command and its arguments (after `--`).
+    #[arg(
+        value_name = "COMMAND",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+fn parse_runs(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a whole number of runs")),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let value: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration; write seconds (2.5) or 500ms, 2s, 1m"))?;
+    let secs = value * scale;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("'{s}' must be a positive duration"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("'{s}': {e}"))
+}
+
+fn parse_confidence(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('%');
+    let v: f64 = t
+        .parse()
+        .map_err(|_| format!("'{s}' is not a confidence level; write 95 or 0.95"))?;
+    let v = if v >= 1.0 { v / 100.0 } else { v };
+    if v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' must lie strictly between 0 and 100 percent"))
+    }
+}
+
+fn parse_env(s: &str) -> Result<(OsString, OsString), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
+        _ => Err(format!("'{s}' is not KEY=VALUE")),
+    }
+}
+
+/// Find the program the way `execvp` would, with a message that says what to fix.
+pub fn resolve_program(program: &OsStr, path_var: Option<&OsStr>) -> anyhow::Result<PathBuf> {
+    let shown = Path::new(program).display().to_string();
+    if program.as_encoded_bytes().contains(&b'/') {
+        let path = PathBuf::from(program);
+        let meta = std::fs::metadata(&path).with_context(|| {
+            format!("command not found: '{shown}' does not exist; check the path")
+        })?;
+        if meta.is_dir() {
+            bail!("'{shown}' is a directory, not a program");
+        }
+        if meta.permissions().mode() & 0o111 == 0 {
+            bail!(
+                "'{shown}' is not executable (mode {:o}); run `chmod +x {shown}`",
+                meta.permissions().mode() & 0o777
+            );
+        }
+        return Ok(path);
+    }
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    which::which_in(program, path_var, cwd).map_err(|_| {
+        anyhow::anyhow!(
+            "command not found: '{shown}' is not an executable in PATH; give its path (e.g. ./{shown}) or fix PATH"
+        )
+    })
+}
+
+fn available_cpus() -> Vec<usize> {
+    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..nix::sched::CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The metric groups of one benchmark, in run order. Every benchmark of a plan gets the
+/// same list (interleaved runs rely on it).
+fn build_groups(args: &RunArgs) -> Vec<Group> {
+    let mut groups = Vec::new();
+    // Further groups (invocations, alloc, memory, counters) are pushed here.
+    let others_requested = !groups.is_empty();
+    if args.time || !others_requested {
+        groups.insert(
+            0,
+            Group {
+                name: "timing".into(),
+                instruments: vec![Box::new(Timing { rss: true })],
+            },
+        );
+    }
+    groups
+}
+
+/// Validate the arguments and build the plan.
+pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
+    let Some(program) = args.command.first() else {
+        bail!("no command given; usage: sbs-profile [OPTIONS] -- COMMAND [ARGS...]");
+    };
+    let mut env: Vec<(OsString, OsString)> = if args.clean_env {
+        vec![("PATH".into(), CLEAN_PATH.into())]
+    } else {
+        std::env::vars_os().collect()
+    };
+    for (k, v) in &args.env {
+        env.retain(|(ek, _)| ek != k);
+        env.push((k.clone(), v.clone()));
+    }
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let resolved = resolve_program(program, path_var)?;
+    if !args.pin.is_empty() {
+        let cpus = available_cpus();
+        if let Some(bad) = args.pin.iter().find(|c| !cpus.contains(c)) {
+            bail!("--pin {bad}: no such CPU available to this process (available: {cpus:?})");
+        }
+    }
+    let name = args.name.clone().unwrap_or_else(|| {
+        args.command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let run = RunConfig {
+        program: resolved,
+        args: args.command.clone(),
+        env,
+        show_output: args.show_output,
+        disable_aslr: !args.aslr,
+        cpus: args.pin.clone(),
+        timeout: args.timeout,
+    };
+    let groups = build_groups(&args);
+    Ok(Plan {
+        benchmarks: vec![Benchmark { name, run, groups }],
+        runs: args.runs as usize,
+        warmup: args.warmup as usize,
+        confidence: args.confidence,
+        failure: if args.ignore_failure {
+            FailurePolicy::Ignore
+        } else {
+            FailurePolicy::Fail
+        },
+        clean_env: args.clean_env,
+        format: args.format,
+        output: args.output,
+        progress: std::io::stderr().is_terminal(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("abc").is_err());
+    }
+
+    #[test]
+    fn confidence_levels() {
+        assert_eq!(parse_confidence("95"), Ok(0.95));
+        assert_eq!(parse_confidence("0.99"), Ok(0.99));
+        assert_eq!(parse_confidence("90%"), Ok(0.9));
+        assert!(parse_confidence("100").is_err());
+        assert!(parse_confidence("0").is_err());
+    }
+
+    #[test]
+    fn trailing_command_keeps_its_flags() {
+        let cli = Cli::try_parse_from(["sbs-profile", "--runs", "3", "--", "prog", "--runs", "9"])
+            .unwrap();
+        assert_eq!(cli.run.runs, 3);
+        assert_eq!(cli.run.command, vec!["prog", "--runs", "9"]);
+    }
+}

@@ -1,0 +1,4 @@
+//! The instruments, one module per mechanism. Each plugs into the runner through
+//! [`crate::instrument::Instrument`].
+
+pub mod timing;

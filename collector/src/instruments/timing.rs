@@ -1,0 +1,43 @@
+//! Timing: wall clock around the child, CPU times and peak RSS from `wait4` rusage.
+//! Nothing is attached to the child, so these runs are undisturbed.
+
+use sbs_reports::model::Unit;
+
+use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+
+/// Records `time.wall`, `time.user`, `time.sys` and, unless the memory group owns it,
+/// `rss.peak` of every run.
+#[derive(Debug)]
+pub struct Timing {
+    /// Also report `rss.peak` (off when a dedicated memory group measures it).
+    pub rss: bool,
+}
+
+impl Instrument for Timing {
+    fn name(&self) -> &str {
+        "timing"
+    }
+
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        let metric = |id: &str, unit, source: &str| MetricSpec::new(id, unit, source, false);
+        out.push(Sample::new(
+            metric("time.wall", Unit::Seconds, "clock"),
+            outcome.wall.as_secs_f64(),
+        ));
+        out.push(Sample::new(
+            metric("time.user", Unit::Seconds, "rusage"),
+            outcome.user.as_secs_f64(),
+        ));
+        out.push(Sample::new(
+            metric("time.sys", Unit::Seconds, "rusage"),
+            outcome.sys.as_secs_f64(),
+        ));
+        if self.rss {
+            out.push(Sample::new(
+                metric("rss.peak", Unit::Bytes, "rusage"),
+                outcome.max_rss as f64,
+            ));
+        }
+        Ok(())
+    }
+}

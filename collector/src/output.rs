@@ -1,0 +1,73 @@
+//! Where the report goes: stdout, or a file written atomically (temporary file in the same
+//! directory, renamed into place), so a failed run leaves no partial file behind.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// An opened report destination.
+pub enum Output {
+    /// Standard output.
+    Stdout,
+    /// A temporary file renamed to `path` on success.
+    File {
+        /// Final destination.
+        path: PathBuf,
+        /// The temporary file in the same directory; deleted if dropped.
+        tmp: tempfile::NamedTempFile,
+    },
+}
+
+impl Output {
+    /// Prepare the destination, failing now if it cannot be written.
+    pub fn open(path: Option<&Path>) -> anyhow::Result<Output> {
+        let Some(path) = path else {
+            return Ok(Output::Stdout);
+        };
+        if path.is_dir() {
+            anyhow::bail!(
+                "--output {}: is a directory; give a file name",
+                path.display()
+            );
+        }
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(".sbs-profile-")
+            .suffix(".tmp")
+            .tempfile_in(dir)
+            .with_context(|| {
+                format!(
+                    "--output {}: cannot write in {}; choose a writable location",
+                    path.display(),
+                    dir.display()
+                )
+            })?;
+        Ok(Output::File {
+            path: path.to_path_buf(),
+            tmp,
+        })
+    }
+
+    /// Write the whole report and put it in place.
+    pub fn write_all(self, bytes: &[u8]) -> anyhow::Result<()> {
+        match self {
+            Output::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes)?;
+                out.flush()?;
+                Ok(())
+            }
+            Output::File { path, mut tmp } => {
+                let ctx = || format!("cannot write the report to {}", path.display());
+                tmp.write_all(bytes).with_context(ctx)?;
+                tmp.as_file().sync_all().with_context(ctx)?;
+                tmp.persist(&path).map_err(|e| e.error).with_context(ctx)?;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Runs one sample: one fresh child process, held at a start gate while the group's
+//! instruments attach, then released, timed, reaped.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use crate::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
+use crate::sys;
+
+/// Everything about how to start the child, the same for every run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Absolute or relative path of the resolved program.
+    pub program: PathBuf,
+    /// argv, argv[0] included.
+    pub args: Vec<OsString>,
+    /// The child's base environment (instruments may add to it).
+    pub env: Vec<(OsString, OsString)>,
+    /// Show the child's stdout/stderr instead of discarding them.
+    pub show_output: bool,
+    /// Disable address-space layout randomisation in the child.
+    pub disable_aslr: bool,
+    /// CPUs to pin the child to (empty: no pinning).
+    pub cpus: Vec<usize>,
+    /// Kill the child's process group after this long.
+    pub timeout: Option<Duration>,
+}
+
+/// Why a run could not produce an outcome.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The child could not be started.
+    #[error("cannot start {program:?}: {source}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// `execve` failed in the child.
+    #[error("cannot execute {program:?}: {source}")]
+    Exec {
+        /// The program.
+        program: PathBuf,
+        /// The errno reported by the child.
+        source: io::Error,
+    },
+    /// An instrument failed to set up or to collect.
+    #[error("{instrument}: {source:#}")]
+    Instrument {
+        /// Instrument name.
+        instrument: String,
+        /// The cause.
+        source: anyhow::Error,
+    },
+    /// The user pressed Ctrl-C (or sent SIGTERM).
+    #[error("interrupted")]
+    Interrupted,
+}
+
+/// Ctrl-C and SIGTERM, turned into a readable descriptor that the runner polls.
+pub struct Cancel {
+    read: OwnedFd,
+    ids: Vec<signal_hook::SigId>,
+}
+
+impl Cancel {
+    /// Start catching SIGINT and SIGTERM.
+    pub fn install() -> io::Result<Self> {
+        let (read, write) = std::os::unix::net::UnixStream::pair()?;
+        read.set_nonblocking(true)?;
+        write.set_nonblocking(true)?;
+        let mut ids = Vec::new();
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            ids.push(signal_hook::low_level::pipe::register(
+                sig,
+                write.try_clone()?,
+            )?);
+        }
+        Ok(Cancel {
+            read: OwnedFd::from(read),
+            ids,
+        })
+    }
+
+    /// Whether a signal has arrived (non-blocking).
+    pub fn requested(&self) -> bool {
+        let mut fds = [PollFd::new(self.read.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+    }
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+fn instrument_error(i: &dyn Instrument, source: anyhow::Error) -> RunError {
+    RunError::Instrument {
+        instrument: i.name().to_string(),
+        source,
+    }
+}
+
+fn cpu_set(cpus: &[usize]) -> io::Result<Option<nix::sched::CpuSet>> {
+    if cpus.is_empty() {
+        return Ok(None);
+    }
+    let mut set = nix::sched::CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu).map_err(io::Error::from)?;
+    }
+    Ok(Some(set))
+}
+
+/// Run the child once with `instruments` attached; returns the outcome and the
+/// instruments' samples. Instruments get `abort_run` if the run ends early.
+pub fn run_once(
+    config: &RunConfig,
+    instruments: &mut [Box<dyn Instrument>],
+    cancel: &Cancel,
+) -> Result<(RunOutcome, Vec<Sample>), RunError> {
+    let result = run_inner(config, instruments, cancel);
+    if result.is_err() {
+        for i in instruments.iter_mut() {
+            i.abort_run();
+        }
+    }
+    result
+}
+
+fn run_inner(
+    config: &RunConfig,
+    instruments: &mut [Box<dyn Instrument>],
+    cancel: &Cancel,
+) -> Result<(RunOutcome, Vec<Sample>), RunError> {
+    let spawn_err = |source: io::Error| RunError::Spawn {
+        program: config.program.clone(),
+        source,
+    };
+    if cancel.requested() {
+        return Err(RunError::Interrupted);
+    }
+    let mut setup = ChildSetup::default();
+    for i in instruments.iter_mut() {
+        i.prepare(&mut setup)
+            .map_err(|e| instrument_error(i.as_ref(), e))?;
+    }
+    let mut env = config.env.clone();
+    for (k, v) in setup.env.drain(..) {
+        env.retain(|(ek, _)| ek != &k);
+        env.push((k, v));
+    }
+    let (path, args): (&OsStr, Vec<OsString>) = if setup.wrapper.is_empty() {
+        (config.program.as_os_str(), config.args.clone())
+    } else {
+        let mut args = setup.wrapper.clone();
+        args.push(config.program.clone().into_os_string());
+        args.extend(config.args.iter().skip(1).cloned());
+        (setup.wrapper[0].as_os_str(), args)
+    };
+    // A wrapper is looked up in PATH like a shell would.
+    let resolved;
+    let path = if setup.wrapper.is_empty() || path.as_encoded_bytes().contains(&b'/') {
+        path
+    } else {
+        resolved = which::which(path)
+            .map_err(|e| spawn_err(io::Error::new(io::ErrorKind::NotFound, e)))?;
+        resolved.as_os_str()
+    };
+    let exec = sys::PreparedExec::new(path, &args, &env).map_err(spawn_err)?;
+    let devnull = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(spawn_err)?;
+    let child = sys::ChildConfig {
+        disable_aslr: config.disable_aslr,
+        cpus: cpu_set(&config.cpus).map_err(spawn_err)?,
+        stdin: devnull.as_raw_fd(),
+        output: (!config.show_output).then(|| devnull.as_raw_fd()),
+        pass_fds: setup
+            .pass_fds
+            .iter()
+            .map(|(fd, n)| (fd.as_raw_fd(), *n))
+            .collect(),
+    };
+    let (gate_read, gate_write) = sys::pipe_cloexec().map_err(spawn_err)?;
+    let (err_read, err_write) = sys::pipe_cloexec().map_err(spawn_err)?;
+    let pid = sys::fork_gated(&exec, &child, &gate_read, &err_write).map_err(spawn_err)?;
+    // The parent's copies: the child has its own now.
+    drop((gate_read, err_write, devnull));
+    drop(setup.pass_fds);
+    // Also from this side, so that no kill can race the child's own setpgid.
+    let _ = nix::unistd::setpgid(pid, pid);
+    let guard = ChildGuard { pid, reaped: false };
+
+    for i in instruments.iter_mut() {
+        i.attach(pid).map_err(|e| instrument_error(i.as_ref(), e))?;
+    }
+    let pidfd = sys::pidfd_open(pid).map_err(spawn_err)?;
+    let mut gate = File::from(gate_write);
+    let start = Instant::now();
+    match gate.write_all(b"g") {
+        // The child already failed its set-up; its errno follows on the error pipe.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+        other => other.map_err(spawn_err)?,
+    }
+    drop(gate);
+    // EOF: exec succeeded (close-on-exec). Four bytes: the child's errno.
+    let mut errno = [0u8; 4];
+    let mut err_file = File::from(err_read);
+    let mut got = 0;
+    while got < 4 {
+        match err_file.read(&mut errno[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(spawn_err(e)),
+        }
+    }
+    if got == 4 {
+        let mut guard = guard;
+        let _ = sys::wait4(pid);
+        guard.reaped = true;
+        return Err(RunError::Exec {
+            program: config.program.clone(),
+            source: io::Error::from_raw_os_error(i32::from_ne_bytes(errno)),
+        });
+    }
+
+    let mut timed_out = false;
+    loop {
+        let remaining = match config.timeout {
+            Some(t) => match t.checked_sub(start.elapsed()) {
+                Some(r) => PollTimeout::try_from(r).unwrap_or(PollTimeout::MAX),
+                None => {
+                    timed_out = true;
+                    break;
+                }
+            },
+            None => PollTimeout::NONE,
+        };
+        let mut fds = [
+            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(cancel.read.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, remaining) {
+            Ok(0) => continue, // re-check the deadline
+            Ok(_) => {
+                if fds[1].any().unwrap_or(false) {
+                    return Err(RunError::Interrupted); // the guard kills and reaps
+                }
+                break;
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(spawn_err(e.into())),
+        }
+    }
+    let wall_end = start.elapsed();
+    if timed_out {
+        let _ = killpg(pid, Signal::SIGKILL);
+    }
+    let mut guard = guard;
+    let reaped = sys::wait4(pid).map_err(spawn_err)?;
+    guard.reaped = true;
+    // Leftover descendants in the benchmark's process group do not outlive the run.
+    let _ = killpg(pid, Signal::SIGKILL);
+    drop(guard);
+
+    let exit = if timed_out {
+        ExitKind::TimedOut
+    } else if libc::WIFSIGNALED(reaped.status) {
+        ExitKind::Signal(libc::WTERMSIG(reaped.status))
+    } else {
+        ExitKind::Code(libc::WEXITSTATUS(reaped.status))
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    let outcome = RunOutcome {
+        pid,
+        wall: wall_end,
+        user: tv(reaped.rusage.ru_utime),
+        sys: tv(reaped.rusage.ru_stime),
+        max_rss: (reaped.rusage.ru_maxrss as u64) * 1024,
+        exit,
+    };
+    let mut samples = Vec::new();
+    for i in instruments.iter_mut() {
+        i.collect(&outcome, &mut samples)
+            .map_err(|e| instrument_error(i.as_ref(), e))?;
+    }
+    Ok((outcome, samples))
+}
+
+/// Kills and reaps the child's process group if a run ends early.
+struct ChildGuard {
+    pid: Pid,
+    reaped: bool,
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = killpg(self.pid, Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+            let _ = sys::wait4(self.pid);
+        }
+    }
+}

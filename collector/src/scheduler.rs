@@ -1,0 +1,238 @@
+//! Drives the plan: for each group, warm-up runs then measured runs, benchmarks
+//! interleaved (A B A B ...), and gathers the samples into series per metric.
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use sbs_reports::model::{
+    BenchmarkResult, Conditions, Detail, MetricResult, Report, SCHEMA_VERSION,
+};
+
+use crate::instrument::{ExitKind, MetricSpec, RunOutcome, Sample};
+use crate::plan::{FailurePolicy, Plan};
+use crate::runner::{run_once, Cancel};
+use crate::stats::summarize;
+
+/// All values of one metric of one benchmark.
+#[derive(Debug)]
+struct Series {
+    spec: MetricSpec,
+    group: String,
+    samples: Vec<f64>,
+    details: Vec<(String, Vec<f64>)>,
+}
+
+#[derive(Debug, Default)]
+struct Collected {
+    series: Vec<Series>,
+    warnings: Vec<String>,
+}
+
+impl Collected {
+    fn add(&mut self, group: &str, run_index: usize, samples: Vec<Sample>) {
+        for s in samples {
+            let pos = match self.series.iter().position(|x| x.spec.id == s.metric.id) {
+                Some(p) => p,
+                None => {
+                    self.series.push(Series {
+                        spec: s.metric.clone(),
+                        group: group.to_string(),
+                        samples: Vec::new(),
+                        details: Vec::new(),
+                    });
+                    self.series.len() - 1
+                }
+            };
+            let series = &mut self.series[pos];
+            series.samples.push(s.value);
+            for (label, value) in s.details {
+                let d = match series.details.iter().position(|(l, _)| *l == label) {
+                    Some(p) => p,
+                    None => {
+                        // A label first seen now was 0 in the earlier runs.
+                        series.details.push((label, vec![0.0; run_index]));
+                        series.details.len() - 1
+                    }
+                };
+                series.details[d].1.push(value);
+            }
+            let n = series.samples.len();
+            for (_, values) in series.details.iter_mut() {
+                values.resize(n, 0.0);
+            }
+        }
+    }
+}
+
+fn describe_failure(
+    name: &str,
+    group: &str,
+    outcome: &RunOutcome,
+    timeout: Option<std::time::Duration>,
+) -> String {
+    let what = match outcome.exit {
+        ExitKind::Code(c) => format!("exited with code {c}"),
+        ExitKind::Signal(s) => {
+            let name = nix::sys::signal::Signal::try_from(s)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {s}"));
+            format!("was killed by {name}")
+        }
+        ExitKind::TimedOut => format!(
+            "timed out after {:.3} s (--timeout) and was killed with its process group",
+            timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0)
+        ),
+    };
+    format!(
+        "command `{}` {what} in a {group} run; use --show-output to see its output, or \
+         --ignore-failure to keep its samples anyway",
+        name
+    )
+}
+
+/// Run the whole plan and build the report. Every instrument's `finish` runs before this
+/// returns, whatever happened.
+pub fn execute(plan: &mut Plan, cancel: &Cancel) -> anyhow::Result<Report> {
+    let result = execute_inner(plan, cancel);
+    for bench in plan.benchmarks.iter_mut() {
+        for group in bench.groups.iter_mut() {
+            for i in group.instruments.iter_mut() {
+                i.finish();
+            }
+        }
+    }
+    result
+}
+
+fn execute_inner(plan: &mut Plan, cancel: &Cancel) -> anyhow::Result<Report> {
+    let group_count = plan.benchmarks.first().map(|b| b.groups.len()).unwrap_or(0);
+    let total = (group_count * (plan.warmup + plan.runs) * plan.benchmarks.len()) as u64;
+    let bar = if plan.progress {
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {msg:24} [{bar:30}] {pos}/{len} runs, {elapsed} elapsed, ETA {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut collected: Vec<Collected> = plan
+        .benchmarks
+        .iter()
+        .map(|_| Collected::default())
+        .collect();
+    let (runs, warmup, failure) = (plan.runs, plan.warmup, plan.failure);
+    for g in 0..group_count {
+        for round in 0..warmup + runs {
+            let measured = round >= warmup;
+            for (b, bench) in plan.benchmarks.iter_mut().enumerate() {
+                let group = &mut bench.groups[g];
+                bar.set_message(format!(
+                    "{} {}",
+                    group.name,
+                    if measured { "run" } else { "warm-up" }
+                ));
+                let (outcome, samples) = run_once(&bench.run, &mut group.instruments, cancel)
+                    .with_context(|| format!("{} run of `{}`", group.name, bench.name))?;
+                if !outcome.exit.success() && failure == FailurePolicy::Fail {
+                    let msg =
+                        describe_failure(&bench.name, &group.name, &outcome, bench.run.timeout);
+                    anyhow::bail!(msg);
+                }
+                if measured {
+                    collected[b].add(&group.name, round - warmup, samples);
+                }
+                bar.inc(1);
+            }
+        }
+        for (b, bench) in plan.benchmarks.iter_mut().enumerate() {
+            for i in bench.groups[g].instruments.iter_mut() {
+                collected[b].warnings.extend(i.warnings());
+                i.finish();
+            }
+        }
+    }
+    bar.finish_and_clear();
+
+    let confidence = plan.confidence;
+    let benchmarks = plan
+        .benchmarks
+        .iter()
+        .zip(collected)
+        .map(|(bench, c)| BenchmarkResult {
+            name: bench.name.clone(),
+            command: bench
+                .run
+                .args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            metrics: c
+                .series
+                .into_iter()
+                .map(|s| MetricResult {
+                    summary: summarize(&s.samples, confidence),
+                    details: s
+                        .details
+                        .into_iter()
+                        .map(|(label, samples)| Detail {
+                            summary: summarize(&samples, confidence),
+                            label,
+                            samples,
+                        })
+                        .collect(),
+                    id: s.spec.id,
+                    unit: s.spec.unit,
+                    source: s.spec.source,
+                    exact: s.spec.exact,
+                    group: s.group,
+                    samples: s.samples,
+                    notes: Vec::new(),
+                })
+                .collect(),
+            warnings: c.warnings,
+        })
+        .collect();
+    let first = plan.benchmarks.first().map(|b| &b.run);
+    Ok(Report {
+        schema_version: SCHEMA_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        conditions: Conditions {
+            runs,
+            warmup,
+            aslr_disabled: first.is_some_and(|r| r.disable_aslr),
+            pinned_cpus: first.map(|r| r.cpus.clone()).unwrap_or_default(),
+            clean_env: plan.clean_env,
+        },
+        benchmarks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sbs_reports::model::Unit;
+
+    fn sample(id: &str, v: f64, details: &[(&str, f64)]) -> Sample {
+        Sample {
+            metric: MetricSpec::new(id, Unit::Count, "test", true),
+            value: v,
+            details: details.iter().map(|(l, v)| (l.to_string(), *v)).collect(),
+        }
+    }
+
+    #[test]
+    fn details_stay_aligned_with_runs() {
+        let mut c = Collected::default();
+        c.add("g", 0, vec![sample("m", 1.0, &[("a", 1.0)])]);
+        c.add("g", 1, vec![sample("m", 3.0, &[("a", 1.0), ("b", 2.0)])]);
+        c.add("g", 2, vec![sample("m", 2.0, &[("b", 2.0)])]);
+        let s = &c.series[0];
+        assert_eq!(s.samples, vec![1.0, 3.0, 2.0]);
+        assert_eq!(s.details[0], ("a".to_string(), vec![1.0, 1.0, 0.0]));
+        assert_eq!(s.details[1], ("b".to_string(), vec![0.0, 2.0, 2.0]));
+    }
+}

@@ -1,0 +1,164 @@
+//! Summary statistics shared by every metric: pure functions over numbers.
+
+use sbs_reports::model::Summary;
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+
+/// From this many samples on, the normal distribution replaces Student's t.
+pub const LARGE_SAMPLE: usize = 30;
+
+/// Two-sided critical value for a `confidence` interval with `df` degrees of freedom:
+/// Student's t for `n < 30` (`df = n - 1`), the standard normal otherwise.
+pub fn critical_value(confidence: f64, n: usize) -> f64 {
+    let p = 1.0 - (1.0 - confidence) / 2.0;
+    if n < LARGE_SAMPLE {
+        // `n >= 2` here (callers check), so df >= 1 and the distribution exists.
+        match StudentsT::new(0.0, 1.0, (n - 1) as f64) {
+            Ok(t) => t.inverse_cdf(p),
+            Err(_) => f64::NAN,
+        }
+    } else {
+        match Normal::new(0.0, 1.0) {
+            Ok(z) => z.inverse_cdf(p),
+            Err(_) => f64::NAN,
+        }
+    }
+}
+
+/// Summarise `samples` with a `confidence` interval for the mean (e.g. 0.95).
+///
+/// Never produces NaN: an empty series gives zeros, a single sample has no interval, and a
+/// zero-variance series (an exact counter) has sd 0, CoV 0 and an interval of zero width.
+pub fn summarize(samples: &[f64], confidence: f64) -> Summary {
+    let n = samples.len();
+    if n == 0 {
+        return Summary {
+            n: 0,
+            mean: 0.0,
+            sd: 0.0,
+            cov: None,
+            median: 0.0,
+            min: 0.0,
+            max: 0.0,
+            ci_low: None,
+            ci_high: None,
+            confidence,
+        };
+    }
+    let mean = samples.iter().sum::<f64>() / n as f64;
+    let sd = if n > 1 {
+        let ss: f64 = samples.iter().map(|x| (x - mean) * (x - mean)).sum();
+        (ss / (n - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    // Identical values can leave a rounding residue in `ss`; an exact series has sd 0.
+    let all_equal = samples.iter().all(|&x| x == samples[0]);
+    let sd = if all_equal { 0.0 } else { sd };
+    let cov = if sd == 0.0 {
+        Some(0.0)
+    } else if mean == 0.0 {
+        None
+    } else {
+        Some(sd / mean.abs())
+    };
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    let (ci_low, ci_high) = if n < 2 {
+        (None, None)
+    } else if sd == 0.0 {
+        (Some(mean), Some(mean))
+    } else {
+        let half = critical_value(confidence, n) * sd / (n as f64).sqrt();
+        (Some(mean - half), Some(mean + half))
+    };
+    Summary {
+        n,
+        mean,
+        sd,
+        cov,
+        median,
+        min: sorted[0],
+        max: sorted[n - 1],
+        ci_low,
+        ci_high,
+        confidence,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn hand_computed_t_interval() {
+        // 2, 4, 4, 4, 5, 5, 7, 9: mean 5, sum of squares 32, sd = sqrt(32/7) = 2.138090.
+        // t(0.975, 7) = 2.364624 (tables); half width = 2.364624 * 2.138090 / sqrt(8) = 1.787492.
+        let s = summarize(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0], 0.95);
+        assert_eq!(s.n, 8);
+        assert!(close(s.mean, 5.0, 1e-12));
+        assert!(close(s.sd, 2.138_089_935, 1e-9));
+        assert!(close(critical_value(0.95, 8), 2.364_624_252, 1e-6));
+        assert!(close(s.ci_low.unwrap(), 5.0 - 1.787_492, 1e-5));
+        assert!(close(s.ci_high.unwrap(), 5.0 + 1.787_492, 1e-5));
+        assert!(close(s.median, 4.5, 1e-12));
+        assert_eq!((s.min, s.max), (2.0, 9.0));
+        assert!(close(s.cov.unwrap(), 2.138_089_935 / 5.0, 1e-9));
+    }
+
+    #[test]
+    fn other_confidence_level() {
+        // t(0.995, 4) = 4.604095 for a 99% interval over 5 samples.
+        assert!(close(critical_value(0.99, 5), 4.604_094_871, 1e-6));
+        let s = summarize(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.99);
+        let half = 4.604_094_871 * (2.5f64).sqrt() / 5f64.sqrt();
+        assert!(close(s.ci_high.unwrap() - 3.0, half, 1e-6));
+    }
+
+    #[test]
+    fn large_samples_use_normal_quantile() {
+        assert!(close(critical_value(0.95, 30), 1.959_963_985, 1e-6));
+        assert!(close(critical_value(0.95, 29), 2.048_407_142, 1e-6));
+        let xs: Vec<f64> = (0..100).map(f64::from).collect();
+        let s = summarize(&xs, 0.95);
+        // sd of 0..99 = sqrt(841.666..) = 29.011492
+        let half = 1.959_963_985 * 29.011_491_975 / 10.0;
+        assert!(close(s.ci_low.unwrap(), 49.5 - half, 1e-5));
+    }
+
+    #[test]
+    fn zero_variance_has_no_nan() {
+        let s = summarize(&[1000.0; 7], 0.95);
+        assert_eq!(s.sd, 0.0);
+        assert_eq!(s.cov, Some(0.0));
+        assert_eq!(s.ci_low, Some(1000.0));
+        assert_eq!(s.ci_high, Some(1000.0));
+        assert_eq!(s.relative_ci_half_width(), Some(0.0));
+        let z = summarize(&[0.0; 3], 0.95);
+        assert_eq!(z.cov, Some(0.0));
+        assert_eq!(z.relative_ci_half_width(), Some(0.0));
+        // 0.1 repeated sums with rounding error; still exactly zero spread.
+        let r = summarize(&[0.1; 10], 0.95);
+        assert_eq!(r.sd, 0.0);
+    }
+
+    #[test]
+    fn tiny_series() {
+        let one = summarize(&[3.0], 0.95);
+        assert_eq!((one.n, one.mean, one.sd, one.median), (1, 3.0, 0.0, 3.0));
+        assert_eq!(one.ci_low, None);
+        let none = summarize(&[], 0.95);
+        assert_eq!(none.n, 0);
+        assert!(!none.mean.is_nan());
+        let zero_mean = summarize(&[-1.0, 1.0], 0.95);
+        assert_eq!(zero_mean.cov, None);
+    }
+}

@@ -1,0 +1,81 @@
+//! Argument errors of the `sbs-profile` binary: one clear line and exit code 2.
+
+use std::process::Command;
+
+fn sbs(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .args(args)
+        .output()
+        .expect("run sbs-profile");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+#[test]
+fn malformed_numbers_are_rejected() {
+    let cases = [
+        (
+            vec!["--runs", "0", "--", "true"],
+            "invalid value '0' for '--runs <N>'",
+        ),
+        (
+            vec!["--runs", "-3", "--", "true"],
+            "invalid value '-3' for '--runs <N>'",
+        ),
+        (
+            vec!["--runs", "ten", "--", "true"],
+            "invalid value 'ten' for '--runs <N>'",
+        ),
+        (
+            vec!["--warmup", "1.5", "--", "true"],
+            "invalid value '1.5' for '--warmup <N>'",
+        ),
+        (
+            vec!["--timeout", "-1", "--", "true"],
+            "must be a positive duration",
+        ),
+        (vec!["--timeout", "soon", "--", "true"], "is not a duration"),
+        (
+            vec!["--confidence", "100", "--", "true"],
+            "strictly between 0 and 100",
+        ),
+        (vec!["--env", "NOEQUALS", "--", "true"], "is not KEY=VALUE"),
+    ];
+    for (args, needle) in cases {
+        let (code, err) = sbs(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(first_line(&err).contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn unwritable_output_fails_before_running() {
+    let (code, err) = sbs(&["-o", "/nonexistent-dir/report.json", "--", "true"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.starts_with(
+            "error: --output /nonexistent-dir/report.json: cannot write in /nonexistent-dir"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn help_documents_exit_codes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("Exit codes: 0 success, 1 a metric regressed"),
+        "{help}"
+    );
+}

@@ -1,0 +1,59 @@
+//! CSV: one row per benchmark and metric, plain numbers in base units.
+
+use std::io;
+
+use crate::model::Report;
+use crate::Render;
+
+/// Renders one row per benchmark and metric.
+#[derive(Debug, Default)]
+pub struct Csv;
+
+#[derive(serde::Serialize)]
+struct Row<'a> {
+    benchmark: &'a str,
+    metric: &'a str,
+    unit: &'a str,
+    source: &'a str,
+    group: &'a str,
+    n: usize,
+    mean: f64,
+    sd: f64,
+    cov: Option<f64>,
+    median: f64,
+    min: f64,
+    max: f64,
+    ci_low: Option<f64>,
+    ci_high: Option<f64>,
+    confidence: f64,
+}
+
+impl Render for Csv {
+    fn render(&self, report: &Report, out: &mut dyn io::Write) -> io::Result<()> {
+        let mut w = csv::Writer::from_writer(out);
+        for b in &report.benchmarks {
+            for m in &b.metrics {
+                let s = &m.summary;
+                w.serialize(Row {
+                    benchmark: &b.name,
+                    metric: &m.id,
+                    unit: m.unit.as_str(),
+                    source: &m.source,
+                    group: &m.group,
+                    n: s.n,
+                    mean: s.mean,
+                    sd: s.sd,
+                    cov: s.cov,
+                    median: s.median,
+                    min: s.min,
+                    max: s.max,
+                    ci_low: s.ci_low,
+                    ci_high: s.ci_high,
+                    confidence: s.confidence,
+                })
+                .map_err(io::Error::other)?;
+            }
+        }
+        w.flush()
+    }
+}

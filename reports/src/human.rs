@@ -1,0 +1,118 @@
+//! Numbers for people: humanised units and thousands separators.
+
+use crate::model::Unit;
+
+/// A count with thousands separators (`1,234,567`), or with two decimals when it is not
+/// a whole number (a mean of counts).
+pub fn count(v: f64) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    let neg = v < 0.0;
+    let a = v.abs();
+    let whole = a.trunc();
+    let frac = a - whole;
+    let digits = format!("{whole:.0}");
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let mut s = if neg { format!("-{grouped}") } else { grouped };
+    if frac > 1e-9 {
+        let f = format!("{frac:.2}");
+        // "0.50" -> ".50"; rounding up to "1.00" is shown as ".99" not to lie about the integer.
+        s.push_str(if f.starts_with('1') { ".99" } else { &f[1..] });
+    }
+    s
+}
+
+/// Seconds with the unit that keeps 3-4 significant digits (ns, us, ms, s).
+pub fn seconds(v: f64) -> String {
+    let a = v.abs();
+    let (scale, unit) = if a == 0.0 || a >= 1.0 {
+        (1.0, "s")
+    } else if a >= 1e-3 {
+        (1e3, "ms")
+    } else if a >= 1e-6 {
+        (1e6, "us")
+    } else {
+        (1e9, "ns")
+    };
+    format!("{} {unit}", sig(v * scale))
+}
+
+/// Bytes in B, KiB, MiB or GiB.
+pub fn bytes(v: f64) -> String {
+    let a = v.abs();
+    let (scale, unit) = if a < 1024.0 {
+        return format!("{} B", count(v));
+    } else if a < 1024.0 * 1024.0 {
+        (1024.0, "KiB")
+    } else if a < 1024.0 * 1024.0 * 1024.0 {
+        (1024.0 * 1024.0, "MiB")
+    } else {
+        (1024.0 * 1024.0 * 1024.0, "GiB")
+    };
+    format!("{} {unit}", sig(v / scale))
+}
+
+/// A value in its unit, humanised.
+pub fn value(v: f64, unit: Unit) -> String {
+    match unit {
+        Unit::Seconds => seconds(v),
+        Unit::Bytes => bytes(v),
+        Unit::Count => count(v),
+    }
+}
+
+/// A fraction as a percentage with adaptive precision (`1.23%`, `0.012%`).
+pub fn percent(f: f64) -> String {
+    let p = f * 100.0;
+    if p == 0.0 {
+        "0%".into()
+    } else if p.abs() >= 10.0 {
+        format!("{p:.1}%")
+    } else if p.abs() >= 0.1 {
+        format!("{p:.2}%")
+    } else {
+        format!("{p:.3}%")
+    }
+}
+
+fn sig(x: f64) -> String {
+    let a = x.abs();
+    if a >= 100.0 {
+        format!("{x:.1}")
+    } else if a >= 10.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn humanised() {
+        assert_eq!(count(1234567.0), "1,234,567");
+        assert_eq!(count(999.0), "999");
+        assert_eq!(count(1000.5), "1,000.50");
+        assert_eq!(count(-1000.0), "-1,000");
+        assert_eq!(count(0.0), "0");
+        assert_eq!(seconds(0.001234), "1.234 ms");
+        assert_eq!(seconds(2.5), "2.500 s");
+        assert_eq!(seconds(0.0000005), "500.0 ns");
+        assert_eq!(seconds(0.0), "0.000 s");
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(2048.0), "2.000 KiB");
+        assert_eq!(bytes(3.5 * 1024.0 * 1024.0), "3.500 MiB");
+        assert_eq!(percent(0.0123), "1.23%");
+        assert_eq!(percent(0.00012), "0.012%");
+        assert_eq!(percent(0.0), "0%");
+    }
+}

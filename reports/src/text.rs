@@ -1,0 +1,141 @@
+//! The terminal table: one row per metric, aligned, units humanised.
+
+use std::io;
+
+use crate::human;
+use crate::model::{Conditions, MetricResult, Report, Summary, Unit};
+use crate::Render;
+
+/// Renders an aligned table per benchmark.
+#[derive(Debug, Default)]
+pub struct Text;
+
+const HEADER: [&str; 8] = ["metric", "mean", "CI", "±CI", "CoV", "n", "unit", "source"];
+
+fn row(label: String, unit: Unit, source: &str, exact: bool, s: &Summary) -> [String; 8] {
+    let ci = match (s.ci_low, s.ci_high) {
+        (Some(lo), Some(hi)) if lo == hi && exact => "exact".to_string(),
+        (Some(lo), Some(hi)) => format!("[{}, {}]", human::value(lo, unit), human::value(hi, unit)),
+        _ => "-".to_string(),
+    };
+    let rel = s
+        .relative_ci_half_width()
+        .map(human::percent)
+        .unwrap_or_else(|| "-".into());
+    let cov = s.cov.map(human::percent).unwrap_or_else(|| "-".into());
+    [
+        label,
+        human::value(s.mean, unit),
+        ci,
+        rel,
+        cov,
+        s.n.to_string(),
+        unit.as_str().to_string(),
+        source.to_string(),
+    ]
+}
+
+fn metric_rows(m: &MetricResult, rows: &mut Vec<[String; 8]>) {
+    rows.push(row(m.id.clone(), m.unit, &m.source, m.exact, &m.summary));
+    let last = m.details.len().saturating_sub(1);
+    for (i, d) in m.details.iter().enumerate() {
+        let branch = if i == last { "└ " } else { "├ " };
+        rows.push(row(
+            format!("  {branch}{}", d.label),
+            m.unit,
+            "",
+            m.exact,
+            &d.summary,
+        ));
+    }
+}
+
+fn conditions_line(c: &Conditions, confidence: Option<f64>) -> String {
+    let mut parts = vec![format!(
+        "{} run{} + {} warm-up per group",
+        c.runs,
+        if c.runs == 1 { "" } else { "s" },
+        c.warmup
+    )];
+    if let Some(conf) = confidence {
+        parts.push(format!("{}% CI", (conf * 100.0).round()));
+    }
+    parts.push(
+        if c.aslr_disabled {
+            "ASLR off"
+        } else {
+            "ASLR on"
+        }
+        .into(),
+    );
+    if !c.pinned_cpus.is_empty() {
+        let cpus: Vec<String> = c.pinned_cpus.iter().map(|c| c.to_string()).collect();
+        parts.push(format!("pinned to CPU {}", cpus.join(",")));
+    }
+    parts.push(
+        if c.clean_env {
+            "clean environment"
+        } else {
+            "caller's environment"
+        }
+        .into(),
+    );
+    parts.join(", ")
+}
+
+fn width(s: &str) -> usize {
+    s.chars().count()
+}
+
+impl Render for Text {
+    fn render(&self, report: &Report, out: &mut dyn io::Write) -> io::Result<()> {
+        for (i, b) in report.benchmarks.iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            writeln!(out, "Benchmark: {}", b.name)?;
+            let mut rows = vec![HEADER.map(String::from)];
+            for m in &b.metrics {
+                metric_rows(m, &mut rows);
+            }
+            let mut widths = [0usize; 8];
+            for r in &rows {
+                for (w, cell) in widths.iter_mut().zip(r) {
+                    *w = (*w).max(width(cell));
+                }
+            }
+            for r in &rows {
+                let mut line = String::from(" ");
+                for (c, (cell, w)) in r.iter().zip(widths).enumerate() {
+                    let pad = w - width(cell);
+                    line.push(' ');
+                    // Text columns left-aligned, numbers right-aligned.
+                    if matches!(c, 0 | 6 | 7) {
+                        line.push_str(cell);
+                        line.extend(std::iter::repeat_n(' ', pad));
+                    } else {
+                        line.extend(std::iter::repeat_n(' ', pad));
+                        line.push_str(cell);
+                    }
+                    line.push(' ');
+                }
+                writeln!(out, "{}", line.trim_end())?;
+            }
+            for m in &b.metrics {
+                for n in &m.notes {
+                    writeln!(out, "  note ({}): {n}", m.id)?;
+                }
+            }
+            for w in &b.warnings {
+                writeln!(out, "  warning: {w}")?;
+            }
+        }
+        let confidence = report
+            .benchmarks
+            .iter()
+            .flat_map(|b| &b.metrics)
+            .map(|m| m.summary.confidence)
+            .next();
+        writeln!(out, "\n{}", conditions_line(&report.conditions, confidence))
+    }
+}

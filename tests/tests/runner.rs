@@ -1,0 +1,349 @@
+//! The foundation end to end: timing runs of real child processes, failures, controls.
+
+mod util;
+
+use std::time::{Duration, Instant};
+
+use util::{metric, samples, sbs};
+
+#[test]
+fn five_runs_give_five_wall_samples_and_a_ci_around_the_mean() {
+    let run = sbs([
+        "--runs",
+        "5",
+        "--format",
+        "json",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .success();
+    let report = run.json();
+    assert_eq!(report["schema_version"], 1);
+    let wall = metric(&report, "time.wall");
+    let values = samples(wall);
+    assert_eq!(values.len(), 5);
+    assert!(values.iter().all(|&v| v > 0.0 && v < 5.0), "{values:?}");
+    let s = &wall["summary"];
+    let mean = s["mean"].as_f64().unwrap();
+    let expected_mean = values.iter().sum::<f64>() / 5.0;
+    assert!((mean - expected_mean).abs() < 1e-12);
+    assert!(s["ci_low"].as_f64().unwrap() <= mean && mean <= s["ci_high"].as_f64().unwrap());
+    assert_eq!(s["n"], 5);
+    assert_eq!(s["confidence"], 0.95);
+    for id in ["time.user", "time.sys", "rss.peak"] {
+        assert_eq!(samples(metric(&report, id)).len(), 5, "{id}");
+    }
+    assert_eq!(wall["unit"], "seconds");
+    assert_eq!(wall["source"], "clock");
+    assert_eq!(wall["group"], "timing");
+}
+
+#[test]
+fn cpu_time_of_threads_is_counted() {
+    // Two threads spinning: user time adds up over both.
+    let run = sbs([
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "-f",
+        "json",
+        "--",
+        fixture!("spin_threads"),
+        "2",
+        "30000000",
+    ])
+    .success();
+    let report = run.json();
+    let user = metric(&report, "time.user")["summary"]["mean"]
+        .as_f64()
+        .unwrap();
+    let rss = metric(&report, "rss.peak")["summary"]["min"]
+        .as_f64()
+        .unwrap();
+    run.check(
+        user > 0.01,
+        "user time of spinning threads should be visible",
+    );
+    run.check(rss > 100_000.0, "peak RSS should be at least 100 kB");
+}
+
+#[test]
+fn nonzero_exit_fails_with_a_clear_message() {
+    sbs(["--runs", "2", "--", fixture!("exit_with"), "3"])
+        .fails_with(2, "exited with code 3 in a timing run; use --show-output to see its output, or --ignore-failure");
+}
+
+#[test]
+fn ignore_failure_keeps_samples() {
+    let run = sbs([
+        "--runs",
+        "3",
+        "-i",
+        "-f",
+        "json",
+        "--",
+        fixture!("exit_with"),
+        "3",
+    ])
+    .success();
+    assert_eq!(samples(metric(&run.json(), "time.wall")).len(), 3);
+}
+
+#[test]
+fn crash_names_the_signal() {
+    sbs(["--runs", "1", "--", fixture!("crash"), "segv"]).fails_with(2, "was killed by SIGSEGV");
+    sbs(["--runs", "1", "--", fixture!("crash"), "abort"]).fails_with(2, "was killed by SIGABRT");
+}
+
+#[test]
+fn timeout_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let start = Instant::now();
+    sbs([
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "300ms",
+        "--",
+        fixture!("forever"),
+        pidfile.to_str().unwrap(),
+    ])
+    .fails_with(2, "timed out after 0.300 s");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let grandchild: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The forked grandchild was in the same process group and must be gone (or a zombie
+    // about to be reaped by init).
+    std::thread::sleep(Duration::from_millis(100));
+    let state = std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
+    let alive = state
+        .split(") ")
+        .nth(1)
+        .is_some_and(|rest| !rest.starts_with('Z'));
+    assert!(
+        !alive,
+        "grandchild {grandchild} survived the timeout: {state}"
+    );
+}
+
+#[test]
+fn forked_child_is_waited_for() {
+    sbs(["--runs", "2", "--", fixture!("fork_child"), "0"]).success();
+    sbs(["--runs", "1", "--", fixture!("fork_child"), "4"]).fails_with(2, "exited with code 4");
+}
+
+#[test]
+fn output_is_discarded_unless_asked() {
+    let quiet = sbs(["--runs", "1", "--", fixture!("chatty")]).success();
+    assert!(!quiet.stdout().contains("chatty says"));
+    assert!(!quiet.stderr().contains("chatty says"));
+    let shown = sbs([
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--show-output",
+        "--",
+        fixture!("chatty"),
+    ])
+    .success();
+    assert!(shown.stdout().contains("chatty says hello on stdout"));
+    assert!(shown.stderr().contains("chatty says hello on stderr"));
+}
+
+fn probe_records(file: &std::path::Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(file).unwrap();
+    text.split("end\n")
+        .filter(|r| !r.trim().is_empty())
+        .map(|r| r.lines().map(String::from).collect())
+        .collect()
+}
+
+fn field<'a>(record: &'a [String], key: &str) -> &'a str {
+    record
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {record:?}"))
+}
+
+#[test]
+fn aslr_is_off_by_default_and_can_be_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let off = dir.path().join("off");
+    sbs([
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--",
+        fixture!("probe_env"),
+        off.to_str().unwrap(),
+    ])
+    .success();
+    let records = probe_records(&off);
+    assert_eq!(records.len(), 3);
+    let stacks: Vec<&str> = records.iter().map(|r| field(r, "stack")).collect();
+    assert!(
+        stacks.windows(2).all(|w| w[0] == w[1]),
+        "ASLR off: {stacks:?}"
+    );
+    assert_eq!(field(&records[0], "stdin"), "/dev/null");
+
+    let on = dir.path().join("on");
+    sbs([
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--aslr",
+        "--",
+        fixture!("probe_env"),
+        on.to_str().unwrap(),
+    ])
+    .success();
+    let records = probe_records(&on);
+    let stacks: Vec<&str> = records.iter().map(|r| field(r, "stack")).collect();
+    assert!(
+        stacks.windows(2).any(|w| w[0] != w[1]),
+        "ASLR on: {stacks:?}"
+    );
+}
+
+#[test]
+fn environment_is_controlled() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("env");
+    sbs([
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--clean-env",
+        "--env",
+        "SBS_X=1=2",
+        "--",
+        fixture!("probe_env"),
+        f.to_str().unwrap(),
+    ])
+    .success();
+    let rec = &probe_records(&f)[0];
+    let env: Vec<&String> = rec.iter().filter(|l| l.starts_with("env.")).collect();
+    assert_eq!(env.len(), 2, "clean env has PATH and SBS_X only: {env:?}");
+    assert_eq!(field(rec, "env.SBS_X"), "1=2");
+    assert!(field(rec, "env.PATH").contains("/usr/bin"));
+
+    let f2 = dir.path().join("env2");
+    let run = std::process::Command::new(util::sbs_profile())
+        .args([
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "-e",
+            "SBS_Y=y",
+            "--",
+            fixture!("probe_env"),
+            f2.to_str().unwrap(),
+        ])
+        .env("SBS_INHERITED", "yes")
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let rec = &probe_records(&f2)[0];
+    assert_eq!(field(rec, "env.SBS_INHERITED"), "yes");
+    assert_eq!(field(rec, "env.SBS_Y"), "y");
+}
+
+#[test]
+fn pinning_restricts_cpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("cpus");
+    sbs([
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--pin",
+        "0",
+        "--",
+        fixture!("probe_env"),
+        f.to_str().unwrap(),
+    ])
+    .success();
+    assert_eq!(field(&probe_records(&f)[0], "cpus"), "0");
+    sbs(["--pin", "4096", "--", fixture!("exit_with")]).fails_with(2, "--pin 4096: no such CPU");
+}
+
+#[test]
+fn bad_commands_get_one_line_errors() {
+    sbs(["--", "/nonexistent/program"]).fails_with(2, "'/nonexistent/program' does not exist");
+    sbs(["--", "no-such-command-anywhere"]).fails_with(2, "not an executable in PATH");
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    sbs(["--", script.to_str().unwrap()])
+        .fails_with(2, "is not executable (mode 644); run `chmod +x");
+    sbs(["--", dir.path().to_str().unwrap()]).fails_with(2, "is a directory");
+    // A file with the x bit that is neither ELF nor a script: execve itself fails.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, [0u8, 1, 2, 3]).unwrap();
+    std::fs::set_permissions(&junk, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    sbs(["--runs", "1", "--", junk.to_str().unwrap()]).fails_with(2, "cannot execute");
+    sbs(["--runs", "1"]).fails_with(2, "no command given");
+}
+
+#[test]
+fn shebang_scripts_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("ok.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    sbs(["--runs", "2", "--", script.to_str().unwrap()]).success();
+}
+
+#[test]
+fn output_file_is_written_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.csv");
+    sbs([
+        "--runs",
+        "2",
+        "-f",
+        "csv",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        fixture!("exit_with"),
+    ])
+    .success();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.starts_with("benchmark,metric,unit,source,group,n,mean,sd,cov,median,min,max,ci_low,ci_high,confidence\n"));
+    assert!(text.contains(",time.wall,s,clock,timing,2,"));
+    // A failing run leaves neither the report nor a temporary file.
+    let failed = dir.path().join("failed.json");
+    sbs([
+        "--runs",
+        "1",
+        "-f",
+        "json",
+        "-o",
+        failed.to_str().unwrap(),
+        "--",
+        fixture!("exit_with"),
+        "1",
+    ])
+    .fails_with(2, "exited with code 1");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("report.csv")]);
+}

@@ -1,0 +1,141 @@
+//! Test helper: run `sbs-profile` against fixture programs and explain failures.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Path of a fixture binary of this package.
+#[macro_export]
+macro_rules! fixture {
+    ($name:literal) => {
+        env!(concat!("CARGO_BIN_EXE_", $name))
+    };
+}
+
+/// The `sbs-profile` binary, built by `cargo test --workspace` into the same target dir.
+pub fn sbs_profile() -> PathBuf {
+    let dir = PathBuf::from(fixture!("exit_with"));
+    let bin = dir.parent().expect("target dir").join("sbs-profile");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test --workspace` (it builds sbs-profile) or \
+         `cargo build -p sbs-profile` first",
+        bin.display()
+    );
+    bin
+}
+
+/// A finished `sbs-profile` invocation.
+pub struct Finished {
+    pub args: Vec<String>,
+    pub output: Output,
+}
+
+impl Finished {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    pub fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
+    fn explain(&self) -> String {
+        format!(
+            "\ncommand: sbs-profile {}\nstatus: {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.args.join(" "),
+            self.output.status,
+            self.stdout(),
+            self.stderr()
+        )
+    }
+
+    /// Assert exit code 0.
+    pub fn success(self) -> Self {
+        assert_eq!(self.code(), Some(0), "expected success{}", self.explain());
+        self
+    }
+
+    /// Assert this exit code and a stderr containing `needle`; stderr must be one line.
+    pub fn fails_with(self, code: i32, needle: &str) -> Self {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "expected exit code {code}{}",
+            self.explain()
+        );
+        let err = self.stderr();
+        assert!(
+            err.contains(needle),
+            "stderr lacks {needle:?}{}",
+            self.explain()
+        );
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "expected a one-line error{}",
+            self.explain()
+        );
+        self
+    }
+
+    /// Parse stdout as the JSON report.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.output.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON: {e}{}", self.explain()))
+    }
+
+    /// Assert with context.
+    pub fn check(&self, cond: bool, what: &str) {
+        assert!(cond, "{what}{}", self.explain());
+    }
+}
+
+/// Run `sbs-profile` with these arguments.
+pub fn sbs<I, S>(args: I) -> Finished
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<_> = args
+        .into_iter()
+        .map(|a| a.as_ref().to_os_string())
+        .collect();
+    let output = Command::new(sbs_profile())
+        .args(&args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("spawn sbs-profile");
+    Finished {
+        args: args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        output,
+    }
+}
+
+/// The metric `id` of the first benchmark in a JSON report.
+pub fn metric<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    report["benchmarks"][0]["metrics"]
+        .as_array()
+        .expect("metrics array")
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("no metric {id} in {report:#}"))
+}
+
+/// Raw samples of a metric as f64.
+pub fn samples(metric: &serde_json::Value) -> Vec<f64> {
+    metric["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .map(|v| v.as_f64().expect("number"))
+        .collect()
+}
