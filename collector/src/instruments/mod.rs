@@ -1,4 +1,6 @@
 //! The instruments, one module per mechanism. Each plugs into the runner through
 //! [`crate::instrument::Instrument`].
 
+pub mod alloc;
+pub mod memory;
 pub mod timing;
