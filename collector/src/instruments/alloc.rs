@@ -605,7 +605,7 @@ mod tests {
             unreported: 0,
         };
         let t = r.totals();
-        assert_eq!((t.allocs, t.bytes, t.frees), (10, 100, 3));
+        assert_eq!((t.allocs, t.bytes, t.frees), (10, 100, 2 + 1 + 1));
         assert_eq!(t.peak, 180);
         assert_eq!(t.live_at_exit, 20);
         assert_eq!((t.images, t.processes), (3, 2));
