@@ -65,6 +65,8 @@ pub struct ForkSnapshot {
     pub bytes: u64,
     /// Parent's live bytes.
     pub live: u64,
+    /// Parent's peak live bytes.
+    pub peak: u64,
 }
 
 /// Read the snapshot of `slot`.
@@ -73,6 +75,7 @@ pub fn snapshot(slot: &Slot) -> ForkSnapshot {
         allocs: slot.allocs.load(Relaxed),
         bytes: slot.bytes.load(Relaxed),
         live: slot.live.load(Relaxed),
+        peak: slot.peak.load(Relaxed),
     }
 }
 
@@ -91,6 +94,7 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
     slot.inherited_allocs.store(inherited.allocs, Relaxed);
     slot.inherited_bytes.store(inherited.bytes, Relaxed);
     slot.inherited_live.store(inherited.live, Relaxed);
+    slot.inherited_peak.store(inherited.peak, Relaxed);
     slot.origin.store(origin.code(), Relaxed);
 }
 
@@ -114,6 +118,7 @@ mod tests {
             inherited_allocs: AtomicU64::new(0),
             inherited_bytes: AtomicU64::new(0),
             inherited_live: AtomicU64::new(0),
+            inherited_peak: AtomicU64::new(0),
             reserved: Default::default(),
         }
     }
@@ -134,6 +139,7 @@ mod tests {
             &slot.inherited_allocs,
             &slot.inherited_bytes,
             &slot.inherited_live,
+            &slot.inherited_peak,
         ];
         for (i, w) in words.iter().enumerate() {
             bytes[i * 8..i * 8 + 8].copy_from_slice(&w.load(Relaxed).to_le_bytes());
@@ -187,6 +193,7 @@ mod tests {
         assert_eq!(v.inherited_allocs + v.allocs, 4);
         assert_eq!(v.inherited_bytes + v.bytes, 1307);
         assert_eq!(v.peak, 1300);
+        assert_eq!(v.inherited_peak, 300);
         assert_eq!(v.live, 207);
         assert_eq!(v.origin(), Some(Origin::Fork));
     }

@@ -37,6 +37,7 @@ static PAGE_SIZE: AtomicUsize = AtomicUsize::new(0);
 static FORK_ALLOCS: AtomicU64 = AtomicU64::new(0);
 static FORK_BYTES: AtomicU64 = AtomicU64::new(0);
 static FORK_LIVE: AtomicU64 = AtomicU64::new(0);
+static FORK_PEAK: AtomicU64 = AtomicU64::new(0);
 
 #[cfg(not(test))]
 #[panic_handler]
@@ -165,6 +166,7 @@ unsafe extern "C" fn before_fork() {
         FORK_ALLOCS.store(snap.allocs, Relaxed);
         FORK_BYTES.store(snap.bytes, Relaxed);
         FORK_LIVE.store(snap.live, Relaxed);
+        FORK_PEAK.store(snap.peak, Relaxed);
     }
 }
 
@@ -178,6 +180,7 @@ unsafe extern "C" fn in_fork_child() {
             allocs: FORK_ALLOCS.load(Relaxed),
             bytes: FORK_BYTES.load(Relaxed),
             live: FORK_LIVE.load(Relaxed),
+            peak: FORK_PEAK.load(Relaxed),
         }),
     );
 }

@@ -120,8 +120,11 @@ pub struct Slot {
     pub inherited_bytes: AtomicU64,
     /// For a forked child: live bytes inherited at the fork (included in `live`/`peak`).
     pub inherited_live: AtomicU64,
+    /// For a forked child: its parent's `peak` at the fork (DHAT's child output reports
+    /// the larger of this and the child's own peak).
+    pub inherited_peak: AtomicU64,
     /// Padding up to [`SLOT_SIZE`].
-    pub reserved: [AtomicU64; 4],
+    pub reserved: [AtomicU64; 3],
 }
 
 const _: () = assert!(size_of::<RegionHeader>() == HEADER_SIZE);
@@ -204,6 +207,8 @@ pub struct SlotValues {
     pub inherited_bytes: u64,
     /// See [`Slot::inherited_live`].
     pub inherited_live: u64,
+    /// See [`Slot::inherited_peak`].
+    pub inherited_peak: u64,
 }
 
 impl SlotValues {
@@ -222,6 +227,7 @@ impl SlotValues {
             inherited_allocs: word(bytes, offset_of!(Slot, inherited_allocs))?,
             inherited_bytes: word(bytes, offset_of!(Slot, inherited_bytes))?,
             inherited_live: word(bytes, offset_of!(Slot, inherited_live))?,
+            inherited_peak: word(bytes, offset_of!(Slot, inherited_peak))?,
         })
     }
 

@@ -371,6 +371,58 @@ fn allocator_warnings(program: &Path, file: &object::File) -> Vec<String> {
     warnings
 }
 
+/// Run `command` once with the agent loaded, outside the runner, and return its exit
+/// status and the agent's reports. For tests and benchmark scripts that need the
+/// per-process values; the CLI measures through the runner and [`AllocAgent`].
+/// A run longer than `timeout` is killed and reported as an error (a deadlock guard).
+pub fn run_with_agent(
+    mut command: std::process::Command,
+    timeout: std::time::Duration,
+) -> anyhow::Result<(std::process::ExitStatus, Reports)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let library = AgentLibrary::new()?;
+    let region = Region::new()?;
+    let lib_fd = library.child_fd()?;
+    let region_fd = region.child_fd()?;
+    let (lib_raw, region_raw) = (lib_fd.as_raw_fd(), region_fd.as_raw_fd());
+    command
+        .env("LD_PRELOAD", format!("/proc/self/fd/{LIBRARY_FD}"))
+        .envs(region.env());
+    // SAFETY: the closure runs in the forked child before exec and only calls dup2, which
+    // is async-signal-safe; the descriptors stay open in the parent until after spawn.
+    unsafe {
+        command.pre_exec(move || {
+            for (from, to) in [(lib_raw, LIBRARY_FD), (region_raw, REGION_FD)] {
+                if libc::dup2(from, to) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("cannot start {:?}", command.get_program()))?;
+    drop((lib_fd, region_fd));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!(
+                "{:?} did not finish within {timeout:?} with the allocation agent loaded (deadlock?)",
+                command.get_program()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    Ok((status, region.read()?))
+}
+
 /// Which metrics the instrument reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AllocMetrics {
