@@ -5,46 +5,78 @@
 //! its parent allocated between our fork snapshot and the fork itself, which takes `live`
 //! below the snapshot; signed comparison keeps such a dip from looking like a huge peak.
 
+use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::Relaxed;
 
 use sbs_agent_abi::{Origin, Slot};
 
+/// How a slot may be updated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Other threads may update the slot at the same time: atomic read-modify-write.
+    Shared,
+    /// The process has a single thread (glibc's `__libc_single_threaded`), so no one else
+    /// can touch the slot: plain loads and stores, without the bus lock that costs most of
+    /// the agent's overhead. Still atomics, so there is no data race by construction.
+    Exclusive,
+}
+
+/// Add `v` to `counter`; returns the new value.
+#[inline]
+fn add(counter: &AtomicU64, v: u64, access: Access) -> u64 {
+    match access {
+        Access::Shared => counter.fetch_add(v, Relaxed).wrapping_add(v),
+        Access::Exclusive => {
+            let now = counter.load(Relaxed).wrapping_add(v);
+            counter.store(now, Relaxed);
+            now
+        }
+    }
+}
+
 /// A block of `size` requested bytes was allocated.
-pub fn on_alloc(slot: &Slot, size: u64) {
-    slot.allocs.fetch_add(1, Relaxed);
-    slot.bytes.fetch_add(size, Relaxed);
-    let live = slot.live.fetch_add(size, Relaxed).wrapping_add(size);
-    raise_peak(slot, live);
+#[inline]
+pub fn on_alloc(slot: &Slot, size: u64, access: Access) {
+    add(&slot.allocs, 1, access);
+    add(&slot.bytes, size, access);
+    let live = add(&slot.live, size, access);
+    raise_peak(slot, live, access);
 }
 
 /// A counted block of `size` requested bytes was freed.
-pub fn on_free(slot: &Slot, size: u64) {
-    slot.frees.fetch_add(1, Relaxed);
-    slot.live.fetch_sub(size, Relaxed);
+#[inline]
+pub fn on_free(slot: &Slot, size: u64, access: Access) {
+    add(&slot.frees, 1, access);
+    add(&slot.live, size.wrapping_neg(), access);
 }
 
 /// A block was resized to `new` bytes. `old` is the old block's size if it was counted.
 /// Counted as DHAT does: the old block is released and a new block allocated, and the
 /// live total moves in one step (no transient old+new peak).
-pub fn on_realloc(slot: &Slot, old: Option<u64>, new: u64) {
-    slot.reallocs.fetch_add(1, Relaxed);
-    slot.allocs.fetch_add(1, Relaxed);
-    slot.bytes.fetch_add(new, Relaxed);
+pub fn on_realloc(slot: &Slot, old: Option<u64>, new: u64, access: Access) {
+    add(&slot.reallocs, 1, access);
+    add(&slot.allocs, 1, access);
+    add(&slot.bytes, new, access);
     let delta = match old {
         Some(old) => {
-            slot.frees.fetch_add(1, Relaxed);
+            add(&slot.frees, 1, access);
             new.wrapping_sub(old)
         }
         None => new,
     };
-    let live = slot.live.fetch_add(delta, Relaxed).wrapping_add(delta);
-    raise_peak(slot, live);
+    let live = add(&slot.live, delta, access);
+    raise_peak(slot, live, access);
 }
 
 /// Make `peak` at least `live` (both read as signed).
-pub fn raise_peak(slot: &Slot, live: u64) {
+#[inline]
+pub fn raise_peak(slot: &Slot, live: u64, access: Access) {
     let mut peak = slot.peak.load(Relaxed);
     while (live as i64) > (peak as i64) {
+        if access == Access::Exclusive {
+            slot.peak.store(live, Relaxed);
+            return;
+        }
         match slot
             .peak
             .compare_exchange_weak(peak, live, Relaxed, Relaxed)
@@ -101,8 +133,8 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    const S: Access = Access::Shared;
     use sbs_agent_abi::{SlotValues, SLOT_SIZE};
-    use std::sync::atomic::AtomicU64;
 
     fn new_slot() -> Slot {
         Slot {
@@ -151,10 +183,10 @@ mod tests {
     fn malloc_free_and_realloc_follow_dhat() {
         let s = new_slot();
         start(&s, Origin::Load, 10, 1, None);
-        on_alloc(&s, 10); // malloc(10)
-        on_realloc(&s, Some(10), 5000); // realloc to 5000: peak 5000, not 5010
-        on_free(&s, 5000);
-        on_alloc(&s, 33);
+        on_alloc(&s, 10, S); // malloc(10)
+        on_realloc(&s, Some(10), 5000, S); // realloc to 5000: peak 5000, not 5010
+        on_free(&s, 5000, S);
+        on_alloc(&s, 33, S);
         let v = values(&s);
         assert_eq!((v.allocs, v.frees, v.reallocs), (3, 2, 1));
         assert_eq!(v.bytes, 10 + 5000 + 33);
@@ -167,11 +199,11 @@ mod tests {
     #[test]
     fn shrinking_realloc_lowers_live() {
         let s = new_slot();
-        on_alloc(&s, 5000);
-        on_realloc(&s, Some(5000), 10);
+        on_alloc(&s, 5000, S);
+        on_realloc(&s, Some(5000), 10, S);
         assert_eq!(s.live.load(Relaxed), 10);
         assert_eq!(s.peak.load(Relaxed), 5000);
-        on_realloc(&s, None, 7); // resize of a block made before the agent started
+        on_realloc(&s, None, 7, S); // resize of a block made before the agent started
         assert_eq!(s.live.load(Relaxed), 17);
         assert_eq!(s.frees.load(Relaxed), 1);
     }
@@ -179,15 +211,15 @@ mod tests {
     #[test]
     fn fork_child_starts_from_inherited_heap() {
         let parent = new_slot();
-        on_alloc(&parent, 100);
-        on_alloc(&parent, 200);
+        on_alloc(&parent, 100, S);
+        on_alloc(&parent, 200, S);
         let snap = snapshot(&parent);
         let child = new_slot();
         start(&child, Origin::Fork, 11, 10, Some(snap));
-        on_alloc(&child, 1000);
-        on_free(&child, 1000);
-        on_free(&child, 100);
-        on_alloc(&child, 7);
+        on_alloc(&child, 1000, S);
+        on_free(&child, 1000, S);
+        on_free(&child, 100, S);
+        on_alloc(&child, 7, S);
         let v = values(&child);
         // The same numbers DHAT gives for this child: total = inherited + own.
         assert_eq!(v.inherited_allocs + v.allocs, 4);
@@ -201,10 +233,24 @@ mod tests {
     #[test]
     fn a_dip_below_zero_is_not_a_peak() {
         let s = new_slot();
-        on_free(&s, 64); // a block inherited but not in the snapshot
+        on_free(&s, 64, S); // a block inherited but not in the snapshot
         assert_eq!(s.live.load(Relaxed) as i64, -64);
-        on_alloc(&s, 16);
+        on_alloc(&s, 16, S);
         assert_eq!(s.peak.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn exclusive_access_counts_the_same() {
+        let (a, b) = (new_slot(), new_slot());
+        for (slot, access) in [(&a, Access::Shared), (&b, Access::Exclusive)] {
+            on_alloc(slot, 10, access);
+            on_realloc(slot, Some(10), 5000, access);
+            on_free(slot, 5000, access);
+            on_alloc(slot, 33, access);
+            on_realloc(slot, None, 7, access);
+        }
+        assert_eq!(values(&a), values(&b));
+        assert_eq!(values(&b).peak, 5000);
     }
 
     #[test]
@@ -216,8 +262,8 @@ mod tests {
                 scope.spawn(move || {
                     for i in 0..10_000u64 {
                         let size = 1 + (i + t) % 64;
-                        on_alloc(s, size);
-                        on_free(s, size);
+                        on_alloc(s, size, S);
+                        on_free(s, size, S);
                     }
                 });
             }

@@ -16,7 +16,7 @@ use sbs_agent_abi::{
     ENV_REGION_TOKEN_C, HEADER_SIZE as REGION_HEADER_SIZE, REGION_SIZE, SLOT_COUNT,
 };
 
-use crate::counters::{self, ForkSnapshot};
+use crate::counters::{self, Access, ForkSnapshot};
 use crate::header::{self, Block, HEADER_SIZE, MAX_OFFSET};
 use crate::sys;
 
@@ -196,6 +196,20 @@ fn current_slot() -> Option<&'static Slot> {
     unsafe { slot.as_ref() }
 }
 
+/// Whether other threads may update the slot now. glibc clears
+/// `__libc_single_threaded` before it creates the process's second thread (and never sets
+/// it again), so while it is set only the calling thread can reach the slot.
+#[inline]
+fn access() -> Access {
+    // SAFETY: a plain read of a `char` that glibc exports for exactly this purpose; only
+    // this thread could change it (by creating a thread), not during this read.
+    if unsafe { core::ptr::addr_of!(sys::__libc_single_threaded).read() } != 0 {
+        Access::Exclusive
+    } else {
+        Access::Shared
+    }
+}
+
 fn set_errno(code: c_int) {
     // SAFETY: __errno_location returns this thread's errno.
     unsafe { *sys::__errno_location() = code };
@@ -250,10 +264,13 @@ unsafe fn finish(
     unsafe { ptr::write(user.cast::<[u64; 2]>().sub(1), words) };
     if let Some(slot) = slot {
         match realloc_of {
-            None => counters::on_alloc(slot, size as u64),
-            Some(old) => {
-                counters::on_realloc(slot, old.counted.then_some(old.size as u64), size as u64)
-            }
+            None => counters::on_alloc(slot, size as u64, access()),
+            Some(old) => counters::on_realloc(
+                slot,
+                old.counted.then_some(old.size as u64),
+                size as u64,
+                access(),
+            ),
         }
     }
     user.cast()
@@ -298,7 +315,7 @@ fn aligned(align: usize, size: usize) -> *mut c_void {
 unsafe fn release(user: *mut c_void, block: Block) {
     if block.counted {
         if let Some(slot) = current_slot() {
-            counters::on_free(slot, block.size as u64);
+            counters::on_free(slot, block.size as u64, access());
         }
     }
     // SAFETY: the header lies in the block (contract); clearing it means stale memory never

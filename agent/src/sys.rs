@@ -47,4 +47,7 @@ extern "C" {
     pub fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
     pub fn __errno_location() -> *mut c_int;
     pub fn abort() -> !;
+
+    /// Non-zero while the process has a single thread (glibc 2.32+).
+    pub static __libc_single_threaded: c_char;
 }

@@ -8,6 +8,8 @@
 //! - `exec T N SIZE`: runs `alloc threads T N SIZE` as a child program and waits.
 //! - `exit-now N SIZE`: allocates N blocks, keeps them, and ends with `_exit(0)`.
 //! - `stress T N`: T threads allocate, reallocate and free N blocks each, concurrently.
+//! - `churn N`: allocation-heavy single-threaded work for benchmarks: a `BTreeMap` of N
+//!   formatted keys to byte vectors, then N short-lived strings.
 //! - `fork-threads T N`: T threads allocate in a loop while the main thread forks 20
 //!   times; each child allocates and exits.
 use std::hint::black_box;
@@ -101,6 +103,23 @@ fn main() {
                 h.join().expect("thread");
             }
         }
+        Some("churn") => {
+            let n = arg(&args, 2);
+            let mut map = std::collections::BTreeMap::new();
+            for i in 0..n {
+                map.insert(format!("key-{i}"), vec![0u8; i % 100]);
+            }
+            black_box(map.values().map(Vec::len).sum::<usize>());
+            drop(map);
+            let mut strings = Vec::new();
+            for i in 0..n {
+                strings.push(i.to_string());
+                if strings.len() > 1000 {
+                    strings.clear();
+                }
+            }
+            black_box(strings);
+        }
         Some("fork-threads") => {
             let (t, n) = (arg(&args, 2), arg(&args, 3));
             let handles: Vec<_> = (0..t)
@@ -121,7 +140,7 @@ fn main() {
                 h.join().expect("thread");
             }
         }
-        _ => panic!("usage: alloc threads|fork|exec|exit-now|stress|fork-threads ARGS..."),
+        _ => panic!("usage: alloc threads|fork|exec|exit-now|stress|churn|fork-threads ARGS..."),
     }
     peak_block();
 }
