@@ -10,7 +10,9 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser};
 
 use crate::instrument::Group;
+use crate::instruments::alloc::{AllocAgent, AllocMetrics};
 use crate::instruments::invocations::Invocations;
+use crate::instruments::memory::Memory;
 use crate::instruments::timing::Timing;
 use crate::plan::{Benchmark, FailurePolicy, Format, Plan};
 use crate::runner::RunConfig;
@@ -74,6 +76,16 @@ pub struct RunArgs {
     /// is asked for).
     #[arg(long)]
     pub time: bool,
+
+    /// Count allocations through the preloaded agent (its own group of runs): alloc.count,
+    /// alloc.bytes, alloc.frees, alloc.reallocs, heap.peak, heap.live_at_exit.
+    #[arg(long)]
+    pub alloc: bool,
+
+    /// Measure the footprint (its own group of runs): rss.peak (rusage), rss.tree_peak
+    /// (procfs, whole process group) and heap.peak (agent).
+    #[arg(long)]
+    pub memory: bool,
 
     /// Kill a run's whole process group after this long: seconds, or with a unit
     /// (`500ms`, `2s`, `1m`).
@@ -277,7 +289,33 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
     if !args.invocations.is_empty() {
         groups.push(invocations_group(args, run)?);
     }
-    // Further groups (invocations, alloc, memory, counters) are pushed here.
+    if args.alloc {
+        groups.push(Group {
+            name: "alloc".into(),
+            instruments: vec![Box::new(AllocAgent::new(
+                AllocMetrics::All,
+                &run.program,
+                &run.env,
+            )?)],
+        });
+    }
+    if args.memory {
+        // With --alloc, heap.peak comes from the alloc group and the memory runs stay
+        // free of the agent (whose block headers add to RSS).
+        let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> =
+            vec![Box::new(Memory::new(!args.alloc))];
+        if !args.alloc {
+            instruments.push(Box::new(AllocAgent::new(
+                AllocMetrics::HeapPeak,
+                &run.program,
+                &run.env,
+            )?));
+        }
+        groups.push(Group {
+            name: "memory".into(),
+            instruments,
+        });
+    }
     groups.extend(crate::counters_plan::groups_for(args)?);
     let others_requested = !groups.is_empty();
     if args.time || !others_requested {
@@ -285,7 +323,7 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
             0,
             Group {
                 name: "timing".into(),
-                instruments: vec![Box::new(Timing { rss: true })],
+                instruments: vec![Box::new(Timing { rss: !args.memory })],
             },
         );
     }
