@@ -232,6 +232,7 @@ fn execute_inner(
                     group: s.group,
                     samples: s.samples,
                     notes: Vec::new(),
+                    comparison: None,
                 })
                 .collect(),
             warnings: c.warnings,
@@ -331,6 +332,7 @@ mod tests {
             clean_env: false,
             format: crate::plan::Format::Text,
             output: None,
+            html: None,
             progress: false,
         }
     }

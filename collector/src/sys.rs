@@ -76,6 +76,29 @@ pub struct ChildConfig {
     pub pass_fds: Vec<(RawFd, RawFd)>,
 }
 
+/// Set or clear `ADDR_NO_RANDOMIZE` in our own personality: it takes effect for the
+/// programs our children exec, not for us.
+pub fn set_aslr_disabled_for_children(disabled: bool) -> io::Result<()> {
+    // SAFETY: personality(0xffffffff) only queries the current persona.
+    let current = unsafe { libc::personality(0xffff_ffff) };
+    if current == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let flag = libc::ADDR_NO_RANDOMIZE;
+    let wanted = if disabled {
+        current | flag
+    } else {
+        current & !flag
+    };
+    if wanted != current {
+        // SAFETY: sets a persona flag of this process; no memory is involved.
+        if unsafe { libc::personality(wanted as libc::c_ulong) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// A pipe whose both ends close on exec.
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
@@ -126,6 +149,8 @@ unsafe fn child_after_fork(
     unsafe {
         // Own process group, so a timeout or Ctrl-C can kill the whole tree.
         libc::setpgid(0, 0);
+        // Rust ignores SIGPIPE in the collector; the benchmark gets the default back.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         // Die with the collector instead of running unattended.
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
