@@ -450,3 +450,65 @@ fn auto_picks_a_mechanism_and_says_which() {
         "the choice is reported",
     );
 }
+
+#[test]
+fn counts_from_different_mechanisms_are_never_compared() {
+    if !valgrind_installed() {
+        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hist = dir.path().to_str().unwrap().to_string();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--history",
+            &hist,
+            "-r",
+            "2",
+            "-f",
+            "json",
+            "--instructions",
+            "valgrind",
+            "--clean-env",
+            "--name",
+            "w",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", fixture!("work"), "100000"]);
+        sbs(args)
+    };
+    run(&["--save-baseline", "main"]).success();
+    // Pretend the baseline was counted by the PMU: same metric id, other source.
+    let mut files = Vec::new();
+    let mut stack = vec![dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "csv") {
+                files.push(p);
+            }
+        }
+    }
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(text.contains(",valgrind,"), "{text}");
+    std::fs::write(&files[0], text.replace(",valgrind,", ",perf-hw,")).unwrap();
+
+    let again = run(&["--baseline", "main"]).success();
+    let r = again.json();
+    let m = metric(&r, "counter.instructions");
+    again.check(
+        m.get("comparison").is_none_or(|c| c.is_null()),
+        "not compared",
+    );
+    let notes = m["notes"].to_string();
+    again.check(
+        notes.contains(
+            "cannot compare counter.instructions measured by perf-hw with \
+             counter.instructions measured by valgrind",
+        ),
+        "the refusal names both mechanisms",
+    );
+}
