@@ -57,6 +57,17 @@ for n in "$N" "$N1"; do
 done
 hyperfine -N -r 30 -w 1 --export-json "$OUT/hyperfine-30.json" "$WORK $N" "$WORK $N1" >/dev/null
 
+# 4. The tool's own verdict: `compare` runs A and B interleaved, threshold 0.5%.
+"$SBS" compare -r 3 -w 0 --clean-env --threshold 0.5 --instructions valgrind \
+  "$WORK $N" "$WORK $N1" > "$OUT/compare-valgrind-3.txt" || true
+"$SBS" compare -r 3 -w 1 --clean-env --threshold 0.5 --time \
+  "$WORK $N" "$WORK $N1" > "$OUT/compare-time-3.txt" || true
+"$SBS" compare -r 30 -w 1 --clean-env --threshold 0.5 --time \
+  "$WORK $N" "$WORK $N1" > "$OUT/compare-time-30.txt" || true
+
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
 kill "$LOAD"
-python3 benches/counters/summarize.py "$OUT" "$N" "$N1"
+python3 benches/counters/summarize.py "$OUT" "$N" "$N1" | tee "$OUT/summary.md"
+for f in compare-valgrind-3 compare-time-3 compare-time-30; do
+  echo; echo "### $f"; grep -A3 'Comparison' "$OUT/$f.txt" | tee -a "$OUT/summary.md"
+done
