@@ -53,22 +53,14 @@ impl MachineFacts {
         }
     }
 
-    /// Whether a CPU PMU (hardware events) is listed: anything besides the kernel's own
-    /// software-like sources.
+    /// Whether a CPU PMU (the one behind the generic hardware events) is listed: `cpu`
+    /// (x86, RISC-V), `cpu_core`/`cpu_atom` (hybrid Intel), `armv8_pmuv3_0`,
+    /// `armv8_cortex_a72`, `arm_cortex_a53`… (ARM). Other sources (uncore, power, msr,
+    /// tracepoints…) do not count instructions.
     pub fn has_cpu_pmu(&self) -> bool {
-        const NOT_CPU: &[&str] = &[
-            "software",
-            "tracepoint",
-            "breakpoint",
-            "uprobe",
-            "kprobe",
-            "msr",
-            "power",
-            "intel_bts",
-            "cstate_core",
-            "cstate_pkg",
-        ];
-        self.pmus.iter().any(|p| !NOT_CPU.contains(&p.as_str()))
+        self.pmus.iter().any(|p| {
+            p == "cpu" || p.starts_with("cpu_") || p.starts_with("armv") || p.starts_with("arm_")
+        })
     }
 }
 
@@ -234,6 +226,18 @@ mod tests {
     #[test]
     fn missing_event_on_a_real_pmu_is_not_blamed_on_the_vm() {
         let mut facts = vm();
+        facts
+            .pmus
+            .extend(["power".into(), "uncore_imc_0".into(), "kprobe".into()]);
+        assert!(
+            !facts.has_cpu_pmu(),
+            "uncore and power PMUs do not count instructions"
+        );
+        for cpu in ["cpu_core", "armv8_pmuv3_0"] {
+            let mut f = facts.clone();
+            f.pmus.push(cpu.into());
+            assert!(f.has_cpu_pmu(), "{cpu}");
+        }
         facts.pmus.push("cpu".into());
         assert!(facts.has_cpu_pmu());
         let r = parse_counter("node-prefetch-misses").unwrap();
