@@ -4,7 +4,7 @@ mod util;
 
 use util::sbs;
 
-fn save(history: &str, blocks: &str) {
+fn save(history: &str, blocks: &str) -> util::Finished {
     sbs([
         "--history",
         history,
@@ -23,7 +23,6 @@ fn save(history: &str, blocks: &str) {
         blocks,
         "1024",
     ])
-    .success();
 }
 
 #[test]
@@ -31,8 +30,8 @@ fn report_compares_the_latest_entry_and_draws_trends() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("h");
     let history = history.to_str().unwrap();
-    save(history, "100");
-    save(history, "100");
+    save(history, "100").success();
+    save(history, "100").success();
     // The same history, nothing regressed: exit 0, every metric has a two-point trend.
     let run = sbs(["report", "--history", history, "-f", "json"]).success();
     let report = run.json();
@@ -42,7 +41,12 @@ fn report_compares_the_latest_entry_and_draws_trends() {
     assert_eq!(count["comparison"]["verdict"], "no_change");
 
     // A third entry with 10% more blocks: the latest regresses, exit 1, and the trend marks it.
-    save(history, "110");
+    let saved = save(history, "110");
+    assert_eq!(
+        saved.code(),
+        Some(1),
+        "the run itself regresses, and is saved anyway"
+    );
     let html = dir.path().join("r.html");
     let run = sbs([
         "report",
@@ -92,7 +96,7 @@ fn report_without_history_says_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     sbs(["report", "--history", dir.path().to_str().unwrap()]).fails_with(2, "no saved history in");
     let history = dir.path().join("h");
-    save(history.to_str().unwrap(), "10");
+    save(history.to_str().unwrap(), "10").success();
     sbs([
         "report",
         "--history",
