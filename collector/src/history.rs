@@ -347,6 +347,17 @@ impl History {
 
     /// All saved entries of `benchmark`, oldest first. A missing directory is no history.
     pub fn entries(&self, benchmark: &str) -> Result<Vec<Entry>, HistoryError> {
+        self.read_entries(benchmark, usize::MAX)
+    }
+
+    /// The `n` latest saved entries of `benchmark`, oldest first. Only those files are
+    /// read (entry file names start with their UTC time, so they sort by time); the other
+    /// names in the directory are still checked.
+    pub fn latest_entries(&self, benchmark: &str, n: usize) -> Result<Vec<Entry>, HistoryError> {
+        self.read_entries(benchmark, n)
+    }
+
+    fn read_entries(&self, benchmark: &str, latest: usize) -> Result<Vec<Entry>, HistoryError> {
         let dir = self.entries_dir(benchmark);
         let listing = match fs::read_dir(&dir) {
             Ok(l) => l,
@@ -370,6 +381,8 @@ impl History {
             }
             paths.push(path);
         }
+        paths.sort();
+        let paths = paths.split_off(paths.len().saturating_sub(latest));
         let mut entries = Vec::with_capacity(paths.len());
         for path in paths {
             let entry = read_entry(&path)?;
@@ -740,6 +753,10 @@ mod tests {
         assert!(e.metric("alloc.count", Unit::Count, "valgrind").is_none());
         assert!(e.metric("time.wall", Unit::Count, "rusage").is_none());
         assert!(h.entries("never saved").unwrap().is_empty());
+        let latest = h.latest_entries("b", 1).unwrap();
+        assert_eq!(latest.len(), 1);
+        assert_eq!(latest[0].path, late);
+        assert_eq!(h.latest_entries("b", 5).unwrap().len(), 2);
         assert_eq!(e.meta.label(), "2026-11-21T10:00:00.000Z @0123456789");
     }
 

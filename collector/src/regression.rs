@@ -170,7 +170,7 @@ impl Regression {
                     })?;
                     Ok(Reference::Baseline(base.clone(), Box::new(entry)))
                 } else {
-                    let entries = self.history.entries(name)?;
+                    let entries = self.history.latest_entries(name, self.depth)?;
                     Ok(if entries.is_empty() {
                         Reference::Nothing
                     } else {
