@@ -87,6 +87,10 @@ pub struct RunArgs {
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
+    /// Also write a self-contained HTML page with plots to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+
     /// Show the child's stdout and stderr (discarded by default).
     #[arg(long)]
     pub show_output: bool,
@@ -293,6 +297,7 @@ pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
         clean_env: args.clean_env,
         format: args.format,
         output: args.output,
+        html: args.html,
         progress: std::io::stderr().is_terminal(),
     })
 }

@@ -445,7 +445,12 @@ pub fn compare(
     let difference = cand_m.mean - ref_m.mean;
     let relative = relative_to(difference, ref_m.mean);
     let mut result = Comparison {
-        method: ComparisonMethod::Exact,
+        // What the comparison would use; stays so for an inconclusive one.
+        method: if policy.exact {
+            ComparisonMethod::Exact
+        } else {
+            ComparisonMethod::WelchT
+        },
         reference: series[reference].label.to_string(),
         reference_n: ref_m.n,
         reference_mean: ref_m.mean,

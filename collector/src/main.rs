@@ -18,6 +18,7 @@ fn renderer(format: Format) -> Box<dyn Render> {
         Format::Text => Box::new(sbs_reports::text::Text),
         Format::Json => Box::new(sbs_reports::json::Json),
         Format::Csv => Box::new(sbs_reports::csv::Csv),
+        Format::Bmf => Box::new(sbs_reports::bmf::Bmf),
     }
 }
 
@@ -37,6 +38,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let references = regression.load(&names)?;
     // Open the destination first: an unwritable path fails before minutes of runs.
     let output = Output::open(plan.output.as_deref())?;
+    let html = match plan.html.as_deref() {
+        Some(path) => Some(Output::open_named(path, "--html")?),
+        None => None,
+    };
     let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
     let mut report = execute(&mut plan, &cancel)?;
     let regressions = regression.apply(&references, &mut report)?;
@@ -45,6 +50,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     renderer(plan.format)
         .render(&report, &mut buf)
         .context("cannot render the report")?;
+    if let Some(html) = html {
+        let mut page = Vec::new();
+        sbs_reports::html::Html
+            .render(&report, &mut page)
+            .context("cannot render the HTML page")?;
+        html.write_all(&page)?;
+    }
     output.write_all(&buf)?;
     if regressions.is_empty() {
         return Ok(ExitCode::SUCCESS);

@@ -5,7 +5,9 @@
 //! the collector.
 #![forbid(unsafe_code)]
 
+pub mod bmf;
 pub mod csv;
+pub mod html;
 pub mod human;
 pub mod json;
 pub mod model;

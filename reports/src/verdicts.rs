@@ -28,6 +28,7 @@ fn change(c: &Comparison, unit: crate::model::Unit) -> (String, String) {
         None => format!("+{} from 0", human::value(c.difference, unit)),
     };
     let ci = match (c.method, c.relative_ci_low, c.relative_ci_high) {
+        _ if c.verdict == Verdict::Inconclusive => "-".to_string(),
         (ComparisonMethod::Exact, _, _) => "exact".to_string(),
         (_, Some(lo), Some(hi)) => format!("[{}, {}]", signed_percent(lo), signed_percent(hi)),
         _ => match (c.ci_low, c.ci_high) {
@@ -41,6 +42,9 @@ fn change(c: &Comparison, unit: crate::model::Unit) -> (String, String) {
 }
 
 fn method(c: &Comparison) -> String {
+    if c.verdict == Verdict::Inconclusive {
+        return "-".to_string();
+    }
     let mut s = c.method.as_str().to_string();
     if let Some(p) = c.p_value {
         s.push_str(&format!(" p={}", p_value(p)));
