@@ -45,7 +45,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
     let mut report = execute(&mut plan, &cancel)?;
     let regressions = regression.apply(&references, &mut report)?;
-    regression.save(&report)?;
     let mut buf = Vec::new();
     renderer(plan.format)
         .render(&report, &mut buf)
@@ -58,6 +57,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         html.write_all(&page)?;
     }
     output.write_all(&buf)?;
+    // After the report is out: a history that cannot be written loses no measurements.
+    regression.save(&report)?;
     if regressions.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
