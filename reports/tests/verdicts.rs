@@ -231,8 +231,15 @@ fn html_shows_the_comparison_table() {
     let page = render(&sbs_reports::html::Html);
     assert_eq!(page.matches("<table class=comparison>").count(), 1);
     // Two regressions (rss.peak, alloc.bytes), highlighted.
-    assert_eq!(page.matches("<tr style=\"color:#b00020;font-weight:bold\">").count(), 2);
-    assert!(page.contains("<td>REGRESSED (&gt; 2.00%)</td>"), "escaped verdict");
+    assert_eq!(
+        page.matches("<tr style=\"color:#b00020;font-weight:bold\">")
+            .count(),
+        2
+    );
+    assert!(
+        page.contains("<td>REGRESSED (&gt; 2.00%)</td>"),
+        "escaped verdict"
+    );
     assert!(page.contains("<p>time.wall: ANOVA over 3 series, F(2, 12) = 14.250"));
     assert!(!page.contains("<script"));
 }
