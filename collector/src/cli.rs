@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser};
 
 use crate::instrument::Group;
+use crate::instruments::invocations::Invocations;
 use crate::instruments::timing::Timing;
 use crate::plan::{Benchmark, FailurePolicy, Format, Plan};
 use crate::runner::RunConfig;
@@ -119,6 +120,30 @@ pub struct RunArgs {
     #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
 
+    /// Count perf events (comma-separated, perf's names, optional `:u`/`:k`/`:uk` scope),
+    /// e.g. `instructions,cycles,page-faults,context-switches`. See --list-counters.
+    #[arg(long, value_name = "LIST")]
+    pub counters: Option<String>,
+
+    /// Never let the kernel time-share (multiplex) hardware counters: measure each group of
+    /// hardware events in runs of its own.
+    #[arg(long)]
+    pub no_multiplex: bool,
+
+    /// Skip counter events this machine cannot count (with a warning) instead of failing.
+    #[arg(long)]
+    pub counters_best_effort: bool,
+
+    /// Count instructions: `perf` (the PMU), `valgrind` (cachegrind, no PMU needed) or
+    /// `auto` (the PMU if it works here, otherwise valgrind). The two are never compared.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub instructions: Option<crate::counters_plan::InstructionsMode>,
+
+    /// List the perf events this machine can count, and why not and how to fix it for the
+    /// others; then exit.
+    #[arg(long, exclusive = true)]
+    pub list_counters: bool,
+
     /// Name of the benchmark in reports (default: the command line).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
@@ -126,6 +151,27 @@ pub struct RunArgs {
     /// History, baselines, thresholds.
     #[command(flatten)]
     pub regression: crate::regression::RegressionArgs,
+
+    /// Count calls of the functions a PATTERN names, through uprobes (repeatable; needs
+    /// root). Exact, across threads and child processes; these runs carry no timing.
+    ///
+    /// Names are compared by path segments, with generic arguments, C++ parameter lists
+    /// and return types dropped; the pattern must equal the last whole segments:
+    /// `Vec::push` matches `alloc::vec::Vec<T,A>::push` and `<alloc::vec::Vec<u32>>::push`
+    /// but not `String::push_str` nor `Vec::push_mut`. Trait methods match through the
+    /// type or the trait: `Widget::fmt` and `Display::fmt` both match
+    /// `<app::Widget as core::fmt::Display>::fmt`. C++: `Widget::draw` matches every
+    /// overload of `ns::Widget::draw(...)`. A raw symbol name (`malloc`, `_ZN2ns1fEv`) or
+    /// a full demangled name matches exactly. Functions of the shared libraries the
+    /// program loads are included (`malloc` finds glibc's); each matched function is its
+    /// own row in the report. Calls inlined into their callers cannot be counted: the
+    /// report warns with their number.
+    #[arg(long = "invocations", value_name = "PATTERN", verbatim_doc_comment)]
+    pub invocations: Vec<String>,
+
+    /// Refuse a --invocations pattern that matches more functions than this.
+    #[arg(long, value_name = "N", default_value_t = sbs_probes::resolve::DEFAULT_MAX_PROBES)]
+    pub max_probes: usize,
 
     /// The benchmark command and its arguments (after `--`).
     #[arg(
@@ -226,9 +272,13 @@ fn available_cpus() -> Vec<usize> {
 
 /// The metric groups of one benchmark, in run order. Every benchmark of a plan gets the
 /// same list (interleaved runs rely on it).
-fn build_groups(args: &RunArgs) -> Vec<Group> {
+fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
     let mut groups = Vec::new();
+    if !args.invocations.is_empty() {
+        groups.push(invocations_group(args, run)?);
+    }
     // Further groups (invocations, alloc, memory, counters) are pushed here.
+    groups.extend(crate::counters_plan::groups_for(args)?);
     let others_requested = !groups.is_empty();
     if args.time || !others_requested {
         groups.insert(
@@ -239,7 +289,26 @@ fn build_groups(args: &RunArgs) -> Vec<Group> {
             },
         );
     }
-    groups
+    Ok(groups)
+}
+
+/// All `--invocations` patterns share one group of runs.
+fn invocations_group(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Group> {
+    let ld_library_path = run
+        .env
+        .iter()
+        .find(|(k, _)| k == "LD_LIBRARY_PATH")
+        .map(|(_, v)| v.as_os_str());
+    let instrument = Invocations::new(
+        &run.program,
+        ld_library_path,
+        &args.invocations,
+        args.max_probes,
+    )?;
+    Ok(Group {
+        name: "invocations".into(),
+        instruments: vec![Box::new(instrument)],
+    })
 }
 
 /// Validate the arguments and build the plan.
@@ -283,7 +352,7 @@ pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
         cpus: args.pin.clone(),
         timeout: args.timeout,
     };
-    let groups = build_groups(&args);
+    let groups = build_groups(&args, &run)?;
     Ok(Plan {
         benchmarks: vec![Benchmark { name, run, groups }],
         runs: args.runs as usize,

@@ -1,6 +1,7 @@
 //! sbs-profile's collector: the plan, the child-process runner, statistics and history.
 pub mod cli;
 pub mod compare;
+pub mod counters_plan;
 pub mod history;
 pub mod instrument;
 pub mod instruments;

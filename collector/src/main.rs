@@ -23,6 +23,13 @@ fn renderer(format: Format) -> Box<dyn Render> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if cli.run.list_counters {
+        let table = sbs_collector::counters_plan::list_counters();
+        std::io::stdout()
+            .write_all(table.as_bytes())
+            .context("cannot write the counter list")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let (args, mode) = match cli.subcommand {
         Some(Subcommand::Compare(args)) => (args, Mode::Compare),
         None => (cli.run, Mode::Run),

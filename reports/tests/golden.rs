@@ -80,6 +80,50 @@ pub fn report() -> Report {
             },
         },
     ];
+    let mut wall = metric(
+        "time.wall",
+        Unit::Seconds,
+        "clock",
+        false,
+        &[0.0121, 0.0125, 0.0119],
+        Some((0.0113, 0.0131)),
+    );
+    wall.comparison = Some(Comparison {
+        method: ComparisonMethod::WelchT,
+        reference: "baseline main".into(),
+        reference_n: 3,
+        reference_mean: 0.0110,
+        difference: 0.0011666,
+        ci_low: Some(0.0004),
+        ci_high: Some(0.0019),
+        confidence: 0.95,
+        relative: Some(0.10606),
+        relative_ci_low: Some(0.03636),
+        relative_ci_high: Some(0.17273),
+        df: Some(3.7),
+        p_value: Some(0.012),
+        threshold: 0.02,
+        verdict: Verdict::Regressed,
+        anova: None,
+    });
+    calls.comparison = Some(Comparison {
+        method: ComparisonMethod::Exact,
+        reference: "baseline main".into(),
+        reference_n: 3,
+        reference_mean: 3000.0,
+        difference: 0.0,
+        ci_low: None,
+        ci_high: None,
+        confidence: 0.95,
+        relative: Some(0.0),
+        relative_ci_low: None,
+        relative_ci_high: None,
+        df: None,
+        p_value: None,
+        threshold: 0.02,
+        verdict: Verdict::NoChange,
+        anova: None,
+    });
     Report {
         schema_version: SCHEMA_VERSION,
         tool_version: "0.1.0".into(),
@@ -94,14 +138,7 @@ pub fn report() -> Report {
             name: "./bench <fast> & \"quoted\"".into(),
             command: vec!["./bench".into(), "<fast>".into()],
             metrics: vec![
-                metric(
-                    "time.wall",
-                    Unit::Seconds,
-                    "clock",
-                    false,
-                    &[0.0121, 0.0125, 0.0119],
-                    Some((0.0113, 0.0131)),
-                ),
+                wall,
                 metric(
                     "rss.peak",
                     Unit::Bytes,

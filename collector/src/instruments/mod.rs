@@ -1,4 +1,7 @@
 //! The instruments, one module per mechanism. Each plugs into the runner through
 //! [`crate::instrument::Instrument`].
 
+pub mod counters;
+pub mod invocations;
 pub mod timing;
+pub mod valgrind;
