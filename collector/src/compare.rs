@@ -837,6 +837,25 @@ mod tests {
     }
 
     #[test]
+    fn welch_with_fractional_df_and_bonferroni_levels() {
+        // a=[1.0,1.3]; b=[2.0,2.9]; r=stats.ttest_ind(b,a,equal_var=False)
+        // r.confidence_interval(c) for c in (0.95, 0.99, 1-0.05/15)
+        let (a, b) = (m(&[1.0, 1.3]), m(&[2.0, 2.9]));
+        let cases = [
+            (0.95, -2.6816326668641897, 5.281632666864191),
+            (0.99, -13.683220889035862, 16.283220889035864),
+            (1.0 - 0.05 / 15.0, -35.59753164517331, 38.19753164517229),
+        ];
+        for (confidence, low, high) in cases {
+            let i = welch_interval(&a, &b, confidence).unwrap();
+            close(i.df.unwrap(), 1.2195121951219516, 1e-12);
+            close(i.low, low, 1e-8);
+            close(i.high, high, 1e-8);
+            close(i.p_value, 0.18502068652558937, 1e-8);
+        }
+    }
+
+    #[test]
     fn welch_rejects_zero_variance_on_both_sides_and_single_samples() {
         assert_eq!(
             welch_interval(&m(&[1.0, 1.0]), &m(&[2.0, 2.0]), 0.95),
