@@ -13,7 +13,9 @@
 //!   to unequal variances; Tukey-Kramer and Games-Howell need the studentized range
 //!   distribution, which statrs lacks).
 //! - Zero variance on every side (exact counters): equal is "no change", anything else an
-//!   exact change judged by the threshold alone.
+//!   exact change judged by the threshold alone. For a measured metric compared with saved
+//!   sessions that disagree among themselves, the candidate is judged against the
+//!   between-session spread instead ([`ComparisonMethod::Sessions`]).
 //! - A practical threshold: a significant change whose relative size is within it is
 //!   reported ([`Verdict::BelowThreshold`]) but never fails. For every metric, smaller is
 //!   better.
