@@ -170,7 +170,7 @@ impl Regression {
                     })?;
                     Ok(Reference::Baseline(base.clone(), Box::new(entry)))
                 } else {
-                    let entries = self.history.entries(name)?;
+                    let entries = self.history.latest_entries(name, self.depth)?;
                     Ok(if entries.is_empty() {
                         Reference::Nothing
                     } else {
@@ -439,4 +439,71 @@ pub fn build_compare_plan(args: RunArgs) -> anyhow::Result<Plan> {
         }
     }
     plan.context("compare needs at least two commands")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Subcommand};
+    use clap::Parser;
+
+    #[test]
+    fn compare_subcommand_and_regression_options_parse() {
+        let cli = Cli::try_parse_from([
+            "sbs-profile",
+            "compare",
+            "--runs",
+            "3",
+            "--threshold",
+            "rss.peak=10",
+            "./a 1",
+            "./b 1",
+        ])
+        .unwrap();
+        let Some(Subcommand::Compare(args)) = cli.subcommand else {
+            panic!("expected compare");
+        };
+        assert_eq!(args.runs, 3);
+        assert_eq!(args.command, ["./a 1", "./b 1"]);
+        assert_eq!(args.regression.threshold, ["rss.peak=10"]);
+
+        let cli = Cli::try_parse_from([
+            "sbs-profile",
+            "--save",
+            "--baseline",
+            "main",
+            "--history",
+            "/tmp/h",
+            "--threshold",
+            "5",
+            "--",
+            "prog",
+            "--save",
+        ])
+        .unwrap();
+        assert!(cli.subcommand.is_none());
+        let r = &cli.run.regression;
+        assert!(r.save);
+        assert_eq!(r.baseline.as_deref(), Some("main"));
+        assert_eq!(r.history, PathBuf::from("/tmp/h"));
+        assert_eq!(r.history_depth, 5);
+        assert_eq!(cli.run.command, ["prog", "--save"]);
+        assert!(Cli::try_parse_from(["sbs-profile", "--history-depth", "0", "--", "p"]).is_err());
+    }
+
+    #[test]
+    fn invalid_settings_are_rejected_with_the_fix() {
+        let cli = Cli::try_parse_from(["sbs-profile", "--threshold", "lots", "--", "p"]).unwrap();
+        let e = Regression::new(&cli.run.regression, 0.95, Mode::Run).unwrap_err();
+        assert!(e.to_string().contains("invalid threshold `lots`"), "{e}");
+        let cli = Cli::try_parse_from(["sbs-profile", "--save-baseline", ".x", "--", "p"]).unwrap();
+        let e = Regression::new(&cli.run.regression, 0.95, Mode::Run).unwrap_err();
+        assert!(
+            e.to_string().contains("baseline name `.x` is invalid"),
+            "{e}"
+        );
+        let cli = Cli::try_parse_from(["sbs-profile", "--baseline", "m", "--", "p"]).unwrap();
+        let e = Regression::new(&cli.run.regression, 0.95, Mode::Compare).unwrap_err();
+        assert!(e.to_string().contains("drop --baseline"), "{e}");
+    }
 }
