@@ -53,12 +53,18 @@ pub enum Subcommand {
     /// alike, and every metric of B, C... gets a verdict against A's (Welch for two
     /// commands, ANOVA for more).
     #[command(
+        mut_arg("command", |a| a
+            .value_name("COMMANDS")
+            .help("Two or more commands, each one quoted argument (split into words, no shell)")),
         after_help = "Each COMMAND is one argument, split into words as a shell would (no shell \
 runs it): sbs-profile compare './old --n 100' './new --n 100'\n\n\
 Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first, \
 2 error, 130 interrupted."
     )]
-    Compare(RunArgs),
+    Compare(Box<RunArgs>),
+    /// Render a report from the saved history without running anything: per benchmark,
+    /// its latest entry compared with the ones before, and every metric's trend.
+    Report(crate::report_cmd::ReportArgs),
 }
 
 /// Options of a measuring run.
@@ -226,7 +232,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("'{s}': {e}"))
 }
 
-fn parse_confidence(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_confidence(s: &str) -> Result<f64, String> {
     let t = s.trim().trim_end_matches('%');
     let v: f64 = t
         .parse()

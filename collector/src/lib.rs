@@ -8,6 +8,7 @@ pub mod instruments;
 pub mod output;
 pub mod plan;
 pub mod regression;
+pub mod report_cmd;
 pub mod runner;
 pub mod scheduler;
 pub mod sources;
