@@ -67,6 +67,22 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
     Report(crate::report_cmd::ReportArgs),
 }
 
+/// Where the report goes and in which format (a run, `compare` and `report` share them).
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Report format.
+    #[arg(short = 'f', long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+
+    /// Write the report to FILE (atomically) instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Also write a self-contained HTML page with plots (and trends, with a history) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
 /// Options of a measuring run.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -98,17 +114,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
 
-    /// Report format.
-    #[arg(short = 'f', long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
-
-    /// Write the report to FILE (atomically) instead of stdout.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-
-    /// Also write a self-contained HTML page with plots to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    /// Report format and destinations.
+    #[command(flatten)]
+    pub report: OutputArgs,
 
     /// Show the child's stdout and stderr (discarded by default).
     #[arg(long)]
@@ -408,9 +416,7 @@ pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
             FailurePolicy::Fail
         },
         clean_env: args.clean_env,
-        format: args.format,
-        output: args.output,
-        html: args.html,
+        report: args.report,
         progress: std::io::stderr().is_terminal(),
     })
 }
