@@ -11,6 +11,7 @@ use clap::{Args, Parser};
 
 use crate::instrument::Group;
 use crate::instruments::alloc::{AllocAgent, AllocMetrics};
+use crate::instruments::invocations::Invocations;
 use crate::instruments::memory::Memory;
 use crate::instruments::timing::Timing;
 use crate::plan::{Benchmark, FailurePolicy, Format, Plan};
@@ -34,14 +35,34 @@ Examples:\n  sbs-profile -- ./target/release/mybench\n  \
 sbs-profile --runs 20 --format json --output result.json -- ./mybench --size 1000\n\n\
 Exit codes: 0 success, 1 a metric regressed past its threshold, 2 error, 130 interrupted."
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
+    /// `compare`, or none for a plain run.
+    #[command(subcommand)]
+    pub subcommand: Option<Subcommand>,
+
     /// What to run and measure.
     #[command(flatten)]
     pub run: RunArgs,
 }
 
+/// Subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Subcommand {
+    /// Compare two or more commands: they run interleaved (A B A B ...) so drift hits all
+    /// alike, and every metric of B, C... gets a verdict against A's (Welch for two
+    /// commands, ANOVA for more).
+    #[command(
+        after_help = "Each COMMAND is one argument, split into words as a shell would (no shell \
+runs it): sbs-profile compare './old --n 100' './new --n 100'\n\n\
+Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first, \
+2 error, 130 interrupted."
+    )]
+    Compare(RunArgs),
+}
+
 /// Options of a measuring run.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Measured runs per metric group.
     #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
@@ -79,6 +100,10 @@ pub struct RunArgs {
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
+    /// Also write a self-contained HTML page with plots to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+
     /// Show the child's stdout and stderr (discarded by default).
     #[arg(long)]
     pub show_output: bool,
@@ -110,6 +135,31 @@ pub struct RunArgs {
     /// Name of the benchmark in reports (default: the command line).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+
+    /// History, baselines, thresholds.
+    #[command(flatten)]
+    pub regression: crate::regression::RegressionArgs,
+
+    /// Count calls of the functions a PATTERN names, through uprobes (repeatable; needs
+    /// root). Exact, across threads and child processes; these runs carry no timing.
+    ///
+    /// Names are compared by path segments, with generic arguments, C++ parameter lists
+    /// and return types dropped; the pattern must equal the last whole segments:
+    /// `Vec::push` matches `alloc::vec::Vec<T,A>::push` and `<alloc::vec::Vec<u32>>::push`
+    /// but not `String::push_str` nor `Vec::push_mut`. Trait methods match through the
+    /// type or the trait: `Widget::fmt` and `Display::fmt` both match
+    /// `<app::Widget as core::fmt::Display>::fmt`. C++: `Widget::draw` matches every
+    /// overload of `ns::Widget::draw(...)`. A raw symbol name (`malloc`, `_ZN2ns1fEv`) or
+    /// a full demangled name matches exactly. Functions of the shared libraries the
+    /// program loads are included (`malloc` finds glibc's); each matched function is its
+    /// own row in the report. Calls inlined into their callers cannot be counted: the
+    /// report warns with their number.
+    #[arg(long = "invocations", value_name = "PATTERN", verbatim_doc_comment)]
+    pub invocations: Vec<String>,
+
+    /// Refuse a --invocations pattern that matches more functions than this.
+    #[arg(long, value_name = "N", default_value_t = sbs_probes::resolve::DEFAULT_MAX_PROBES)]
+    pub max_probes: usize,
 
     /// The benchmark command and its arguments (after `--`).
     #[arg(
@@ -212,6 +262,9 @@ fn available_cpus() -> Vec<usize> {
 /// same list (interleaved runs rely on it).
 fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
     let mut groups = Vec::new();
+    if !args.invocations.is_empty() {
+        groups.push(invocations_group(args, run)?);
+    }
     if args.alloc {
         groups.push(Group {
             name: "alloc".into(),
@@ -251,6 +304,25 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
         );
     }
     Ok(groups)
+}
+
+/// All `--invocations` patterns share one group of runs.
+fn invocations_group(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Group> {
+    let ld_library_path = run
+        .env
+        .iter()
+        .find(|(k, _)| k == "LD_LIBRARY_PATH")
+        .map(|(_, v)| v.as_os_str());
+    let instrument = Invocations::new(
+        &run.program,
+        ld_library_path,
+        &args.invocations,
+        args.max_probes,
+    )?;
+    Ok(Group {
+        name: "invocations".into(),
+        instruments: vec![Box::new(instrument)],
+    })
 }
 
 /// Validate the arguments and build the plan.
@@ -308,6 +380,7 @@ pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
         clean_env: args.clean_env,
         format: args.format,
         output: args.output,
+        html: args.html,
         progress: std::io::stderr().is_terminal(),
     })
 }

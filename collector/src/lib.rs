@@ -1,10 +1,14 @@
 //! sbs-profile's collector: the plan, the child-process runner, statistics and history.
 pub mod cli;
+pub mod compare;
+pub mod history;
 pub mod instrument;
 pub mod instruments;
 pub mod output;
 pub mod plan;
+pub mod regression;
 pub mod runner;
 pub mod scheduler;
 pub mod stats;
+pub mod steady;
 mod sys;

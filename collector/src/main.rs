@@ -5,9 +5,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use sbs_collector::cli::{build_plan, Cli};
+use sbs_collector::cli::{build_plan, Cli, Subcommand};
 use sbs_collector::output::Output;
 use sbs_collector::plan::Format;
+use sbs_collector::regression::{build_compare_plan, Mode, Regression};
 use sbs_collector::runner::{Cancel, RunError};
 use sbs_collector::scheduler::execute;
 use sbs_reports::Render;
@@ -17,21 +18,54 @@ fn renderer(format: Format) -> Box<dyn Render> {
         Format::Text => Box::new(sbs_reports::text::Text),
         Format::Json => Box::new(sbs_reports::json::Json),
         Format::Csv => Box::new(sbs_reports::csv::Csv),
+        Format::Bmf => Box::new(sbs_reports::bmf::Bmf),
     }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let mut plan = build_plan(cli.run)?;
+    let (args, mode) = match cli.subcommand {
+        Some(Subcommand::Compare(args)) => (args, Mode::Compare),
+        None => (cli.run, Mode::Run),
+    };
+    let regression_args = args.regression.clone();
+    let mut plan = match mode {
+        Mode::Compare => build_compare_plan(args)?,
+        Mode::Run => build_plan(args)?,
+    };
+    let regression = Regression::new(&regression_args, plan.confidence, mode)?;
+    // Read the history first: a missing baseline or a corrupt file fails before the runs.
+    let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
+    let references = regression.load(&names)?;
     // Open the destination first: an unwritable path fails before minutes of runs.
     let output = Output::open(plan.output.as_deref())?;
+    let html = match plan.html.as_deref() {
+        Some(path) => Some(Output::open_named(path, "--html")?),
+        None => None,
+    };
     let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
-    let report = execute(&mut plan, &cancel)?;
+    let mut report = execute(&mut plan, &cancel)?;
+    let regressions = regression.apply(&references, &mut report)?;
+    regression.save(&report)?;
     let mut buf = Vec::new();
     renderer(plan.format)
         .render(&report, &mut buf)
         .context("cannot render the report")?;
+    if let Some(html) = html {
+        let mut page = Vec::new();
+        sbs_reports::html::Html
+            .render(&report, &mut page)
+            .context("cannot render the HTML page")?;
+        html.write_all(&page)?;
+    }
     output.write_all(&buf)?;
-    Ok(ExitCode::SUCCESS)
+    if regressions.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut err = std::io::stderr().lock();
+    for r in &regressions {
+        let _ = writeln!(err, "regression: {r}");
+    }
+    Ok(ExitCode::from(1))
 }
 
 fn main() -> ExitCode {

@@ -1,1 +1,18 @@
 //! ELF symbols, demangling, uprobes and perf counters.
+//!
+//! The pipeline for invocation counts: [`elf`] loads the program and the libraries it
+//! loads, [`demangle`] and [`pattern`] pick the functions a user names, [`dwarf`] counts
+//! the inlined instances a probe cannot see, [`tracefs`] defines the uprobes (and always
+//! removes them), [`counter`] counts their hits in a child process and its descendants.
+
+pub mod counter;
+pub mod demangle;
+pub mod dwarf;
+pub mod elf;
+pub mod error;
+pub mod pattern;
+pub mod resolve;
+mod sys;
+pub mod tracefs;
+
+pub use error::ProbeError;

@@ -5,11 +5,14 @@
 //! the collector.
 #![forbid(unsafe_code)]
 
+pub mod bmf;
 pub mod csv;
+pub mod html;
 pub mod human;
 pub mod json;
 pub mod model;
 pub mod text;
+pub mod verdicts;
 
 use std::io;
 

@@ -121,6 +121,9 @@ impl Render for Text {
                 }
                 writeln!(out, "{}", line.trim_end())?;
             }
+            for line in crate::verdicts::text_lines(b) {
+                writeln!(out, "{line}")?;
+            }
             for m in &b.metrics {
                 for n in &m.notes {
                     writeln!(out, "  note ({}): {n}", m.id)?;

@@ -2,5 +2,6 @@
 //! [`crate::instrument::Instrument`].
 
 pub mod alloc;
+pub mod invocations;
 pub mod memory;
 pub mod timing;

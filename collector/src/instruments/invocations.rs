@@ -1,0 +1,194 @@
+//! Invocation counts through uprobes (`--invocations PATTERN`): one uprobe per matched
+//! function, counted exactly in the child, its threads and its descendants.
+//!
+//! Resolution (symbols, patterns, inlined instances) happens when the plan is built, so
+//! a bad pattern fails before any run. The probes are defined in tracefs before the first
+//! run and removed in `finish` (and by the probe set's `Drop`); definitions left by a
+//! killed sbs-profile are removed before ours are made.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::Pid;
+use sbs_probes::counter::RunCounters;
+use sbs_probes::resolve::{match_patterns, Target};
+use sbs_probes::tracefs::{ProbeSet, Tracefs};
+use sbs_probes::ProbeError;
+use sbs_reports::model::Unit;
+
+use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+
+/// One pattern's metric and its rows: (label, index of the probe).
+#[derive(Debug)]
+struct PatternRows {
+    metric: MetricSpec,
+    rows: Vec<(String, usize)>,
+}
+
+/// Counts calls of the functions named by patterns.
+#[derive(Debug)]
+pub struct Invocations {
+    patterns: Vec<PatternRows>,
+    /// Distinct probe locations (file, offset).
+    targets: Vec<(PathBuf, u64)>,
+    warnings: Vec<String>,
+    tracefs: Tracefs,
+    set: Option<ProbeSet>,
+    counters: Option<RunCounters>,
+}
+
+impl Invocations {
+    /// Resolve `patterns` against `program` (with the child's `LD_LIBRARY_PATH`).
+    /// `max_probes` limits the functions one pattern may match.
+    pub fn new(
+        program: &Path,
+        ld_library_path: Option<&OsStr>,
+        patterns: &[String],
+        max_probes: usize,
+    ) -> Result<Invocations, ProbeError> {
+        let mut target = Target::load(program, ld_library_path)?;
+        // Fail before any run (of any group) when uprobes cannot be used at all.
+        let tracefs = Tracefs::open_or_mount()?;
+        let matches = match_patterns(&mut target, patterns, max_probes)?;
+        let mut warnings = Vec::new();
+        if let Some(script) = &target.script {
+            warnings.push(format!(
+                "{} is a script: probing its interpreter {}",
+                script.display(),
+                target.exe().path.display()
+            ));
+        }
+        if !target.libraries.missing.is_empty() {
+            warnings.push(format!(
+                "libraries of {} not found, so not probed (set LD_LIBRARY_PATH with --env?): {}",
+                target.exe().file_name(),
+                target.libraries.missing.join(", ")
+            ));
+        }
+        let mut targets: Vec<(PathBuf, u64)> = Vec::new();
+        let mut rows_of = Vec::new();
+        for m in &matches {
+            warnings.extend(m.inlined_warning());
+            for e in &m.dwarf_errors {
+                warnings.push(format!(
+                    "`{}`: inlined instances unknown, DWARF unreadable: {e}",
+                    m.pattern.as_str()
+                ));
+            }
+            let rows = m
+                .functions
+                .iter()
+                .map(|f| {
+                    let key = (f.path.clone(), f.offset);
+                    let index = match targets.iter().position(|t| *t == key) {
+                        Some(i) => i,
+                        None => {
+                            targets.push(key);
+                            targets.len() - 1
+                        }
+                    };
+                    (f.label.clone(), index)
+                })
+                .collect();
+            rows_of.push(PatternRows {
+                metric: MetricSpec::new(
+                    format!("invocations.{}", m.pattern.as_str()),
+                    Unit::Count,
+                    "uprobe",
+                    true,
+                ),
+                rows,
+            });
+        }
+        Ok(Invocations {
+            patterns: rows_of,
+            targets,
+            warnings,
+            tracefs,
+            set: None,
+            counters: None,
+        })
+    }
+
+    /// How many distinct functions are probed.
+    pub fn probe_count(&self) -> usize {
+        self.targets.len()
+    }
+
+    fn define(&mut self) -> Result<&ProbeSet, ProbeError> {
+        if self.set.is_none() {
+            self.tracefs.clean_stale()?;
+            self.set = Some(ProbeSet::define(&self.tracefs, &self.targets)?);
+        }
+        self.set
+            .as_ref()
+            .ok_or_else(|| unreachable_state("probe set missing after definition"))
+    }
+}
+
+fn unreachable_state(what: &str) -> ProbeError {
+    ProbeError::Counter {
+        event: what.to_string(),
+        pid: 0,
+        cause: std::io::Error::other("internal error; please report it"),
+    }
+}
+
+impl Instrument for Invocations {
+    fn name(&self) -> &str {
+        "uprobes"
+    }
+
+    fn prepare(&mut self, _setup: &mut crate::instrument::ChildSetup) -> anyhow::Result<()> {
+        self.define()?;
+        Ok(())
+    }
+
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        let set = self.define()?;
+        self.counters = Some(RunCounters::open(set, pid.as_raw())?);
+        Ok(())
+    }
+
+    fn collect(&mut self, _outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        let mut counters = self
+            .counters
+            .take()
+            .ok_or_else(|| unreachable_state("collect without attach"))?;
+        let counts = counters.read()?;
+        for p in &self.patterns {
+            let details: Vec<(String, f64)> = p
+                .rows
+                .iter()
+                .map(|(label, i)| (label.clone(), counts[*i] as f64))
+                .collect();
+            out.push(Sample {
+                metric: p.metric.clone(),
+                value: details.iter().map(|(_, v)| v).sum(),
+                details,
+            });
+        }
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.counters = None;
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+
+    fn finish(&mut self) {
+        // Counters hold the events busy: close them before removing the definitions.
+        self.counters = None;
+        if let Some(mut set) = self.set.take() {
+            if let Err(e) = set.remove() {
+                eprintln!(
+                    "sbs-profile: warning: {e}; remove what is left with `grep {} /sys/kernel/tracing/uprobe_events` and `echo '-:GROUP/EVENT' >> /sys/kernel/tracing/uprobe_events`",
+                    set.group()
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Counting uprobe hits in one child process, its threads and its descendants.
+//!
+//! Each uprobe defined in tracefs is a tracepoint; a perf counter on that tracepoint,
+//! opened on the child's pid with `inherit` and `enable_on_exec` while the child waits at
+//! its start gate, counts every hit in the child after `exec`, in all its threads and in
+//! the processes it forks. (A uprobe opened through the uprobe PMU with `inherit` makes
+//! every `clone()` of the child fail: see FINDINGS.)
+
+use perf_event::events::Tracepoint;
+use perf_event::{Builder, Counter};
+
+use crate::error::ProbeError;
+use crate::tracefs::ProbeSet;
+
+/// Open counters for one run.
+#[derive(Debug)]
+pub struct RunCounters {
+    counters: Vec<(String, Counter)>,
+}
+
+impl RunCounters {
+    /// Open one counter per probe of `set` on `pid`, which must not have exec'd yet.
+    pub fn open(set: &ProbeSet, pid: i32) -> Result<RunCounters, ProbeError> {
+        let wanted = set.probes().len() as u64 + 256;
+        let _ = crate::sys::raise_nofile_limit(wanted);
+        let mut counters = Vec::with_capacity(set.probes().len());
+        for p in set.probes() {
+            let counter = Builder::new(Tracepoint::with_id(p.id))
+                .observe_pid(pid)
+                .any_cpu()
+                .inherit(true)
+                .enable_on_exec(true)
+                .build()
+                .map_err(|e| {
+                    let what =
+                        format!("opening a perf counter on uprobe {} for pid {pid}", p.event);
+                    ProbeError::or_permission(e, what, |source| ProbeError::Counter {
+                        event: p.event.clone(),
+                        pid,
+                        cause: source,
+                    })
+                })?;
+            counters.push((p.event.clone(), counter));
+        }
+        Ok(RunCounters { counters })
+    }
+
+    /// Read every counter, in the order of the probes. Call after the child was reaped:
+    /// the counts of its exited descendants are then folded in.
+    pub fn read(&mut self) -> Result<Vec<u64>, ProbeError> {
+        self.counters
+            .iter_mut()
+            .map(|(event, c)| {
+                c.read().map_err(|source| ProbeError::ReadCounter {
+                    event: event.clone(),
+                    cause: source,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,445 @@
+//! From a command and patterns to the functions to probe: finds the ELF file behind the
+//! command (following a script's `#!` line), loads it and the libraries it loads, and
+//! matches every pattern against their demangled function names.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use crate::demangle::{demangle, Demangled};
+use crate::dwarf::{InlinedIndex, InlinedMatch};
+use crate::elf::{resolve_libraries, Image, Libraries};
+use crate::error::ProbeError;
+use crate::pattern::{edit_distance, Pattern};
+
+/// The default limit of functions one pattern may match.
+pub const DEFAULT_MAX_PROBES: usize = 1000;
+
+/// The program behind a command, with the libraries it loads.
+#[derive(Debug)]
+pub struct Target {
+    /// The executable as given (a script or an ELF file).
+    pub program: PathBuf,
+    /// The `#!` interpreter chain followed to reach the ELF file, if any.
+    pub script: Option<PathBuf>,
+    /// The ELF executable first, then the loader and the libraries in load order.
+    pub images: Vec<Image>,
+    /// Library resolution results.
+    pub libraries: Libraries,
+    inlined: Vec<Option<Result<InlinedIndex, String>>>,
+}
+
+impl Target {
+    /// Resolve `program` (a path, or a name looked up in `PATH`) to its ELF file and load
+    /// it with its libraries. `ld_library_path` is the child's `LD_LIBRARY_PATH`.
+    pub fn load(program: &Path, ld_library_path: Option<&OsStr>) -> Result<Target, ProbeError> {
+        let given = find_in_path(program).ok_or_else(|| {
+            ProbeError::read(
+                program,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no such file, and not found in PATH",
+                ),
+            )
+        })?;
+        let (elf_path, script) = follow_shebang(&given, 0)?;
+        let exe = Image::load(&elf_path)?;
+        let (libraries, libs) = resolve_libraries(&exe, ld_library_path);
+        let mut images = vec![exe];
+        images.extend(libs);
+        let inlined = images.iter().map(|_| None).collect();
+        Ok(Target {
+            program: given,
+            script,
+            images,
+            libraries,
+            inlined,
+        })
+    }
+
+    /// The ELF executable.
+    pub fn exe(&self) -> &Image {
+        &self.images[0]
+    }
+
+    fn inlined_of(&mut self, image: usize) -> &Result<InlinedIndex, String> {
+        let data = self.images[image].data();
+        self.inlined[image].get_or_insert_with(|| InlinedIndex::build(data))
+    }
+}
+
+/// One function a pattern matched.
+#[derive(Debug, Clone)]
+pub struct MatchedFunction {
+    /// The file holding it.
+    pub path: PathBuf,
+    /// Index into [`Target::images`] (0 = the executable).
+    pub image: usize,
+    /// Raw symbol name(s); aliases at the same address are joined with ` = `.
+    pub raw: String,
+    /// Demangled name.
+    pub demangled: Demangled,
+    /// File offset of its first instruction.
+    pub offset: u64,
+    /// Row label: demangled name, a hash or address when needed to tell rows apart,
+    /// and `[library]` when not in the executable.
+    pub label: String,
+}
+
+/// What one pattern matched.
+#[derive(Debug, Clone)]
+pub struct PatternMatch {
+    /// The pattern.
+    pub pattern: Pattern,
+    /// The functions to probe, sorted by label.
+    pub functions: Vec<MatchedFunction>,
+    /// Inlined instances of matching functions, which probes do not count.
+    pub inlined: InlinedMatch,
+    /// DWARF that could not be read (so inlined instances are unknown), per file.
+    pub dwarf_errors: Vec<String>,
+}
+
+impl PatternMatch {
+    /// A warning for the report when some calls cannot be counted, else `None`.
+    pub fn inlined_warning(&self) -> Option<String> {
+        if self.inlined.instances == 0 {
+            return None;
+        }
+        let examples: Vec<&str> = self
+            .inlined
+            .functions
+            .iter()
+            .take(3)
+            .map(String::as_str)
+            .collect();
+        Some(format!(
+            "`{}`: {} inlined instance(s) of {} function(s) ({}{}) are not counted; only calls to the out-of-line copies are",
+            self.pattern.as_str(),
+            self.inlined.instances,
+            self.inlined.functions.len(),
+            examples.join(", "),
+            if self.inlined.functions.len() > 3 { ", ..." } else { "" },
+        ))
+    }
+}
+
+/// Match `patterns` against the functions of `target`. A pattern that matches nothing
+/// or more than `max_probes` functions is an error.
+pub fn match_patterns(
+    target: &mut Target,
+    patterns: &[String],
+    max_probes: usize,
+) -> Result<Vec<PatternMatch>, ProbeError> {
+    let parsed: Vec<Pattern> = patterns
+        .iter()
+        .map(|p| Pattern::parse(p))
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(parsed.len());
+    for pattern in parsed {
+        let functions = find_functions(target, &pattern);
+        let mut inlined = InlinedMatch::default();
+        let mut dwarf_errors = Vec::new();
+        for i in 0..target.images.len() {
+            let path = target.images[i].path.clone();
+            match target.inlined_of(i) {
+                Ok(index) => {
+                    let m = index.matching(&pattern);
+                    inlined.instances += m.instances;
+                    inlined.functions.extend(m.functions);
+                }
+                Err(e) => dwarf_errors.push(format!("{}: {e}", path.display())),
+            }
+        }
+        if functions.is_empty() {
+            return Err(no_match(target, &pattern, &inlined));
+        }
+        if functions.len() > max_probes {
+            let examples: Vec<&str> = functions.iter().take(3).map(|f| f.label.as_str()).collect();
+            return Err(ProbeError::TooMany {
+                pattern: pattern.as_str().to_string(),
+                count: functions.len(),
+                limit: max_probes,
+                examples: examples.join(", "),
+            });
+        }
+        out.push(PatternMatch {
+            pattern,
+            functions,
+            inlined,
+            dwarf_errors,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether the raw name may contain `ident` (mangled names keep identifiers verbatim);
+/// a cheap filter before demangling.
+fn may_match(raw: &str, pattern: &Pattern) -> bool {
+    let last = pattern.last_segment();
+    let ident = !last.is_empty() && last.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    !ident || raw.contains(last) || raw == pattern.as_str()
+}
+
+fn find_functions(target: &Target, pattern: &Pattern) -> Vec<MatchedFunction> {
+    // (image, offset) -> function; aliases at one address are probed once.
+    let mut found: BTreeMap<(usize, u64), MatchedFunction> = BTreeMap::new();
+    for (i, image) in target.images.iter().enumerate() {
+        for f in &image.functions {
+            if !may_match(&f.name, pattern) {
+                continue;
+            }
+            let d = demangle(&f.name);
+            if !pattern.matches(&f.name, &d.label) {
+                continue;
+            }
+            found
+                .entry((i, f.offset))
+                .and_modify(|m| {
+                    if !m.raw.split(" = ").any(|r| r == f.name) {
+                        m.raw = format!("{} = {}", m.raw, f.name);
+                    }
+                })
+                .or_insert_with(|| MatchedFunction {
+                    path: image.path.clone(),
+                    image: i,
+                    raw: f.name.clone(),
+                    demangled: d,
+                    offset: f.offset,
+                    label: String::new(),
+                });
+        }
+    }
+    let mut functions: Vec<MatchedFunction> = found.into_values().collect();
+    // Labels: unique within the pattern.
+    let mut counts: BTreeMap<(usize, String), usize> = BTreeMap::new();
+    for f in &functions {
+        *counts
+            .entry((f.image, f.demangled.label.clone()))
+            .or_default() += 1;
+    }
+    for f in &mut functions {
+        let mut label = f.demangled.label.clone();
+        if counts[&(f.image, label.clone())] > 1 {
+            match &f.demangled.hash {
+                Some(h) => label = format!("{label} [{h}]"),
+                None => label = format!("{label} [@{:#x}]", f.offset),
+            }
+        }
+        if f.image != 0 {
+            label = format!("{label} [{}]", target.images[f.image].file_name());
+        }
+        f.label = label;
+    }
+    functions.sort_by(|a, b| a.label.cmp(&b.label));
+    functions
+}
+
+fn no_match(target: &Target, pattern: &Pattern, inlined: &InlinedMatch) -> ProbeError {
+    let exe = target.exe();
+    let mut context = String::new();
+    if inlined.instances > 0 {
+        context.push_str(&format!(
+            " (it exists only inlined: {} instance(s) of {}, which uprobes cannot count; build with less inlining, e.g. #[inline(never)] or opt-level=1)",
+            inlined.instances,
+            inlined.functions.first().map(String::as_str).unwrap_or("?"),
+        ));
+    }
+    if exe.stripped {
+        let exported = exe.functions.iter().filter(|f| f.exported).count();
+        context.push_str(&format!(
+            "; {} is stripped (no .symtab): only its {exported} exported functions and the functions of its shared libraries can be probed; rebuild without stripping",
+            exe.file_name()
+        ));
+    }
+    if exe.is_static {
+        context.push_str(&format!(
+            "; {} is statically linked: it loads no shared libraries, so only functions linked into it can be probed",
+            exe.file_name()
+        ));
+    }
+    if !target.libraries.missing.is_empty() {
+        context.push_str(&format!(
+            "; libraries not found (set LD_LIBRARY_PATH?): {}",
+            target.libraries.missing.join(", ")
+        ));
+    }
+    let closest = closest_names(target, pattern);
+    let closest = if closest.is_empty() {
+        String::new()
+    } else {
+        format!("; closest names: {}", closest.join(", "))
+    };
+    ProbeError::NoMatch {
+        pattern: pattern.as_str().to_string(),
+        target: exe.path.clone(),
+        context,
+        closest,
+    }
+}
+
+/// Up to 5 existing function names whose last segment is closest to the pattern's.
+pub fn closest_names(target: &Target, pattern: &Pattern) -> Vec<String> {
+    let want = pattern.last_segment().to_lowercase();
+    let limit = (want.chars().count() / 3).max(2);
+    let mut scored: Vec<(usize, usize, String)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (index, image) in target.images.iter().enumerate() {
+        for f in &image.functions {
+            let d = demangle(&f.name).label;
+            let paths = crate::pattern::name_paths(&d);
+            let Some(last) = paths.first().and_then(|p| p.last()) else {
+                continue;
+            };
+            let last = last.to_lowercase();
+            let dist = if last.contains(&want) || want.contains(&last) && last.len() > 2 {
+                last.len().abs_diff(want.len()).min(limit)
+            } else {
+                edit_distance(&last, &want)
+            };
+            if dist <= limit && seen.insert(d.clone()) {
+                // The program's own functions before its libraries'.
+                scored.push((dist, usize::from(index > 0), d));
+            }
+        }
+    }
+    scored.sort_by(|a, b| (a.0, a.1, a.2.len(), &a.2).cmp(&(b.0, b.1, b.2.len(), &b.2)));
+    scored.into_iter().take(5).map(|(_, _, n)| n).collect()
+}
+
+fn find_in_path(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 || program.is_absolute() {
+        return program.exists().then(|| program.to_path_buf());
+    }
+    if program.exists() && program.to_string_lossy().contains('/') {
+        return Some(program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Follow `#!` lines to the ELF file that the kernel will run. Returns the ELF path and
+/// the script, if `path` was one.
+fn follow_shebang(path: &Path, depth: u32) -> Result<(PathBuf, Option<PathBuf>), ProbeError> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| ProbeError::read(path, e))?;
+    let head = &head[..n];
+    if !head.starts_with(b"#!") {
+        return Ok((path.to_path_buf(), None));
+    }
+    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
+    let line = String::from_utf8_lossy(&head[2..line_end])
+        .trim()
+        .to_string();
+    let mut words = line.split_whitespace();
+    let interp = words.next().unwrap_or("").to_string();
+    let arg: Vec<&str> = words.collect();
+    let fail = |hint: &str| ProbeError::Interpreter {
+        path: path.to_path_buf(),
+        interpreter: line.clone(),
+        hint: hint.to_string(),
+    };
+    if depth > 4 {
+        return Err(fail(
+            "too many nested `#!` interpreters; run the interpreter directly",
+        ));
+    }
+    if interp.is_empty() {
+        return Err(fail("the `#!` line is empty; add an interpreter path"));
+    }
+    let mut interp_path = PathBuf::from(&interp);
+    if interp_path.file_name() == Some(OsStr::new("env")) {
+        // `#!/usr/bin/env [-S] prog [args]`: PATH lookup of prog.
+        let prog = arg
+            .iter()
+            .find(|a| !a.starts_with('-') && !a.contains('='))
+            .ok_or_else(|| fail("`env` is given no program name"))?;
+        interp_path = find_in_path(Path::new(prog)).ok_or_else(|| {
+            fail(&format!(
+                "`{prog}` is not in PATH; install it or give its full path"
+            ))
+        })?;
+    }
+    if !interp_path.exists() {
+        return Err(fail("install it, or fix the `#!` line"));
+    }
+    let (elf, _) = follow_shebang(&interp_path, depth + 1)?;
+    Ok((elf, Some(path.to_path_buf())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own_target() -> Target {
+        Target::load(&std::env::current_exe().unwrap(), None).unwrap()
+    }
+
+    #[inline(never)]
+    fn probe_me_resolve_unique() -> u32 {
+        std::hint::black_box(7)
+    }
+
+    #[test]
+    fn matches_own_function_and_malloc() {
+        assert_eq!(probe_me_resolve_unique(), 7);
+        let mut t = own_target();
+        let m = match_patterns(
+            &mut t,
+            &["probe_me_resolve_unique".into(), "malloc".into()],
+            DEFAULT_MAX_PROBES,
+        )
+        .unwrap();
+        assert_eq!(m[0].functions.len(), 1);
+        assert_eq!(m[0].functions[0].image, 0);
+        assert!(m[0].functions[0]
+            .label
+            .ends_with("tests::probe_me_resolve_unique"));
+        assert!(
+            m[1].functions
+                .iter()
+                .any(|f| f.label == "malloc [libc.so.6]"),
+            "{:?}",
+            m[1].functions
+        );
+    }
+
+    #[test]
+    fn no_match_lists_closest_names() {
+        let mut t = own_target();
+        let e = match_patterns(&mut t, &["probe_me_resolve_uniqe".into()], 10).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("matches no function"), "{msg}");
+        assert!(msg.contains("probe_me_resolve_unique"), "{msg}");
+    }
+
+    #[test]
+    fn too_many_is_refused() {
+        let mut t = own_target();
+        let e = match_patterns(&mut t, &["fmt".into()], 3).unwrap_err();
+        assert!(matches!(e, ProbeError::TooMany { limit: 3, .. }), "{e}");
+        assert!(e.to_string().contains("--max-probes"));
+    }
+
+    #[test]
+    fn script_follows_shebang() {
+        let dir = crate::elf::tests::tempfile_dir();
+        let s = dir.join("script.sh");
+        std::fs::write(&s, "#!/bin/sh\necho hi\n").unwrap();
+        let t = Target::load(&s, None).unwrap();
+        assert_eq!(t.script.as_deref(), Some(s.as_path()));
+        assert_eq!(t.exe().path, Path::new("/bin/sh").canonicalize().unwrap());
+        let bad = dir.join("bad.sh");
+        std::fs::write(&bad, "#!/nonexistent/interp\n").unwrap();
+        let e = Target::load(&bad, None).unwrap_err();
+        assert!(matches!(e, ProbeError::Interpreter { .. }), "{e}");
+        let env = dir.join("env.sh");
+        std::fs::write(&env, "#!/usr/bin/env sh\n").unwrap();
+        assert!(Target::load(&env, None).is_ok());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

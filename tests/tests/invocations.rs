@@ -1,0 +1,583 @@
+//! `--invocations`: exact call counts through uprobes on fixture programs, the perf-probe
+//! oracle, bad input, and clean-up of probe definitions. Needs root (uprobes); skipped
+//! with a printed reason otherwise.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use util::{metric, samples, sbs};
+
+const UPROBE_EVENTS: &str = "/sys/kernel/tracing/uprobe_events";
+
+fn skip_unless_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: uprobes need root");
+        return true;
+    }
+    false
+}
+
+/// Details (label -> samples) of a metric.
+fn details(m: &serde_json::Value) -> Vec<(String, Vec<f64>)> {
+    m["details"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| (d["label"].as_str().unwrap().to_string(), samples(d)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn detail(m: &serde_json::Value, label: &str) -> Vec<f64> {
+    details(m)
+        .into_iter()
+        .find(|(l, _)| l == label)
+        .unwrap_or_else(|| panic!("no detail {label:?} in {m:#}"))
+        .1
+}
+
+/// Our definitions owned by process `pid` still in the kernel.
+fn definitions_of(pid: u32) -> Vec<String> {
+    let prefix = format!("sbs_profile_{pid}_");
+    std::fs::read_to_string(UPROBE_EVENTS)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Run sbs-profile as a child we know the pid of; returns (pid, output).
+fn sbs_with_pid(args: &[&str]) -> (u32, std::process::Output) {
+    let child = Command::new(util::sbs_profile())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    (pid, child.wait_with_output().unwrap())
+}
+
+#[test]
+fn counts_are_exact_from_main_thread_threads_and_forked_child() {
+    if skip_unless_root() {
+        return;
+    }
+    for (n, threads) in [(1000u64, 3u64), (250, 0), (4000, 1)] {
+        let run = sbs([
+            "--runs",
+            "3",
+            "--format",
+            "json",
+            "--invocations",
+            "calls::work",
+            "--invocations",
+            "work_more",
+            "--",
+            fixture!("calls"),
+            &n.to_string(),
+            &threads.to_string(),
+        ])
+        .success();
+        let report = run.json();
+        let work = metric(&report, "invocations.calls::work");
+        let expected = (n * (threads + 2)) as f64;
+        assert_eq!(samples(work), vec![expected; 3], "n={n} threads={threads}");
+        assert_eq!(work["source"], "uprobe");
+        assert_eq!(work["exact"], true);
+        assert_eq!(work["group"], "invocations");
+        assert_eq!(detail(work, "calls::work"), vec![expected; 3]);
+        let more = metric(&report, "invocations.work_more");
+        assert_eq!(samples(more), vec![1.0; 3]);
+        // Invocation runs carry no timing.
+        let ids: Vec<&str> = report["benchmarks"][0]["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        run.check(
+            ids.iter().all(|id| id.starts_with("invocations.")),
+            "only invocation metrics",
+        );
+    }
+}
+
+#[test]
+fn trait_methods_generics_and_malloc_of_glibc() {
+    if skip_unless_root() {
+        return;
+    }
+    let n = 500.0;
+    let run = sbs([
+        "--runs",
+        "2",
+        "--format",
+        "json",
+        "--invocations",
+        "Widget::fmt",
+        "--invocations",
+        "Display::fmt",
+        "--invocations",
+        "generic_step",
+        "--invocations",
+        "malloc",
+        "--",
+        fixture!("calls"),
+        "500",
+        "1",
+    ])
+    .success();
+    let report = run.json();
+    let widget = metric(&report, "invocations.Widget::fmt");
+    assert_eq!(samples(widget), vec![n; 2]);
+    assert_eq!(
+        detail(widget, "<calls::Widget as core::fmt::Display>::fmt"),
+        vec![n; 2]
+    );
+    // Through the trait: the same function, among every other Display::fmt.
+    let display = metric(&report, "invocations.Display::fmt");
+    assert_eq!(
+        detail(display, "<calls::Widget as core::fmt::Display>::fmt"),
+        vec![n; 2]
+    );
+    // Two monomorphizations, each on its own row: N and 2N calls.
+    let generic = metric(&report, "invocations.generic_step");
+    assert_eq!(samples(generic), vec![3.0 * n; 2]);
+    let mut per_row: Vec<f64> = details(generic).iter().map(|(_, s)| s[0]).collect();
+    per_row.sort_by(f64::total_cmp);
+    assert_eq!(per_row, vec![n, 2.0 * n]);
+    // glibc's malloc, found through DT_NEEDED, deterministic run after run.
+    let malloc = metric(&report, "invocations.malloc");
+    let m = samples(malloc);
+    assert!(m[0] >= 1.0 && m[0] == m[1], "{m:?}");
+    assert_eq!(detail(malloc, "malloc [libc.so.6]"), m);
+}
+
+#[test]
+fn text_report_has_one_row_per_symbol_and_the_inlined_warning() {
+    if skip_unless_root() {
+        return;
+    }
+    let run = sbs([
+        "--runs",
+        "1",
+        "--invocations",
+        "generic_step",
+        "--invocations",
+        "Display::fmt",
+        "--",
+        fixture!("calls"),
+        "10",
+        "1",
+    ])
+    .success();
+    let out = run.stdout();
+    run.check(
+        out.matches("calls::generic_step [h").count() == 2,
+        "two generic_step rows told apart by their hash",
+    );
+    // std's Display impls exist also as inlined copies, which a probe cannot see.
+    run.check(
+        out.contains("inlined instance(s)") && out.contains("are not counted"),
+        "inlined warning",
+    );
+}
+
+fn build_cpp(dir: &Path) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cpp/overloads.cpp");
+    let exe = dir.join("overloads");
+    match Command::new("g++")
+        .args(["-O1", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+    {
+        Ok(out) if out.status.success() => Some(exe),
+        Ok(out) => panic!("g++ failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => {
+            eprintln!("skipped: g++ not available ({e})");
+            None
+        }
+    }
+}
+
+#[test]
+fn cpp_overloads_templates_and_operators() {
+    if skip_unless_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_cpp(dir.path()) else {
+        return;
+    };
+    let run = sbs([
+        "--runs".as_ref(),
+        "2".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        "Widget::draw".as_ref(),
+        "--invocations".as_ref(),
+        "Widget::operator<<".as_ref(),
+        "--invocations".as_ref(),
+        "Box::get".as_ref(),
+        "--invocations".as_ref(),
+        "shapes::scale".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+        "300".as_ref(),
+    ])
+    .success();
+    let report = run.json();
+    let draw = metric(&report, "invocations.Widget::draw");
+    assert_eq!(samples(draw), vec![900.0; 2]);
+    assert_eq!(detail(draw, "shapes::Widget::draw(int)"), vec![300.0; 2]);
+    assert_eq!(detail(draw, "shapes::Widget::draw(double)"), vec![600.0; 2]);
+    let op = metric(&report, "invocations.Widget::operator<<");
+    assert_eq!(
+        detail(op, "shapes::Widget::operator<<(int)"),
+        vec![900.0; 2]
+    );
+    let get = metric(&report, "invocations.Box::get");
+    assert_eq!(detail(get, "shapes::Box<int>::get() const"), vec![300.0; 2]);
+    assert_eq!(
+        detail(get, "shapes::Box<double>::get() const"),
+        vec![300.0; 2]
+    );
+    let scale = metric(&report, "invocations.shapes::scale");
+    assert_eq!(detail(scale, "shapes::scale(long)"), vec![300.0; 2]);
+}
+
+/// Debian's `perf probe` + `perf stat` on the same function and command: equal counts.
+#[test]
+fn equals_perf_probe_and_perf_stat() {
+    if skip_unless_root() {
+        return;
+    }
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("skipped: `perf` (linux-perf) is not installed");
+        return;
+    }
+    let exe = fixture!("calls");
+    let nm = Command::new("nm").arg(exe).output();
+    let Ok(nm) = nm else {
+        eprintln!("skipped: `nm` (binutils) is not installed");
+        return;
+    };
+    let symbols = String::from_utf8_lossy(&nm.stdout).into_owned();
+    let mangled = symbols
+        .split_whitespace()
+        .find(|s| s.starts_with("_ZN5calls4work17h"))
+        .expect("calls::work in nm output")
+        .to_string();
+    let group = format!("sbsoracle{}", std::process::id());
+    let add = Command::new("perf")
+        .args(["probe", "-q", "-x", exe, "--add"])
+        .arg(format!("{group}:work={mangled}"))
+        .output()
+        .unwrap();
+    assert!(
+        add.status.success(),
+        "perf probe: {}",
+        String::from_utf8_lossy(&add.stderr)
+    );
+    let stat = Command::new("perf")
+        .args(["stat", "-x,", "-e"])
+        .arg(format!("{group}:work"))
+        .args(["--", exe, "1234", "2"])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = Command::new("perf")
+        .args(["probe", "-q", "-d"])
+        .arg(format!("{group}:*"))
+        .output();
+    let text = String::from_utf8_lossy(&stat.stderr).into_owned();
+    let perf_count: f64 = text
+        .lines()
+        .find(|l| l.contains(&format!("{group}:work")))
+        .and_then(|l| l.split(',').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in perf stat output: {text}"));
+    let run = sbs([
+        "--runs",
+        "2",
+        "--format",
+        "json",
+        "--invocations",
+        "calls::work",
+        "--",
+        exe,
+        "1234",
+        "2",
+    ])
+    .success();
+    let ours = samples(metric(&run.json(), "invocations.calls::work"));
+    assert_eq!(perf_count, 1234.0 * 4.0);
+    assert_eq!(ours, vec![perf_count; 2]);
+}
+
+#[test]
+fn bad_input_is_a_one_line_error_with_exit_2() {
+    if skip_unless_root() {
+        return;
+    }
+    let calls = fixture!("calls");
+    sbs(["--invocations", "wrok", "--", calls]).fails_with(2, "closest names: calls::work");
+    sbs(["--invocations", "Vec<T::push", "--", calls]).fails_with(2, "not balanced");
+    sbs(["--max-probes", "3", "--invocations", "fmt", "--", calls])
+        .fails_with(2, "raise the limit with --max-probes");
+
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("not-elf");
+    std::fs::write(&text, "plain text\n").unwrap();
+    make_executable(&text);
+    sbs([
+        "--invocations".as_ref(),
+        "main".as_ref(),
+        "--".as_ref(),
+        text.as_os_str(),
+    ])
+    .fails_with(2, "is not an ELF executable");
+
+    let script = dir.path().join("bad-interp.sh");
+    std::fs::write(&script, "#!/nonexistent/interpreter\n").unwrap();
+    make_executable(&script);
+    sbs([
+        "--invocations".as_ref(),
+        "malloc".as_ref(),
+        "--".as_ref(),
+        script.as_os_str(),
+    ])
+    .fails_with(2, "interpreter `/nonexistent/interpreter` was not found");
+
+    if Command::new("strip").arg("--version").output().is_ok() {
+        let stripped = dir.path().join("calls-stripped");
+        std::fs::copy(calls, &stripped).unwrap();
+        assert!(Command::new("strip")
+            .arg(&stripped)
+            .status()
+            .unwrap()
+            .success());
+        sbs([
+            "--invocations".as_ref(),
+            "work".as_ref(),
+            "--".as_ref(),
+            stripped.as_os_str(),
+        ])
+        .fails_with(2, "is stripped (no .symtab)");
+    } else {
+        eprintln!("skipped (stripped binary case): `strip` is not installed");
+    }
+}
+
+fn make_executable(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn scripts_and_static_binaries_are_probed() {
+    if skip_unless_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("s.sh");
+    std::fs::write(&script, "#!/bin/sh\nls / > /dev/null\n").unwrap();
+    make_executable(&script);
+    let run = sbs([
+        "--runs".as_ref(),
+        "2".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        "malloc".as_ref(),
+        "--".as_ref(),
+        script.as_os_str(),
+    ])
+    .success();
+    let report = run.json();
+    let m = samples(metric(&report, "invocations.malloc"));
+    run.check(m[0] > 0.0, "the shell and ls call malloc");
+    run.check(
+        report["benchmarks"][0]["warnings"]
+            .to_string()
+            .contains("is a script"),
+        "script warning",
+    );
+
+    let src = dir.path().join("stat.c");
+    std::fs::write(
+        &src,
+        "__attribute__((noinline)) void counted(void) { __asm__ volatile(\"\"); }\n\
+         int main(void) { for (int i = 0; i < 77; i++) counted(); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("stat");
+    let built = Command::new("cc")
+        .args(["-static", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("skipped (static case): `cc -static` does not work here");
+        return;
+    }
+    let run = sbs([
+        "--runs".as_ref(),
+        "2".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        "counted".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ])
+    .success();
+    assert_eq!(
+        samples(metric(&run.json(), "invocations.counted")),
+        vec![77.0; 2]
+    );
+    sbs([
+        "--invocations".as_ref(),
+        "nope_nothing".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ])
+    .fails_with(2, "is statically linked");
+}
+
+#[test]
+fn probes_are_removed_after_success_crash_and_ctrl_c() {
+    if skip_unless_root() {
+        return;
+    }
+    let (pid, out) = sbs_with_pid(&[
+        "--runs",
+        "1",
+        "--invocations",
+        "work",
+        "--",
+        fixture!("calls"),
+        "10",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(definitions_of(pid), Vec::<String>::new());
+
+    // A crashing child: the run fails, the probes go.
+    let (pid, out) = sbs_with_pid(&[
+        "--runs",
+        "1",
+        "--invocations",
+        "main",
+        "--",
+        fixture!("crash"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(definitions_of(pid), Vec::<String>::new());
+
+    // Ctrl-C while the child runs.
+    let child = Command::new(util::sbs_profile())
+        .args([
+            "--runs",
+            "1",
+            "--invocations",
+            "main",
+            "--",
+            fixture!("forever"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = Instant::now();
+    while definitions_of(pid).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "probes never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: signalling the sbs-profile process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(definitions_of(pid), Vec::<String>::new());
+}
+
+#[test]
+fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
+    if skip_unless_root() {
+        return;
+    }
+    // A pid that surely is dead: a child we started and reaped.
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    // Make sure tracefs is mounted (any --invocations run mounts it).
+    sbs([
+        "--runs",
+        "1",
+        "--invocations",
+        "work_more",
+        "--",
+        fixture!("calls"),
+        "1",
+        "0",
+    ])
+    .success();
+    let stale = format!("sbs_profile_{dead_pid}_0/p0");
+    // A valid definition (start of `main`), as a killed sbs-profile would have left it.
+    let image = sbs_probes::elf::Image::load(Path::new(fixture!("calls"))).unwrap();
+    let main = image
+        .functions
+        .iter()
+        .find(|f| f.name == "main")
+        .expect("main");
+    let line = format!("p:{stale} {}:{:#x}\n", image.path.display(), main.offset);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(UPROBE_EVENTS)
+        .and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(line.as_bytes())
+        })
+        .unwrap();
+    assert_eq!(definitions_of(dead_pid).len(), 1);
+    sbs([
+        "--runs",
+        "1",
+        "--invocations",
+        "work_more",
+        "--",
+        fixture!("calls"),
+        "1",
+        "0",
+    ])
+    .success();
+    assert_eq!(definitions_of(dead_pid), Vec::<String>::new());
+}
