@@ -11,6 +11,7 @@ use clap::{Args, Parser};
 
 use crate::instrument::Group;
 use crate::instruments::alloc::{AllocAgent, AllocMetrics};
+use crate::instruments::boxing::Boxing;
 use crate::instruments::invocations::Invocations;
 use crate::instruments::memory::Memory;
 use crate::instruments::timing::Timing;
@@ -81,6 +82,12 @@ pub struct RunArgs {
     /// alloc.bytes, alloc.frees, alloc.reallocs, heap.peak, heap.live_at_exit.
     #[arg(long)]
     pub alloc: bool,
+
+    /// Count the values a Rust program boxes (`Box::new`) as boxing.count (its own group
+    /// of runs; uprobes, needs root). Exact for out-of-line calls; inlined ones (release
+    /// builds) are reported in a warning, not counted. See docs/alloc.md.
+    #[arg(long)]
+    pub boxing: bool,
 
     /// Measure the footprint (its own group of runs): rss.peak (rusage), rss.tree_peak
     /// (procfs, whole process group) and heap.peak (agent).
@@ -272,6 +279,21 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
                 AllocMetrics::All,
                 &run.program,
                 &run.env,
+            )?)],
+        });
+    }
+    if args.boxing {
+        let ld_library_path = run
+            .env
+            .iter()
+            .find(|(k, _)| k == "LD_LIBRARY_PATH")
+            .map(|(_, v)| v.as_os_str());
+        groups.push(Group {
+            name: "boxing".into(),
+            instruments: vec![Box::new(Boxing::new(
+                &run.program,
+                ld_library_path,
+                args.max_probes,
             )?)],
         });
     }

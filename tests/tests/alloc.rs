@@ -414,3 +414,58 @@ fn cli_refuses_a_static_binary_instead_of_reporting_zeros() {
     ]);
     run.fails_with(2, "statically linked");
 }
+
+#[test]
+fn boxing_counts_each_box_new() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: --boxing uses uprobes, which need root");
+        return;
+    }
+    let count = |n: &str| {
+        let run = sbs([
+            "--boxing",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "-f",
+            "json",
+            "--",
+            fixture!("alloc"),
+            "boxes",
+            n,
+        ])
+        .success();
+        let report = run.json();
+        let m = metric(&report, "boxing.count");
+        assert_eq!(m["source"], "uprobe");
+        assert_eq!(m["group"], "boxing");
+        let values = samples(m);
+        assert_eq!(values[0], values[1], "exact counts repeat");
+        values[0]
+    };
+    let (none, some) = (count("0"), count("25"));
+    // The fixture is a debug build: every Box::new is an out-of-line call.
+    assert_eq!(some - none, 25.0, "boxes 25 vs boxes 0: {some} vs {none}");
+}
+
+#[test]
+fn boxing_refuses_a_program_without_box_entry_points() {
+    let Some((_dir, exe)) = every_alloc() else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: --boxing uses uprobes, which need root");
+        return;
+    }
+    sbs([
+        "--boxing".as_ref(),
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ])
+    .fails_with(2, "no out-of-line Box entry point");
+}
