@@ -3,8 +3,8 @@
 //!
 //! Mechanism: an exact uprobe count (the invocations instrument) of
 //! `alloc::boxed::box_new_uninit`, the one non-generic function through which the
-//! compiler lowers every `Box::new(value)` of a non-zero-sized value (Rust 1.8x and
-//! later; older compilers called the `exchange_malloc` lang item, also matched). The
+//! compiler lowers every `Box::new(value)` of a non-zero-sized value (checked on Rust
+//! 1.95; older compilers called the `exchange_malloc` lang item, also matched). The
 //! `vec![a, b, c]` literal boxes its array first, so it counts once as well.
 //!
 //! What it cannot see, said in the report's warnings: calls inlined into their callers
