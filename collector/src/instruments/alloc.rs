@@ -513,6 +513,11 @@ impl Instrument for AllocAgent {
         "alloc-agent"
     }
 
+    fn needs_start_gate(&self) -> bool {
+        // Everything is set up before fork (env, descriptors); nothing attaches.
+        false
+    }
+
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
         let region = Region::new()?;
         setup.pass_fds.push((
