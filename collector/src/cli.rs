@@ -59,7 +59,10 @@ runs it): sbs-profile compare './old --n 100' './new --n 100'\n\n\
 Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first, \
 2 error, 130 interrupted."
     )]
-    Compare(RunArgs),
+    Compare(Box<RunArgs>),
+    /// Render a report from the saved history without running anything: per benchmark,
+    /// its latest entry compared with the ones before, and every metric's trend.
+    Report(crate::report_cmd::ReportArgs),
 }
 
 /// Options of a measuring run.
@@ -139,6 +142,30 @@ pub struct RunArgs {
     #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
 
+    /// Count perf events (comma-separated, perf's names, optional `:u`/`:k`/`:uk` scope),
+    /// e.g. `instructions,cycles,page-faults,context-switches`. See --list-counters.
+    #[arg(long, value_name = "LIST")]
+    pub counters: Option<String>,
+
+    /// Never let the kernel time-share (multiplex) hardware counters: measure each group of
+    /// hardware events in runs of its own.
+    #[arg(long)]
+    pub no_multiplex: bool,
+
+    /// Skip counter events this machine cannot count (with a warning) instead of failing.
+    #[arg(long)]
+    pub counters_best_effort: bool,
+
+    /// Count instructions: `perf` (the PMU), `valgrind` (cachegrind, no PMU needed) or
+    /// `auto` (the PMU if it works here, otherwise valgrind). The two are never compared.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub instructions: Option<crate::counters_plan::InstructionsMode>,
+
+    /// List the perf events this machine can count, and why not and how to fix it for the
+    /// others; then exit.
+    #[arg(long, exclusive = true)]
+    pub list_counters: bool,
+
     /// Name of the benchmark in reports (default: the command line).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
@@ -209,7 +236,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("'{s}': {e}"))
 }
 
-fn parse_confidence(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_confidence(s: &str) -> Result<f64, String> {
     let t = s.trim().trim_end_matches('%');
     let v: f64 = t
         .parse()
@@ -314,7 +341,7 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
             instruments,
         });
     }
-    // Further groups (invocations, alloc, memory, counters) are pushed here.
+    groups.extend(crate::counters_plan::groups_for(args)?);
     let others_requested = !groups.is_empty();
     if args.time || !others_requested {
         groups.insert(

@@ -267,6 +267,57 @@ impl History {
         self.root.join("history").join(slug(benchmark))
     }
 
+    /// Names of the benchmarks with saved entries, sorted. A missing store has none.
+    pub fn benchmarks(&self) -> Result<Vec<String>, HistoryError> {
+        let dir = self.root.join("history");
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("list", &dir)(e)),
+        };
+        let mut names = Vec::new();
+        for item in listing {
+            let item = item.map_err(io_error("list", &dir))?;
+            let path = item.path();
+            if item.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if !path.is_dir() {
+                return Err(HistoryError::Foreign {
+                    path,
+                    reason: "not a benchmark directory".to_string(),
+                });
+            }
+            // The name lives in the files; any entry tells it (`entries` checks the rest).
+            let first = fs::read_dir(&path)
+                .map_err(io_error("list", &path))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "csv")
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .min();
+            if let Some(file) = first {
+                let entry = read_entry(&file)?;
+                if self.entries_dir(&entry.benchmark) != path {
+                    return Err(HistoryError::Foreign {
+                        path: file,
+                        reason: format!(
+                            "it holds benchmark `{}`, which belongs in another directory",
+                            entry.benchmark
+                        ),
+                    });
+                }
+                names.push(entry.benchmark);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     /// File of a benchmark's named baseline.
     pub fn baseline_path(&self, name: &str, benchmark: &str) -> Result<PathBuf, HistoryError> {
         check_name(name)?;
@@ -671,6 +722,7 @@ mod tests {
             details: Vec::new(),
             notes: Vec::new(),
             comparison: None,
+            trend: Vec::new(),
         }
     }
 

@@ -37,6 +37,8 @@ pub enum Format {
     Csv,
     /// Bencher Metric Format JSON (bencher.dev, github-action-benchmark).
     Bmf,
+    /// A Markdown table for pull-request comments.
+    Markdown,
 }
 
 /// The whole validated request.

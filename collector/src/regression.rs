@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use sbs_reports::model::{BenchmarkResult, MetricResult, Report};
+use sbs_reports::model::{BenchmarkResult, MetricResult, Report, TrendPoint};
 
 use crate::cli::{build_plan, RunArgs};
 use crate::compare::{compare, Policy, Series, Thresholds};
@@ -249,6 +249,15 @@ impl Regression {
             ));
             return Ok(());
         }
+        if let Reference::History(_) = reference {
+            let mut runs: Vec<(&str, &[f64])> = labels
+                .iter()
+                .map(String::as_str)
+                .zip(saved.iter().copied())
+                .collect();
+            runs.push((THIS_RUN, &metric.samples));
+            metric.trend = self.trend(&runs, metric)?;
+        }
         let mut series: Vec<Series<'_>> = labels
             .iter()
             .zip(&saved)
@@ -262,6 +271,43 @@ impl Regression {
         let comparison = compare(&series, candidate - 1, candidate, &self.policy(metric))?;
         metric.comparison = Some(comparison);
         Ok(())
+    }
+
+    /// Each run of a metric's history with its interval and its verdict against the run
+    /// before it (a two-series comparison, so each step is judged on its own).
+    pub fn trend(
+        &self,
+        runs: &[(&str, &[f64])],
+        metric: &MetricResult,
+    ) -> anyhow::Result<Vec<TrendPoint>> {
+        let policy = self.policy(metric);
+        let mut points = Vec::with_capacity(runs.len());
+        for (i, &(label, samples)) in runs.iter().enumerate() {
+            let summary = crate::stats::summarize(samples, self.confidence);
+            let verdict = match i {
+                0 => None,
+                _ => {
+                    let (prev_label, prev) = runs[i - 1];
+                    let pair = [
+                        Series {
+                            label: prev_label,
+                            samples: prev,
+                        },
+                        Series { label, samples },
+                    ];
+                    Some(compare(&pair, 0, 1, &policy)?.verdict)
+                }
+            };
+            points.push(TrendPoint {
+                label: label.to_string(),
+                n: summary.n,
+                mean: summary.mean,
+                ci_low: summary.ci_low,
+                ci_high: summary.ci_high,
+                verdict,
+            });
+        }
+        Ok(points)
     }
 
     fn compare_benchmarks(&self, benchmarks: &mut [BenchmarkResult]) -> anyhow::Result<()> {

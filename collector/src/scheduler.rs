@@ -233,6 +233,7 @@ fn execute_inner(
                     samples: s.samples,
                     notes: Vec::new(),
                     comparison: None,
+                    trend: Vec::new(),
                 })
                 .collect(),
             warnings: c.warnings,
@@ -250,6 +251,7 @@ fn execute_inner(
             clean_env: plan.clean_env,
         },
         benchmarks,
+        from_history: None,
     })
 }
 

@@ -75,6 +75,20 @@ fn verdict(c: &Comparison) -> String {
 
 /// Lines of the comparison section of one benchmark; empty when nothing was compared.
 pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
+    styled_lines(b, false)
+}
+
+/// ANSI colour of a verdict cell: red for a regression, green for an improvement.
+fn paint(verdict: Verdict, text: &str) -> String {
+    match verdict {
+        Verdict::Regressed => format!("\x1b[1;31m{text}\x1b[0m"),
+        Verdict::Improved => format!("\x1b[32m{text}\x1b[0m"),
+        _ => text.to_string(),
+    }
+}
+
+/// Like [`text_lines`], with the verdicts coloured when `color` is set.
+pub fn styled_lines(b: &BenchmarkResult, color: bool) -> Vec<String> {
     let compared: Vec<_> = b
         .metrics
         .iter()
@@ -105,7 +119,7 @@ pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
         String::new(),
         "  Comparison (smaller is better):".to_string(),
     ];
-    for r in &rows {
+    for (i, r) in rows.iter().enumerate() {
         let mut line = String::from(" ");
         for (c, (cell, w)) in r.iter().zip(widths).enumerate() {
             let pad = " ".repeat(w - cell.chars().count());
@@ -113,6 +127,9 @@ pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
             if matches!(c, 1 | 2) {
                 line.push_str(&pad);
                 line.push_str(cell);
+            } else if c == 3 && color && i > 0 {
+                line.push_str(&paint(compared[i - 1].1.verdict, cell));
+                line.push_str(&pad);
             } else {
                 line.push_str(cell);
                 line.push_str(&pad);
@@ -183,6 +200,7 @@ mod tests {
             details: vec![],
             notes: vec![],
             comparison,
+            trend: vec![],
         }
     }
 

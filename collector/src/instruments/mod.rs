@@ -3,6 +3,8 @@
 
 pub mod alloc;
 pub mod boxing;
+pub mod counters;
 pub mod invocations;
 pub mod memory;
 pub mod timing;
+pub mod valgrind;
