@@ -469,3 +469,45 @@ fn boxing_refuses_a_program_without_box_entry_points() {
     ])
     .fails_with(2, "no out-of-line Box entry point");
 }
+
+#[test]
+fn a_run_killed_at_its_timeout_still_reports_what_it_allocated() {
+    // The counts live in shared memory, not in a report written at exit.
+    let run = sbs([
+        "--alloc",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "300ms",
+        "--ignore-failure",
+        "-f",
+        "json",
+        "--",
+        fixture!("forever"),
+    ])
+    .success();
+    let report = run.json();
+    let count = samples(metric(&report, "alloc.count"));
+    assert!(count[0] > 0.0, "{count:?}");
+    assert_eq!(samples(metric(&report, "alloc.processes")), vec![1.0]);
+}
+
+#[test]
+fn a_shell_script_and_the_programs_it_runs_are_all_counted() {
+    let alloc = fixture!("alloc");
+    let script = format!("{alloc} threads 1 10 16; {alloc} threads 1 20 16");
+    let run = sbs([
+        "--alloc", "--runs", "1", "--warmup", "0", "-f", "json", "--", "sh", "-c", &script,
+    ])
+    .success();
+    let report = run.json();
+    let processes = samples(metric(&report, "alloc.processes"))[0];
+    // sh, and the two programs (each exec'd in a forked sh, or by sh itself).
+    assert!(processes >= 3.0, "{processes}");
+    let ours =
+        |n: &str| main_image(&agent(&fixture("alloc"), &["threads", "1", n, "16"])).allocs as f64;
+    let count = samples(metric(&report, "alloc.count"))[0];
+    assert!(count >= ours("10") + ours("20"), "{count}");
+}
