@@ -1,6 +1,6 @@
 //! The interposed malloc family, the start-up that finds the report region, and the fork
 //! handler. Every function here is a thin shim: block headers are in [`crate::header`],
-//! counting in [`crate::counters`].
+//! counting in `sbs_agent_abi::counters`.
 //!
 //! Rules kept throughout: nothing here allocates through `malloc` (only the `__libc_*`
 //! entry points), nothing uses thread-local storage, and nothing can unwind (the panic
@@ -16,9 +16,9 @@ use sbs_agent_abi::{
     ENV_REGION_TOKEN_C, HEADER_SIZE as REGION_HEADER_SIZE, REGION_SIZE, SLOT_COUNT,
 };
 
-use crate::counters::{self, Access, ForkSnapshot, Target};
 use crate::header::{self, Block, HEADER_SIZE, MAX_OFFSET};
 use crate::sys;
+use sbs_agent_abi::counters::{self, Access, ForkSnapshot, Target};
 
 /// The report slot of this process image, or null (no region, or all slots taken).
 static SLOT: AtomicPtr<Slot> = AtomicPtr::new(null_mut());

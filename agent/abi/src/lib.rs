@@ -11,8 +11,10 @@
 //!
 //! All fields are 64-bit little-endian words (atomics on the agent's side); the collector
 //! decodes them from bytes with [`SlotValues::from_bytes`], so it needs no `unsafe`.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
+
+pub mod counters;
 
 use core::mem::{offset_of, size_of};
 use core::sync::atomic::AtomicU64;

@@ -1,5 +1,5 @@
-//! Updates of a report slot. Plain Rust over atomics, so it is unit-tested (also under
-//! Miri) apart from the FFI shims.
+//! Updates of a report slot, shared by the preload agent and the in-process harness
+//! (`sbs-harness`). Plain Rust over atomics, unit-tested apart from any FFI.
 //!
 //! `live` is kept as a wrapping `u64` and read as `i64`: a forked child can free a block
 //! its parent allocated between our fork snapshot and the fork itself, which takes `live`
@@ -8,7 +8,7 @@
 use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::Relaxed;
 
-use sbs_agent_abi::{Origin, Slot, SlotValues, Stripe, STRIPES};
+use crate::{Origin, Slot, SlotValues, Stripe, STRIPES};
 
 /// How a slot may be updated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
