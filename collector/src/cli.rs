@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser};
 
 use crate::instrument::Group;
-use crate::instruments::alloc::{AllocAgent, AllocMetrics};
+use crate::instruments::alloc::{AllocAgent, AllocMetrics, AllocPath};
 use crate::instruments::boxing::Boxing;
 use crate::instruments::invocations::Invocations;
 use crate::instruments::memory::Memory;
@@ -85,6 +85,12 @@ pub struct RunArgs {
     /// alloc.bytes, alloc.frees, alloc.reallocs, heap.peak, heap.live_at_exit.
     #[arg(long)]
     pub alloc: bool,
+
+    /// Take --alloc and --memory's heap numbers from the program itself instead of the
+    /// preloaded agent: for Rust programs whose #[global_allocator] is wrapped in
+    /// sbs_harness::CountingAlloc (custom allocators, static binaries). Source `harness`.
+    #[arg(long)]
+    pub alloc_harness: bool,
 
     /// Count the values a Rust program boxes (`Box::new`) as boxing.count (its own group
     /// of runs; uprobes, needs root). Exact for out-of-line calls; inlined ones (release
@@ -299,11 +305,22 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
     if !args.invocations.is_empty() {
         groups.push(invocations_group(args, run)?);
     }
+    let alloc_path = if args.alloc_harness {
+        AllocPath::Harness
+    } else {
+        AllocPath::Agent
+    };
+    if args.alloc_harness && !args.alloc && !args.memory {
+        bail!(
+            "--alloc-harness changes where --alloc and --memory get their numbers; add one of them"
+        );
+    }
     if args.alloc {
         groups.push(Group {
             name: "alloc".into(),
             instruments: vec![Box::new(AllocAgent::new(
                 AllocMetrics::All,
+                alloc_path,
                 &run.program,
                 &run.env,
             )?)],
@@ -332,6 +349,7 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
         if !args.alloc {
             instruments.push(Box::new(AllocAgent::new(
                 AllocMetrics::HeapPeak,
+                alloc_path,
                 &run.program,
                 &run.env,
             )?));

@@ -511,3 +511,62 @@ fn a_shell_script_and_the_programs_it_runs_are_all_counted() {
     let count = samples(metric(&report, "alloc.count"))[0];
     assert!(count >= ours("10") + ours("20"), "{count}");
 }
+
+/// `--alloc --alloc-harness` on the harness fixture: (alloc.count, alloc.bytes, source).
+fn harness_counts(extra: &[&str], args: &[&str]) -> (f64, f64, String) {
+    let mut all = vec!["--alloc", "--runs", "2", "--warmup", "0", "-f", "json"];
+    all.extend_from_slice(extra);
+    all.push("--");
+    all.push(fixture!("harness_alloc"));
+    all.extend_from_slice(args);
+    let run = sbs(all).success();
+    let report = run.json();
+    let count = metric(&report, "alloc.count");
+    let c = samples(count);
+    assert_eq!(c[0], c[1], "exact counts repeat");
+    (
+        c[0],
+        samples(metric(&report, "alloc.bytes"))[0],
+        count["source"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[test]
+fn harness_counts_exactly_what_goes_through_the_global_allocator() {
+    // Same-length arguments, so that the runtime's own allocations are identical.
+    let (c0, b0, source) = harness_counts(&["--alloc-harness"], &["blocks", "0000", "24"]);
+    let (c1, b1, _) = harness_counts(&["--alloc-harness"], &["blocks", "1000", "24"]);
+    assert_eq!(source, "harness");
+    assert_eq!((c1 - c0, b1 - b0), (1000.0, 24_000.0));
+}
+
+#[test]
+fn harness_sees_a_private_allocator_that_the_agent_cannot() {
+    let (agent, _, agent_source) = harness_counts(&[], &["private", "1000", "24"]);
+    let (harness, bytes, source) = harness_counts(&["--alloc-harness"], &["private", "1000", "24"]);
+    assert_eq!(
+        (agent_source.as_str(), source.as_str()),
+        ("agent", "harness")
+    );
+    // The agent sees only what ran before main switched to the private arena.
+    assert!(agent < 100.0, "{agent}");
+    assert!(harness >= 1001.0, "{harness}");
+    assert!(bytes >= (1000 * 24 + (1 << 20)) as f64, "{bytes}");
+}
+
+#[test]
+fn harness_path_refuses_a_program_without_the_harness() {
+    sbs([
+        "--alloc",
+        "--alloc-harness",
+        "--runs",
+        "1",
+        "--",
+        fixture!("alloc"),
+        "threads",
+        "1",
+        "1",
+        "8",
+    ])
+    .fails_with(2, "sbs_harness::CountingAlloc");
+}

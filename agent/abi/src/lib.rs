@@ -24,6 +24,16 @@ pub const ENV_REGION_FD: &str = "SBS_AGENT_FD";
 /// Env var: the region's token (16 hex digits); the agent ignores a region whose header
 /// does not carry it, so a reused descriptor number is never written to.
 pub const ENV_REGION_TOKEN: &str = "SBS_AGENT_TOKEN";
+/// Env vars announcing the region to the in-process harness instead (`--alloc-harness`).
+/// Distinct names, so that a program carrying the harness does not also report when it
+/// runs under the agent (which would count its allocations twice).
+pub const ENV_HARNESS_FD: &str = "SBS_HARNESS_FD";
+/// See [`ENV_HARNESS_FD`].
+pub const ENV_HARNESS_TOKEN: &str = "SBS_HARNESS_TOKEN";
+/// [`ENV_HARNESS_FD`], NUL-terminated.
+pub const ENV_HARNESS_FD_C: &[u8] = b"SBS_HARNESS_FD\0";
+/// [`ENV_HARNESS_TOKEN`], NUL-terminated.
+pub const ENV_HARNESS_TOKEN_C: &[u8] = b"SBS_HARNESS_TOKEN\0";
 /// The same names, NUL-terminated, for `getenv` inside the agent.
 pub const ENV_REGION_FD_C: &[u8] = b"SBS_AGENT_FD\0";
 /// See [`ENV_REGION_FD_C`].

@@ -19,8 +19,9 @@ use anyhow::Context;
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use sbs_agent_abi::{
-    slot_offset, HeaderValues, Origin, SlotValues, ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE,
-    LIBRARY_FD, REGION_FD, REGION_SIZE, SLOT_COUNT, SLOT_SIZE,
+    slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD, ENV_HARNESS_TOKEN,
+    ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE, LIBRARY_FD, REGION_FD, REGION_SIZE, SLOT_COUNT,
+    SLOT_SIZE,
 };
 use sbs_reports::model::Unit;
 
@@ -173,12 +174,19 @@ impl Region {
 
     /// The env vars that announce the region to the agent.
     pub fn env(&self) -> Vec<(OsString, OsString)> {
+        self.env_for(AllocPath::Agent)
+    }
+
+    /// The env vars that announce the region to the agent or to the harness (never both:
+    /// a program with the harness running under the agent would report twice).
+    pub fn env_for(&self, path: AllocPath) -> Vec<(OsString, OsString)> {
+        let (fd, token) = match path {
+            AllocPath::Agent => (ENV_REGION_FD, ENV_REGION_TOKEN),
+            AllocPath::Harness => (ENV_HARNESS_FD, ENV_HARNESS_TOKEN),
+        };
         vec![
-            (ENV_REGION_FD.into(), REGION_FD.to_string().into()),
-            (
-                ENV_REGION_TOKEN.into(),
-                format!("{:016x}", self.token).into(),
-            ),
+            (fd.into(), REGION_FD.to_string().into()),
+            (token.into(), format!("{:016x}", self.token).into()),
         ]
     }
 
@@ -271,7 +279,7 @@ fn clamp(v: u64) -> u64 {
 }
 
 const STATIC_ADVICE: &str = "Link it dynamically (the default for Rust and C on glibc), or \
-measure a Rust program in-process with the harness (stats_alloc).";
+for a Rust program wrap its global allocator in sbs_harness::CountingAlloc and add --alloc-harness.";
 
 /// Check that `program` can load the agent. Returns warnings for what may make the counts
 /// incomplete (a private allocator), and an error where the agent cannot work at all.
@@ -363,7 +371,7 @@ fn allocator_warnings(program: &Path, file: &object::File) -> Vec<String> {
         .collect();
     if !found.is_empty() {
         warnings.push(format!(
-            "{} contains {}, which does not go through malloc: the agent counts only the allocations that do; for a Rust global allocator use the harness (stats_alloc)",
+            "{} contains {}, which does not go through malloc: the agent counts only the allocations that do; for a Rust global allocator wrap it in sbs_harness::CountingAlloc and add --alloc-harness",
             program.display(),
             found.join(", ")
         ));
@@ -432,11 +440,33 @@ pub enum AllocMetrics {
     HeapPeak,
 }
 
-/// The allocation agent as an instrument.
+/// Who counts inside the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocPath {
+    /// The preloaded agent (`LD_PRELOAD`): any dynamically linked program using malloc.
+    Agent,
+    /// The program's own `sbs_harness::CountingAlloc` global allocator
+    /// (`--alloc-harness`): Rust programs with a custom allocator, static binaries.
+    Harness,
+}
+
+impl AllocPath {
+    /// The metrics' source.
+    pub fn source(self) -> &'static str {
+        match self {
+            AllocPath::Agent => "agent",
+            AllocPath::Harness => "harness",
+        }
+    }
+}
+
+/// The allocation agent (or the in-process harness) as an instrument.
 #[derive(Debug)]
 pub struct AllocAgent {
     metrics: AllocMetrics,
-    library: AgentLibrary,
+    path: AllocPath,
+    /// `None` on the harness path.
+    library: Option<AgentLibrary>,
     ld_preload: OsString,
     region: Option<Region>,
     program: PathBuf,
@@ -450,13 +480,18 @@ pub struct AllocAgent {
 impl AllocAgent {
     /// Check `program` (static, setuid, private allocators) and prepare the library.
     /// `base_env` is the child's environment (an existing `LD_PRELOAD` is kept, after ours).
+    /// On the harness path nothing is preloaded and nothing checked: the program reports
+    /// itself.
     pub fn new(
         metrics: AllocMetrics,
+        path: AllocPath,
         program: &Path,
         base_env: &[(OsString, OsString)],
     ) -> anyhow::Result<Self> {
-        let notes = preflight(program)?;
-        let library = AgentLibrary::new()?;
+        let (notes, library) = match path {
+            AllocPath::Agent => (preflight(program)?, Some(AgentLibrary::new()?)),
+            AllocPath::Harness => (Vec::new(), None),
+        };
         let mut ld_preload = OsString::from(format!("/proc/self/fd/{LIBRARY_FD}"));
         if let Some((_, existing)) = base_env.iter().find(|(k, _)| k == OsStr::new("LD_PRELOAD")) {
             if !existing.is_empty() {
@@ -466,6 +501,7 @@ impl AllocAgent {
         }
         Ok(AllocAgent {
             metrics,
+            path,
             library,
             ld_preload,
             region: None,
@@ -480,7 +516,8 @@ impl AllocAgent {
 
     fn samples(&self, reports: &Reports, outcome: &RunOutcome, out: &mut Vec<Sample>) {
         let t = reports.totals();
-        let m = |id: &str, unit| MetricSpec::new(id, unit, "agent", true);
+        let source = self.path.source();
+        let m = |id: &str, unit| MetricSpec::new(id, unit, source, true);
         if self.metrics == AllocMetrics::HeapPeak {
             out.push(Sample::new(m("heap.peak", Unit::Bytes), t.peak as f64));
             return;
@@ -520,22 +557,24 @@ impl Instrument for AllocAgent {
 
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
         let region = Region::new()?;
-        setup.pass_fds.push((
-            self.library
-                .child_fd()
-                .context("cannot pass the agent library to the child")?,
-            LIBRARY_FD,
-        ));
+        if let Some(library) = &self.library {
+            setup.pass_fds.push((
+                library
+                    .child_fd()
+                    .context("cannot pass the agent library to the child")?,
+                LIBRARY_FD,
+            ));
+            setup
+                .env
+                .push(("LD_PRELOAD".into(), self.ld_preload.clone()));
+        }
         setup.pass_fds.push((
             region
                 .child_fd()
                 .context("cannot pass the report region to the child")?,
             REGION_FD,
         ));
-        setup
-            .env
-            .push(("LD_PRELOAD".into(), self.ld_preload.clone()));
-        setup.env.extend(region.env());
+        setup.env.extend(region.env_for(self.path));
         self.region = Some(region);
         Ok(())
     }
@@ -546,6 +585,13 @@ impl Instrument for AllocAgent {
             .take()
             .context("internal error: collect without prepare")?;
         let reports = region.read()?;
+        if reports.images.is_empty() && self.path == AllocPath::Harness {
+            anyhow::bail!(
+                "{} did not report its allocations: with --alloc-harness the program must use \
+                 sbs_harness::CountingAlloc as its #[global_allocator] (see docs/alloc.md)",
+                self.program.display()
+            );
+        }
         if reports.images.is_empty() {
             anyhow::bail!(
                 "the allocation agent did not report from {}: it was not loaded (is the program \
@@ -571,7 +617,13 @@ impl Instrument for AllocAgent {
 
     fn warnings(&self) -> Vec<String> {
         let mut w = self.notes.clone();
-        if self.runs > 0 && self.runs_without_allocs == self.runs {
+        if self.path == AllocPath::Harness {
+            w.push(
+                "allocations counted in-process by sbs_harness::CountingAlloc (source harness): \
+                 only what goes through the Rust global allocator"
+                    .into(),
+            );
+        } else if self.runs > 0 && self.runs_without_allocs == self.runs {
             w.push(format!(
                 "the allocation agent loaded into {} but saw no allocation through malloc: the program allocates nothing or uses its own allocator",
                 self.program.display()
