@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser};
 
 use crate::instrument::Group;
-use crate::instruments::alloc::{AllocAgent, AllocMetrics, AllocPath};
+use crate::instruments::alloc::{AgentError, AllocAgent, AllocMetrics, AllocPath};
 use crate::instruments::boxing::Boxing;
 use crate::instruments::invocations::Invocations;
 use crate::instruments::memory::Memory;
@@ -343,17 +343,25 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
     }
     if args.memory {
         // With --alloc, heap.peak comes from the alloc group and the memory runs stay
-        // free of the agent (whose block headers add to RSS).
-        let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> =
-            vec![Box::new(Memory::new(!args.alloc))];
+        // free of the agent (whose block headers add to RSS). A program the agent cannot
+        // load into (static, setuid) still gets its RSS, and a warning instead of heap.peak.
+        let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> = Vec::new();
+        let mut memory = Memory::new(false);
         if !args.alloc {
-            instruments.push(Box::new(AllocAgent::new(
-                AllocMetrics::HeapPeak,
-                alloc_path,
-                &run.program,
-                &run.env,
-            )?));
+            match AllocAgent::new(AllocMetrics::HeapPeak, alloc_path, &run.program, &run.env) {
+                Ok(agent) => {
+                    memory = Memory::new(alloc_path == AllocPath::Agent);
+                    instruments.push(Box::new(agent));
+                }
+                Err(e) => match e.downcast_ref::<AgentError>() {
+                    Some(AgentError::Unsupported { .. }) => {
+                        memory.note(format!("heap.peak not measured: {e}"));
+                    }
+                    _ => return Err(e),
+                },
+            }
         }
+        instruments.insert(0, Box::new(memory));
         groups.push(Group {
             name: "memory".into(),
             instruments,

@@ -413,6 +413,29 @@ fn cli_refuses_a_static_binary_instead_of_reporting_zeros() {
         exe.as_os_str(),
     ]);
     run.fails_with(2, "statically linked");
+    // --memory still measures its RSS, and says why heap.peak is missing.
+    let memory = sbs([
+        "--memory".as_ref(),
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "-f".as_ref(),
+        "json".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ])
+    .success();
+    let report = memory.json();
+    assert!(samples(metric(&report, "rss.peak"))[0] > 0.0);
+    let metrics = report["benchmarks"][0]["metrics"].to_string();
+    memory.check(
+        !metrics.contains("heap.peak"),
+        "no heap.peak for a static binary",
+    );
+    let warnings = report["benchmarks"][0]["warnings"].to_string();
+    memory.check(
+        warnings.contains("heap.peak not measured") && warnings.contains("statically linked"),
+        "warning about heap.peak",
+    );
 }
 
 #[test]
