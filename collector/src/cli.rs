@@ -54,6 +54,9 @@ pub enum Subcommand {
     /// alike, and every metric of B, C... gets a verdict against A's (Welch for two
     /// commands, ANOVA for more).
     #[command(
+        mut_arg("command", |a| a
+            .value_name("COMMANDS")
+            .help("Two or more commands, each one quoted argument (split into words, no shell)")),
         after_help = "Each COMMAND is one argument, split into words as a shell would (no shell \
 runs it): sbs-profile compare './old --n 100' './new --n 100'\n\n\
 Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first, \

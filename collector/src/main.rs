@@ -53,8 +53,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
     let mut report = execute(&mut plan, &cancel)?;
     let regressions = regression.apply(&references, &mut report)?;
-    regression.save(&report)?;
     sinks.write(&report)?;
+    // After the report is out: a history that cannot be written loses no measurements.
+    regression.save(&report)?;
     Ok(exit_for(&regressions))
 }
 

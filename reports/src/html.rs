@@ -29,7 +29,8 @@ figure svg{width:100%;height:auto;display:block}
 @media print{body{margin:0;max-width:none}.plots{grid-template-columns:1fr 1fr}figure{break-inside:avoid}}
 ";
 
-fn escape(s: &str) -> String {
+/// `s` with the HTML special characters escaped.
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -234,6 +235,7 @@ impl Render for Html {
         for b in &report.benchmarks {
             let _ = writeln!(page, "<section><h2>{}</h2>", escape(&b.name));
             summary_table(&mut page, &b.metrics);
+            page.push_str(&crate::verdicts::html_table(b));
             for w in &b.warnings {
                 let _ = writeln!(page, "<p class=warning>warning: {}</p>", escape(w));
             }

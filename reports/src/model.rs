@@ -250,7 +250,18 @@ pub enum ComparisonMethod {
 }
 
 impl ComparisonMethod {
-    /// The short name used in text and CSV reports.
+    /// The machine-readable name, as in JSON (`welch_t`, `anova`...).
+    pub fn id(self) -> &'static str {
+        match self {
+            ComparisonMethod::WelchT => "welch_t",
+            ComparisonMethod::WelchZ => "welch_z",
+            ComparisonMethod::Anova => "anova",
+            ComparisonMethod::Exact => "exact",
+            ComparisonMethod::Sessions => "sessions",
+        }
+    }
+
+    /// The short name used in the text report.
     pub fn as_str(self) -> &'static str {
         match self {
             ComparisonMethod::WelchT => "welch-t",

@@ -28,6 +28,7 @@ fn change(c: &Comparison, unit: crate::model::Unit) -> (String, String) {
         None => format!("+{} from 0", human::value(c.difference, unit)),
     };
     let ci = match (c.method, c.relative_ci_low, c.relative_ci_high) {
+        _ if c.verdict == Verdict::Inconclusive => "-".to_string(),
         (ComparisonMethod::Exact, _, _) => "exact".to_string(),
         (_, Some(lo), Some(hi)) => format!("[{}, {}]", signed_percent(lo), signed_percent(hi)),
         _ => match (c.ci_low, c.ci_high) {
@@ -41,6 +42,9 @@ fn change(c: &Comparison, unit: crate::model::Unit) -> (String, String) {
 }
 
 fn method(c: &Comparison) -> String {
+    if c.verdict == Verdict::Inconclusive {
+        return "-".to_string();
+    }
     let mut s = c.method.as_str().to_string();
     if let Some(p) = c.p_value {
         s.push_str(&format!(" p={}", p_value(p)));
@@ -73,6 +77,98 @@ fn verdict(c: &Comparison) -> String {
     }
 }
 
+/// The cells of the comparison table, one row per compared metric (no header).
+fn cells(b: &BenchmarkResult) -> Vec<([String; 6], Verdict)> {
+    b.metrics
+        .iter()
+        .filter_map(|m| {
+            let c = m.comparison.as_ref()?;
+            let (change, ci) = change(c, m.unit);
+            Some((
+                [
+                    m.id.clone(),
+                    change,
+                    ci,
+                    verdict(c),
+                    method(c),
+                    format!("{} (n={})", c.reference, c.reference_n),
+                ],
+                c.verdict,
+            ))
+        })
+        .collect()
+}
+
+/// The ANOVA lines (one per metric compared by an ANOVA), without indentation.
+fn anova_lines(b: &BenchmarkResult) -> Vec<String> {
+    let mut lines = Vec::new();
+    for m in &b.metrics {
+        let Some(c) = &m.comparison else { continue };
+        let Some(a) = &c.anova else { continue };
+        let test = match a.f {
+            Some(f) => format!(
+                "ANOVA over {} series, F({}, {}) = {f:.3}, p = {}",
+                a.groups.len(),
+                a.df_between,
+                a.df_within,
+                p_value(a.p_value)
+            ),
+            None => format!("{} series of exact values", a.groups.len()),
+        };
+        let mut line = format!(
+            "{}: {test}: {}",
+            m.id,
+            if a.significant {
+                "means differ"
+            } else {
+                "no significant difference"
+            }
+        );
+        if !a.differing.is_empty() {
+            let pairs: Vec<String> = a
+                .differing
+                .iter()
+                .map(|p| format!("{} vs {}", p.a, p.b))
+                .collect();
+            line.push_str(&format!("; {} finds: {}", a.post_hoc, pairs.join(", ")));
+        }
+        lines.push(line);
+    }
+    lines
+}
+
+/// The comparison section of one benchmark as an HTML table (empty when nothing was
+/// compared); regressions in bold red.
+pub fn html_table(b: &BenchmarkResult) -> String {
+    use crate::html::escape;
+    let rows = cells(b);
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("<table class=comparison><thead><tr>");
+    for h in HEADER {
+        out.push_str(&format!("<th>{}</th>", escape(h)));
+    }
+    out.push_str("</tr></thead><tbody>\n");
+    for (row, v) in rows {
+        let style = if v.is_regression() {
+            " style=\"color:#b00020;font-weight:bold\""
+        } else {
+            ""
+        };
+        out.push_str(&format!("<tr{style}>"));
+        for cell in row {
+            out.push_str(&format!("<td>{}</td>", escape(&cell)));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table>\n");
+    for line in anova_lines(b) {
+        out.push_str(&format!("<p>{}</p>\n", escape(&line)));
+    }
+    out
+}
+
 /// Lines of the comparison section of one benchmark; empty when nothing was compared.
 pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
     styled_lines(b, false)
@@ -89,26 +185,13 @@ fn paint(verdict: Verdict, text: &str) -> String {
 
 /// Like [`text_lines`], with the verdicts coloured when `color` is set.
 pub fn styled_lines(b: &BenchmarkResult, color: bool) -> Vec<String> {
-    let compared: Vec<_> = b
-        .metrics
-        .iter()
-        .filter_map(|m| Some((m, m.comparison.as_ref()?)))
-        .collect();
+    let compared = cells(b);
+    let verdicts: Vec<Verdict> = compared.iter().map(|(_, v)| *v).collect();
     if compared.is_empty() {
         return Vec::new();
     }
     let mut rows = vec![HEADER.map(String::from)];
-    for (m, c) in &compared {
-        let (change, ci) = change(c, m.unit);
-        rows.push([
-            m.id.clone(),
-            change,
-            ci,
-            verdict(c),
-            method(c),
-            format!("{} (n={})", c.reference, c.reference_n),
-        ]);
-    }
+    rows.extend(compared.into_iter().map(|(row, _)| row));
     let mut widths = [0usize; 6];
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
@@ -128,7 +211,7 @@ pub fn styled_lines(b: &BenchmarkResult, color: bool) -> Vec<String> {
                 line.push_str(&pad);
                 line.push_str(cell);
             } else if c == 3 && color && i > 0 {
-                line.push_str(&paint(compared[i - 1].1.verdict, cell));
+                line.push_str(&paint(verdicts[i - 1], cell));
                 line.push_str(&pad);
             } else {
                 line.push_str(cell);
@@ -138,37 +221,7 @@ pub fn styled_lines(b: &BenchmarkResult, color: bool) -> Vec<String> {
         }
         lines.push(line.trim_end().to_string());
     }
-    for (m, c) in &compared {
-        let Some(a) = &c.anova else { continue };
-        let test = match a.f {
-            Some(f) => format!(
-                "ANOVA over {} series, F({}, {}) = {f:.3}, p = {}",
-                a.groups.len(),
-                a.df_between,
-                a.df_within,
-                p_value(a.p_value)
-            ),
-            None => format!("{} series of exact values", a.groups.len()),
-        };
-        let mut line = format!(
-            "  {}: {test}: {}",
-            m.id,
-            if a.significant {
-                "means differ"
-            } else {
-                "no significant difference"
-            }
-        );
-        if !a.differing.is_empty() {
-            let pairs: Vec<String> = a
-                .differing
-                .iter()
-                .map(|p| format!("{} vs {}", p.a, p.b))
-                .collect();
-            line.push_str(&format!("; {} finds: {}", a.post_hoc, pairs.join(", ")));
-        }
-        lines.push(line);
-    }
+    lines.extend(anova_lines(b).into_iter().map(|l| format!("  {l}")));
     lines
 }
 
