@@ -431,6 +431,27 @@ pub fn run_with_agent(
     Ok((status, region.read()?))
 }
 
+/// The child gets descriptors 1018 and 1019: make sure it may have them. A soft
+/// `RLIMIT_NOFILE` at or below that is raised (the child inherits ours); a hard limit
+/// that low is an error with the command that fixes it.
+fn ensure_fd_limit() -> anyhow::Result<()> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let needed = (REGION_FD.max(LIBRARY_FD) + 1) as u64;
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("cannot read RLIMIT_NOFILE")?;
+    if soft >= needed {
+        return Ok(());
+    }
+    if hard < needed {
+        anyhow::bail!(
+            "the allocation agent needs descriptor number {} in the child, but the hard limit on open files is {hard}; raise it (e.g. `ulimit -Hn 4096` as root) and try again",
+            needed - 1
+        );
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, needed.max(soft), hard)
+        .context("cannot raise RLIMIT_NOFILE for the allocation agent's descriptors")?;
+    Ok(())
+}
+
 /// Which metrics the instrument reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AllocMetrics {
@@ -488,6 +509,7 @@ impl AllocAgent {
         program: &Path,
         base_env: &[(OsString, OsString)],
     ) -> anyhow::Result<Self> {
+        ensure_fd_limit()?;
         let (notes, library) = match path {
             AllocPath::Agent => (preflight(program)?, Some(AgentLibrary::new()?)),
             AllocPath::Harness => (Vec::new(), None),
