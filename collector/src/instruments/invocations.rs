@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::Pid;
-use sbs_probes::counter::RunCounters;
+use sbs_probes::counter::{Anchors, RunCounters};
 use sbs_probes::resolve::{match_patterns, Target};
 use sbs_probes::tracefs::{ProbeSet, Tracefs};
 use sbs_probes::ProbeError;
@@ -34,6 +34,7 @@ pub struct Invocations {
     warnings: Vec<String>,
     tracefs: Tracefs,
     set: Option<ProbeSet>,
+    anchors: Option<Anchors>,
     counters: Option<RunCounters>,
 }
 
@@ -106,6 +107,7 @@ impl Invocations {
             warnings,
             tracefs,
             set: None,
+            anchors: None,
             counters: None,
         })
     }
@@ -118,7 +120,9 @@ impl Invocations {
     fn define(&mut self) -> Result<&ProbeSet, ProbeError> {
         if self.set.is_none() {
             self.tracefs.clean_stale()?;
-            self.set = Some(ProbeSet::define(&self.tracefs, &self.targets)?);
+            let set = ProbeSet::define(&self.tracefs, &self.targets)?;
+            self.anchors = Some(Anchors::open(&set)?);
+            self.set = Some(set);
         }
         self.set
             .as_ref()
@@ -182,6 +186,7 @@ impl Instrument for Invocations {
     fn finish(&mut self) {
         // Counters hold the events busy: close them before removing the definitions.
         self.counters = None;
+        self.anchors = None;
         if let Some(mut set) = self.set.take() {
             if let Err(e) = set.remove() {
                 eprintln!(
