@@ -291,7 +291,8 @@ pub fn closest_names(target: &Target, pattern: &Pattern) -> Vec<String> {
                 continue;
             };
             let last = last.to_lowercase();
-            let dist = if last.contains(&want) || want.contains(&last) && last.len() > 2 {
+            let close_len = last.len() * 2 >= want.len() && want.len() * 2 >= last.len();
+            let dist = if close_len && (last.contains(&want) || want.contains(&last)) {
                 last.len().abs_diff(want.len()).min(limit)
             } else {
                 edit_distance(&last, &want)
