@@ -25,6 +25,11 @@ hyperfine --warmup 2 --runs 10 --export-markdown "$OUT/count-once.md" \
     -n 'sbs-profile --runs 1' "$R/sbs-profile --runs 1 --warmup 0 --invocations calls::work -- $BIN $N $THREADS" \
     -n 'perf probe + perf stat' "perf probe -q -x $BIN --add sbsbench:work=$SYM && perf stat -x, -e sbsbench:work -- $BIN $N $THREADS; perf probe -q -d 'sbsbench:*'"
 
+echo "== fixed cost: one count of calls::work with 200 hits"
+hyperfine --warmup 2 --runs 10 --export-markdown "$OUT/count-small.md" \
+    -n 'sbs-profile --runs 1' "$R/sbs-profile --runs 1 --warmup 0 --invocations calls::work -- $BIN 100 0" \
+    -n 'perf probe + perf stat' "perf probe -q -x $BIN --add sbsbench:work=$SYM && perf stat -x, -e sbsbench:work -- $BIN 100 0; perf probe -q -d 'sbsbench:*'"
+
 echo "== ten counts in one invocation"
 hyperfine --warmup 1 --runs 5 --export-markdown "$OUT/count-ten.md" \
     -n 'sbs-profile --runs 10' "$R/sbs-profile --runs 10 --warmup 0 --invocations calls::work -- $BIN $N $THREADS" \

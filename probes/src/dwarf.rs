@@ -96,16 +96,27 @@ fn scan(dwarf: &gimli::Dwarf<Reader<'_>>) -> gimli::Result<InlinedIndex> {
     let mut iter = dwarf.units();
     while let Some(header) = iter.next()? {
         let unit = dwarf.unit(header)?;
-        let mut entries = unit.entries();
-        while let Some((_, entry)) = entries.next_dfs()? {
-            if entry.tag() != gimli::DW_TAG_inlined_subroutine {
+        // Raw entries: the attributes of every other DIE are skipped, not parsed.
+        let mut entries = unit.entries_raw(None)?;
+        while !entries.is_empty() {
+            let Some(abbrev) = entries.read_abbreviation()? else {
+                continue;
+            };
+            if abbrev.tag() != gimli::DW_TAG_inlined_subroutine {
+                entries.skip_attributes(abbrev.attributes())?;
                 continue;
             }
-            let origin = match entry.attr_value(gimli::DW_AT_abstract_origin)? {
-                Some(AttributeValue::UnitRef(o)) => o.to_debug_info_offset(&header).map(|o| o.0),
-                Some(AttributeValue::DebugInfoRef(o)) => Some(o.0),
-                _ => None,
-            };
+            let mut origin = None;
+            for spec in abbrev.attributes() {
+                let attr = entries.read_attribute(*spec)?;
+                if attr.name() == gimli::DW_AT_abstract_origin {
+                    origin = match attr.value() {
+                        AttributeValue::UnitRef(o) => o.to_debug_info_offset(&header).map(|o| o.0),
+                        AttributeValue::DebugInfoRef(o) => Some(o.0),
+                        _ => None,
+                    };
+                }
+            }
             if let Some(o) = origin {
                 *origins.entry(o).or_default() += 1;
             }
