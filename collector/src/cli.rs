@@ -10,7 +10,9 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser};
 
 use crate::instrument::Group;
+use crate::instruments::alloc::{AllocAgent, AllocMetrics};
 use crate::instruments::invocations::Invocations;
+use crate::instruments::memory::Memory;
 use crate::instruments::timing::Timing;
 use crate::plan::{Benchmark, FailurePolicy, Format, Plan};
 use crate::runner::RunConfig;
@@ -33,14 +35,40 @@ Examples:\n  sbs-profile -- ./target/release/mybench\n  \
 sbs-profile --runs 20 --format json --output result.json -- ./mybench --size 1000\n\n\
 Exit codes: 0 success, 1 a metric regressed past its threshold, 2 error, 130 interrupted."
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
+    /// `compare`, or none for a plain run.
+    #[command(subcommand)]
+    pub subcommand: Option<Subcommand>,
+
     /// What to run and measure.
     #[command(flatten)]
     pub run: RunArgs,
 }
 
+/// Subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Subcommand {
+    /// Compare two or more commands: they run interleaved (A B A B ...) so drift hits all
+    /// alike, and every metric of B, C... gets a verdict against A's (Welch for two
+    /// commands, ANOVA for more).
+    #[command(
+        mut_arg("command", |a| a
+            .value_name("COMMANDS")
+            .help("Two or more commands, each one quoted argument (split into words, no shell)")),
+        after_help = "Each COMMAND is one argument, split into words as a shell would (no shell \
+runs it): sbs-profile compare './old --n 100' './new --n 100'\n\n\
+Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first, \
+2 error, 130 interrupted."
+    )]
+    Compare(Box<RunArgs>),
+    /// Render a report from the saved history without running anything: per benchmark,
+    /// its latest entry compared with the ones before, and every metric's trend.
+    Report(crate::report_cmd::ReportArgs),
+}
+
 /// Options of a measuring run.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Measured runs per metric group.
     #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
@@ -55,6 +83,16 @@ pub struct RunArgs {
     #[arg(long)]
     pub time: bool,
 
+    /// Count allocations through the preloaded agent (its own group of runs): alloc.count,
+    /// alloc.bytes, alloc.frees, alloc.reallocs, heap.peak, heap.live_at_exit.
+    #[arg(long)]
+    pub alloc: bool,
+
+    /// Measure the footprint (its own group of runs): rss.peak (rusage), rss.tree_peak
+    /// (procfs, whole process group) and heap.peak (agent).
+    #[arg(long)]
+    pub memory: bool,
+
     /// Kill a run's whole process group after this long: seconds, or with a unit
     /// (`500ms`, `2s`, `1m`).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -67,6 +105,10 @@ pub struct RunArgs {
     /// Write the report to FILE (atomically) instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Also write a self-contained HTML page with plots to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 
     /// Show the child's stdout and stderr (discarded by default).
     #[arg(long)]
@@ -96,9 +138,37 @@ pub struct RunArgs {
     #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
 
+    /// Count perf events (comma-separated, perf's names, optional `:u`/`:k`/`:uk` scope),
+    /// e.g. `instructions,cycles,page-faults,context-switches`. See --list-counters.
+    #[arg(long, value_name = "LIST")]
+    pub counters: Option<String>,
+
+    /// Never let the kernel time-share (multiplex) hardware counters: measure each group of
+    /// hardware events in runs of its own.
+    #[arg(long)]
+    pub no_multiplex: bool,
+
+    /// Skip counter events this machine cannot count (with a warning) instead of failing.
+    #[arg(long)]
+    pub counters_best_effort: bool,
+
+    /// Count instructions: `perf` (the PMU), `valgrind` (cachegrind, no PMU needed) or
+    /// `auto` (the PMU if it works here, otherwise valgrind). The two are never compared.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub instructions: Option<crate::counters_plan::InstructionsMode>,
+
+    /// List the perf events this machine can count, and why not and how to fix it for the
+    /// others; then exit.
+    #[arg(long, exclusive = true)]
+    pub list_counters: bool,
+
     /// Name of the benchmark in reports (default: the command line).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+
+    /// History, baselines, thresholds.
+    #[command(flatten)]
+    pub regression: crate::regression::RegressionArgs,
 
     /// Count calls of the functions a PATTERN names, through uprobes (repeatable; needs
     /// root). Exact, across threads and child processes; these runs carry no timing.
@@ -162,7 +232,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("'{s}': {e}"))
 }
 
-fn parse_confidence(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_confidence(s: &str) -> Result<f64, String> {
     let t = s.trim().trim_end_matches('%');
     let v: f64 = t
         .parse()
@@ -225,14 +295,41 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
     if !args.invocations.is_empty() {
         groups.push(invocations_group(args, run)?);
     }
-    // Further groups (invocations, alloc, memory, counters) are pushed here.
+    if args.alloc {
+        groups.push(Group {
+            name: "alloc".into(),
+            instruments: vec![Box::new(AllocAgent::new(
+                AllocMetrics::All,
+                &run.program,
+                &run.env,
+            )?)],
+        });
+    }
+    if args.memory {
+        // With --alloc, heap.peak comes from the alloc group and the memory runs stay
+        // free of the agent (whose block headers add to RSS).
+        let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> =
+            vec![Box::new(Memory::new(!args.alloc))];
+        if !args.alloc {
+            instruments.push(Box::new(AllocAgent::new(
+                AllocMetrics::HeapPeak,
+                &run.program,
+                &run.env,
+            )?));
+        }
+        groups.push(Group {
+            name: "memory".into(),
+            instruments,
+        });
+    }
+    groups.extend(crate::counters_plan::groups_for(args)?);
     let others_requested = !groups.is_empty();
     if args.time || !others_requested {
         groups.insert(
             0,
             Group {
                 name: "timing".into(),
-                instruments: vec![Box::new(Timing { rss: true })],
+                instruments: vec![Box::new(Timing { rss: !args.memory })],
             },
         );
     }
@@ -313,6 +410,7 @@ pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
         clean_env: args.clean_env,
         format: args.format,
         output: args.output,
+        html: args.html,
         progress: std::io::stderr().is_terminal(),
     })
 }

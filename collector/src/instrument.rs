@@ -118,6 +118,13 @@ pub trait Instrument {
         Ok(())
     }
 
+    /// Whether the child must wait at a start gate until [`Instrument::attach`] has run.
+    /// The default is yes; an instrument that attaches nothing (timing) says no, which
+    /// saves a wake-up per run.
+    fn needs_start_gate(&self) -> bool {
+        true
+    }
+
     /// The child exists and waits at its start gate (it has not exec'd yet): attach to it,
     /// e.g. open counters on `pid` with `inherit` and `enable_on_exec`.
     fn attach(&mut self, _pid: Pid) -> anyhow::Result<()> {
@@ -137,8 +144,8 @@ pub trait Instrument {
         Vec::new()
     }
 
-    /// Once, after the group's last run, also after an error: release what the
-    /// instrument holds (probe definitions, temporary files).
+    /// After the group's last run, also after an error: release what the instrument holds
+    /// (probe definitions, temporary files). May be called more than once.
     fn finish(&mut self) {}
 }
 

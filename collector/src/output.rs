@@ -20,14 +20,19 @@ pub enum Output {
 }
 
 impl Output {
-    /// Prepare the destination, failing now if it cannot be written.
+    /// Prepare the `--output` destination, failing now if it cannot be written.
     pub fn open(path: Option<&Path>) -> anyhow::Result<Output> {
-        let Some(path) = path else {
-            return Ok(Output::Stdout);
-        };
+        match path {
+            Some(path) => Output::open_named(path, "--output"),
+            None => Ok(Output::Stdout),
+        }
+    }
+
+    /// Prepare a file destination given by `option`, failing now if it cannot be written.
+    pub fn open_named(path: &Path, option: &str) -> anyhow::Result<Output> {
         if path.is_dir() {
             anyhow::bail!(
-                "--output {}: is a directory; give a file name",
+                "{option} {}: is a directory; give a file name",
                 path.display()
             );
         }
@@ -38,10 +43,12 @@ impl Output {
         let tmp = tempfile::Builder::new()
             .prefix(".sbs-profile-")
             .suffix(".tmp")
+            // A report is an ordinary file, not a secret (tempfile's default is 0600).
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
             .tempfile_in(dir)
             .with_context(|| {
                 format!(
-                    "--output {}: cannot write in {}; choose a writable location",
+                    "{option} {}: cannot write in {}; choose a writable location",
                     path.display(),
                     dir.display()
                 )

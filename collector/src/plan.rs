@@ -35,6 +35,10 @@ pub enum Format {
     Json,
     /// One row per metric.
     Csv,
+    /// Bencher Metric Format JSON (bencher.dev, github-action-benchmark).
+    Bmf,
+    /// A Markdown table for pull-request comments.
+    Markdown,
 }
 
 /// The whole validated request.
@@ -56,6 +60,8 @@ pub struct Plan {
     pub format: Format,
     /// Report destination (stdout when `None`).
     pub output: Option<PathBuf>,
+    /// Also write an HTML page with plots here.
+    pub html: Option<PathBuf>,
     /// Show a progress bar (stderr is a terminal).
     pub progress: bool,
 }

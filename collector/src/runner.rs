@@ -179,67 +179,25 @@ fn run_inner(
             .map_err(|e| spawn_err(io::Error::new(io::ErrorKind::NotFound, e)))?;
         resolved.as_os_str()
     };
-    let exec = sys::PreparedExec::new(path, &args, &env).map_err(spawn_err)?;
-    let devnull = File::options()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map_err(spawn_err)?;
-    let child = sys::ChildConfig {
-        disable_aslr: config.disable_aslr,
-        cpus: cpu_set(&config.cpus).map_err(spawn_err)?,
-        stdin: devnull.as_raw_fd(),
-        output: (!config.show_output).then(|| devnull.as_raw_fd()),
-        pass_fds: setup
-            .pass_fds
-            .iter()
-            .map(|(fd, n)| (fd.as_raw_fd(), *n))
-            .collect(),
+    let gated = instruments.iter().any(|i| i.needs_start_gate());
+    let (pid, start, err_read) = if !gated && config.cpus.is_empty() && setup.pass_fds.is_empty() {
+        // Nothing to attach, pin or pass: the cheapest start there is (std's
+        // posix_spawn/vfork path), so a timing run costs no more than hyperfine's.
+        let (pid, start) = spawn_plain(config, path, &args, &env)?;
+        (pid, start, None)
+    } else {
+        let (pid, start, err_read) = fork_with_gate(
+            config,
+            instruments,
+            std::mem::take(&mut setup.pass_fds),
+            path,
+            &args,
+            &env,
+        )?;
+        (pid, start, Some(err_read))
     };
-    let (gate_read, gate_write) = sys::pipe_cloexec().map_err(spawn_err)?;
-    let (err_read, err_write) = sys::pipe_cloexec().map_err(spawn_err)?;
-    let pid = sys::fork_gated(&exec, &child, &gate_read, &err_write).map_err(spawn_err)?;
-    // The parent's copies: the child has its own now.
-    drop((gate_read, err_write, devnull));
-    drop(setup.pass_fds);
-    // Also from this side, so that no kill can race the child's own setpgid.
-    let _ = nix::unistd::setpgid(pid, pid);
     let guard = ChildGuard { pid, reaped: false };
-
-    for i in instruments.iter_mut() {
-        i.attach(pid).map_err(|e| instrument_error(i.as_ref(), e))?;
-    }
     let pidfd = sys::pidfd_open(pid).map_err(spawn_err)?;
-    let mut gate = File::from(gate_write);
-    let start = Instant::now();
-    match gate.write_all(b"g") {
-        // The child already failed its set-up; its errno follows on the error pipe.
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
-        other => other.map_err(spawn_err)?,
-    }
-    drop(gate);
-    // EOF: exec succeeded (close-on-exec). Four bytes: the child's errno.
-    let mut errno = [0u8; 4];
-    let mut err_file = File::from(err_read);
-    let mut got = 0;
-    while got < 4 {
-        match err_file.read(&mut errno[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(spawn_err(e)),
-        }
-    }
-    if got == 4 {
-        let mut guard = guard;
-        let _ = sys::wait4(pid);
-        guard.reaped = true;
-        return Err(RunError::Exec {
-            program: config.program.clone(),
-            source: io::Error::from_raw_os_error(i32::from_ne_bytes(errno)),
-        });
-    }
-
     let mut timed_out = false;
     loop {
         let remaining = match config.timeout {
@@ -275,6 +233,18 @@ fn run_inner(
     let mut guard = guard;
     let reaped = sys::wait4(pid).map_err(spawn_err)?;
     guard.reaped = true;
+    // The child is gone, so the error pipe holds either nothing (exec succeeded and
+    // closed it) or the child's errno. Reading it only now saves a wake-up per run.
+    let errno = match err_read {
+        Some(fd) => read_exec_errno(fd).map_err(spawn_err)?,
+        None => None,
+    };
+    if let Some(errno) = errno {
+        return Err(RunError::Exec {
+            program: config.program.clone(),
+            source: io::Error::from_raw_os_error(errno),
+        });
+    }
     // Leftover descendants in the benchmark's process group do not outlive the run.
     let _ = killpg(pid, Signal::SIGKILL);
     drop(guard);
@@ -303,6 +273,126 @@ fn run_inner(
     Ok((outcome, samples))
 }
 
+/// Start the child with `std::process::Command` (posix_spawn): no gate, nothing passed.
+fn spawn_plain(
+    config: &RunConfig,
+    path: &OsStr,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Result<(Pid, Instant), RunError> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let spawn_err = |source: io::Error| RunError::Spawn {
+        program: config.program.clone(),
+        source,
+    };
+    // posix_spawn cannot call personality() in the child; the flag is inherited, so set
+    // it on ourselves (it only affects programs exec'd from now on).
+    sys::set_aslr_disabled_for_children(config.disable_aslr).map_err(spawn_err)?;
+    let mut cmd = Command::new(path);
+    cmd.arg0(&args[0])
+        .args(&args[1..])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .process_group(0)
+        .stdin(Stdio::null());
+    if !config.show_output {
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    }
+    let start = Instant::now();
+    // Dropping the `Child` neither waits nor kills: the runner reaps it with wait4.
+    let child = cmd.spawn().map_err(|source| RunError::Exec {
+        program: config.program.clone(),
+        source,
+    })?;
+    Ok((Pid::from_raw(child.id() as i32), start))
+}
+
+/// Fork the child and hold it at the start gate while the instruments attach, then
+/// release it. Returns its pid, the moment it was released and the exec-error pipe.
+fn fork_with_gate(
+    config: &RunConfig,
+    instruments: &mut [Box<dyn Instrument>],
+    pass_fds: Vec<(OwnedFd, i32)>,
+    path: &OsStr,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Result<(Pid, Instant, OwnedFd), RunError> {
+    let spawn_err = |source: io::Error| RunError::Spawn {
+        program: config.program.clone(),
+        source,
+    };
+    let exec = sys::PreparedExec::new(path, args, env).map_err(spawn_err)?;
+    let devnull = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(spawn_err)?;
+    let child = sys::ChildConfig {
+        disable_aslr: config.disable_aslr,
+        cpus: cpu_set(&config.cpus).map_err(spawn_err)?,
+        stdin: devnull.as_raw_fd(),
+        output: (!config.show_output).then(|| devnull.as_raw_fd()),
+        pass_fds: pass_fds
+            .iter()
+            .map(|(fd, n)| (fd.as_raw_fd(), *n))
+            .collect(),
+    };
+    let gated = instruments.iter().any(|i| i.needs_start_gate());
+    let (gate_read, gate_write) = match gated {
+        true => {
+            let (r, w) = sys::pipe_cloexec().map_err(spawn_err)?;
+            (Some(r), Some(w))
+        }
+        false => (None, None),
+    };
+    let (err_read, err_write) = sys::pipe_cloexec().map_err(spawn_err)?;
+    let start = Instant::now();
+    let pid = sys::fork_gated(&exec, &child, gate_read.as_ref(), &err_write).map_err(spawn_err)?;
+    // The parent's copies: the child has its own now.
+    drop((gate_read, err_write, devnull));
+    drop(pass_fds);
+    // Also from this side, so that no kill can race the child's own setpgid.
+    let _ = nix::unistd::setpgid(pid, pid);
+    let guard = ChildGuard { pid, reaped: false };
+    for i in instruments.iter_mut() {
+        i.attach(pid).map_err(|e| instrument_error(i.as_ref(), e))?;
+    }
+    let start = match gate_write {
+        Some(gate) => {
+            let mut gate = File::from(gate);
+            // Timing starts at the release: attaching is not the benchmark's time.
+            let start = Instant::now();
+            match gate.write_all(b"g") {
+                // The child already failed its set-up; its errno follows on the error pipe.
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+                other => other.map_err(spawn_err)?,
+            }
+            start
+        }
+        None => start,
+    };
+    // From here the caller's guard owns the child.
+    std::mem::forget(guard);
+    Ok((pid, start, err_read))
+}
+
+/// The errno the child wrote before exiting if its set-up or `execve` failed.
+fn read_exec_errno(err_read: OwnedFd) -> io::Result<Option<i32>> {
+    let mut errno = [0u8; 4];
+    let mut file = File::from(err_read);
+    let mut got = 0;
+    while got < 4 {
+        match file.read(&mut errno[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((got == 4).then(|| i32::from_ne_bytes(errno)))
+}
+
 /// Kills and reaps the child's process group if a run ends early.
 struct ChildGuard {
     pid: Pid,
@@ -316,5 +406,97 @@ impl Drop for ChildGuard {
             let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
             let _ = sys::wait4(self.pid);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instrument::MetricSpec;
+    use sbs_reports::model::Unit;
+    use std::sync::{Arc, Mutex};
+
+    /// Attaches like a perf counter would, and records what it saw.
+    struct Spy {
+        gate: bool,
+        exe_at_attach: Arc<Mutex<Option<PathBuf>>>,
+    }
+
+    impl Instrument for Spy {
+        fn name(&self) -> &str {
+            "spy"
+        }
+        fn needs_start_gate(&self) -> bool {
+            self.gate
+        }
+        fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+            setup.env.push(("SBS_SPY".into(), "1".into()));
+            Ok(())
+        }
+        fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+            *self.exe_at_attach.lock().unwrap() =
+                std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+            Ok(())
+        }
+        fn collect(&mut self, o: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+            let code = match o.exit {
+                ExitKind::Code(c) => c as f64,
+                _ => -1.0,
+            };
+            out.push(Sample::new(
+                MetricSpec::new("spy.exit", Unit::Count, "test", true),
+                code,
+            ));
+            Ok(())
+        }
+    }
+
+    fn config(args: &[&str]) -> RunConfig {
+        RunConfig {
+            program: PathBuf::from(args[0]),
+            args: args.iter().map(OsString::from).collect(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            show_output: false,
+            disable_aslr: true,
+            cpus: Vec::new(),
+            timeout: Some(Duration::from_secs(20)),
+        }
+    }
+
+    #[test]
+    fn gated_child_has_not_exec_d_when_instruments_attach() {
+        let cancel = Cancel::install().unwrap();
+        for gate in [true, false] {
+            let seen = Arc::new(Mutex::new(None));
+            let spy = Spy {
+                gate,
+                exe_at_attach: seen.clone(),
+            };
+            let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(spy)];
+            // The child exits 0 only if the instrument's env var reached it.
+            let cfg = config(&["/bin/sh", "-c", "test \"$SBS_SPY\" = 1"]);
+            let (outcome, samples) = run_once(&cfg, &mut instruments, &cancel).unwrap();
+            assert_eq!(outcome.exit, ExitKind::Code(0));
+            assert_eq!(samples[0].value, 0.0);
+            if gate {
+                // Held at the gate: still a copy of this test process, not yet /bin/sh.
+                let own = std::env::current_exe().unwrap();
+                assert_eq!(seen.lock().unwrap().as_deref(), Some(own.as_path()));
+            }
+        }
+    }
+
+    #[test]
+    fn exec_failure_reports_errno() {
+        let cancel = Cancel::install().unwrap();
+        let mut none: Vec<Box<dyn Instrument>> = Vec::new();
+        let err = run_once(
+            &config(&["/proc/self/cwd/does-not-exist"]),
+            &mut none,
+            &cancel,
+        )
+        .unwrap_err();
+        assert!(matches!(err, RunError::Exec { .. }), "{err}");
+        assert!(err.to_string().contains("No such file"), "{err}");
     }
 }

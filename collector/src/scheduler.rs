@@ -9,7 +9,7 @@ use sbs_reports::model::{
 
 use crate::instrument::{ExitKind, MetricSpec, RunOutcome, Sample};
 use crate::plan::{FailurePolicy, Plan};
-use crate::runner::{run_once, Cancel};
+use crate::runner::{run_once, Cancel, RunConfig, RunError};
 use crate::stats::summarize;
 
 /// All values of one metric of one benchmark.
@@ -89,10 +89,45 @@ fn describe_failure(
     )
 }
 
-/// Run the whole plan and build the report. Every instrument's `finish` runs before this
-/// returns, whatever happened.
+/// Starts one run. The real one forks a child ([`Processes`]); tests script outcomes.
+pub trait Executor {
+    /// Run `config` once with `instruments` attached.
+    fn run(
+        &mut self,
+        config: &RunConfig,
+        instruments: &mut [Box<dyn crate::instrument::Instrument>],
+        cancel: &Cancel,
+    ) -> Result<(RunOutcome, Vec<Sample>), RunError>;
+}
+
+/// The executor that runs real child processes.
+#[derive(Debug, Default)]
+pub struct Processes;
+
+impl Executor for Processes {
+    fn run(
+        &mut self,
+        config: &RunConfig,
+        instruments: &mut [Box<dyn crate::instrument::Instrument>],
+        cancel: &Cancel,
+    ) -> Result<(RunOutcome, Vec<Sample>), RunError> {
+        run_once(config, instruments, cancel)
+    }
+}
+
+/// Run the whole plan with real child processes and build the report.
 pub fn execute(plan: &mut Plan, cancel: &Cancel) -> anyhow::Result<Report> {
-    let result = execute_inner(plan, cancel);
+    execute_with(plan, cancel, &mut Processes)
+}
+
+/// Run the whole plan through `executor` and build the report. Every instrument's
+/// `finish` runs before this returns, whatever happened.
+pub fn execute_with(
+    plan: &mut Plan,
+    cancel: &Cancel,
+    executor: &mut dyn Executor,
+) -> anyhow::Result<Report> {
+    let result = execute_inner(plan, cancel, executor);
     for bench in plan.benchmarks.iter_mut() {
         for group in bench.groups.iter_mut() {
             for i in group.instruments.iter_mut() {
@@ -103,7 +138,11 @@ pub fn execute(plan: &mut Plan, cancel: &Cancel) -> anyhow::Result<Report> {
     result
 }
 
-fn execute_inner(plan: &mut Plan, cancel: &Cancel) -> anyhow::Result<Report> {
+fn execute_inner(
+    plan: &mut Plan,
+    cancel: &Cancel,
+    executor: &mut dyn Executor,
+) -> anyhow::Result<Report> {
     let group_count = plan.benchmarks.first().map(|b| b.groups.len()).unwrap_or(0);
     let total = (group_count * (plan.warmup + plan.runs) * plan.benchmarks.len()) as u64;
     let bar = if plan.progress {
@@ -135,8 +174,10 @@ fn execute_inner(plan: &mut Plan, cancel: &Cancel) -> anyhow::Result<Report> {
                     group.name,
                     if measured { "run" } else { "warm-up" }
                 ));
-                let (outcome, samples) = run_once(&bench.run, &mut group.instruments, cancel)
-                    .with_context(|| format!("{} run of `{}`", group.name, bench.name))?;
+                let (outcome, samples) =
+                    executor
+                        .run(&bench.run, &mut group.instruments, cancel)
+                        .with_context(|| format!("{} run of `{}`", group.name, bench.name))?;
                 if !outcome.exit.success() && failure == FailurePolicy::Fail {
                     let msg =
                         describe_failure(&bench.name, &group.name, &outcome, bench.run.timeout);
@@ -191,6 +232,8 @@ fn execute_inner(plan: &mut Plan, cancel: &Cancel) -> anyhow::Result<Report> {
                     group: s.group,
                     samples: s.samples,
                     notes: Vec::new(),
+                    comparison: None,
+                    trend: Vec::new(),
                 })
                 .collect(),
             warnings: c.warnings,
@@ -208,6 +251,7 @@ fn execute_inner(plan: &mut Plan, cancel: &Cancel) -> anyhow::Result<Report> {
             clean_env: plan.clean_env,
         },
         benchmarks,
+        from_history: None,
     })
 }
 
@@ -222,6 +266,117 @@ mod tests {
             value: v,
             details: details.iter().map(|(l, v)| (l.to_string(), *v)).collect(),
         }
+    }
+
+    /// Scripted runs: exit codes in order, and a value per run that counts up.
+    struct Script {
+        exits: Vec<ExitKind>,
+        calls: Vec<String>,
+    }
+
+    impl Executor for Script {
+        fn run(
+            &mut self,
+            config: &RunConfig,
+            instruments: &mut [Box<dyn crate::instrument::Instrument>],
+            _cancel: &Cancel,
+        ) -> Result<(RunOutcome, Vec<Sample>), RunError> {
+            let n = self.calls.len();
+            self.calls
+                .push(config.args[0].to_string_lossy().into_owned());
+            let outcome = RunOutcome {
+                pid: nix::unistd::Pid::from_raw(1),
+                wall: std::time::Duration::from_millis(10 + n as u64),
+                user: std::time::Duration::ZERO,
+                sys: std::time::Duration::ZERO,
+                max_rss: 1024,
+                exit: self.exits.get(n).copied().unwrap_or(ExitKind::Code(0)),
+            };
+            let mut samples = Vec::new();
+            for i in instruments.iter_mut() {
+                i.collect(&outcome, &mut samples)
+                    .map_err(|e| RunError::Instrument {
+                        instrument: "test".into(),
+                        source: e,
+                    })?;
+            }
+            Ok((outcome, samples))
+        }
+    }
+
+    fn plan(names: &[&str], runs: usize, warmup: usize, failure: FailurePolicy) -> Plan {
+        use crate::instrument::Group;
+        use crate::instruments::timing::Timing;
+        Plan {
+            benchmarks: names
+                .iter()
+                .map(|n| crate::plan::Benchmark {
+                    name: n.to_string(),
+                    run: RunConfig {
+                        program: n.into(),
+                        args: vec![n.into()],
+                        env: Vec::new(),
+                        show_output: false,
+                        disable_aslr: true,
+                        cpus: Vec::new(),
+                        timeout: None,
+                    },
+                    groups: vec![Group {
+                        name: "timing".into(),
+                        instruments: vec![Box::new(Timing { rss: true })],
+                    }],
+                })
+                .collect(),
+            runs,
+            warmup,
+            confidence: 0.95,
+            failure,
+            clean_env: false,
+            format: crate::plan::Format::Text,
+            output: None,
+            html: None,
+            progress: false,
+        }
+    }
+
+    #[test]
+    fn warmups_are_discarded_and_benchmarks_interleave() {
+        let cancel = Cancel::install().unwrap();
+        let mut script = Script {
+            exits: Vec::new(),
+            calls: Vec::new(),
+        };
+        let mut p = plan(&["a", "b"], 3, 1, FailurePolicy::Fail);
+        let report = execute_with(&mut p, &cancel, &mut script).unwrap();
+        assert_eq!(script.calls, ["a", "b", "a", "b", "a", "b", "a", "b"]);
+        let wall = |b: usize| report.benchmarks[b].metrics[0].samples.clone();
+        // Run n has wall 10 + n ms; runs 0 and 1 were the warm-ups.
+        assert_eq!(wall(0), vec![0.012, 0.014, 0.016]);
+        assert_eq!(wall(1), vec![0.013, 0.015, 0.017]);
+        assert_eq!(report.benchmarks[0].metrics[0].summary.n, 3);
+    }
+
+    #[test]
+    fn failure_policy_decides_about_failed_runs() {
+        let cancel = Cancel::install().unwrap();
+        let exits = vec![ExitKind::Code(0), ExitKind::Signal(9), ExitKind::Code(0)];
+        let mut script = Script {
+            exits: exits.clone(),
+            calls: Vec::new(),
+        };
+        let mut p = plan(&["x"], 3, 0, FailurePolicy::Fail);
+        let err = execute_with(&mut p, &cancel, &mut script).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("`x` was killed by SIGKILL in a timing run"),
+            "{err:#}"
+        );
+        let mut script = Script {
+            exits,
+            calls: Vec::new(),
+        };
+        let mut p = plan(&["x"], 3, 0, FailurePolicy::Ignore);
+        let report = execute_with(&mut p, &cancel, &mut script).unwrap();
+        assert_eq!(report.benchmarks[0].metrics[0].samples.len(), 3);
     }
 
     #[test]

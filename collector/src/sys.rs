@@ -76,20 +76,43 @@ pub struct ChildConfig {
     pub pass_fds: Vec<(RawFd, RawFd)>,
 }
 
+/// Set or clear `ADDR_NO_RANDOMIZE` in our own personality: it takes effect for the
+/// programs our children exec, not for us.
+pub fn set_aslr_disabled_for_children(disabled: bool) -> io::Result<()> {
+    // SAFETY: personality(0xffffffff) only queries the current persona.
+    let current = unsafe { libc::personality(0xffff_ffff) };
+    if current == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let flag = libc::ADDR_NO_RANDOMIZE;
+    let wanted = if disabled {
+        current | flag
+    } else {
+        current & !flag
+    };
+    if wanted != current {
+        // SAFETY: sets a persona flag of this process; no memory is involved.
+        if unsafe { libc::personality(wanted as libc::c_ulong) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// A pipe whose both ends close on exec.
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     Ok((r, w))
 }
 
-/// Fork a child that sets itself up, blocks until a byte arrives on `gate` (EOF means
-/// "abort": it exits with 126), then execs `exec`. If `execve` fails, the child writes its
+/// Fork a child that sets itself up, blocks until a byte arrives on `gate` if there is
+/// one (EOF means "abort": it exits with 126), then execs `exec`. If `execve` fails, the child writes its
 /// errno (4 bytes, native endian) to `exec_error` and exits with 127; `exec_error` is
 /// close-on-exec, so the parent reads EOF exactly when the exec succeeded.
 pub fn fork_gated(
     exec: &PreparedExec,
     config: &ChildConfig,
-    gate: &OwnedFd,
+    gate: Option<&OwnedFd>,
     exec_error: &OwnedFd,
 ) -> io::Result<Pid> {
     // SAFETY: after fork the child runs only `child_after_fork`, which makes raw,
@@ -98,7 +121,14 @@ pub fn fork_gated(
     match pid {
         -1 => Err(io::Error::last_os_error()),
         // SAFETY: we are the freshly forked child; see `child_after_fork`'s contract.
-        0 => unsafe { child_after_fork(exec, config, gate.as_raw_fd(), exec_error.as_raw_fd()) },
+        0 => unsafe {
+            child_after_fork(
+                exec,
+                config,
+                gate.map(|g| g.as_raw_fd()),
+                exec_error.as_raw_fd(),
+            )
+        },
         pid => Ok(Pid::from_raw(pid)),
     }
 }
@@ -111,7 +141,7 @@ pub fn fork_gated(
 unsafe fn child_after_fork(
     exec: &PreparedExec,
     config: &ChildConfig,
-    gate: RawFd,
+    gate: Option<RawFd>,
     exec_error: RawFd,
 ) -> ! {
     // SAFETY: plain system calls on valid descriptors and on pointers into `exec` and
@@ -119,6 +149,8 @@ unsafe fn child_after_fork(
     unsafe {
         // Own process group, so a timeout or Ctrl-C can kill the whole tree.
         libc::setpgid(0, 0);
+        // Rust ignores SIGPIPE in the collector; the benchmark gets the default back.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         // Die with the collector instead of running unattended.
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
@@ -161,18 +193,20 @@ unsafe fn child_after_fork(
                 fail(exec_error, errno());
             }
         }
-        let mut byte = 0u8;
-        loop {
-            let n = libc::read(gate, (&mut byte as *mut u8).cast(), 1);
-            if n == 1 {
-                break;
+        if let Some(gate) = gate {
+            let mut byte = 0u8;
+            loop {
+                let n = libc::read(gate, (&mut byte as *mut u8).cast(), 1);
+                if n == 1 {
+                    break;
+                }
+                if n == 0 || errno() != libc::EINTR {
+                    // The parent gave up on this run.
+                    libc::_exit(126);
+                }
             }
-            if n == 0 || errno() != libc::EINTR {
-                // The parent gave up on this run.
-                libc::_exit(126);
-            }
+            libc::close(gate);
         }
-        libc::close(gate);
         libc::execve(
             exec.path.as_ptr(),
             exec.argv_ptrs.as_ptr(),

@@ -16,3 +16,7 @@ mod sys;
 pub mod tracefs;
 
 pub use error::ProbeError;
+
+pub mod capability;
+pub mod counters;
+pub mod valgrind;

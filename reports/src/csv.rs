@@ -26,6 +26,14 @@ struct Row<'a> {
     ci_low: Option<f64>,
     ci_high: Option<f64>,
     confidence: f64,
+    reference: Option<&'a str>,
+    change: Option<f64>,
+    change_low: Option<f64>,
+    change_high: Option<f64>,
+    p_value: Option<f64>,
+    method: Option<&'static str>,
+    threshold: Option<f64>,
+    verdict: Option<&'static str>,
 }
 
 impl Render for Csv {
@@ -34,6 +42,7 @@ impl Render for Csv {
         for b in &report.benchmarks {
             for m in &b.metrics {
                 let s = &m.summary;
+                let c = m.comparison.as_ref();
                 w.serialize(Row {
                     benchmark: &b.name,
                     metric: &m.id,
@@ -50,6 +59,14 @@ impl Render for Csv {
                     ci_low: s.ci_low,
                     ci_high: s.ci_high,
                     confidence: s.confidence,
+                    reference: c.map(|c| c.reference.as_str()),
+                    change: c.and_then(|c| c.relative),
+                    change_low: c.and_then(|c| c.relative_ci_low),
+                    change_high: c.and_then(|c| c.relative_ci_high),
+                    p_value: c.and_then(|c| c.p_value),
+                    method: c.map(|c| c.method.id()),
+                    threshold: c.map(|c| c.threshold),
+                    verdict: c.map(|c| c.verdict.id()),
                 })
                 .map_err(io::Error::other)?;
             }

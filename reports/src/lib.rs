@@ -5,11 +5,15 @@
 //! the collector.
 #![forbid(unsafe_code)]
 
+pub mod bmf;
 pub mod csv;
+pub mod html;
 pub mod human;
 pub mod json;
+pub mod markdown;
 pub mod model;
 pub mod text;
+pub mod verdicts;
 
 use std::io;
 

@@ -107,6 +107,33 @@ pub struct MetricResult {
     /// Notes about how the numbers were obtained (scaling, controls, caveats).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Comparison with a reference (history, baseline or the first command of `compare`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<Comparison>,
+    /// The metric over the saved history, oldest first, this run last (when a history
+    /// was read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trend: Vec<TrendPoint>,
+}
+
+/// One run of a metric's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrendPoint {
+    /// The run's label (time and commit of a history entry, or `this run`).
+    pub label: String,
+    /// Number of samples.
+    pub n: usize,
+    /// Mean of the samples.
+    pub mean: f64,
+    /// Confidence interval of the mean; `None` with fewer than 2 samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_low: Option<f64>,
+    /// Upper bound of the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_high: Option<f64>,
+    /// Verdict of this run against the one before it (`None` for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
 }
 
 /// All metrics of one benchmark (one command).
@@ -150,4 +177,184 @@ pub struct Report {
     pub conditions: Conditions,
     /// One entry per benchmark.
     pub benchmarks: Vec<BenchmarkResult>,
+    /// Set when the report was rendered from a saved history (`sbs-profile report`)
+    /// rather than measured now: the history directory. `conditions` then only tells the
+    /// number of samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_history: Option<String>,
+}
+
+/// What a comparison concluded about one metric. For every metric, smaller is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No statistically significant difference (or, for exact counts, identical values).
+    NoChange,
+    /// Significantly smaller, by more than the threshold.
+    Improved,
+    /// Significantly larger, by more than the threshold: fails the CI gate.
+    Regressed,
+    /// A significant difference, in either direction, within the practical threshold:
+    /// reported, never fails.
+    BelowThreshold,
+    /// Not enough data to decide (e.g. fewer than 2 samples of a measured metric).
+    Inconclusive,
+}
+
+impl Verdict {
+    /// The short name used in text and CSV reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::NoChange => "no change",
+            Verdict::Improved => "improved",
+            Verdict::Regressed => "REGRESSED",
+            Verdict::BelowThreshold => "below threshold",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
+
+    /// The machine-readable name, as in JSON (`no_change`, `regressed`...).
+    pub fn id(self) -> &'static str {
+        match self {
+            Verdict::NoChange => "no_change",
+            Verdict::Improved => "improved",
+            Verdict::Regressed => "regressed",
+            Verdict::BelowThreshold => "below_threshold",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
+
+    /// Whether this verdict makes the run fail (exit code 1).
+    pub fn is_regression(self) -> bool {
+        self == Verdict::Regressed
+    }
+}
+
+/// The statistical method behind a [`Comparison`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComparisonMethod {
+    /// Welch's interval for the difference of means, Student t with the
+    /// Welch-Satterthwaite degrees of freedom.
+    WelchT,
+    /// Welch's interval with the normal distribution (both sides have 30 samples or more).
+    WelchZ,
+    /// One-way ANOVA over three or more series, then a post-hoc pair interval.
+    Anova,
+    /// Zero variance on every side: values compared exactly.
+    Exact,
+    /// A measured metric with zero variance within each saved session but differing
+    /// between sessions: the candidate is judged against the spread of the sessions'
+    /// means (prediction interval, Student t with k - 1 degrees of freedom).
+    Sessions,
+}
+
+impl ComparisonMethod {
+    /// The machine-readable name, as in JSON (`welch_t`, `anova`...).
+    pub fn id(self) -> &'static str {
+        match self {
+            ComparisonMethod::WelchT => "welch_t",
+            ComparisonMethod::WelchZ => "welch_z",
+            ComparisonMethod::Anova => "anova",
+            ComparisonMethod::Exact => "exact",
+            ComparisonMethod::Sessions => "sessions",
+        }
+    }
+
+    /// The short name used in the text report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ComparisonMethod::WelchT => "welch-t",
+            ComparisonMethod::WelchZ => "welch-z",
+            ComparisonMethod::Anova => "anova",
+            ComparisonMethod::Exact => "exact",
+            ComparisonMethod::Sessions => "sessions",
+        }
+    }
+}
+
+/// One pair of series found to differ by the post-hoc test after an ANOVA.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairDifference {
+    /// Label of the first series.
+    pub a: String,
+    /// Label of the second series.
+    pub b: String,
+    /// `mean(b) - mean(a)`.
+    pub difference: f64,
+    /// Lower bound of the (Bonferroni-adjusted) interval of the difference.
+    pub ci_low: f64,
+    /// Upper bound of the (Bonferroni-adjusted) interval of the difference.
+    pub ci_high: f64,
+    /// Bonferroni-adjusted p-value (capped at 1); `None` for exact comparisons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p_value: Option<f64>,
+}
+
+/// A one-way ANOVA over three or more series and its post-hoc test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnovaSummary {
+    /// Labels of the series, in the order they were tested.
+    pub groups: Vec<String>,
+    /// The F statistic; `None` when every series has zero variance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub f: Option<f64>,
+    /// Degrees of freedom between groups (k - 1).
+    pub df_between: f64,
+    /// Degrees of freedom within groups (N - k).
+    pub df_within: f64,
+    /// P-value of F against the F(df_between, df_within) distribution.
+    pub p_value: f64,
+    /// Whether the ANOVA rejects "all means equal" at the comparison's level.
+    pub significant: bool,
+    /// Name of the post-hoc test, e.g. `bonferroni-welch`.
+    pub post_hoc: String,
+    /// The pairs the post-hoc test found to differ (empty if none or not significant).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub differing: Vec<PairDifference>,
+}
+
+/// How a metric compares with a reference (history entry, baseline or first command).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// Method used for the verdict.
+    pub method: ComparisonMethod,
+    /// Label of the reference series (e.g. `baseline main`, `history 2026-11-21T23:40:01Z`).
+    pub reference: String,
+    /// Number of samples in the reference.
+    pub reference_n: usize,
+    /// Mean of the reference.
+    pub reference_mean: f64,
+    /// `mean(this) - mean(reference)`: positive is worse.
+    pub difference: f64,
+    /// Lower bound of the interval of the difference; `None` when it cannot be computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_low: Option<f64>,
+    /// Upper bound of the interval of the difference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_high: Option<f64>,
+    /// Confidence level of the interval (after any multiple-comparison adjustment).
+    pub confidence: f64,
+    /// `difference / |reference_mean|`; `None` when the reference mean is 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relative: Option<f64>,
+    /// `ci_low / |reference_mean|`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relative_ci_low: Option<f64>,
+    /// `ci_high / |reference_mean|`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relative_ci_high: Option<f64>,
+    /// Degrees of freedom of the t distribution used (Welch-Satterthwaite), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub df: Option<f64>,
+    /// Two-sided p-value of the difference, if a test was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p_value: Option<f64>,
+    /// Practical threshold, as a fraction (0.02 = 2%).
+    pub threshold: f64,
+    /// The conclusion.
+    pub verdict: Verdict,
+    /// The ANOVA, when three or more series were compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anova: Option<AnovaSummary>,
 }

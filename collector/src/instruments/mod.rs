@@ -1,5 +1,9 @@
 //! The instruments, one module per mechanism. Each plugs into the runner through
 //! [`crate::instrument::Instrument`].
 
+pub mod alloc;
+pub mod counters;
 pub mod invocations;
+pub mod memory;
 pub mod timing;
+pub mod valgrind;

@@ -1,0 +1,336 @@
+//! The contract between the preloaded allocation agent (`sbs-agent`) and the collector.
+//!
+//! Defined once, used by both sides. The collector creates a *report region*: a memfd of
+//! [`REGION_SIZE`] bytes that starts with a [`RegionHeader`] followed by [`SLOT_COUNT`]
+//! [`Slot`]s. It passes the memfd to the child at descriptor [`REGION_FD`] and announces it
+//! with the env vars [`ENV_REGION_FD`] and [`ENV_REGION_TOKEN`]. Every process image that
+//! loads the agent (the benchmark, its forked children, every program it execs) claims one
+//! slot and keeps its counters *in* that slot, in shared memory. Nothing has to be written
+//! at exit, so a process that ends with `_exit`, `abort`, a fatal signal or `exec` still
+//! reports; the collector reads the region after the run.
+//!
+//! All fields are 64-bit little-endian words (atomics on the agent's side); the collector
+//! decodes them from bytes with [`SlotValues::from_bytes`], so it needs no `unsafe`.
+#![no_std]
+#![forbid(unsafe_code)]
+
+use core::mem::{offset_of, size_of};
+use core::sync::atomic::AtomicU64;
+
+/// Env var: the descriptor number of the report region in the child.
+pub const ENV_REGION_FD: &str = "SBS_AGENT_FD";
+/// Env var: the region's token (16 hex digits); the agent ignores a region whose header
+/// does not carry it, so a reused descriptor number is never written to.
+pub const ENV_REGION_TOKEN: &str = "SBS_AGENT_TOKEN";
+/// The same names, NUL-terminated, for `getenv` inside the agent.
+pub const ENV_REGION_FD_C: &[u8] = b"SBS_AGENT_FD\0";
+/// See [`ENV_REGION_FD_C`].
+pub const ENV_REGION_TOKEN_C: &[u8] = b"SBS_AGENT_TOKEN\0";
+
+/// Descriptor number the collector gives the report region in the child. High, so that
+/// programs that use small fixed numbers (`3>file`) do not collide with it.
+pub const REGION_FD: i32 = 1019;
+/// Descriptor number the collector gives the agent library (a memfd) in the child;
+/// `LD_PRELOAD=/proc/self/fd/1018`.
+pub const LIBRARY_FD: i32 = 1018;
+
+/// First word of the region header.
+pub const REGION_MAGIC: u64 = 0x5342_5341_4c4c_4f43; // "SBSALLOC"
+/// Layout version; bumped on any incompatible change.
+pub const REGION_VERSION: u64 = 1;
+
+/// Bytes of the header (one slot's worth, for alignment).
+pub const HEADER_SIZE: usize = 128;
+/// Bytes of one slot.
+pub const SLOT_SIZE: usize = 128;
+/// Number of slots: process images that can report in one run.
+pub const SLOT_COUNT: usize = 8191;
+/// Total size of the region.
+pub const REGION_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE;
+
+/// How a process image came to use its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The agent was loaded at program start (the benchmark itself or an exec'd program).
+    Load,
+    /// A child created by `fork` (counts start at the fork; the heap it inherited is in
+    /// [`SlotValues::inherited_live`]).
+    Fork,
+}
+
+impl Origin {
+    /// The word stored in [`Slot::origin`].
+    pub const fn code(self) -> u64 {
+        match self {
+            Origin::Load => 1,
+            Origin::Fork => 2,
+        }
+    }
+
+    /// The origin for a stored word.
+    pub const fn from_code(code: u64) -> Option<Origin> {
+        match code {
+            1 => Some(Origin::Load),
+            2 => Some(Origin::Fork),
+            _ => None,
+        }
+    }
+}
+
+/// Start of the region.
+#[repr(C)]
+pub struct RegionHeader {
+    /// [`REGION_MAGIC`].
+    pub magic: AtomicU64,
+    /// [`REGION_VERSION`].
+    pub version: AtomicU64,
+    /// The random token also passed in [`ENV_REGION_TOKEN`].
+    pub token: AtomicU64,
+    /// Number of slot claims so far (may exceed [`SLOT_COUNT`]: the excess had no slot).
+    pub claims: AtomicU64,
+    /// Padding up to [`HEADER_SIZE`].
+    pub reserved: [AtomicU64; 12],
+}
+
+/// One process image's counters. Live in shared memory; updated with atomics.
+#[repr(C)]
+pub struct Slot {
+    /// Non-zero once the slot is claimed: [`Origin::code`].
+    pub origin: AtomicU64,
+    /// Process id.
+    pub pid: AtomicU64,
+    /// Parent process id at claim time.
+    pub ppid: AtomicU64,
+    /// Blocks allocated (malloc, calloc, memalign family, and each realloc that returns a
+    /// block: DHAT's convention).
+    pub allocs: AtomicU64,
+    /// Blocks released (free, and the old block of each realloc).
+    pub frees: AtomicU64,
+    /// `realloc`/`reallocarray` calls that resized a block.
+    pub reallocs: AtomicU64,
+    /// Sum of requested sizes of the allocated blocks.
+    pub bytes: AtomicU64,
+    /// Requested bytes currently live.
+    pub live: AtomicU64,
+    /// Highest value `live` reached.
+    pub peak: AtomicU64,
+    /// For a forked child: its parent's `allocs` at the fork.
+    pub inherited_allocs: AtomicU64,
+    /// For a forked child: its parent's `bytes` at the fork.
+    pub inherited_bytes: AtomicU64,
+    /// For a forked child: live bytes inherited at the fork (included in `live`/`peak`).
+    pub inherited_live: AtomicU64,
+    /// For a forked child: its parent's `peak` at the fork (DHAT's child output reports
+    /// the larger of this and the child's own peak).
+    pub inherited_peak: AtomicU64,
+    /// Padding up to [`SLOT_SIZE`].
+    pub reserved: [AtomicU64; 3],
+}
+
+const _: () = assert!(size_of::<RegionHeader>() == HEADER_SIZE);
+const _: () = assert!(size_of::<Slot>() == SLOT_SIZE);
+
+/// A decoded header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderValues {
+    /// See [`RegionHeader::magic`].
+    pub magic: u64,
+    /// See [`RegionHeader::version`].
+    pub version: u64,
+    /// See [`RegionHeader::token`].
+    pub token: u64,
+    /// See [`RegionHeader::claims`].
+    pub claims: u64,
+}
+
+impl HeaderValues {
+    /// A fresh header for a region with this token.
+    pub const fn new(token: u64) -> Self {
+        HeaderValues {
+            magic: REGION_MAGIC,
+            version: REGION_VERSION,
+            token,
+            claims: 0,
+        }
+    }
+
+    /// Decode the first [`HEADER_SIZE`] bytes of a region. `None` if too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        Some(HeaderValues {
+            magic: word(bytes, offset_of!(RegionHeader, magic))?,
+            version: word(bytes, offset_of!(RegionHeader, version))?,
+            token: word(bytes, offset_of!(RegionHeader, token))?,
+            claims: word(bytes, offset_of!(RegionHeader, claims))?,
+        })
+    }
+
+    /// Encode as the first [`HEADER_SIZE`] bytes of a region.
+    pub fn to_bytes(&self) -> [u8; HEADER_SIZE] {
+        let mut out = [0u8; HEADER_SIZE];
+        put(&mut out, offset_of!(RegionHeader, magic), self.magic);
+        put(&mut out, offset_of!(RegionHeader, version), self.version);
+        put(&mut out, offset_of!(RegionHeader, token), self.token);
+        put(&mut out, offset_of!(RegionHeader, claims), self.claims);
+        out
+    }
+
+    /// Whether this is a region of our layout carrying `token`.
+    pub fn matches(&self, token: u64) -> bool {
+        self.magic == REGION_MAGIC && self.version == REGION_VERSION && self.token == token
+    }
+}
+
+/// A decoded slot: one process image's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotValues {
+    /// See [`Slot::origin`]; 0 for an unclaimed slot.
+    pub origin: u64,
+    /// See [`Slot::pid`].
+    pub pid: u64,
+    /// See [`Slot::ppid`].
+    pub ppid: u64,
+    /// See [`Slot::allocs`].
+    pub allocs: u64,
+    /// See [`Slot::frees`].
+    pub frees: u64,
+    /// See [`Slot::reallocs`].
+    pub reallocs: u64,
+    /// See [`Slot::bytes`].
+    pub bytes: u64,
+    /// See [`Slot::live`].
+    pub live: u64,
+    /// See [`Slot::peak`].
+    pub peak: u64,
+    /// See [`Slot::inherited_allocs`].
+    pub inherited_allocs: u64,
+    /// See [`Slot::inherited_bytes`].
+    pub inherited_bytes: u64,
+    /// See [`Slot::inherited_live`].
+    pub inherited_live: u64,
+    /// See [`Slot::inherited_peak`].
+    pub inherited_peak: u64,
+}
+
+impl SlotValues {
+    /// Decode one slot from [`SLOT_SIZE`] bytes. `None` if too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        Some(SlotValues {
+            origin: word(bytes, offset_of!(Slot, origin))?,
+            pid: word(bytes, offset_of!(Slot, pid))?,
+            ppid: word(bytes, offset_of!(Slot, ppid))?,
+            allocs: word(bytes, offset_of!(Slot, allocs))?,
+            frees: word(bytes, offset_of!(Slot, frees))?,
+            reallocs: word(bytes, offset_of!(Slot, reallocs))?,
+            bytes: word(bytes, offset_of!(Slot, bytes))?,
+            live: word(bytes, offset_of!(Slot, live))?,
+            peak: word(bytes, offset_of!(Slot, peak))?,
+            inherited_allocs: word(bytes, offset_of!(Slot, inherited_allocs))?,
+            inherited_bytes: word(bytes, offset_of!(Slot, inherited_bytes))?,
+            inherited_live: word(bytes, offset_of!(Slot, inherited_live))?,
+            inherited_peak: word(bytes, offset_of!(Slot, inherited_peak))?,
+        })
+    }
+
+    /// How the image came to report; `None` for an unclaimed slot.
+    pub fn origin(&self) -> Option<Origin> {
+        Origin::from_code(self.origin)
+    }
+}
+
+/// Byte offset of slot `index` in the region.
+pub const fn slot_offset(index: usize) -> usize {
+    HEADER_SIZE + index * SLOT_SIZE
+}
+
+fn word(bytes: &[u8], at: usize) -> Option<u64> {
+    let raw: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(raw))
+}
+
+fn put(out: &mut [u8], at: usize, value: u64) {
+    out[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Parse the token env var's value (16 hex digits at most).
+pub fn parse_token(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || text.len() > 16 {
+        return None;
+    }
+    let mut value = 0u64;
+    for &c in text {
+        let digit = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        value = (value << 4) | u64::from(digit);
+    }
+    Some(value)
+}
+
+/// Parse a descriptor number (decimal, non-negative, fits an `i32`).
+pub fn parse_fd(text: &[u8]) -> Option<i32> {
+    if text.is_empty() || text.len() > 9 {
+        return None;
+    }
+    let mut value = 0i32;
+    for &c in text {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + i32::from(c - b'0');
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips() {
+        let h = HeaderValues {
+            claims: 7,
+            ..HeaderValues::new(0xdead_beef_0123_4567)
+        };
+        let back = HeaderValues::from_bytes(&h.to_bytes()).unwrap();
+        assert_eq!(back, h);
+        assert!(back.matches(0xdead_beef_0123_4567));
+        assert!(!back.matches(1));
+    }
+
+    #[test]
+    fn slot_fields_decode_from_their_offsets() {
+        let mut bytes = [0u8; SLOT_SIZE];
+        put(&mut bytes, offset_of!(Slot, pid), 42);
+        put(&mut bytes, offset_of!(Slot, peak), 1 << 40);
+        put(&mut bytes, offset_of!(Slot, origin), Origin::Fork.code());
+        let s = SlotValues::from_bytes(&bytes).unwrap();
+        assert_eq!(s.pid, 42);
+        assert_eq!(s.peak, 1 << 40);
+        assert_eq!(s.origin(), Some(Origin::Fork));
+        assert_eq!(s.allocs, 0);
+        assert!(SlotValues::from_bytes(&bytes[..SLOT_SIZE - 40]).is_none());
+    }
+
+    #[test]
+    fn parses_env_values() {
+        assert_eq!(parse_token(b"00000000000000ff"), Some(255));
+        assert_eq!(parse_token(b"DEADbeef"), Some(0xdead_beef));
+        assert_eq!(parse_token(b"xyz"), None);
+        assert_eq!(parse_token(b""), None);
+        assert_eq!(parse_token(b"00000000000000000"), None);
+        assert_eq!(parse_fd(b"1019"), Some(1019));
+        assert_eq!(parse_fd(b"-1"), None);
+        assert_eq!(parse_fd(b""), None);
+        assert_eq!(parse_fd(b"9999999999"), None);
+    }
+
+    #[test]
+    fn region_layout_is_what_the_agent_maps() {
+        assert_eq!(slot_offset(0), HEADER_SIZE);
+        assert_eq!(slot_offset(SLOT_COUNT), REGION_SIZE);
+        assert_eq!(REGION_SIZE % 4096, 0);
+    }
+}

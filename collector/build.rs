@@ -1,0 +1,109 @@
+//! Builds the allocation agent (`agent/`) as a preload library and leaves it in `OUT_DIR`,
+//! where `src/instruments/alloc.rs` embeds it with `include_bytes!`. A user who installs
+//! `sbs-profile` alone (`cargo install --path collector`) so gets a working `--alloc`.
+//!
+//! Why rustc and not a nested `cargo build`: the agent must be a `no_std` cdylib built
+//! with `panic=abort`, which the workspace profiles (`panic=unwind`, needed by the other
+//! crates) cannot give to one package; a nested cargo would also contend for the build
+//! directory and package-cache locks of the outer one. The agent and its ABI crate have
+//! no dependencies, so two rustc invocations (about half a second) are all it takes, and
+//! they work offline from a clean checkout.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    let manifest =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let agent = manifest.join("../agent");
+    let abi_src = agent.join("abi/src/lib.rs");
+    let agent_src = agent.join("src/lib.rs");
+    for dir in [agent.join("src"), agent.join("abi/src")] {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+    if !abi_src.exists() || !agent_src.exists() {
+        panic!(
+            "the allocation agent's sources are missing ({}); build sbs-profile from its \
+             workspace checkout (cargo install --path collector)",
+            agent.display()
+        );
+    }
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let target = env::var("TARGET").expect("cargo sets TARGET");
+
+    compile(
+        &rustc,
+        &target,
+        &out,
+        &abi_src,
+        "sbs_agent_abi",
+        "rlib",
+        &[],
+    );
+    let extern_abi = format!(
+        "sbs_agent_abi={}",
+        out.join("libsbs_agent_abi.rlib").display()
+    );
+    compile(
+        &rustc,
+        &target,
+        &out,
+        &agent_src,
+        "sbs_agent",
+        "cdylib",
+        &["--extern", &extern_abi, "-C", "strip=debuginfo"],
+    );
+    let lib = out.join("libsbs_agent.so");
+    assert!(lib.exists(), "rustc did not produce {}", lib.display());
+}
+
+fn compile(
+    rustc: &std::ffi::OsStr,
+    target: &str,
+    out: &Path,
+    src: &Path,
+    name: &str,
+    kind: &str,
+    extra: &[&str],
+) {
+    let status = Command::new(rustc)
+        .args([
+            "--edition",
+            "2021",
+            "--crate-type",
+            kind,
+            "--crate-name",
+            name,
+        ])
+        .args(["--target", target])
+        .args([
+            "-C",
+            "opt-level=3",
+            "-C",
+            "panic=abort",
+            "-C",
+            "debuginfo=0",
+        ])
+        .args(["--cap-lints", "warn"])
+        .arg("-L")
+        .arg(format!("dependency={}", out.display()))
+        .arg("--out-dir")
+        .arg(out)
+        .args(extra)
+        .arg(src)
+        // The outer build's flags (e.g. coverage instrumentation) would bring a runtime
+        // and TLS into the agent; it is built on its own terms.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("cannot run rustc ({rustc:?}) to build the allocation agent: {e}")
+        });
+    assert!(
+        status.success(),
+        "rustc failed to build the allocation agent ({name} from {}); see its errors above",
+        src.display()
+    );
+}

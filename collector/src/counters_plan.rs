@@ -1,0 +1,421 @@
+//! From the counter options of the command line to groups of runs: `--counters`,
+//! `--no-multiplex`, `--counters-best-effort`, `--instructions`, and the
+//! `--list-counters` table.
+//!
+//! Every requested event is probed on this machine first: an unsupported one is an error
+//! naming it with the reason and the fix, unless best effort was asked for (then it is
+//! dropped with a warning). Probing goes through a function parameter so the decisions
+//! can be tested with a scripted machine.
+
+use std::fmt::Write as _;
+
+use anyhow::bail;
+use sbs_probes::capability::{self, MachineFacts, Support};
+use sbs_probes::counters::{
+    find_event, parse_counter_list, plan_series, CounterRequest, PerfBackend, PlanOptions,
+};
+use sbs_probes::valgrind;
+
+use crate::instrument::Group;
+use crate::instruments::counters::PerfCounters;
+use crate::instruments::valgrind::ValgrindInstructions;
+
+/// How instruction counts are obtained (`--instructions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum InstructionsMode {
+    /// The PMU's `instructions` event (source `perf-hw`).
+    Perf,
+    /// valgrind's cachegrind (source `valgrind`).
+    Valgrind,
+    /// The PMU if it works here, otherwise valgrind.
+    Auto,
+}
+
+/// The counter options of the command line.
+#[derive(Debug, Clone, Default)]
+pub struct CounterOptions {
+    /// `--counters LIST`.
+    pub counters: Option<String>,
+    /// `--no-multiplex`.
+    pub no_multiplex: bool,
+    /// `--counters-best-effort`.
+    pub best_effort: bool,
+    /// `--instructions MODE`.
+    pub instructions: Option<InstructionsMode>,
+}
+
+/// Groups of runs for the counters, and the plan-time warnings (also handed to the first
+/// group's instrument, which puts them in the report).
+#[derive(Debug, Default)]
+pub struct CounterGroups {
+    /// `counters`, `counters-2`... then `valgrind`.
+    pub groups: Vec<Group>,
+    /// Dropped events (best effort), the mechanism `auto` chose...
+    pub warnings: Vec<String>,
+}
+
+/// Which mechanism counts instructions, after probing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstructionSource {
+    /// perf's hardware event.
+    Perf,
+    /// valgrind.
+    Valgrind,
+}
+
+/// Decide the events and the instruction mechanism: pure, with `probe` and
+/// `valgrind_installed` standing for the machine.
+pub fn resolve(
+    opts: &CounterOptions,
+    probe: &mut dyn FnMut(&CounterRequest) -> Support,
+    valgrind_installed: bool,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<(Vec<CounterRequest>, Option<InstructionSource>)> {
+    let mut reqs = match &opts.counters {
+        Some(list) => parse_counter_list(list)?,
+        None => Vec::new(),
+    };
+    let has_perf_instructions =
+        |reqs: &[CounterRequest]| reqs.iter().any(|r| r.event.name == "instructions");
+    let instructions = match opts.instructions {
+        None => None,
+        Some(InstructionsMode::Valgrind) => Some(InstructionSource::Valgrind),
+        Some(InstructionsMode::Perf) => Some(InstructionSource::Perf),
+        Some(InstructionsMode::Auto) => {
+            let ins = CounterRequest::new(find_event("instructions").expect("in catalogue"));
+            match probe(&ins) {
+                Support::Supported => {
+                    warnings.push("--instructions auto: counting with the PMU (perf-hw)".into());
+                    Some(InstructionSource::Perf)
+                }
+                Support::Unsupported { reason, .. } => {
+                    if !valgrind_installed {
+                        bail!(
+                            "--instructions auto: the PMU cannot count instructions here ({reason}) \
+                             and valgrind is not installed: install it with `{}`",
+                            valgrind::INSTALL_HINT
+                        );
+                    }
+                    warnings.push(format!(
+                        "--instructions auto: no PMU instruction counter ({reason}); counting \
+                         with valgrind, whose counts are not comparable with perf-hw counts"
+                    ));
+                    Some(InstructionSource::Valgrind)
+                }
+            }
+        }
+    };
+    if instructions == Some(InstructionSource::Perf) && !has_perf_instructions(&reqs) {
+        reqs.insert(
+            0,
+            CounterRequest::new(find_event("instructions").expect("in catalogue")),
+        );
+    }
+    if instructions == Some(InstructionSource::Valgrind) && !valgrind_installed {
+        return Err(valgrind::ValgrindError::NotInstalled.into());
+    }
+    let mut kept = Vec::with_capacity(reqs.len());
+    for r in reqs {
+        match probe(&r) {
+            Support::Supported => kept.push(r),
+            Support::Unsupported { reason, fix } => {
+                if opts.best_effort {
+                    warnings.push(format!(
+                        "counter `{r}` skipped (--counters-best-effort): {reason}; fix: {fix}"
+                    ));
+                } else {
+                    bail!(
+                        "counter event `{r}` is not supported on this machine: {reason}; fix: \
+                         {fix}; or pass --counters-best-effort to measure the supported events \
+                         and skip the others"
+                    );
+                }
+            }
+        }
+    }
+    Ok((kept, instructions))
+}
+
+/// The counter groups the command line asks for (none without counter options).
+/// Plan-time warnings (dropped events, the mechanism `auto` chose) travel with the first
+/// counter instrument into the report.
+pub fn groups_for(args: &crate::cli::RunArgs) -> anyhow::Result<Vec<Group>> {
+    let opts = CounterOptions {
+        counters: args.counters.clone(),
+        no_multiplex: args.no_multiplex,
+        best_effort: args.counters_best_effort,
+        instructions: args.instructions,
+    };
+    if opts.counters.is_none() && opts.instructions.is_none() {
+        if opts.no_multiplex || opts.best_effort {
+            bail!("--no-multiplex and --counters-best-effort apply to --counters: add --counters LIST");
+        }
+        return Ok(Vec::new());
+    }
+    let CounterGroups { groups, warnings } = build_groups(&opts)?;
+    if groups.is_empty() {
+        bail!(
+            "none of the requested counter events can be counted on this machine ({}); run \
+             `sbs-profile --list-counters` to see which can",
+            warnings.join("; ")
+        );
+    }
+    Ok(groups)
+}
+
+/// Build the groups of runs for the counter options, probing this machine.
+pub fn build_groups(opts: &CounterOptions) -> anyhow::Result<CounterGroups> {
+    let facts = MachineFacts::read();
+    let mut warnings = Vec::new();
+    let installed = valgrind::find_valgrind().is_ok();
+    let (reqs, instructions) = resolve(
+        opts,
+        &mut |r| capability::probe(r, &facts),
+        installed,
+        &mut warnings,
+    )?;
+    let mut groups = Vec::new();
+    let series = plan_series(
+        &reqs,
+        PlanOptions {
+            no_multiplex: opts.no_multiplex,
+            ..PlanOptions::default()
+        },
+    );
+    // Plan-time warnings go with the first instrument into the report.
+    let mut notes = Some(warnings.clone());
+    for (i, s) in series.into_iter().enumerate() {
+        let name = if i == 0 {
+            "counters".to_string()
+        } else {
+            format!("counters-{}", i + 1)
+        };
+        let inst = PerfCounters::new(s, Box::new(PerfBackend))
+            .with_plan_warnings(notes.take().unwrap_or_default());
+        groups.push(Group {
+            name,
+            instruments: vec![Box::new(inst)],
+        });
+    }
+    if instructions == Some(InstructionSource::Valgrind) {
+        let inst =
+            ValgrindInstructions::new()?.with_plan_warnings(notes.take().unwrap_or_default());
+        groups.push(Group {
+            name: "valgrind".into(),
+            instruments: vec![Box::new(inst)],
+        });
+    }
+    Ok(CounterGroups { groups, warnings })
+}
+
+/// The `--list-counters` table: every event, whether it opens here, and if not, why and
+/// the fix; then valgrind's instruction counter.
+pub fn list_counters_table(
+    facts: &MachineFacts,
+    rows: &[(CounterRequest, Support)],
+    valgrind: Result<std::path::PathBuf, String>,
+) -> String {
+    let mut s = String::new();
+    let w = rows
+        .iter()
+        .map(|(r, _)| r.name().len())
+        .max()
+        .unwrap_or(5)
+        .max(24);
+    let _ = writeln!(
+        s,
+        "PMUs: {}    perf_event_paranoid: {}    root: {}",
+        facts.pmus.join(", "),
+        facts
+            .paranoid
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "unknown".into()),
+        if facts.root { "yes" } else { "no" }
+    );
+    let _ = writeln!(
+        s,
+        "{:<w$}  {:<8}  {:<9}  reason / fix",
+        "event", "source", "supported"
+    );
+    // A reason shared with the row before is named once.
+    let mut last_reason: Option<(String, String)> = None;
+    for (r, sup) in rows {
+        let scope = r.scope.modifier();
+        match sup {
+            Support::Supported => {
+                let _ = writeln!(
+                    s,
+                    "{:<w$}  {:<8}  {:<9}  counted in scope :{scope}",
+                    r.name(),
+                    r.source(),
+                    "yes"
+                );
+            }
+            Support::Unsupported { reason, fix } => {
+                let why = format!("{reason}; fix: {fix}");
+                let text = match &last_reason {
+                    Some((first, prev)) if *prev == why => format!("as for {first}"),
+                    _ => {
+                        last_reason = Some((r.name(), why.clone()));
+                        why
+                    }
+                };
+                let _ = writeln!(
+                    s,
+                    "{:<w$}  {:<8}  {:<9}  {text}",
+                    r.name(),
+                    r.source(),
+                    "no"
+                );
+            }
+        }
+    }
+    match valgrind {
+        Ok(path) => {
+            let _ = writeln!(
+                s,
+                "{:<w$}  {:<8}  {:<9}  {} (--instructions valgrind)",
+                "instructions",
+                valgrind::SOURCE,
+                "yes",
+                path.display()
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(
+                s,
+                "{:<w$}  {:<8}  {:<9}  {e}",
+                "instructions",
+                valgrind::SOURCE,
+                "no"
+            );
+        }
+    }
+    s
+}
+
+/// Probe this machine and render the `--list-counters` table.
+pub fn list_counters() -> String {
+    let facts = MachineFacts::read();
+    let rows = capability::probe_all(&facts);
+    let vg = valgrind::find_valgrind().map_err(|e| e.to_string());
+    list_counters_table(&facts, &rows, vg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sbs_probes::counters::EventClass;
+
+    fn no_pmu(r: &CounterRequest) -> Support {
+        match r.event.class() {
+            EventClass::Software => Support::Supported,
+            EventClass::Hardware => Support::Unsupported {
+                reason: "no CPU PMU".into(),
+                fix: "bare metal".into(),
+            },
+        }
+    }
+
+    fn opts(list: Option<&str>) -> CounterOptions {
+        CounterOptions {
+            counters: list.map(str::to_string),
+            ..CounterOptions::default()
+        }
+    }
+
+    #[test]
+    fn unsupported_event_is_an_error_naming_it() {
+        let mut w = Vec::new();
+        let e = resolve(&opts(Some("page-faults,cycles")), &mut no_pmu, true, &mut w)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`cycles` is not supported"), "{e}");
+        assert!(e.contains("no CPU PMU") && e.contains("bare metal"), "{e}");
+        assert!(e.contains("--counters-best-effort"), "{e}");
+    }
+
+    #[test]
+    fn best_effort_drops_with_a_warning() {
+        let mut w = Vec::new();
+        let mut o = opts(Some("page-faults,cycles"));
+        o.best_effort = true;
+        let (reqs, ins) = resolve(&o, &mut no_pmu, true, &mut w).unwrap();
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(reqs[0].name(), "page-faults");
+        assert_eq!(ins, None);
+        assert!(w[0].contains("`cycles` skipped"), "{w:?}");
+    }
+
+    #[test]
+    fn auto_falls_back_to_valgrind_without_pmu_and_uses_pmu_with_one() {
+        let mut w = Vec::new();
+        let mut o = opts(None);
+        o.instructions = Some(InstructionsMode::Auto);
+        let (reqs, ins) = resolve(&o, &mut no_pmu, true, &mut w).unwrap();
+        assert!(reqs.is_empty());
+        assert_eq!(ins, Some(InstructionSource::Valgrind));
+        assert!(w[0].contains("valgrind"), "{w:?}");
+
+        let e = resolve(&o, &mut no_pmu, false, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("apt-get install -y valgrind"), "{e}");
+
+        let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
+        assert_eq!(ins, Some(InstructionSource::Perf));
+        assert_eq!(reqs[0].name(), "instructions");
+    }
+
+    #[test]
+    fn perf_instructions_without_pmu_is_an_error_and_valgrind_needs_valgrind() {
+        let mut o = opts(None);
+        o.instructions = Some(InstructionsMode::Perf);
+        let e = resolve(&o, &mut no_pmu, true, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`instructions` is not supported"), "{e}");
+        o.instructions = Some(InstructionsMode::Valgrind);
+        let e = resolve(&o, &mut no_pmu, false, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("valgrind is not installed"), "{e}");
+    }
+
+    #[test]
+    fn table_lists_support_and_fixes() {
+        let facts = MachineFacts {
+            pmus: vec!["software".into()],
+            paranoid: Some(2),
+            root: true,
+        };
+        let rows: Vec<(CounterRequest, Support)> =
+            ["instructions", "page-faults", "cycles", "LLC-loads"]
+                .iter()
+                .map(|n| {
+                    let r = CounterRequest::new(find_event(n).unwrap());
+                    let s = no_pmu(&r);
+                    (r, s)
+                })
+                .collect();
+        let t = list_counters_table(&facts, &rows, Err("valgrind is not installed".into()));
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].contains("perf_event_paranoid: 2"), "{t}");
+        assert!(
+            lines[2].starts_with("instructions") && lines[2].contains(" no "),
+            "{t}"
+        );
+        assert!(lines[2].contains("fix: bare metal"), "{t}");
+        assert!(
+            lines[3].starts_with("page-faults") && lines[3].contains(" yes "),
+            "{t}"
+        );
+        assert!(lines[4].ends_with(" no         as for instructions"), "{t}");
+        assert!(lines[5].starts_with("LLC-loads"), "{t}");
+        assert!(lines[5].ends_with("as for instructions"), "{t}");
+        assert!(
+            lines[6].contains("valgrind") && lines[6].contains("not installed"),
+            "{t}"
+        );
+    }
+}

@@ -1,0 +1,1090 @@
+//! The history store: saved runs and named baselines, as CSV files a person can read,
+//! diff and commit.
+//!
+//! Layout under the history directory (default [`DEFAULT_DIR`]):
+//!
+//! ```text
+//! .sbs/
+//!   history/<benchmark>/<entry id>.csv     one file per saved run (--save), never rewritten
+//!   baselines/<name>/<benchmark>.csv       one file per named baseline and benchmark
+//! ```
+//!
+//! `<benchmark>` is the benchmark's name made safe for a file name, followed by a hash of
+//! the full name. Every file holds one row per sample, in long form, with the metadata
+//! repeated on each row (time, command, tool version, git commit, host, the metric's unit
+//! and source), so any row stands on its own and `grep` or a spreadsheet reads it as is.
+//!
+//! Writes are atomic: a file is written to a hidden temporary file in the same directory,
+//! synced, then renamed into place. A saved entry is a new file with a unique name
+//! (time, pid, counter) created without replacing anything, so two collectors saving at
+//! once both keep their data. A baseline is replaced under an exclusive lock, and only if
+//! the file it replaces is one of ours. Hidden files (temporaries left by a killed writer)
+//! are ignored on reading; any other file that does not parse is reported with its path
+//! and never overwritten.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::SystemTime;
+
+use nix::fcntl::{Flock, FlockArg};
+use sbs_reports::model::{BenchmarkResult, Unit};
+use serde::{Deserialize, Serialize};
+
+/// Default history directory, relative to the current directory.
+pub const DEFAULT_DIR: &str = ".sbs";
+
+/// Version of the history file format; changes only for incompatible changes.
+pub const HISTORY_SCHEMA: u32 = 1;
+
+/// Name of the first CSV column: marks a file as ours.
+const MARKER: &str = "sbs_history_schema";
+
+/// What went wrong with the history store.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// A file system operation failed.
+    #[error("cannot {action} {path}: {source}; check that the history directory (--history) is writable and the disk has room")]
+    Io {
+        /// What was attempted (`create directory`, `write`...).
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// A file that is not an sbs-profile history file.
+    #[error("{} is not an sbs-profile history file ({reason}); it was left untouched: move it out of the history directory or use another --history", path.display())]
+    Foreign {
+        /// The file.
+        path: PathBuf,
+        /// Why it is not ours.
+        reason: String,
+    },
+    /// A history file that does not parse.
+    #[error("{} is corrupt (line {line}: {reason}); it was left untouched: restore it from version control or delete it", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A history file written by a newer version.
+    #[error("{} was written by a newer sbs-profile (history schema {found}; this one reads {HISTORY_SCHEMA}): upgrade sbs-profile", path.display())]
+    NewerSchema {
+        /// The file.
+        path: PathBuf,
+        /// Its schema version.
+        found: u32,
+    },
+    /// An invalid baseline name.
+    #[error("baseline name `{0}` is invalid: use 1 to 100 letters, digits, `.`, `_` or `-`, not starting with `.`")]
+    BadName(String),
+    /// Nothing to save.
+    #[error("benchmark `{0}` has no samples to save: check that its runs succeeded")]
+    Empty(String),
+}
+
+fn io_error<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> HistoryError + 'a {
+    move |source| HistoryError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One CSV row: one sample of one metric of one saved entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Row {
+    #[serde(rename = "sbs_history_schema")]
+    schema: u32,
+    entry: String,
+    time: String,
+    benchmark: String,
+    command: String,
+    tool_version: String,
+    git_commit: String,
+    host: String,
+    metric: String,
+    unit: Unit,
+    source: String,
+    exact: bool,
+    run: usize,
+    value: f64,
+}
+
+const COLUMNS: [&str; 14] = [
+    MARKER,
+    "entry",
+    "time",
+    "benchmark",
+    "command",
+    "tool_version",
+    "git_commit",
+    "host",
+    "metric",
+    "unit",
+    "source",
+    "exact",
+    "run",
+    "value",
+];
+
+/// Who, when and where a saved entry was measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryMeta {
+    /// Unique id, starts with the UTC time so that ids sort by time.
+    pub id: String,
+    /// UTC time, RFC 3339 with nanoseconds.
+    pub time: String,
+    /// `sbs-profile` version.
+    pub tool_version: String,
+    /// `git rev-parse HEAD` of the current directory, if it is in a repository.
+    pub git_commit: Option<String>,
+    /// Host name.
+    pub host: String,
+}
+
+impl EntryMeta {
+    /// Metadata for an entry measured now, in the current directory.
+    pub fn now() -> EntryMeta {
+        let now = SystemTime::now();
+        let time = humantime::format_rfc3339_nanos(now).to_string();
+        EntryMeta {
+            id: entry_id(&time),
+            time,
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            git_commit: git_commit(),
+            host: host_name(),
+        }
+    }
+
+    /// A short label for reports: the time to the millisecond, and the commit if known.
+    pub fn label(&self) -> String {
+        let time = match self.time.split_once('.') {
+            Some((secs, frac)) => format!("{secs}.{}Z", frac.get(..3).unwrap_or("000")),
+            None => self.time.clone(),
+        };
+        match &self.git_commit {
+            Some(c) => format!("{time} @{}", &c[..c.len().min(10)]),
+            None => time,
+        }
+    }
+}
+
+/// `20261121T233645.123456789Z-4242`: sorts by time, unique per process and instant.
+fn entry_id(time: &str) -> String {
+    let compact: String = time.chars().filter(|c| *c != '-' && *c != ':').collect();
+    format!("{compact}-{}", std::process::id())
+}
+
+fn git_commit() -> Option<String> {
+    let out = Command::new("git")
+        .args(["rev-parse", "--verify", "HEAD"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let commit = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (out.status.success() && !commit.is_empty()).then_some(commit)
+}
+
+fn host_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// One metric of a saved entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedMetric {
+    /// Metric id, e.g. `alloc.count`.
+    pub id: String,
+    /// Unit of the samples.
+    pub unit: Unit,
+    /// The mechanism that measured it.
+    pub source: String,
+    /// Whether it is an exact count.
+    pub exact: bool,
+    /// One value per run, in run order.
+    pub samples: Vec<f64>,
+}
+
+/// A saved entry (or baseline) of one benchmark.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Benchmark name.
+    pub benchmark: String,
+    /// The command, as saved (for people; not parsed).
+    pub command: String,
+    /// Metadata.
+    pub meta: EntryMeta,
+    /// Metrics, in file order.
+    pub metrics: Vec<SavedMetric>,
+}
+
+impl Entry {
+    /// The metric with this id, unit and source (series from different sources or in
+    /// different units are never compared).
+    pub fn metric(&self, id: &str, unit: Unit, source: &str) -> Option<&SavedMetric> {
+        self.metrics
+            .iter()
+            .find(|m| m.id == id && m.unit == unit && m.source == source)
+    }
+}
+
+/// The history store rooted at a directory.
+#[derive(Debug, Clone)]
+pub struct History {
+    root: PathBuf,
+}
+
+impl History {
+    /// A store rooted at `root` (created on the first save).
+    pub fn new(root: impl Into<PathBuf>) -> History {
+        History { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Directory of a benchmark's saved entries.
+    pub fn entries_dir(&self, benchmark: &str) -> PathBuf {
+        self.root.join("history").join(slug(benchmark))
+    }
+
+    /// Names of the benchmarks with saved entries, sorted. A missing store has none.
+    pub fn benchmarks(&self) -> Result<Vec<String>, HistoryError> {
+        let dir = self.root.join("history");
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("list", &dir)(e)),
+        };
+        let mut names = Vec::new();
+        for item in listing {
+            let item = item.map_err(io_error("list", &dir))?;
+            let path = item.path();
+            if item.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if !path.is_dir() {
+                return Err(HistoryError::Foreign {
+                    path,
+                    reason: "not a benchmark directory".to_string(),
+                });
+            }
+            // The name lives in the files; any entry tells it (`entries` checks the rest).
+            let first = fs::read_dir(&path)
+                .map_err(io_error("list", &path))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "csv")
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .min();
+            if let Some(file) = first {
+                let entry = read_entry(&file)?;
+                if self.entries_dir(&entry.benchmark) != path {
+                    return Err(HistoryError::Foreign {
+                        path: file,
+                        reason: format!(
+                            "it holds benchmark `{}`, which belongs in another directory",
+                            entry.benchmark
+                        ),
+                    });
+                }
+                names.push(entry.benchmark);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// File of a benchmark's named baseline.
+    pub fn baseline_path(&self, name: &str, benchmark: &str) -> Result<PathBuf, HistoryError> {
+        check_name(name)?;
+        Ok(self
+            .root
+            .join("baselines")
+            .join(name)
+            .join(format!("{}.csv", slug(benchmark))))
+    }
+
+    /// Save `result` as a new history entry; returns the file written. Never replaces a
+    /// file: the entry id gets a counter suffix if its name is taken.
+    pub fn save(
+        &self,
+        result: &BenchmarkResult,
+        meta: &EntryMeta,
+    ) -> Result<PathBuf, HistoryError> {
+        let rows = rows(result, meta)?;
+        let dir = self.entries_dir(&result.name);
+        create_dir(&dir)?;
+        for attempt in 0u32.. {
+            let name = if attempt == 0 {
+                format!("{}.csv", meta.id)
+            } else {
+                format!("{}-{attempt}.csv", meta.id)
+            };
+            let path = dir.join(name);
+            let tmp = write_temp(&dir, &rows)?;
+            match tmp.persist_noclobber(&path) {
+                Ok(_) => {
+                    sync_dir(&dir)?;
+                    return Ok(path);
+                }
+                Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_error("rename a temporary file to", &path)(e.error)),
+            }
+        }
+        unreachable!("the attempt counter is unbounded")
+    }
+
+    /// Save `result` as baseline `name`, replacing the previous one atomically. Refuses to
+    /// replace a file that is not a valid history file of the same benchmark.
+    pub fn save_baseline(
+        &self,
+        name: &str,
+        result: &BenchmarkResult,
+        meta: &EntryMeta,
+    ) -> Result<PathBuf, HistoryError> {
+        let path = self.baseline_path(name, &result.name)?;
+        let rows = rows(result, meta)?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        create_dir(&dir)?;
+        let lock_path = dir.join(".lock");
+        let lock_file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_error("open the lock file", &lock_path))?;
+        let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
+            .map_err(|(_, errno)| io_error("lock", &lock_path)(errno.into()))?;
+        if path.exists() {
+            // Only ever replace our own, readable file of the same benchmark.
+            let old = read_entry(&path)?;
+            if old.benchmark != result.name {
+                return Err(HistoryError::Foreign {
+                    path,
+                    reason: format!("it holds benchmark `{}`", old.benchmark),
+                });
+            }
+        }
+        let tmp = write_temp(&dir, &rows)?;
+        tmp.persist(&path)
+            .map_err(|e| io_error("rename a temporary file to", &path)(e.error))?;
+        sync_dir(&dir)?;
+        Ok(path)
+    }
+
+    /// All saved entries of `benchmark`, oldest first. A missing directory is no history.
+    pub fn entries(&self, benchmark: &str) -> Result<Vec<Entry>, HistoryError> {
+        self.read_entries(benchmark, usize::MAX)
+    }
+
+    /// The `n` latest saved entries of `benchmark`, oldest first. Only those files are
+    /// read (entry file names start with their UTC time, so they sort by time); the other
+    /// names in the directory are still checked.
+    pub fn latest_entries(&self, benchmark: &str, n: usize) -> Result<Vec<Entry>, HistoryError> {
+        self.read_entries(benchmark, n)
+    }
+
+    fn read_entries(&self, benchmark: &str, latest: usize) -> Result<Vec<Entry>, HistoryError> {
+        let dir = self.entries_dir(benchmark);
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("list", &dir)(e)),
+        };
+        let mut paths = Vec::new();
+        for item in listing {
+            let item = item.map_err(io_error("list", &dir))?;
+            let name = item.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') {
+                continue; // temporaries of an interrupted writer, lock files
+            }
+            let path = item.path();
+            if !name.ends_with(".csv") || !path.is_file() {
+                return Err(HistoryError::Foreign {
+                    path,
+                    reason: "not a .csv file".to_string(),
+                });
+            }
+            paths.push(path);
+        }
+        paths.sort();
+        let paths = paths.split_off(paths.len().saturating_sub(latest));
+        let mut entries = Vec::with_capacity(paths.len());
+        for path in paths {
+            let entry = read_entry(&path)?;
+            if entry.benchmark != benchmark {
+                return Err(HistoryError::Foreign {
+                    path,
+                    reason: format!("it holds benchmark `{}`", entry.benchmark),
+                });
+            }
+            entries.push(entry);
+        }
+        entries.sort_by(|a, b| (&a.meta.time, &a.meta.id).cmp(&(&b.meta.time, &b.meta.id)));
+        Ok(entries)
+    }
+
+    /// Baseline `name` of `benchmark`, if saved.
+    pub fn baseline(&self, name: &str, benchmark: &str) -> Result<Option<Entry>, HistoryError> {
+        let path = self.baseline_path(name, benchmark)?;
+        if !path.exists() {
+            return Ok(None);
+        }
+        let entry = read_entry(&path)?;
+        if entry.benchmark != benchmark {
+            return Err(HistoryError::Foreign {
+                path,
+                reason: format!("it holds benchmark `{}`", entry.benchmark),
+            });
+        }
+        Ok(Some(entry))
+    }
+}
+
+fn check_name(name: &str) -> Result<(), HistoryError> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(HistoryError::BadName(name.to_string()))
+    }
+}
+
+/// A file-name-safe form of a benchmark name: its safe characters (at most 48), then the
+/// FNV-1a hash of the whole name, so different names never share a directory.
+pub fn slug(benchmark: &str) -> String {
+    let mut readable: String = benchmark
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    readable = readable.trim_matches(|c| c == '_' || c == '.').to_string();
+    readable.truncate(48);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in benchmark.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    if readable.is_empty() {
+        format!("{hash:016x}")
+    } else {
+        format!("{readable}-{hash:016x}")
+    }
+}
+
+fn rows(result: &BenchmarkResult, meta: &EntryMeta) -> Result<Vec<Row>, HistoryError> {
+    let command = shell_words(&result.command);
+    let rows: Vec<Row> = result
+        .metrics
+        .iter()
+        .flat_map(|m| {
+            m.samples
+                .iter()
+                .enumerate()
+                .map(move |(run, &value)| (m, run, value))
+        })
+        .map(|(m, run, value)| Row {
+            schema: HISTORY_SCHEMA,
+            entry: meta.id.clone(),
+            time: meta.time.clone(),
+            benchmark: result.name.clone(),
+            command: command.clone(),
+            tool_version: meta.tool_version.clone(),
+            git_commit: meta.git_commit.clone().unwrap_or_default(),
+            host: meta.host.clone(),
+            metric: m.id.clone(),
+            unit: m.unit,
+            source: m.source.clone(),
+            exact: m.exact,
+            run,
+            value,
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err(HistoryError::Empty(result.name.clone()));
+    }
+    Ok(rows)
+}
+
+/// The command as a person would type it (arguments with special characters quoted).
+fn shell_words(command: &[String]) -> String {
+    command
+        .iter()
+        .map(|arg| {
+            let plain = !arg.is_empty()
+                && arg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if plain {
+                arg.clone()
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn create_dir(dir: &Path) -> Result<(), HistoryError> {
+    fs::create_dir_all(dir).map_err(io_error("create directory", dir))
+}
+
+/// Write `rows` to a synced hidden temporary file in `dir` (removed again if dropped).
+fn write_temp(dir: &Path, rows: &[Row]) -> Result<tempfile::NamedTempFile, HistoryError> {
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .suffix(".csv")
+        .tempfile_in(dir)
+        .map_err(io_error("create a temporary file in", dir))?;
+    let path = tmp.path().to_path_buf();
+    {
+        let mut writer = csv::Writer::from_writer(io::BufWriter::new(tmp.as_file_mut()));
+        for row in rows {
+            writer.serialize(row).map_err(|e| csv_io(e, &path))?;
+        }
+        let mut inner = writer
+            .into_inner()
+            .map_err(|e| io_error("write", &path)(e.into_error()))?;
+        inner.flush().map_err(io_error("write", &path))?;
+    }
+    tmp.as_file().sync_all().map_err(io_error("sync", &path))?;
+    Ok(tmp)
+}
+
+fn csv_io(e: csv::Error, path: &Path) -> HistoryError {
+    let source = match e.into_kind() {
+        csv::ErrorKind::Io(io) => io,
+        other => io::Error::other(format!("{other:?}")),
+    };
+    io_error("write", path)(source)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), HistoryError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error("sync directory", dir))
+}
+
+/// Read and check one history file.
+fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
+    let corrupt = |line: u64, reason: String| HistoryError::Corrupt {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    };
+    let foreign = |reason: &str| HistoryError::Foreign {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let file = File::open(path).map_err(io_error("open", path))?;
+    let mut reader = csv::Reader::from_reader(io::BufReader::new(file));
+    let headers = match reader.headers() {
+        Ok(h) => h.clone(),
+        Err(e) if matches!(e.kind(), csv::ErrorKind::Io(_)) => {
+            return Err(io_error("read", path)(io::Error::other(e.to_string())))
+        }
+        Err(_) => return Err(foreign("its first line is not a CSV header")),
+    };
+    if headers.get(0) != Some(MARKER) {
+        return Err(foreign(&format!("its first column is not `{MARKER}`")));
+    }
+    let mut entry: Option<Entry> = None;
+    for record in reader.records() {
+        let record = record.map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line());
+            corrupt(line, e.to_string())
+        })?;
+        let line = record.position().map_or(0, |p| p.line());
+        // A newer schema may have other columns: check the version before the layout.
+        if let Some(found) = record.get(0).and_then(|v| v.trim().parse::<u32>().ok()) {
+            if found > HISTORY_SCHEMA {
+                return Err(HistoryError::NewerSchema {
+                    path: path.to_path_buf(),
+                    found,
+                });
+            }
+        }
+        if headers.iter().ne(COLUMNS.iter().copied()) {
+            return Err(corrupt(
+                1,
+                format!("expected the columns {}", COLUMNS.join(",")),
+            ));
+        }
+        let row: Row = record
+            .deserialize(Some(&headers))
+            .map_err(|e| corrupt(line, e.to_string()))?;
+        if !row.value.is_finite() {
+            return Err(corrupt(line, format!("value {} is not finite", row.value)));
+        }
+        let e = entry.get_or_insert_with(|| Entry {
+            path: path.to_path_buf(),
+            benchmark: row.benchmark.clone(),
+            command: row.command.clone(),
+            meta: EntryMeta {
+                id: row.entry.clone(),
+                time: row.time.clone(),
+                tool_version: row.tool_version.clone(),
+                git_commit: (!row.git_commit.is_empty()).then(|| row.git_commit.clone()),
+                host: row.host.clone(),
+            },
+            metrics: Vec::new(),
+        });
+        if row.entry != e.meta.id || row.benchmark != e.benchmark || row.time != e.meta.time {
+            return Err(corrupt(
+                line,
+                "rows of different entries or benchmarks in one file".to_string(),
+            ));
+        }
+        let metric = match e.metrics.last_mut() {
+            Some(m) if m.id == row.metric && m.source == row.source => m,
+            _ => {
+                if e.metrics
+                    .iter()
+                    .any(|m| m.id == row.metric && m.source == row.source)
+                {
+                    return Err(corrupt(
+                        line,
+                        format!("rows of metric `{}` are not contiguous", row.metric),
+                    ));
+                }
+                e.metrics.push(SavedMetric {
+                    id: row.metric.clone(),
+                    unit: row.unit,
+                    source: row.source.clone(),
+                    exact: row.exact,
+                    samples: Vec::new(),
+                });
+                e.metrics.last_mut().expect("just pushed")
+            }
+        };
+        if row.run != metric.samples.len() || row.unit != metric.unit || row.exact != metric.exact {
+            return Err(corrupt(
+                line,
+                format!(
+                    "metric `{}`: expected run {} with the unit and kind of the earlier rows",
+                    row.metric,
+                    metric.samples.len()
+                ),
+            ));
+        }
+        metric.samples.push(row.value);
+    }
+    entry.ok_or_else(|| corrupt(1, "no samples".to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sbs_reports::model::{MetricResult, Summary};
+
+    fn metric(id: &str, unit: Unit, source: &str, exact: bool, samples: &[f64]) -> MetricResult {
+        MetricResult {
+            id: id.to_string(),
+            unit,
+            source: source.to_string(),
+            exact,
+            group: "g".to_string(),
+            samples: samples.to_vec(),
+            summary: Summary {
+                n: samples.len(),
+                mean: 0.0,
+                sd: 0.0,
+                cov: None,
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+                ci_low: None,
+                ci_high: None,
+                confidence: 0.95,
+            },
+            details: Vec::new(),
+            notes: Vec::new(),
+            comparison: None,
+            trend: Vec::new(),
+        }
+    }
+
+    fn bench(name: &str, wall: &[f64], allocs: f64) -> BenchmarkResult {
+        BenchmarkResult {
+            name: name.to_string(),
+            command: vec!["./fixture".into(), "--size".into(), "a b".into()],
+            metrics: vec![
+                metric("time.wall", Unit::Seconds, "rusage", false, wall),
+                metric("alloc.count", Unit::Count, "agent", true, &[allocs, allocs]),
+            ],
+            warnings: Vec::new(),
+        }
+    }
+
+    fn meta(id: &str, time: &str) -> EntryMeta {
+        EntryMeta {
+            id: id.to_string(),
+            time: time.to_string(),
+            tool_version: "0.1.0".to_string(),
+            git_commit: Some("0123456789abcdef".to_string()),
+            host: "testhost".to_string(),
+        }
+    }
+
+    #[test]
+    fn save_and_read_back_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path().join(".sbs"));
+        let tricky = [0.1 + 0.2, 1e-9, 123456.789];
+        let late = h
+            .save(
+                &bench("b", &tricky, 100.0),
+                &meta("20261121T100000Z-1", "2026-11-21T10:00:00.000000000Z"),
+            )
+            .unwrap();
+        h.save(
+            &bench("b", &[1.0, 2.0], 90.0),
+            &meta("20261121T090000Z-1", "2026-11-21T09:00:00.000000000Z"),
+        )
+        .unwrap();
+        h.save(
+            &bench("other", &[5.0], 1.0),
+            &meta("x", "2026-11-21T11:00:00.000000000Z"),
+        )
+        .unwrap();
+        assert!(late.starts_with(h.entries_dir("b")));
+        let entries = h.entries("b").unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].meta.time, "2026-11-21T09:00:00.000000000Z");
+        let e = &entries[1];
+        assert_eq!(e.path, late);
+        assert_eq!(e.command, "./fixture --size 'a b'");
+        assert_eq!(
+            e.meta,
+            meta("20261121T100000Z-1", "2026-11-21T10:00:00.000000000Z")
+        );
+        let wall = e.metric("time.wall", Unit::Seconds, "rusage").unwrap();
+        assert_eq!(wall.samples, tricky);
+        assert!(!wall.exact);
+        let allocs = e.metric("alloc.count", Unit::Count, "agent").unwrap();
+        assert_eq!(
+            (allocs.exact, allocs.samples.clone()),
+            (true, vec![100.0, 100.0])
+        );
+        // Another source or unit is another metric.
+        assert!(e.metric("alloc.count", Unit::Count, "valgrind").is_none());
+        assert!(e.metric("time.wall", Unit::Count, "rusage").is_none());
+        assert!(h.entries("never saved").unwrap().is_empty());
+        let latest = h.latest_entries("b", 1).unwrap();
+        assert_eq!(latest.len(), 1);
+        assert_eq!(latest[0].path, late);
+        assert_eq!(h.latest_entries("b", 5).unwrap().len(), 2);
+        assert_eq!(e.meta.label(), "2026-11-21T10:00:00.000Z @0123456789");
+    }
+
+    #[test]
+    fn file_is_readable_long_form_csv() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        let path = h
+            .save(
+                &bench("b", &[1.5], 7.0),
+                &meta("id1", "2026-11-21T10:00:00.000000000Z"),
+            )
+            .unwrap();
+        let text = fs::read_to_string(path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], COLUMNS.join(","));
+        assert_eq!(
+            lines[1],
+            "1,id1,2026-11-21T10:00:00.000000000Z,b,./fixture --size 'a b',0.1.0,\
+             0123456789abcdef,testhost,time.wall,seconds,rusage,false,0,1.5"
+        );
+        assert_eq!(lines.len(), 4);
+    }
+
+    #[test]
+    fn concurrent_saves_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        // Same entry id on purpose: names collide and must get counter suffixes.
+        let m = meta("20261121T100000Z-7", "2026-11-21T10:00:00.000000000Z");
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let (h, m) = (&h, &m);
+                s.spawn(move || {
+                    for i in 0..10 {
+                        h.save(&bench("b", &[f64::from(t * 100 + i)], 1.0), m)
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        let entries = h.entries("b").unwrap();
+        assert_eq!(entries.len(), 80);
+        let mut values: Vec<f64> = entries
+            .iter()
+            .map(|e| {
+                e.metric("time.wall", Unit::Seconds, "rusage")
+                    .unwrap()
+                    .samples[0]
+            })
+            .collect();
+        values.sort_by(f64::total_cmp);
+        let expected: Vec<f64> = (0..8)
+            .flat_map(|t| (0..10).map(move |i| f64::from(t * 100 + i)))
+            .collect();
+        assert_eq!(values, expected);
+        // No temporaries left behind.
+        let hidden = fs::read_dir(h.entries_dir("b"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.')
+            })
+            .count();
+        assert_eq!(hidden, 0);
+    }
+
+    #[test]
+    fn leftover_temporaries_are_ignored_but_foreign_and_corrupt_files_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        h.save(&bench("b", &[1.0], 1.0), &meta("id1", "t1"))
+            .unwrap();
+        let d = h.entries_dir("b");
+        // What a killed writer leaves: a hidden, half-written temporary.
+        fs::write(d.join(".tmp-abc.csv"), "sbs_history_schema,entry\n1,id").unwrap();
+        assert_eq!(h.entries("b").unwrap().len(), 1);
+
+        type Check = fn(&HistoryError) -> bool;
+        let cases: [(&str, &str, Check); 5] = [
+            ("notes.txt", "hello", |e| {
+                matches!(e, HistoryError::Foreign { .. })
+            }),
+            ("x.csv", "a,b\n1,2\n", |e| {
+                matches!(e, HistoryError::Foreign { .. })
+            }),
+            ("y.csv", "", |e| matches!(e, HistoryError::Foreign { .. })),
+            ("z.csv", "sbs_history_schema,entry\n1,id\n", |e| {
+                matches!(e, HistoryError::Corrupt { line: 1, .. })
+            }),
+            ("w.csv", "sbs_history_schema,whatever\n2,id\n", |e| {
+                matches!(e, HistoryError::NewerSchema { found: 2, .. })
+            }),
+        ];
+        for (name, content, is_expected) in cases {
+            let path = d.join(name);
+            fs::write(&path, content).unwrap();
+            let err = h.entries("b").unwrap_err();
+            assert!(is_expected(&err), "{name}: {err:?}");
+            assert!(
+                err.to_string().contains(&path.display().to_string()),
+                "{err}"
+            );
+            // Saving more still works and leaves the bad file alone.
+            h.save(&bench("b", &[2.0], 1.0), &meta("id2", "t2"))
+                .unwrap();
+            assert_eq!(fs::read_to_string(&path).unwrap(), content);
+            fs::remove_file(&path).unwrap();
+        }
+        // A valid file with a bad row: corrupt, with its line.
+        let good = fs::read_to_string(h.entries_dir("b").join("id1.csv")).unwrap();
+        let bad = good.replacen(",0,1.0\n", ",0,not-a-number\n", 1);
+        assert_ne!(good, bad);
+        fs::write(d.join("v.csv"), &bad).unwrap();
+        match h.entries("b").unwrap_err() {
+            HistoryError::Corrupt { line, .. } => assert_eq!(line, 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn baselines_are_named_replaced_atomically_and_never_clobber_foreign_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        assert_eq!(h.baseline("main", "b").unwrap(), None);
+        h.save_baseline("main", &bench("b", &[1.0, 1.1], 10.0), &meta("a", "t1"))
+            .unwrap();
+        let path = h
+            .save_baseline("main", &bench("b", &[2.0, 2.1], 20.0), &meta("b", "t2"))
+            .unwrap();
+        let base = h.baseline("main", "b").unwrap().unwrap();
+        assert_eq!(base.meta.id, "b");
+        assert_eq!(
+            base.metric("alloc.count", Unit::Count, "agent")
+                .unwrap()
+                .samples,
+            [20.0, 20.0]
+        );
+        assert_eq!(h.baseline("other", "b").unwrap(), None);
+        assert_eq!(h.baseline("main", "c").unwrap(), None);
+        // A corrupt baseline is reported and left as it is.
+        fs::write(&path, "garbage\n").unwrap();
+        let err = h
+            .save_baseline("main", &bench("b", &[3.0], 30.0), &meta("c", "t3"))
+            .unwrap_err();
+        assert!(matches!(err, HistoryError::Foreign { .. }), "{err:?}");
+        assert!(err.to_string().contains(&path.display().to_string()));
+        assert_eq!(fs::read_to_string(&path).unwrap(), "garbage\n");
+        assert!(h.baseline("main", "b").is_err());
+        for bad in ["", ".hidden", "a/b", "a b", "../x"] {
+            assert!(
+                matches!(h.baseline(bad, "b"), Err(HistoryError::BadName(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn concurrent_baseline_saves_leave_one_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let h = &h;
+                s.spawn(move || {
+                    for i in 0..10 {
+                        let v = f64::from(t * 100 + i);
+                        h.save_baseline("ci", &bench("b", &[v; 50], v), &meta("m", "t"))
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        let base = h.baseline("ci", "b").unwrap().unwrap();
+        let wall = &base
+            .metric("time.wall", Unit::Seconds, "rusage")
+            .unwrap()
+            .samples;
+        assert_eq!(wall.len(), 50);
+        assert!(wall.iter().all(|v| *v == wall[0]));
+    }
+
+    #[test]
+    fn a_full_disk_leaves_no_file_behind_and_the_old_ones_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("small");
+        fs::create_dir(&small).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "sbs-test"])
+            .arg(&small)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a 64 KiB tmpfs to fill (needs root)");
+            return;
+        }
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _unmount = Unmount(small.clone());
+        let h = History::new(&small);
+        let first = h.save(&bench("b", &[1.0], 1.0), &meta("a", "t1")).unwrap();
+        h.save_baseline("main", &bench("b", &[1.0], 1.0), &meta("a", "t1"))
+            .unwrap();
+        let before = fs::read_to_string(h.baseline_path("main", "b").unwrap()).unwrap();
+        // About 3 MB of rows: far more than fits.
+        let big: Vec<f64> = (0..20_000).map(f64::from).collect();
+        for result in [
+            h.save(&bench("b", &big, 1.0), &meta("big", "t2")),
+            h.save_baseline("main", &bench("b", &big, 1.0), &meta("big", "t2")),
+        ] {
+            match result {
+                Err(HistoryError::Io { source, .. }) => {
+                    assert_eq!(source.raw_os_error(), Some(libc::ENOSPC), "{source}")
+                }
+                other => panic!("expected ENOSPC, got {other:?}"),
+            }
+        }
+        // Only the first entry, whole; no temporary left; the baseline unchanged.
+        let names: Vec<_> = fs::read_dir(h.entries_dir("b"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(names, [first]);
+        assert_eq!(h.entries("b").unwrap().len(), 1);
+        let base_dir = h.baseline_path("main", "b").unwrap();
+        let base_dir = base_dir.parent().unwrap();
+        let hidden: Vec<_> = fs::read_dir(base_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".tmp"))
+            .collect();
+        assert!(hidden.is_empty(), "{hidden:?}");
+        assert_eq!(
+            fs::read_to_string(h.baseline_path("main", "b").unwrap()).unwrap(),
+            before
+        );
+    }
+
+    #[test]
+    fn empty_results_are_not_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        let mut b = bench("b", &[], 1.0);
+        b.metrics.clear();
+        assert!(matches!(
+            h.save(&b, &meta("a", "t")),
+            Err(HistoryError::Empty(_))
+        ));
+        assert!(!h.entries_dir("b").exists());
+    }
+
+    #[test]
+    fn slugs_are_safe_and_distinct() {
+        let a = slug("/usr/bin/sort -n /tmp/data file");
+        assert!(a.starts_with("usr_bin_sort_-n__tmp_data_file-"), "{a}");
+        assert_ne!(slug("a b"), slug("a_b"));
+        assert_eq!(slug("..").len(), 16);
+        assert!(slug(&"x".repeat(500)).len() <= 48 + 17);
+        assert!(!slug("../../etc").contains('/'));
+    }
+
+    #[test]
+    fn meta_now_is_filled_in() {
+        let m = EntryMeta::now();
+        assert!(m.time.ends_with('Z') && m.time.len() == 30, "{}", m.time);
+        assert!(m.id.ends_with(&format!("-{}", std::process::id())));
+        assert!(!m.id.contains(':'));
+        assert!(!m.host.is_empty());
+        assert_eq!(m.tool_version, env!("CARGO_PKG_VERSION"));
+    }
+}

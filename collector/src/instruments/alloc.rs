@@ -1,0 +1,683 @@
+//! Allocations: the embedded preload agent (`agent/`), its report region, and the
+//! `alloc` instrument (`--alloc`; with [`AllocMetrics::HeapPeak`] also part of `--memory`).
+//!
+//! Per run the collector creates a fresh report region (a memfd, see `sbs-agent-abi`)
+//! and passes it, with the agent library (another, sealed memfd), to the child at fixed
+//! descriptor numbers; `LD_PRELOAD=/proc/self/fd/1018` loads the agent from there. No file
+//! is written anywhere. Every process image that loads the agent counts into its own slot
+//! of the region; after the child is reaped (and its process group killed) the collector
+//! reads the slots and sums them.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+use sbs_agent_abi::{
+    slot_offset, HeaderValues, Origin, SlotValues, ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE,
+    LIBRARY_FD, REGION_FD, REGION_SIZE, SLOT_COUNT, SLOT_SIZE,
+};
+use sbs_reports::model::Unit;
+
+use crate::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+
+/// The agent library, built by `build.rs` from `agent/` and embedded in this binary.
+pub static AGENT_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsbs_agent.so"));
+
+/// What can go wrong with the agent, before or after a run.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// memfd_create, write or sealing failed.
+    #[error("cannot create the in-memory file for {what}: {source}; the allocation agent needs memfd_create (Linux 3.17+)")]
+    Memfd {
+        /// `the agent library` or `the report region`.
+        what: &'static str,
+        /// The cause.
+        source: io::Error,
+    },
+    /// Reading the report region failed.
+    #[error("cannot read the allocation agent's report region: {0}")]
+    Read(#[source] io::Error),
+    /// The region header was overwritten.
+    #[error("the allocation agent's report region was overwritten (bad header); the benchmark may write to descriptor {REGION_FD}")]
+    Damaged,
+    /// The program cannot load a preload library.
+    #[error(
+        "{path}: {reason}; the allocation agent cannot be loaded into it (LD_PRELOAD). {advice}"
+    )]
+    Unsupported {
+        /// The program.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+        /// What to do instead.
+        advice: &'static str,
+    },
+    /// Reading the program failed.
+    #[error("cannot read {path} to check that the allocation agent can load into it: {source}")]
+    Inspect {
+        /// The program.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+}
+
+fn memfd(
+    name: &std::ffi::CStr,
+    what: &'static str,
+    flags: MemFdCreateFlag,
+) -> Result<File, AgentError> {
+    memfd_create(name, flags)
+        .map(File::from)
+        .map_err(|e| AgentError::Memfd {
+            what,
+            source: e.into(),
+        })
+}
+
+/// The agent library in a sealed memfd, created once per group.
+#[derive(Debug)]
+pub struct AgentLibrary {
+    file: File,
+}
+
+impl AgentLibrary {
+    /// Copy the embedded library into a sealed memfd.
+    pub fn new() -> Result<Self, AgentError> {
+        let what = "the agent library";
+        let mut file = memfd(
+            c"sbs-alloc-agent",
+            what,
+            MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+        )?;
+        let err = |source: io::Error| AgentError::Memfd { what, source };
+        file.write_all(AGENT_LIBRARY).map_err(err)?;
+        let seals = SealFlag::F_SEAL_WRITE
+            | SealFlag::F_SEAL_SHRINK
+            | SealFlag::F_SEAL_GROW
+            | SealFlag::F_SEAL_SEAL;
+        fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            FcntlArg::F_ADD_SEALS(seals),
+        )
+        .map_err(|e| err(e.into()))?;
+        Ok(AgentLibrary { file })
+    }
+
+    /// A descriptor of the library for one child.
+    pub fn child_fd(&self) -> io::Result<OwnedFd> {
+        Ok(self.file.try_clone()?.into())
+    }
+}
+
+/// One run's report region.
+#[derive(Debug)]
+pub struct Region {
+    file: File,
+    token: u64,
+}
+
+/// What the agent reported in one run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reports {
+    /// One entry per process image that loaded the agent.
+    pub images: Vec<SlotValues>,
+    /// Images that loaded the agent but found no free slot.
+    pub unreported: u64,
+}
+
+/// The sum over a run's process images.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Blocks allocated (each realloc that returns a block counts, as in DHAT).
+    pub allocs: u64,
+    /// Blocks released.
+    pub frees: u64,
+    /// Reallocations.
+    pub reallocs: u64,
+    /// Requested bytes.
+    pub bytes: u64,
+    /// Sum of each image's peak live bytes.
+    pub peak: u64,
+    /// Sum of each image's live bytes when it ended (exit, `_exit`, exec or kill).
+    pub live_at_exit: u64,
+    /// Process images that reported.
+    pub images: u64,
+    /// Distinct process ids among them.
+    pub processes: u64,
+}
+
+impl Region {
+    /// A fresh region with a random token.
+    pub fn new() -> Result<Self, AgentError> {
+        let what = "the report region";
+        let file = memfd(c"sbs-alloc-report", what, MemFdCreateFlag::MFD_CLOEXEC)?;
+        let err = |source: io::Error| AgentError::Memfd { what, source };
+        file.set_len(REGION_SIZE as u64).map_err(err)?;
+        let token = random_token();
+        file.write_all_at(&HeaderValues::new(token).to_bytes(), 0)
+            .map_err(err)?;
+        Ok(Region { file, token })
+    }
+
+    /// A descriptor of the region for one child.
+    pub fn child_fd(&self) -> io::Result<OwnedFd> {
+        Ok(self.file.try_clone()?.into())
+    }
+
+    /// The env vars that announce the region to the agent.
+    pub fn env(&self) -> Vec<(OsString, OsString)> {
+        vec![
+            (ENV_REGION_FD.into(), REGION_FD.to_string().into()),
+            (
+                ENV_REGION_TOKEN.into(),
+                format!("{:016x}", self.token).into(),
+            ),
+        ]
+    }
+
+    /// Read every claimed slot.
+    pub fn read(&self) -> Result<Reports, AgentError> {
+        let mut head = [0u8; HEADER_SIZE];
+        self.file
+            .read_exact_at(&mut head, 0)
+            .map_err(AgentError::Read)?;
+        let header = HeaderValues::from_bytes(&head).ok_or(AgentError::Damaged)?;
+        if !header.matches(self.token) {
+            return Err(AgentError::Damaged);
+        }
+        let claimed = usize::try_from(header.claims)
+            .unwrap_or(usize::MAX)
+            .min(SLOT_COUNT);
+        let mut raw = vec![0u8; claimed * SLOT_SIZE];
+        self.file
+            .read_exact_at(&mut raw, slot_offset(0) as u64)
+            .map_err(AgentError::Read)?;
+        let images = raw
+            .chunks_exact(SLOT_SIZE)
+            .filter_map(SlotValues::from_bytes)
+            .filter(|s| s.origin().is_some())
+            .collect();
+        Ok(Reports {
+            images,
+            unreported: header.claims.saturating_sub(SLOT_COUNT as u64),
+        })
+    }
+}
+
+fn random_token() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    RandomState::new().hash_one((std::process::id(), nanos))
+}
+
+impl Reports {
+    /// Sum over the images. Counts of a forked child start at the fork, so they add up
+    /// without double counting; its live and peak bytes include the heap it inherited.
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        let mut pids: Vec<u64> = self.images.iter().map(|s| s.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        t.processes = pids.len() as u64;
+        t.images = self.images.len() as u64;
+        for s in &self.images {
+            t.allocs += s.allocs;
+            t.frees += s.frees;
+            t.reallocs += s.reallocs;
+            t.bytes += s.bytes;
+            t.peak += clamp(s.peak);
+            t.live_at_exit += clamp(s.live);
+        }
+        t
+    }
+
+    /// Allocations by role: the main program, forked children, exec'd programs.
+    pub fn by_role(&self, main_pid: u64) -> Vec<(String, f64)> {
+        let mut main = 0;
+        let mut forked = 0;
+        let mut execd = 0;
+        let mut seen_main = false;
+        for s in &self.images {
+            match s.origin() {
+                Some(Origin::Load) if s.pid == main_pid && !seen_main => {
+                    seen_main = true;
+                    main += s.allocs;
+                }
+                Some(Origin::Fork) => forked += s.allocs,
+                _ => execd += s.allocs,
+            }
+        }
+        vec![
+            ("main process".into(), main as f64),
+            ("forked children".into(), forked as f64),
+            ("exec'd programs".into(), execd as f64),
+        ]
+    }
+}
+
+/// Live and peak are stored wrapping and read signed (see the agent's `counters`).
+fn clamp(v: u64) -> u64 {
+    (v as i64).max(0) as u64
+}
+
+const STATIC_ADVICE: &str = "Link it dynamically (the default for Rust and C on glibc), or \
+measure a Rust program in-process with the harness (stats_alloc).";
+
+/// Check that `program` can load the agent. Returns warnings for what may make the counts
+/// incomplete (a private allocator), and an error where the agent cannot work at all.
+pub fn preflight(program: &Path) -> Result<Vec<String>, AgentError> {
+    let inspect = |source| AgentError::Inspect {
+        path: program.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(program).map_err(inspect)?;
+    // SAFETY: geteuid and getegid cannot fail and have no preconditions.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // The loader's secure mode (which drops LD_PRELOAD) starts when the ids change.
+    let secure = (meta.mode() & 0o4000 != 0 && meta.uid() != euid)
+        || (meta.mode() & 0o2000 != 0 && meta.gid() != egid);
+    if secure {
+        return Err(AgentError::Unsupported {
+            path: program.to_path_buf(),
+            reason:
+                "it is setuid/setgid, and the dynamic loader ignores LD_PRELOAD for such programs"
+                    .into(),
+            advice: "Measure a copy without the setuid bit.",
+        });
+    }
+    let data = std::fs::read(program).map_err(inspect)?;
+    if !data.starts_with(b"\x7fELF") {
+        // A script: its interpreter gets the agent.
+        return Ok(Vec::new());
+    }
+    let Ok(file) = object::File::parse(&*data) else {
+        return Ok(Vec::new());
+    };
+    if !has_interpreter(&data) {
+        return Err(AgentError::Unsupported {
+            path: program.to_path_buf(),
+            reason: "it is statically linked (no dynamic loader)".into(),
+            advice: STATIC_ADVICE,
+        });
+    }
+    Ok(allocator_warnings(program, &file))
+}
+
+fn has_interpreter(data: &[u8]) -> bool {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(data) else {
+        // Not a 64-bit ELF: let the loader decide.
+        return true;
+    };
+    let Ok(endian) = header.endian() else {
+        return true;
+    };
+    match header.program_headers(endian, data) {
+        Ok(phdrs) => phdrs
+            .iter()
+            .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP),
+        Err(_) => true,
+    }
+}
+
+/// Symbols of allocators that bypass malloc, and the name users know them by.
+const PRIVATE_ALLOCATORS: &[(&str, &str)] = &[
+    ("_rjem_malloc", "jemalloc (tikv-jemallocator)"),
+    ("je_malloc", "jemalloc"),
+    ("mi_malloc", "mimalloc"),
+    ("tc_malloc", "tcmalloc"),
+    ("rpmalloc", "rpmalloc"),
+    ("sn_rust_alloc", "snmalloc"),
+];
+
+fn allocator_warnings(program: &Path, file: &object::File) -> Vec<String> {
+    use object::{Object, ObjectSymbol};
+    let mut warnings = Vec::new();
+    let exports_malloc = file
+        .dynamic_symbols()
+        .any(|s| s.is_definition() && s.name() == Ok("malloc"));
+    if exports_malloc {
+        warnings.push(format!(
+            "{} defines its own malloc, which takes precedence over the agent's: allocation counts cover only what reaches the agent (shared libraries' calls)",
+            program.display()
+        ));
+    }
+    let found: Vec<&str> = PRIVATE_ALLOCATORS
+        .iter()
+        .filter(|(sym, _)| {
+            file.symbols()
+                .chain(file.dynamic_symbols())
+                .any(|s| s.is_definition() && s.name() == Ok(*sym))
+        })
+        .map(|(_, name)| *name)
+        .collect();
+    if !found.is_empty() {
+        warnings.push(format!(
+            "{} contains {}, which does not go through malloc: the agent counts only the allocations that do; for a Rust global allocator use the harness (stats_alloc)",
+            program.display(),
+            found.join(", ")
+        ));
+    }
+    warnings
+}
+
+/// Run `command` once with the agent loaded, outside the runner, and return its exit
+/// status and the agent's reports. For tests and benchmark scripts that need the
+/// per-process values; the CLI measures through the runner and [`AllocAgent`].
+/// A run longer than `timeout` is killed and reported as an error (a deadlock guard).
+pub fn run_with_agent(
+    mut command: std::process::Command,
+    timeout: std::time::Duration,
+) -> anyhow::Result<(std::process::ExitStatus, Reports)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let library = AgentLibrary::new()?;
+    let region = Region::new()?;
+    let lib_fd = library.child_fd()?;
+    let region_fd = region.child_fd()?;
+    let (lib_raw, region_raw) = (lib_fd.as_raw_fd(), region_fd.as_raw_fd());
+    command
+        .env("LD_PRELOAD", format!("/proc/self/fd/{LIBRARY_FD}"))
+        .envs(region.env());
+    // SAFETY: the closure runs in the forked child before exec and only calls dup2, which
+    // is async-signal-safe; the descriptors stay open in the parent until after spawn.
+    unsafe {
+        command.pre_exec(move || {
+            for (from, to) in [(lib_raw, LIBRARY_FD), (region_raw, REGION_FD)] {
+                if libc::dup2(from, to) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("cannot start {:?}", command.get_program()))?;
+    drop((lib_fd, region_fd));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!(
+                "{:?} did not finish within {timeout:?} with the allocation agent loaded (deadlock?)",
+                command.get_program()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    Ok((status, region.read()?))
+}
+
+/// Which metrics the instrument reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocMetrics {
+    /// `--alloc`: counts, bytes, peak, live at exit, processes.
+    All,
+    /// `--memory`: only `heap.peak`.
+    HeapPeak,
+}
+
+/// The allocation agent as an instrument.
+#[derive(Debug)]
+pub struct AllocAgent {
+    metrics: AllocMetrics,
+    library: AgentLibrary,
+    ld_preload: OsString,
+    region: Option<Region>,
+    program: PathBuf,
+    notes: Vec<String>,
+    runs_without_allocs: usize,
+    runs: usize,
+    unreported: u64,
+    max_images: u64,
+}
+
+impl AllocAgent {
+    /// Check `program` (static, setuid, private allocators) and prepare the library.
+    /// `base_env` is the child's environment (an existing `LD_PRELOAD` is kept, after ours).
+    pub fn new(
+        metrics: AllocMetrics,
+        program: &Path,
+        base_env: &[(OsString, OsString)],
+    ) -> anyhow::Result<Self> {
+        let notes = preflight(program)?;
+        let library = AgentLibrary::new()?;
+        let mut ld_preload = OsString::from(format!("/proc/self/fd/{LIBRARY_FD}"));
+        if let Some((_, existing)) = base_env.iter().find(|(k, _)| k == OsStr::new("LD_PRELOAD")) {
+            if !existing.is_empty() {
+                ld_preload.push(" ");
+                ld_preload.push(existing);
+            }
+        }
+        Ok(AllocAgent {
+            metrics,
+            library,
+            ld_preload,
+            region: None,
+            program: program.to_path_buf(),
+            notes,
+            runs_without_allocs: 0,
+            runs: 0,
+            unreported: 0,
+            max_images: 0,
+        })
+    }
+
+    fn samples(&self, reports: &Reports, outcome: &RunOutcome, out: &mut Vec<Sample>) {
+        let t = reports.totals();
+        let m = |id: &str, unit| MetricSpec::new(id, unit, "agent", true);
+        if self.metrics == AllocMetrics::HeapPeak {
+            out.push(Sample::new(m("heap.peak", Unit::Bytes), t.peak as f64));
+            return;
+        }
+        let mut count = Sample::new(m("alloc.count", Unit::Count), t.allocs as f64);
+        if t.images > 1 {
+            count.details = reports.by_role(outcome.pid.as_raw() as u64);
+        }
+        out.push(count);
+        out.push(Sample::new(m("alloc.bytes", Unit::Bytes), t.bytes as f64));
+        out.push(Sample::new(m("alloc.frees", Unit::Count), t.frees as f64));
+        out.push(Sample::new(
+            m("alloc.reallocs", Unit::Count),
+            t.reallocs as f64,
+        ));
+        out.push(Sample::new(m("heap.peak", Unit::Bytes), t.peak as f64));
+        out.push(Sample::new(
+            m("heap.live_at_exit", Unit::Bytes),
+            t.live_at_exit as f64,
+        ));
+        out.push(Sample::new(
+            m("alloc.processes", Unit::Count),
+            t.images as f64,
+        ));
+    }
+}
+
+impl Instrument for AllocAgent {
+    fn name(&self) -> &str {
+        "alloc-agent"
+    }
+
+    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        let region = Region::new()?;
+        setup.pass_fds.push((
+            self.library
+                .child_fd()
+                .context("cannot pass the agent library to the child")?,
+            LIBRARY_FD,
+        ));
+        setup.pass_fds.push((
+            region
+                .child_fd()
+                .context("cannot pass the report region to the child")?,
+            REGION_FD,
+        ));
+        setup
+            .env
+            .push(("LD_PRELOAD".into(), self.ld_preload.clone()));
+        setup.env.extend(region.env());
+        self.region = Some(region);
+        Ok(())
+    }
+
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        let region = self
+            .region
+            .take()
+            .context("internal error: collect without prepare")?;
+        let reports = region.read()?;
+        if reports.images.is_empty() {
+            anyhow::bail!(
+                "the allocation agent did not report from {}: it was not loaded (is the program \
+                 statically linked, setuid, or does it clear LD_PRELOAD or close descriptor {REGION_FD}?); \
+                 zeros would be wrong, so no numbers are given",
+                self.program.display()
+            );
+        }
+        let totals = reports.totals();
+        self.runs += 1;
+        if totals.allocs == 0 {
+            self.runs_without_allocs += 1;
+        }
+        self.unreported += reports.unreported;
+        self.max_images = self.max_images.max(totals.images);
+        self.samples(&reports, outcome, out);
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.region = None;
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let mut w = self.notes.clone();
+        if self.runs > 0 && self.runs_without_allocs == self.runs {
+            w.push(format!(
+                "the allocation agent loaded into {} but saw no allocation through malloc: the program allocates nothing or uses its own allocator",
+                self.program.display()
+            ));
+        }
+        if self.unreported > 0 {
+            w.push(format!(
+                "{} process images found no free report slot (limit {SLOT_COUNT} per run) and are not counted",
+                self.unreported
+            ));
+        }
+        if self.max_images > 1 && self.metrics == AllocMetrics::All {
+            w.push(format!(
+                "allocations are summed over up to {} process images per run (forked children and exec'd programs); heap.peak is the sum of their peaks",
+                self.max_images
+            ));
+        }
+        w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_agent_is_a_shared_library_without_tls() {
+        use object::read::elf::{FileHeader, ProgramHeader};
+        let header = object::elf::FileHeader64::<object::Endianness>::parse(AGENT_LIBRARY).unwrap();
+        let endian = header.endian().unwrap();
+        assert_eq!(header.e_type(endian), object::elf::ET_DYN);
+        let phdrs = header.program_headers(endian, AGENT_LIBRARY).unwrap();
+        assert!(
+            phdrs
+                .iter()
+                .all(|p| p.p_type(endian) != object::elf::PT_TLS),
+            "a TLS segment would change every thread's allocations"
+        );
+        use object::{Object, ObjectSymbol};
+        let file = object::File::parse(AGENT_LIBRARY).unwrap();
+        for name in [
+            "malloc",
+            "calloc",
+            "realloc",
+            "reallocarray",
+            "free",
+            "posix_memalign",
+            "aligned_alloc",
+            "memalign",
+            "valloc",
+            "pvalloc",
+            "malloc_usable_size",
+        ] {
+            assert!(
+                file.dynamic_symbols()
+                    .any(|s| s.is_definition() && s.name() == Ok(name)),
+                "agent does not export {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fresh_region_reads_empty_and_rejects_damage() {
+        let region = Region::new().unwrap();
+        assert_eq!(region.read().unwrap(), Reports::default());
+        region.file.write_all_at(&[0u8; 8], 0).unwrap();
+        assert!(matches!(region.read(), Err(AgentError::Damaged)));
+    }
+
+    #[test]
+    fn totals_sum_images_and_count_processes() {
+        let img = |origin: Origin, pid, allocs, peak: i64, live: i64| SlotValues {
+            origin: origin.code(),
+            pid,
+            allocs,
+            frees: allocs / 2,
+            bytes: allocs * 10,
+            peak: peak as u64,
+            live: live as u64,
+            ..SlotValues::default()
+        };
+        let r = Reports {
+            images: vec![
+                img(Origin::Load, 10, 5, 100, 20),
+                img(Origin::Fork, 11, 3, 50, -8), // dipped below its snapshot
+                img(Origin::Load, 11, 2, 30, 0),  // the fork child exec'd
+            ],
+            unreported: 0,
+        };
+        let t = r.totals();
+        assert_eq!((t.allocs, t.bytes, t.frees), (10, 100, 2 + 1 + 1));
+        assert_eq!(t.peak, 180);
+        assert_eq!(t.live_at_exit, 20);
+        assert_eq!((t.images, t.processes), (3, 2));
+        let roles = r.by_role(10);
+        assert_eq!(roles[0].1, 5.0);
+        assert_eq!(roles[1].1, 3.0);
+        assert_eq!(roles[2].1, 2.0);
+    }
+
+    #[test]
+    fn preflight_rejects_static_and_accepts_dynamic() {
+        let me = std::env::current_exe().unwrap();
+        assert!(preflight(&me).is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("s.sh");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        assert_eq!(preflight(&script).unwrap(), Vec::<String>::new());
+        match preflight(&dir.path().join("missing")) {
+            Err(AgentError::Inspect { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}

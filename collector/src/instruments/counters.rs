@@ -1,0 +1,225 @@
+//! The perf-counter instrument: hardware and software events on the child, opened before
+//! it execs (`enable_on_exec`), inherited by its threads and children, read as groups.
+//!
+//! One instrument measures one series of runs ([`SeriesPlan`]); with `--no-multiplex` the
+//! plan has several series and each becomes its own group of runs. A hardware value read
+//! from a group that was multiplexed is scaled, reported with its running fraction as the
+//! metric `counter.<event>.running_fraction`, and named in a warning.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use nix::unistd::Pid;
+use sbs_probes::counters::{
+    CounterBackend, CounterSet, CounterValue, EventClass, EventUnit, SeriesPlan,
+};
+use sbs_reports::model::Unit;
+
+use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+
+/// Suffix of the metric carrying a hardware counter's running fraction.
+pub const RUNNING_FRACTION_SUFFIX: &str = ".running_fraction";
+
+/// Counts perf events on each run's child.
+pub struct PerfCounters {
+    set: CounterSet,
+    runs: usize,
+    /// Per event: (runs in which it was scaled, smallest running fraction seen, whether
+    /// a running-fraction metric is reported for it).
+    scaled: BTreeMap<String, (usize, f64, bool)>,
+    plan_warnings: Vec<String>,
+}
+
+impl PerfCounters {
+    /// The instrument for one series of runs.
+    pub fn new(plan: SeriesPlan, backend: Box<dyn CounterBackend>) -> Self {
+        PerfCounters {
+            set: CounterSet::new(plan, backend),
+            runs: 0,
+            scaled: BTreeMap::new(),
+            plan_warnings: Vec::new(),
+        }
+    }
+
+    /// Warnings from planning (events skipped, mechanism chosen) to report with this
+    /// instrument's own.
+    pub fn with_plan_warnings(mut self, warnings: Vec<String>) -> Self {
+        self.plan_warnings = warnings;
+        self
+    }
+
+    fn samples(&mut self, values: Vec<CounterValue>, out: &mut Vec<Sample>) {
+        for v in values {
+            let unit = match v.request.event.unit {
+                EventUnit::Count => Unit::Count,
+                EventUnit::Nanoseconds => Unit::Seconds,
+            };
+            let source = v.request.source();
+            let id = v.request.metric_id();
+            let hw = v.request.event.class() == EventClass::Hardware;
+            if v.scaled {
+                let e = self.scaled.entry(id.clone()).or_insert((0, 1.0, hw));
+                e.0 += 1;
+                e.1 = e.1.min(v.running_fraction);
+            }
+            out.push(Sample::new(
+                MetricSpec::new(&id, unit, source, false),
+                v.value,
+            ));
+            if hw {
+                out.push(Sample::new(
+                    MetricSpec::new(
+                        format!("{id}{RUNNING_FRACTION_SUFFIX}"),
+                        Unit::Count,
+                        source,
+                        false,
+                    ),
+                    v.running_fraction,
+                ));
+            }
+        }
+    }
+}
+
+impl Instrument for PerfCounters {
+    fn name(&self) -> &str {
+        "counters"
+    }
+
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        self.set
+            .attach(pid.as_raw())
+            .with_context(|| format!("opening perf counters on child {pid}"))
+    }
+
+    fn collect(&mut self, _outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        let values = self
+            .set
+            .read()
+            .context("reading perf counters of the child")?;
+        self.runs += 1;
+        self.samples(values, out);
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.set.abort();
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let scaled = self.scaled.iter().map(|(id, (n, min, hw))| {
+            let see = if *hw {
+                format!(", per run in {id}{RUNNING_FRACTION_SUFFIX}")
+            } else {
+                String::new()
+            };
+            format!(
+                "{id} was multiplexed in {n} of {} runs (its group counted as little as \
+                     {:.1}% of the time): values are scaled estimates (raw x enabled / \
+                     running){see}; use --no-multiplex to measure each counter group in runs \
+                     of its own",
+                self.runs,
+                min * 100.0
+            )
+        });
+        self.plan_warnings.iter().cloned().chain(scaled).collect()
+    }
+
+    fn finish(&mut self) {
+        self.set.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sbs_probes::counters::{
+        parse_counter_list, plan_series, CounterError, CounterRequest, GroupReading, OpenGroup,
+        PlanOptions,
+    };
+    use std::time::Duration;
+
+    use crate::instrument::ExitKind;
+
+    /// Every group reads `values` (one per member, cycled) with the given times.
+    struct Fixed {
+        enabled: u64,
+        running: u64,
+    }
+    struct FixedGroup(GroupReading);
+    impl OpenGroup for FixedGroup {
+        fn read(&mut self) -> Result<GroupReading, CounterError> {
+            Ok(self.0.clone())
+        }
+    }
+    impl CounterBackend for Fixed {
+        fn open_group(
+            &mut self,
+            _pid: i32,
+            members: &[CounterRequest],
+        ) -> Result<Box<dyn OpenGroup>, CounterError> {
+            Ok(Box::new(FixedGroup(GroupReading {
+                time_enabled: self.enabled,
+                time_running: self.running,
+                values: (1..=members.len() as u64).map(|i| i * 100).collect(),
+            })))
+        }
+    }
+
+    fn outcome() -> RunOutcome {
+        RunOutcome {
+            pid: Pid::from_raw(1),
+            wall: Duration::from_millis(1),
+            user: Duration::ZERO,
+            sys: Duration::ZERO,
+            max_rss: 0,
+            exit: ExitKind::Code(0),
+        }
+    }
+
+    fn run(list: &str, enabled: u64, running: u64) -> (Vec<Sample>, Vec<String>) {
+        let reqs = parse_counter_list(list).unwrap();
+        let plan = plan_series(&reqs, PlanOptions::default()).remove(0);
+        let mut inst = PerfCounters::new(plan, Box::new(Fixed { enabled, running }));
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            inst.attach(Pid::from_raw(7)).unwrap();
+            inst.collect(&outcome(), &mut out).unwrap();
+        }
+        (out, inst.warnings())
+    }
+
+    #[test]
+    fn multiplexed_values_are_scaled_with_fraction_and_warning() {
+        let (out, warnings) = run("instructions,page-faults", 1000, 500);
+        let ids: Vec<(&str, &str, f64)> = out
+            .iter()
+            .take(3)
+            .map(|s| (s.metric.id.as_str(), s.metric.source.as_str(), s.value))
+            .collect();
+        assert_eq!(
+            ids,
+            vec![
+                ("counter.instructions", "perf-hw", 200.0),
+                ("counter.instructions.running_fraction", "perf-hw", 0.5),
+                ("counter.page-faults", "perf-sw", 200.0),
+            ]
+        );
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("counter.instructions was multiplexed in 2 of 2 runs"));
+        assert!(warnings[0].contains("50.0%"));
+        assert!(warnings[0].contains("--no-multiplex"));
+    }
+
+    #[test]
+    fn full_counts_are_not_flagged() {
+        let (out, warnings) = run("instructions,task-clock", 1000, 1000);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let clock = out
+            .iter()
+            .find(|s| s.metric.id == "counter.task-clock")
+            .unwrap();
+        assert_eq!(clock.metric.unit, Unit::Seconds);
+        assert_eq!(clock.value, 100e-9, "ns reported as s");
+    }
+}

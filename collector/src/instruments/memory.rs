@@ -1,0 +1,178 @@
+//! Footprint (`--memory`): peak resident set size of the benchmark.
+//!
+//! Two views: `rss.peak` is the kernel's high-water mark of the largest single process
+//! (`wait4` rusage `ru_maxrss`, which covers the child and the descendants it waited
+//! for); `rss.tree_peak` is the largest sum of the resident sizes of all processes in
+//! the benchmark's process group, sampled from `/proc` (procfs) every
+//! [`SAMPLE_INTERVAL`] while the run lasts, so it can miss a spike shorter than that.
+//! `heap.peak` comes from the allocation agent in the same runs (see `alloc.rs`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context;
+use nix::unistd::Pid;
+use sbs_reports::model::Unit;
+
+use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+
+/// How often the process tree's resident size is sampled.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Peak RSS of the main process (rusage) and of the process tree (procfs sampling).
+#[derive(Debug, Default)]
+pub struct Memory {
+    with_agent: bool,
+    sampler: Option<Sampler>,
+    short_runs: usize,
+}
+
+impl Memory {
+    /// `with_agent`: the allocation agent is loaded in the same runs (for `heap.peak`).
+    pub fn new(with_agent: bool) -> Self {
+        Memory {
+            with_agent,
+            ..Memory::default()
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    samples: Arc<AtomicU64>,
+    thread: JoinHandle<()>,
+}
+
+impl Sampler {
+    fn start(pid: Pid) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(AtomicU64::new(0));
+        let samples = Arc::new(AtomicU64::new(0));
+        let own_exe = std::fs::read_link("/proc/self/exe").ok();
+        let (s, p, n) = (stop.clone(), peak.clone(), samples.clone());
+        let thread = std::thread::Builder::new()
+            .name("sbs-rss-sampler".into())
+            .spawn(move || {
+                let page = procfs::page_size();
+                let mut started = false;
+                while !s.load(Ordering::Relaxed) {
+                    // Until the child has exec'd it is a copy of us: not the benchmark.
+                    if !started {
+                        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+                        started = exe.is_some() && exe != own_exe;
+                    }
+                    if started {
+                        p.fetch_max(group_rss(pid.as_raw(), page), Ordering::Relaxed);
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(SAMPLE_INTERVAL);
+                }
+            })?;
+        Ok(Sampler {
+            stop,
+            peak,
+            samples,
+            thread,
+        })
+    }
+
+    /// Stop and return (peak bytes, number of samples).
+    fn finish(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+        (
+            self.peak.load(Ordering::Relaxed),
+            self.samples.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Sum of the resident sizes of the processes in process group `pgrp`, in bytes.
+fn group_rss(pgrp: i32, page: u64) -> u64 {
+    let Ok(all) = procfs::process::all_processes() else {
+        return 0;
+    };
+    all.filter_map(Result::ok)
+        .filter_map(|p| p.stat().ok())
+        .filter(|st| st.pgrp == pgrp)
+        .map(|st| st.rss * page)
+        .sum()
+}
+
+impl Instrument for Memory {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        self.sampler = Some(Sampler::start(pid).context("cannot start the RSS sampler thread")?);
+        Ok(())
+    }
+
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        out.push(Sample::new(
+            MetricSpec::new("rss.peak", Unit::Bytes, "rusage", false),
+            outcome.max_rss as f64,
+        ));
+        if let Some(sampler) = self.sampler.take() {
+            let (tree, samples) = sampler.finish();
+            if samples == 0 {
+                self.short_runs += 1;
+            }
+            // A run shorter than one interval has no sample; rusage still saw its peak.
+            out.push(Sample::new(
+                MetricSpec::new("rss.tree_peak", Unit::Bytes, "procfs", false),
+                tree.max(outcome.max_rss) as f64,
+            ));
+        }
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        if let Some(s) = self.sampler.take() {
+            s.finish();
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let mut w = vec![format!(
+            "rss.tree_peak samples the process group every {} ms (a shorter spike can be missed)",
+            SAMPLE_INTERVAL.as_millis()
+        )];
+        if self.with_agent {
+            w.push(
+                "the memory runs carry the allocation agent (for heap.peak), whose 16-byte block \
+                 headers add to RSS; add --alloc to take heap.peak from agent runs of their own"
+                    .into(),
+            );
+        }
+        if self.short_runs > 0 {
+            w.push(format!(
+                "{} runs ended before the first procfs sample; their rss.tree_peak is rusage's single-process peak",
+                self.short_runs
+            ));
+        }
+        w
+    }
+
+    fn finish(&mut self) {
+        self.abort_run();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_rss_of_our_own_group_is_positive() {
+        // SAFETY: getpgrp has no preconditions.
+        let pgrp = unsafe { libc::getpgrp() };
+        assert!(group_rss(pgrp, procfs::page_size()) > 0);
+        assert_eq!(group_rss(i32::MAX, procfs::page_size()), 0);
+    }
+}

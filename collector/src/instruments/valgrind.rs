@@ -1,0 +1,126 @@
+//! Instruction counts without a PMU: the benchmark runs under valgrind's cachegrind (its
+//! simulations off), which reports `I refs` on a private descriptor.
+//!
+//! The report channel is an anonymous temporary file passed to the child as descriptor
+//! [`LOG_FD`] (`--log-fd`): it never mixes with the benchmark's own stderr, and unlike a
+//! pipe it cannot fill up and block the child. The metric is `counter.instructions` with
+//! source `valgrind`, never compared with `perf-hw` counts of the same name.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use sbs_probes::valgrind;
+use sbs_reports::model::Unit;
+
+use crate::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+
+/// Descriptor number of valgrind's log in the child.
+pub const LOG_FD: i32 = 61;
+
+/// Metric id of instruction counts (shared with the perf `instructions` event; the
+/// source tells them apart).
+pub const METRIC: &str = "counter.instructions";
+
+/// Runs the benchmark under cachegrind and reads its instruction count.
+pub struct ValgrindInstructions {
+    valgrind: PathBuf,
+    log: Option<File>,
+    processes: Option<(usize, usize)>,
+    plan_warnings: Vec<String>,
+}
+
+impl ValgrindInstructions {
+    /// Find valgrind; a clear error with the install command if it is missing.
+    pub fn new() -> anyhow::Result<Self> {
+        let valgrind = valgrind::find_valgrind()?;
+        Ok(ValgrindInstructions {
+            valgrind,
+            log: None,
+            processes: None,
+            plan_warnings: Vec::new(),
+        })
+    }
+
+    /// Warnings from planning (e.g. why `auto` chose valgrind) to report with this
+    /// instrument's own.
+    pub fn with_plan_warnings(mut self, warnings: Vec<String>) -> Self {
+        self.plan_warnings = warnings;
+        self
+    }
+
+    /// The metric this instrument yields.
+    pub fn metric() -> MetricSpec {
+        MetricSpec::new(METRIC, Unit::Count, valgrind::SOURCE, true)
+    }
+}
+
+impl Instrument for ValgrindInstructions {
+    fn name(&self) -> &str {
+        "valgrind"
+    }
+
+    fn needs_start_gate(&self) -> bool {
+        // Nothing to attach: valgrind starts counting at its own exec.
+        false
+    }
+
+    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        let file =
+            tempfile::tempfile().context("creating the temporary file for valgrind's log")?;
+        let child_copy: OwnedFd = file
+            .try_clone()
+            .context("duplicating valgrind's log descriptor")?
+            .into();
+        setup.pass_fds.push((child_copy, LOG_FD));
+        setup.wrapper = valgrind::wrapper(&self.valgrind, LOG_FD);
+        self.log = Some(file);
+        Ok(())
+    }
+
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        let mut file = self
+            .log
+            .take()
+            .context("valgrind instrument: collect without prepare")?;
+        let mut text = String::new();
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| file.read_to_string(&mut text))
+            .context("reading valgrind's log")?;
+        let count = valgrind::parse_log(&text).with_context(|| {
+            format!(
+                "valgrind run of child {} ({:?}) gave no instruction count",
+                outcome.pid, outcome.exit
+            )
+        })?;
+        let n = count.per_process.len();
+        self.processes = Some(match self.processes {
+            Some((lo, hi)) => (lo.min(n), hi.max(n)),
+            None => (n, n),
+        });
+        out.push(Sample::new(Self::metric(), count.total as f64));
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.log = None;
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let mut w = self.plan_warnings.clone();
+        match self.processes {
+            Some((lo, hi)) if lo != hi => w.push(format!(
+                "counter.instructions (valgrind): the number of processes varied between runs \
+                 ({lo} to {hi}); counts include every process the benchmark started"
+            )),
+            _ => {}
+        }
+        w
+    }
+
+    fn finish(&mut self) {
+        self.log = None;
+    }
+}

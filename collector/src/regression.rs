@@ -1,0 +1,509 @@
+//! Regression checks of a run: the history and baseline options, loading the references
+//! before the runs, comparing every metric after them, saving, and the verdict that picks
+//! the exit code. The statistics are in [`crate::compare`], the files in [`crate::history`].
+//!
+//! - `sbs-profile -- CMD`: each metric is compared with the latest saved entries of the
+//!   same benchmark (Welch with one entry, ANOVA from two on, the reference being the most
+//!   recent), or with a named baseline (`--baseline NAME`, Welch).
+//! - `sbs-profile compare A B [C...]`: the commands run interleaved, and each metric of B,
+//!   C... is compared with A's (Welch for two commands, ANOVA for more).
+//!
+//! Series are compared only when metric id, unit and source all match.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use sbs_reports::model::{BenchmarkResult, MetricResult, Report, TrendPoint};
+
+use crate::cli::{build_plan, RunArgs};
+use crate::compare::{compare, Policy, Series, Thresholds};
+use crate::history::{self, Entry, EntryMeta, History};
+use crate::plan::Plan;
+
+/// Label of the current run's series in comparisons.
+pub const THIS_RUN: &str = "this run";
+
+/// Options of the regression machinery, shared by a plain run and `compare`.
+#[derive(Debug, Clone, Args)]
+pub struct RegressionArgs {
+    /// Directory of the saved history and baselines.
+    #[arg(long, value_name = "DIR", default_value = history::DEFAULT_DIR)]
+    pub history: PathBuf,
+
+    /// Save this run's samples as a new history entry (compared with by later runs).
+    #[arg(long)]
+    pub save: bool,
+
+    /// Save this run's samples as baseline NAME, replacing the previous one.
+    #[arg(long, value_name = "NAME")]
+    pub save_baseline: Option<String>,
+
+    /// Compare with baseline NAME instead of the latest history entries.
+    #[arg(long, value_name = "NAME")]
+    pub baseline: Option<String>,
+
+    /// Practical threshold in percent: a significant change within it is reported but does
+    /// not fail. `PCT` for every metric, `METRIC=PCT` or `PREFIX*=PCT` for some
+    /// (repeatable; default 2).
+    #[arg(long, value_name = "[METRIC=]PCT")]
+    pub threshold: Vec<String>,
+
+    /// Compare with at most this many of the latest history entries (ANOVA from 2 on).
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub history_depth: u64,
+}
+
+/// Whether the benchmarks are compared with saved data or with each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One command, compared with its history or a baseline.
+    Run,
+    /// Several commands compared with the first (`sbs-profile compare`).
+    Compare,
+}
+
+/// The validated regression settings.
+#[derive(Debug, Clone)]
+pub struct Regression {
+    mode: Mode,
+    history: History,
+    save: bool,
+    save_baseline: Option<String>,
+    baseline: Option<String>,
+    thresholds: Thresholds,
+    depth: usize,
+    confidence: f64,
+}
+
+/// What a benchmark is compared with, loaded before its runs.
+#[derive(Debug, Clone)]
+pub enum Reference {
+    /// Nothing saved: no comparison.
+    Nothing,
+    /// A named baseline.
+    Baseline(String, Box<Entry>),
+    /// Saved history entries, oldest first.
+    History(Vec<Entry>),
+}
+
+/// A metric that regressed, for the summary line and the exit code.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Regressed {
+    /// Benchmark name.
+    pub benchmark: String,
+    /// Metric id.
+    pub metric: String,
+    /// Relative change (`None` from a zero reference).
+    pub relative: Option<f64>,
+    /// The threshold it exceeded.
+    pub threshold: f64,
+    /// Label of the reference.
+    pub reference: String,
+}
+
+impl std::fmt::Display for Regressed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let change = self
+            .relative
+            .map_or("from 0".to_string(), |r| format!("{:+.2}%", r * 100.0));
+        write!(
+            f,
+            "{} of `{}` regressed {change} against {} (threshold {}%)",
+            self.metric,
+            self.benchmark,
+            self.reference,
+            self.threshold * 100.0
+        )
+    }
+}
+
+impl Regression {
+    /// Validate the options. `confidence` is the plan's.
+    pub fn new(args: &RegressionArgs, confidence: f64, mode: Mode) -> anyhow::Result<Regression> {
+        let thresholds = Thresholds::from_args(&args.threshold)?;
+        let history = History::new(&args.history);
+        for name in [&args.baseline, &args.save_baseline].into_iter().flatten() {
+            // Checks the name (the benchmark part is irrelevant here).
+            history.baseline_path(name, "")?;
+        }
+        if mode == Mode::Compare && args.baseline.is_some() {
+            bail!(
+                "--baseline compares a run with a saved baseline, while `compare` compares its \
+                 commands with each other: drop --baseline, or run each command on its own"
+            );
+        }
+        Ok(Regression {
+            mode,
+            history,
+            save: args.save,
+            save_baseline: args.save_baseline.clone(),
+            baseline: args.baseline.clone(),
+            thresholds,
+            depth: usize::try_from(args.history_depth).unwrap_or(usize::MAX),
+            confidence,
+        })
+    }
+
+    /// Load what each benchmark (by name) is compared with. Runs before the measurements, so
+    /// a missing baseline or a corrupt history file fails before minutes of runs.
+    pub fn load(&self, benchmarks: &[String]) -> anyhow::Result<Vec<Reference>> {
+        if self.mode == Mode::Compare {
+            return Ok(benchmarks.iter().map(|_| Reference::Nothing).collect());
+        }
+        benchmarks
+            .iter()
+            .map(|name| {
+                if let Some(base) = &self.baseline {
+                    let entry = self.history.baseline(base, name)?.with_context(|| {
+                        let path = self
+                            .history
+                            .baseline_path(base, name)
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_default();
+                        format!(
+                            "baseline `{base}` has no entry for benchmark `{name}` ({path} does not \
+                             exist): save one first with --save-baseline {base}, or check \
+                             --history and --name"
+                        )
+                    })?;
+                    Ok(Reference::Baseline(base.clone(), Box::new(entry)))
+                } else {
+                    let entries = self.history.latest_entries(name, self.depth)?;
+                    Ok(if entries.is_empty() {
+                        Reference::Nothing
+                    } else {
+                        Reference::History(entries)
+                    })
+                }
+            })
+            .collect()
+    }
+
+    /// Compare every metric of `report` with its reference (or, in `compare` mode, with the
+    /// first benchmark) and record the comparisons in the report. Returns the regressions.
+    pub fn apply(
+        &self,
+        references: &[Reference],
+        report: &mut Report,
+    ) -> anyhow::Result<Vec<Regressed>> {
+        match self.mode {
+            Mode::Run => {
+                for (bench, reference) in report.benchmarks.iter_mut().zip(references) {
+                    for metric in bench.metrics.iter_mut() {
+                        self.compare_with_saved(metric, reference)
+                            .with_context(|| {
+                                format!("comparing {} of `{}`", metric.id, bench.name)
+                            })?;
+                    }
+                }
+            }
+            Mode::Compare => self.compare_benchmarks(&mut report.benchmarks)?,
+        }
+        Ok(regressions(report))
+    }
+
+    fn policy(&self, metric: &MetricResult) -> Policy {
+        Policy {
+            confidence: self.confidence,
+            threshold: self.thresholds.for_metric(&metric.id),
+            exact: metric.exact,
+            sessions: self.mode == Mode::Run,
+        }
+    }
+
+    fn compare_with_saved(
+        &self,
+        metric: &mut MetricResult,
+        reference: &Reference,
+    ) -> anyhow::Result<()> {
+        let (labels, saved): (Vec<String>, Vec<&[f64]>) = match reference {
+            Reference::Nothing => return Ok(()),
+            Reference::Baseline(name, entry) => entry
+                .metric(&metric.id, metric.unit, &metric.source)
+                .map(|m| (format!("baseline {name}"), m.samples.as_slice()))
+                .into_iter()
+                .unzip(),
+            Reference::History(entries) => {
+                let with_metric: Vec<(String, &[f64])> = entries
+                    .iter()
+                    .filter_map(|e| {
+                        let m = e.metric(&metric.id, metric.unit, &metric.source)?;
+                        Some((e.meta.label(), m.samples.as_slice()))
+                    })
+                    .collect();
+                let skip = with_metric.len().saturating_sub(self.depth);
+                with_metric.into_iter().skip(skip).unzip()
+            }
+        };
+        if saved.is_empty() {
+            metric.notes.push(format!(
+                "not compared: no saved samples of {} from source {} in {}",
+                metric.id,
+                metric.source,
+                match reference {
+                    Reference::Baseline(name, _) => format!("baseline {name}"),
+                    _ => "the history".to_string(),
+                }
+            ));
+            return Ok(());
+        }
+        if let Reference::History(_) = reference {
+            let mut runs: Vec<(&str, &[f64])> = labels
+                .iter()
+                .map(String::as_str)
+                .zip(saved.iter().copied())
+                .collect();
+            runs.push((THIS_RUN, &metric.samples));
+            metric.trend = self.trend(&runs, metric)?;
+        }
+        let mut series: Vec<Series<'_>> = labels
+            .iter()
+            .zip(&saved)
+            .map(|(label, samples)| Series { label, samples })
+            .collect();
+        series.push(Series {
+            label: THIS_RUN,
+            samples: &metric.samples,
+        });
+        let candidate = series.len() - 1;
+        let comparison = compare(&series, candidate - 1, candidate, &self.policy(metric))?;
+        metric.comparison = Some(comparison);
+        Ok(())
+    }
+
+    /// Each run of a metric's history with its interval and its verdict against the run
+    /// before it (a two-series comparison, so each step is judged on its own).
+    pub fn trend(
+        &self,
+        runs: &[(&str, &[f64])],
+        metric: &MetricResult,
+    ) -> anyhow::Result<Vec<TrendPoint>> {
+        let policy = self.policy(metric);
+        let mut points = Vec::with_capacity(runs.len());
+        for (i, &(label, samples)) in runs.iter().enumerate() {
+            let summary = crate::stats::summarize(samples, self.confidence);
+            let verdict = match i {
+                0 => None,
+                _ => {
+                    let (prev_label, prev) = runs[i - 1];
+                    let pair = [
+                        Series {
+                            label: prev_label,
+                            samples: prev,
+                        },
+                        Series { label, samples },
+                    ];
+                    Some(compare(&pair, 0, 1, &policy)?.verdict)
+                }
+            };
+            points.push(TrendPoint {
+                label: label.to_string(),
+                n: summary.n,
+                mean: summary.mean,
+                ci_low: summary.ci_low,
+                ci_high: summary.ci_high,
+                verdict,
+            });
+        }
+        Ok(points)
+    }
+
+    fn compare_benchmarks(&self, benchmarks: &mut [BenchmarkResult]) -> anyhow::Result<()> {
+        let Some(first) = benchmarks.first() else {
+            return Ok(());
+        };
+        let metric_keys: Vec<_> = first
+            .metrics
+            .iter()
+            .map(|m| (m.id.clone(), m.unit, m.source.clone()))
+            .collect();
+        for (id, unit, source) in metric_keys {
+            // (benchmark index, metric index) of every benchmark that has this metric.
+            let found: Vec<(usize, usize)> = benchmarks
+                .iter()
+                .enumerate()
+                .filter_map(|(b, bench)| {
+                    let m = bench
+                        .metrics
+                        .iter()
+                        .position(|m| m.id == id && m.unit == unit && m.source == source)?;
+                    Some((b, m))
+                })
+                .collect();
+            if found.len() < 2 {
+                continue;
+            }
+            let comparisons = {
+                let series: Vec<Series<'_>> = found
+                    .iter()
+                    .map(|&(b, m)| Series {
+                        label: &benchmarks[b].name,
+                        samples: &benchmarks[b].metrics[m].samples,
+                    })
+                    .collect();
+                let (b0, m0) = found[0];
+                let policy = self.policy(&benchmarks[b0].metrics[m0]);
+                (1..found.len())
+                    .map(|candidate| {
+                        compare(&series, 0, candidate, &policy)
+                            .with_context(|| format!("comparing {id} across the commands"))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?
+            };
+            for (&(b, m), comparison) in found[1..].iter().zip(comparisons) {
+                benchmarks[b].metrics[m].comparison = Some(comparison);
+            }
+        }
+        Ok(())
+    }
+
+    /// Save the report's benchmarks as asked (`--save`, `--save-baseline`). Returns the
+    /// files written.
+    pub fn save(&self, report: &Report) -> anyhow::Result<Vec<PathBuf>> {
+        if !self.save && self.save_baseline.is_none() {
+            return Ok(Vec::new());
+        }
+        let meta = EntryMeta::now();
+        let mut written = Vec::new();
+        for bench in &report.benchmarks {
+            if self.save {
+                written.push(self.history.save(bench, &meta)?);
+            }
+            if let Some(name) = &self.save_baseline {
+                written.push(self.history.save_baseline(name, bench, &meta)?);
+            }
+        }
+        Ok(written)
+    }
+}
+
+/// The regressed metrics of a report (verdict [`Verdict::Regressed`](sbs_reports::model::Verdict)).
+pub fn regressions(report: &Report) -> Vec<Regressed> {
+    report
+        .benchmarks
+        .iter()
+        .flat_map(|b| {
+            b.metrics.iter().filter_map(move |m| {
+                let c = m.comparison.as_ref()?;
+                c.verdict.is_regression().then(|| Regressed {
+                    benchmark: b.name.clone(),
+                    metric: m.id.clone(),
+                    relative: c.relative,
+                    threshold: c.threshold,
+                    reference: c.reference.clone(),
+                })
+            })
+        })
+        .collect()
+}
+
+/// Build the plan of `sbs-profile compare`: every positional argument is one command,
+/// split into words the way a shell would (no shell runs it); they run interleaved.
+pub fn build_compare_plan(args: RunArgs) -> anyhow::Result<Plan> {
+    if args.command.len() < 2 {
+        bail!(
+            "compare needs at least two commands, each one quoted argument, e.g. \
+             sbs-profile compare './old --n 100' './new --n 100'"
+        );
+    }
+    if args.name.is_some() {
+        bail!("--name names one command; compare names each benchmark after its command");
+    }
+    let mut texts: Vec<&str> = Vec::new();
+    let mut plan: Option<Plan> = None;
+    for command in &args.command {
+        let text = command.to_str().with_context(|| {
+            format!("command {command:?} is not valid UTF-8; compare takes commands as text")
+        })?;
+        let words = shlex::split(text)
+            .filter(|w| !w.is_empty())
+            .with_context(|| format!("cannot split `{text}` into words: check its quotes"))?;
+        let text = text.trim();
+        // The same command twice (an A/A test) gets distinct names.
+        let earlier = texts.iter().filter(|t| **t == text).count();
+        texts.push(text);
+        let name = if earlier == 0 {
+            text.to_string()
+        } else {
+            format!("{text} #{}", earlier + 1)
+        };
+        let mut one = args.clone();
+        one.command = words.into_iter().map(OsString::from).collect();
+        one.name = Some(name);
+        let built = build_plan(one)?;
+        match &mut plan {
+            None => plan = Some(built),
+            Some(p) => p.benchmarks.extend(built.benchmarks),
+        }
+    }
+    plan.context("compare needs at least two commands")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Subcommand};
+    use clap::Parser;
+
+    #[test]
+    fn compare_subcommand_and_regression_options_parse() {
+        let cli = Cli::try_parse_from([
+            "sbs-profile",
+            "compare",
+            "--runs",
+            "3",
+            "--threshold",
+            "rss.peak=10",
+            "./a 1",
+            "./b 1",
+        ])
+        .unwrap();
+        let Some(Subcommand::Compare(args)) = cli.subcommand else {
+            panic!("expected compare");
+        };
+        assert_eq!(args.runs, 3);
+        assert_eq!(args.command, ["./a 1", "./b 1"]);
+        assert_eq!(args.regression.threshold, ["rss.peak=10"]);
+
+        let cli = Cli::try_parse_from([
+            "sbs-profile",
+            "--save",
+            "--baseline",
+            "main",
+            "--history",
+            "/tmp/h",
+            "--threshold",
+            "5",
+            "--",
+            "prog",
+            "--save",
+        ])
+        .unwrap();
+        assert!(cli.subcommand.is_none());
+        let r = &cli.run.regression;
+        assert!(r.save);
+        assert_eq!(r.baseline.as_deref(), Some("main"));
+        assert_eq!(r.history, PathBuf::from("/tmp/h"));
+        assert_eq!(r.history_depth, 5);
+        assert_eq!(cli.run.command, ["prog", "--save"]);
+        assert!(Cli::try_parse_from(["sbs-profile", "--history-depth", "0", "--", "p"]).is_err());
+    }
+
+    #[test]
+    fn invalid_settings_are_rejected_with_the_fix() {
+        let cli = Cli::try_parse_from(["sbs-profile", "--threshold", "lots", "--", "p"]).unwrap();
+        let e = Regression::new(&cli.run.regression, 0.95, Mode::Run).unwrap_err();
+        assert!(e.to_string().contains("invalid threshold `lots`"), "{e}");
+        let cli = Cli::try_parse_from(["sbs-profile", "--save-baseline", ".x", "--", "p"]).unwrap();
+        let e = Regression::new(&cli.run.regression, 0.95, Mode::Run).unwrap_err();
+        assert!(
+            e.to_string().contains("baseline name `.x` is invalid"),
+            "{e}"
+        );
+        let cli = Cli::try_parse_from(["sbs-profile", "--baseline", "m", "--", "p"]).unwrap();
+        let e = Regression::new(&cli.run.regression, 0.95, Mode::Compare).unwrap_err();
+        assert!(e.to_string().contains("drop --baseline"), "{e}");
+    }
+}

@@ -1,0 +1,192 @@
+//! Instruction counts without a PMU: valgrind's cachegrind with its simulations off.
+//!
+//! The benchmark runs under `valgrind --tool=cachegrind --cache-sim=no --branch-sim=no`
+//! (the cheapest instruction counter valgrind has) with `--log-fd=N`, so valgrind's own
+//! report goes to a private descriptor and never mixes with the benchmark's stderr.
+//! `--trace-children=yes` follows exec'd children; each process (forked or exec'd) writes
+//! its own `I refs` summary, and the total is their sum, like inherited perf counters.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Metric source of valgrind instruction counts. Never compared with `perf-hw`.
+pub const SOURCE: &str = "valgrind";
+
+/// The command that installs valgrind on Debian/Ubuntu.
+pub const INSTALL_HINT: &str =
+    "sudo apt-get install -y valgrind (Fedora: sudo dnf install valgrind)";
+
+/// Errors of the valgrind layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ValgrindError {
+    /// No `valgrind` on PATH.
+    #[error("valgrind is not installed (not found on PATH): install it with `{INSTALL_HINT}`, or use `--instructions perf` on a machine with a PMU")]
+    NotInstalled,
+    /// Valgrind's log had no instruction summary.
+    #[error("valgrind produced no `I refs` summary{}: its log was:\n{log}", pid.map(|p| format!(" for pid {p}")).unwrap_or_default())]
+    NoSummary {
+        /// The process, when known.
+        pid: Option<i32>,
+        /// The log, for diagnosis.
+        log: String,
+    },
+    /// A number in the log did not parse.
+    #[error(
+        "cannot parse valgrind's instruction count `{text}`: expected digits with optional commas"
+    )]
+    BadNumber {
+        /// The text.
+        text: String,
+    },
+}
+
+/// Find the `valgrind` executable on PATH.
+pub fn find_valgrind() -> Result<PathBuf, ValgrindError> {
+    which::which("valgrind").map_err(|_| ValgrindError::NotInstalled)
+}
+
+/// The wrapper command: `valgrind` and its options, to be followed by the benchmark's
+/// program and arguments. Valgrind writes its report to descriptor `log_fd`.
+pub fn wrapper(valgrind: &Path, log_fd: i32) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![valgrind.into()];
+    v.extend(
+        [
+            "--tool=cachegrind".to_string(),
+            "--cache-sim=no".to_string(),
+            "--branch-sim=no".to_string(),
+            "--cachegrind-out-file=/dev/null".to_string(),
+            "--trace-children=yes".to_string(),
+            format!("--log-fd={log_fd}"),
+        ]
+        .into_iter()
+        .map(OsString::from),
+    );
+    v
+}
+
+/// The instruction count of one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstructionCount {
+    /// Sum over all processes.
+    pub total: u64,
+    /// `(pid, instructions)` per process, in the order their summaries were written.
+    pub per_process: Vec<(i32, u64)>,
+}
+
+fn parse_number(text: &str) -> Result<u64, ValgrindError> {
+    let digits: String = text.chars().filter(|&c| c != ',').collect();
+    digits.parse().map_err(|_| ValgrindError::BadNumber {
+        text: text.to_string(),
+    })
+}
+
+/// Parse valgrind's log: every `==PID== I refs: N` line (cachegrind's summary; 3.19 writes
+/// `I   refs:`, newer versions `I refs:`).
+pub fn parse_log(log: &str) -> Result<InstructionCount, ValgrindError> {
+    let mut per_process = Vec::new();
+    for line in log.lines() {
+        let Some(rest) = line.strip_prefix("==") else {
+            continue;
+        };
+        let Some((pid, body)) = rest.split_once("==") else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
+        let body = body.trim_start();
+        let Some(after_i) = body.strip_prefix('I') else {
+            continue;
+        };
+        let Some(count) = after_i.trim_start().strip_prefix("refs:") else {
+            continue;
+        };
+        per_process.push((pid, parse_number(count.trim())?));
+    }
+    if per_process.is_empty() {
+        return Err(ValgrindError::NoSummary {
+            pid: None,
+            log: log.to_string(),
+        });
+    }
+    Ok(InstructionCount {
+        total: per_process.iter().map(|&(_, n)| n).sum(),
+        per_process,
+    })
+}
+
+/// Read the total `Ir` from a cachegrind output file (`summary: N` line): valgrind's
+/// own figure, used as an oracle.
+pub fn parse_out_file_summary(text: &str) -> Result<u64, ValgrindError> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("summary:"))
+        .map(|s| {
+            let first = s.split_whitespace().next().unwrap_or("");
+            parse_number(first)
+        })
+        .unwrap_or_else(|| {
+            Err(ValgrindError::NoSummary {
+                pid: None,
+                log: text.chars().take(2000).collect(),
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG_3_19: &str = "\
+==4991== Cachegrind, a cache and branch-prediction profiler
+==4991== Command: /bin/true
+==4991== 
+==4991== I   refs:      130,440
+==4992== Command: /bin/echo hi
+==4992== I   refs:      307,562
+==4989== 
+==4989== I   refs:      231,640
+";
+
+    #[test]
+    fn sums_every_process_summary() {
+        let c = parse_log(LOG_3_19).unwrap();
+        assert_eq!(c.total, 130_440 + 307_562 + 231_640);
+        assert_eq!(c.per_process[1], (4992, 307_562));
+    }
+
+    #[test]
+    fn accepts_the_newer_spelling() {
+        let c = parse_log("==7== I refs:        1,234,567,890\n").unwrap();
+        assert_eq!(c.total, 1_234_567_890);
+    }
+
+    #[test]
+    fn ignores_benchmark_lines_and_fails_without_summary() {
+        let e = parse_log("I refs: 5\nsomething else\n==x== I refs: 7\n").unwrap_err();
+        assert!(matches!(e, ValgrindError::NoSummary { .. }), "{e}");
+        let e = parse_log("==3== I refs: 12a\n").unwrap_err();
+        assert!(matches!(e, ValgrindError::BadNumber { .. }), "{e}");
+    }
+
+    #[test]
+    fn reads_the_out_file_summary() {
+        let text = "desc: I1 cache: ...\ncmd: ./x\nevents: Ir\nfl=a.c\n1 3\nsummary: 160944\n";
+        assert_eq!(parse_out_file_summary(text).unwrap(), 160_944);
+        assert!(parse_out_file_summary("events: Ir\n").is_err());
+    }
+
+    #[test]
+    fn wrapper_uses_the_cheap_counter_and_a_private_log() {
+        let w = wrapper(Path::new("/usr/bin/valgrind"), 1013);
+        let w: Vec<String> = w.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        assert_eq!(w[0], "/usr/bin/valgrind");
+        for opt in [
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--branch-sim=no",
+            "--log-fd=1013",
+        ] {
+            assert!(w.iter().any(|a| a == opt), "{opt} missing in {w:?}");
+        }
+    }
+}

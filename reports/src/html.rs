@@ -1,0 +1,266 @@
+//! A single self-contained HTML page: per benchmark, the summary table and, per metric,
+//! a strip plot of the raw samples with the mean and its confidence interval, as inline
+//! SVG drawn with `plotters`. No scripts, no network fetches; prints cleanly.
+
+use std::fmt::Write as _;
+use std::io;
+
+use plotters::prelude::*;
+
+use crate::human;
+use crate::model::{MetricResult, Report};
+use crate::Render;
+
+/// Renders the report as one HTML page.
+#[derive(Debug, Default)]
+pub struct Html;
+
+const STYLE: &str = "
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:70rem;padding:0 1rem;color:#1b1b1b}
+h1{font-size:1.5rem;margin-bottom:.2rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ccc;padding-bottom:.2rem;word-break:break-all}
+p.conditions{color:#555;margin-top:0}
+table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:.5rem 0 1rem}
+th,td{padding:.25rem .6rem;border-bottom:1px solid #e4e4e4;text-align:right}
+th:first-child,td:first-child{text-align:left}td.src{text-align:left;color:#666}
+.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(20rem,1fr));gap:1rem}
+figure{margin:0;border:1px solid #e4e4e4;padding:.4rem}figcaption{font-size:.85rem;color:#333;margin-bottom:.2rem}
+figure svg{width:100%;height:auto;display:block}
+.warning{color:#8a4b00}
+@media print{body{margin:0;max-width:none}.plots{grid-template-columns:1fr 1fr}figure{break-inside:avoid}}
+";
+
+/// `s` with the HTML special characters escaped.
+pub(crate) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A deterministic jitter in [0.2, 0.8] so overlapping samples stay visible.
+fn jitter(i: usize) -> f64 {
+    let x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+    0.2 + 0.6 * (x as f64 / (1u64 << 24) as f64)
+}
+
+/// Strip plot of `m`'s samples: points, the mean as a line, the CI as a band.
+pub fn strip_plot(m: &MetricResult) -> Result<String, String> {
+    let s = &m.summary;
+    let mut lo = s.min.min(s.ci_low.unwrap_or(s.min));
+    let mut hi = s.max.max(s.ci_high.unwrap_or(s.max));
+    if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
+        let pad = if hi == 0.0 { 1.0 } else { hi.abs() * 0.01 };
+        lo -= pad;
+        hi += pad;
+    }
+    let pad = (hi - lo) * 0.08;
+    let (lo, hi) = (lo - pad, hi + pad);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (480, 150)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(28)
+            .build_cartesian_2d(lo..hi, 0.0..1.0)
+            .map_err(|e| e.to_string())?;
+        let unit = m.unit;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .disable_y_axis()
+            .x_labels(5)
+            .x_label_formatter(&|v| human::value(*v, unit))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        if let (Some(cl), Some(ch)) = (s.ci_low, s.ci_high) {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(cl, 0.05), (ch, 0.95)],
+                    RGBColor(66, 133, 244).mix(0.18).filled(),
+                )))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(s.mean, 0.0), (s.mean, 1.0)],
+                RGBColor(200, 60, 40).stroke_width(2),
+            )))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(m.samples.iter().enumerate().map(|(i, &v)| {
+                Circle::new((v, jitter(i)), 3, RGBColor(30, 30, 30).mix(0.7).filled())
+            }))
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
+/// The metric's trend over the saved history: each run's mean with its interval, joined
+/// by a line; runs that regressed against the one before are red.
+pub fn trend_plot(m: &MetricResult) -> Result<String, String> {
+    let t = &m.trend;
+    let lows = t.iter().map(|p| p.ci_low.unwrap_or(p.mean));
+    let highs = t.iter().map(|p| p.ci_high.unwrap_or(p.mean));
+    let mut lo = lows.fold(f64::INFINITY, f64::min);
+    let mut hi = highs.fold(f64::NEG_INFINITY, f64::max);
+    if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
+        let pad = if hi == 0.0 { 1.0 } else { hi.abs() * 0.01 };
+        lo -= pad;
+        hi += pad;
+    }
+    let pad = (hi - lo) * 0.1;
+    let (lo, hi) = (lo - pad, hi + pad);
+    let k = t.len();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (480, 200)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(28)
+            .y_label_area_size(70)
+            .build_cartesian_2d(-0.5..(k as f64 - 0.5), lo..hi)
+            .map_err(|e| e.to_string())?;
+        let unit = m.unit;
+        let labels: Vec<String> = t
+            .iter()
+            .map(|p| p.label.get(5..16).unwrap_or(&p.label).replace('T', " "))
+            .collect();
+        chart
+            .configure_mesh()
+            .x_labels(k.min(6))
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    labels.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_labels(4)
+            .y_label_formatter(&|v| human::value(*v, unit))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(LineSeries::new(
+                t.iter().enumerate().map(|(i, p)| (i as f64, p.mean)),
+                RGBColor(66, 133, 244).stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?;
+        let color = |p: &crate::model::TrendPoint| {
+            if p.verdict == Some(crate::model::Verdict::Regressed) {
+                RGBColor(210, 30, 30)
+            } else {
+                RGBColor(30, 30, 30)
+            }
+        };
+        chart
+            .draw_series(t.iter().enumerate().map(|(i, p)| {
+                ErrorBar::new_vertical(
+                    i as f64,
+                    p.ci_low.unwrap_or(p.mean),
+                    p.mean,
+                    p.ci_high.unwrap_or(p.mean),
+                    color(p).stroke_width(1),
+                    8,
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(
+                t.iter()
+                    .enumerate()
+                    .map(|(i, p)| Circle::new((i as f64, p.mean), 4, color(p).filled())),
+            )
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
+fn summary_table(out: &mut String, metrics: &[MetricResult]) {
+    out.push_str("<table><thead><tr><th>metric</th><th>mean</th><th>CI</th><th>±CI</th><th>CoV</th><th>n</th><th>source</th></tr></thead><tbody>\n");
+    for m in metrics {
+        let s = &m.summary;
+        let ci = match (s.ci_low, s.ci_high) {
+            (Some(l), Some(h)) if l == h && m.exact => "exact".to_string(),
+            (Some(l), Some(h)) => {
+                format!("[{}, {}]", human::value(l, m.unit), human::value(h, m.unit))
+            }
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=src>{}</td></tr>",
+            escape(&m.id),
+            escape(&human::value(s.mean, m.unit)),
+            escape(&ci),
+            s.relative_ci_half_width().map(human::percent).unwrap_or_else(|| "-".into()),
+            s.cov.map(human::percent).unwrap_or_else(|| "-".into()),
+            s.n,
+            escape(&m.source),
+        );
+    }
+    out.push_str("</tbody></table>\n");
+}
+
+impl Render for Html {
+    fn render(&self, report: &Report, out: &mut dyn io::Write) -> io::Result<()> {
+        let mut page = String::new();
+        page.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+        page.push_str("<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">");
+        page.push_str("<title>sbs-profile report</title><style>");
+        page.push_str(STYLE);
+        page.push_str("</style></head><body>\n<h1>sbs-profile report</h1>\n");
+        let c = &report.conditions;
+        let _ = writeln!(
+            page,
+            "<p class=conditions>sbs-profile {} · {} runs + {} warm-up per group · ASLR {} · {} environment</p>",
+            escape(&report.tool_version),
+            c.runs,
+            c.warmup,
+            if c.aslr_disabled { "off" } else { "on" },
+            if c.clean_env { "clean" } else { "caller's" }
+        );
+        for b in &report.benchmarks {
+            let _ = writeln!(page, "<section><h2>{}</h2>", escape(&b.name));
+            summary_table(&mut page, &b.metrics);
+            page.push_str(&crate::verdicts::html_table(b));
+            for w in &b.warnings {
+                let _ = writeln!(page, "<p class=warning>warning: {}</p>", escape(w));
+            }
+            page.push_str("<div class=plots>\n");
+            for m in &b.metrics {
+                let svg = strip_plot(m).map_err(io::Error::other)?;
+                let _ = writeln!(
+                    page,
+                    "<figure><figcaption>{} — samples, mean (red) and {}% CI (band)</figcaption>{svg}</figure>",
+                    escape(&m.id),
+                    (m.summary.confidence * 100.0).round()
+                );
+                if m.trend.len() >= 2 {
+                    let svg = trend_plot(m).map_err(io::Error::other)?;
+                    let _ = writeln!(
+                        page,
+                        "<figure class=trend><figcaption>{} — history: mean and CI per run, \
+                         regressions in red</figcaption>{svg}</figure>",
+                        escape(&m.id)
+                    );
+                }
+            }
+            page.push_str("</div></section>\n");
+        }
+        page.push_str("</body></html>\n");
+        out.write_all(page.as_bytes())
+    }
+}

@@ -1,0 +1,253 @@
+//! Golden outputs of every renderer from a fixed, hand-built report.
+
+use sbs_reports::model::*;
+use sbs_reports::Render;
+
+fn summary(samples: &[f64], ci: Option<(f64, f64)>) -> Summary {
+    let n = samples.len();
+    let mean = samples.iter().sum::<f64>() / n as f64;
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let sd = if n > 1 {
+        (samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    Summary {
+        n,
+        mean,
+        sd,
+        cov: Some(sd / mean),
+        median: sorted[n / 2],
+        min: sorted[0],
+        max: sorted[n - 1],
+        ci_low: ci.map(|c| c.0),
+        ci_high: ci.map(|c| c.1),
+        confidence: 0.95,
+    }
+}
+
+fn metric(
+    id: &str,
+    unit: Unit,
+    source: &str,
+    exact: bool,
+    samples: &[f64],
+    ci: Option<(f64, f64)>,
+) -> MetricResult {
+    MetricResult {
+        id: id.into(),
+        unit,
+        source: source.into(),
+        exact,
+        group: if exact { "invocations" } else { "timing" }.into(),
+        samples: samples.to_vec(),
+        summary: summary(samples, ci),
+        details: Vec::new(),
+        notes: Vec::new(),
+        comparison: None,
+        trend: Vec::new(),
+    }
+}
+
+pub fn report() -> Report {
+    let mut calls = metric(
+        "invocations.Vec::push",
+        Unit::Count,
+        "uprobe",
+        true,
+        &[3000.0, 3000.0, 3000.0],
+        Some((3000.0, 3000.0)),
+    );
+    calls.summary.sd = 0.0;
+    calls.summary.cov = Some(0.0);
+    calls.details = vec![
+        Detail {
+            label: "alloc::vec::Vec<T,A>::push".into(),
+            samples: vec![1000.0; 3],
+            summary: Summary {
+                sd: 0.0,
+                cov: Some(0.0),
+                ..summary(&[1000.0; 3], Some((1000.0, 1000.0)))
+            },
+        },
+        Detail {
+            label: "<alloc::vec::Vec<u32>>::push".into(),
+            samples: vec![2000.0; 3],
+            summary: Summary {
+                sd: 0.0,
+                cov: Some(0.0),
+                ..summary(&[2000.0; 3], Some((2000.0, 2000.0)))
+            },
+        },
+    ];
+    let mut wall = metric(
+        "time.wall",
+        Unit::Seconds,
+        "clock",
+        false,
+        &[0.0121, 0.0125, 0.0119],
+        Some((0.0113, 0.0131)),
+    );
+    wall.comparison = Some(Comparison {
+        method: ComparisonMethod::WelchT,
+        reference: "baseline main".into(),
+        reference_n: 3,
+        reference_mean: 0.0110,
+        difference: 0.0011666,
+        ci_low: Some(0.0004),
+        ci_high: Some(0.0019),
+        confidence: 0.95,
+        relative: Some(0.10606),
+        relative_ci_low: Some(0.03636),
+        relative_ci_high: Some(0.17273),
+        df: Some(3.7),
+        p_value: Some(0.012),
+        threshold: 0.02,
+        verdict: Verdict::Regressed,
+        anova: None,
+    });
+    calls.comparison = Some(Comparison {
+        method: ComparisonMethod::Exact,
+        reference: "baseline main".into(),
+        reference_n: 3,
+        reference_mean: 3000.0,
+        difference: 0.0,
+        ci_low: None,
+        ci_high: None,
+        confidence: 0.95,
+        relative: Some(0.0),
+        relative_ci_low: None,
+        relative_ci_high: None,
+        df: None,
+        p_value: None,
+        threshold: 0.02,
+        verdict: Verdict::NoChange,
+        anova: None,
+    });
+    Report {
+        schema_version: SCHEMA_VERSION,
+        tool_version: "0.1.0".into(),
+        conditions: Conditions {
+            runs: 3,
+            warmup: 1,
+            aslr_disabled: true,
+            pinned_cpus: vec![1],
+            clean_env: false,
+        },
+        benchmarks: vec![BenchmarkResult {
+            name: "./bench <fast> & \"quoted\"".into(),
+            command: vec!["./bench".into(), "<fast>".into()],
+            metrics: vec![
+                wall,
+                metric(
+                    "rss.peak",
+                    Unit::Bytes,
+                    "rusage",
+                    false,
+                    &[13_000_000.0, 13_100_000.0, 13_050_000.0],
+                    Some((12_900_000.0, 13_200_000.0)),
+                ),
+                calls,
+                metric("heap.peak", Unit::Bytes, "agent", true, &[512.0], None),
+            ],
+            warnings: vec!["Vec::push also has 37 inlined instances that were not counted".into()],
+        }],
+        from_history: None,
+    }
+}
+
+fn render(r: &dyn Render) -> String {
+    let mut out = Vec::new();
+    r.render(&report(), &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn text() {
+    insta::assert_snapshot!(render(&sbs_reports::text::Text::default()));
+}
+
+#[test]
+fn markdown() {
+    insta::assert_snapshot!(render(&sbs_reports::markdown::Markdown));
+}
+
+#[test]
+fn colour_only_when_asked() {
+    let mut out = Vec::new();
+    sbs_reports::text::Text { color: true }
+        .render(&report(), &mut out)
+        .unwrap();
+    let coloured = String::from_utf8(out).unwrap();
+    assert!(coloured.contains("\x1b[1;31mREGRESSED"), "{coloured}");
+    assert!(!render(&sbs_reports::text::Text::default()).contains('\x1b'));
+}
+
+#[test]
+fn csv() {
+    insta::assert_snapshot!(render(&sbs_reports::csv::Csv));
+}
+
+#[test]
+fn json() {
+    let text = render(&sbs_reports::json::Json);
+    // Round trip: the schema types read what they write.
+    let back: Report = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, report());
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn bmf() {
+    let text = render(&sbs_reports::bmf::Bmf);
+    // The documented BMF shape: object of benchmarks -> object of measures -> object with
+    // a numeric `value` and optional numeric `lower_value`/`upper_value`, nothing else.
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let benches = doc.as_object().expect("top level is an object");
+    assert!(!benches.is_empty());
+    for (name, measures) in benches {
+        assert!(!name.is_empty() && name.len() <= 1024);
+        let measures = measures.as_object().expect("benchmark is an object");
+        for (measure, metric) in measures {
+            assert!(
+                !measure.is_empty() && measure.chars().count() <= 64,
+                "{measure}"
+            );
+            let metric = metric.as_object().expect("metric is an object");
+            assert!(metric["value"].is_number(), "{measure}: value required");
+            for (k, v) in metric {
+                assert!(
+                    ["value", "lower_value", "upper_value"].contains(&k.as_str()),
+                    "{k}"
+                );
+                assert!(v.is_number(), "{measure}.{k}");
+            }
+        }
+    }
+    assert_eq!(
+        doc["./bench <fast> & \"quoted\""]["latency"]["value"]
+            .as_f64()
+            .unwrap()
+            .round(),
+        12166667.0
+    );
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn html_is_self_contained_with_one_plot_per_metric() {
+    let page = render(&sbs_reports::html::Html);
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert_eq!(page.matches("<svg").count(), 4, "one plot per metric");
+    assert_eq!(page.matches("<figure>").count(), 4);
+    assert!(!page.contains("<script"), "no scripts");
+    assert!(!page.contains("src=\"http"), "no network fetches");
+    assert!(!page.contains("href=\"http"), "no network fetches");
+    // Names are escaped.
+    assert!(page.contains("./bench &lt;fast&gt; &amp; &quot;quoted&quot;"));
+    assert!(page.contains("warning: Vec::push also has 37 inlined instances"));
+    // Every plot has the CI band and the samples.
+    let points = 3 + 3 + 3 + 1;
+    assert!(page.matches("<circle").count() >= points);
+}

@@ -1,0 +1,146 @@
+//! Fixture with known allocations, for the allocation agent's tests.
+//!
+//! `alloc MODE ARGS...`; every block is a `Vec<u8>` of exact capacity, i.e. one `malloc`
+//! of exactly that size, and a final 1 MiB block makes the peak deterministic even with
+//! threads (DHAT serialises threads, the agent does not; the peak must not depend on it):
+//! - `threads T N SIZE`: T threads each allocate and free N blocks of SIZE bytes.
+//! - `fork K SIZE`: the process forks; the child allocates K blocks of SIZE and frees them.
+//! - `exec T N SIZE`: runs `alloc threads T N SIZE` as a child program and waits.
+//! - `exit-now N SIZE`: allocates N blocks, keeps them, and ends with `_exit(0)`.
+//! - `stress T N`: T threads allocate, reallocate and free N blocks each, concurrently.
+//! - `churn N`: allocation-heavy single-threaded work for benchmarks: a `BTreeMap` of N
+//!   formatted keys to byte vectors, then N short-lived strings.
+//! - `fork-threads T N`: T threads allocate in a loop while the main thread forks 20
+//!   times; each child allocates and exits.
+use std::hint::black_box;
+use std::process::Command;
+
+fn block(size: usize) -> Vec<u8> {
+    black_box(Vec::with_capacity(size))
+}
+
+fn burst(n: usize, size: usize) {
+    for _ in 0..n {
+        drop(block(size));
+    }
+}
+
+fn peak_block() {
+    drop(block(1 << 20));
+}
+
+fn arg(args: &[String], i: usize) -> usize {
+    args.get(i)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("argument {i} must be a number; see the fixture's doc"))
+}
+
+fn threads(t: usize, n: usize, size: usize) {
+    let handles: Vec<_> = (0..t)
+        .map(|_| std::thread::spawn(move || burst(n, size)))
+        .collect();
+    for h in handles {
+        h.join().expect("thread");
+    }
+}
+
+fn wait(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    // SAFETY: waiting for our own child into a live local.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    status
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("threads") => threads(arg(&args, 2), arg(&args, 3), arg(&args, 4)),
+        Some("fork") => {
+            let (k, size) = (arg(&args, 2), arg(&args, 3));
+            let kept = block(100);
+            // SAFETY: single-threaded here; the child only allocates and exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                burst(k, size);
+                drop(kept); // frees a block allocated before the fork
+                std::process::exit(0);
+            }
+            assert_eq!(wait(pid), 0, "fork child failed");
+            drop(kept);
+        }
+        Some("exec") => {
+            let status = Command::new(&args[0])
+                .args(["threads", &args[2], &args[3], &args[4]])
+                .status()
+                .expect("run the child program");
+            assert!(status.success(), "child program failed: {status}");
+        }
+        Some("exit-now") => {
+            let (n, size) = (arg(&args, 2), arg(&args, 3));
+            let kept: Vec<Vec<u8>> = (0..n).map(|_| block(size)).collect();
+            black_box(&kept);
+            // SAFETY: ends the process at once, without destructors or atexit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        Some("stress") => {
+            let (t, n) = (arg(&args, 2), arg(&args, 3));
+            let handles: Vec<_> = (0..t)
+                .map(|i| {
+                    std::thread::spawn(move || {
+                        let mut keep = Vec::new();
+                        for j in 0..n {
+                            let mut v: Vec<u8> = block(1 + (i + j) % 200);
+                            v.reserve_exact(300); // a realloc
+                            keep.push(v);
+                            if keep.len() > 64 {
+                                keep.clear();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().expect("thread");
+            }
+        }
+        Some("churn") => {
+            let n = arg(&args, 2);
+            let mut map = std::collections::BTreeMap::new();
+            for i in 0..n {
+                map.insert(format!("key-{i}"), vec![0u8; i % 100]);
+            }
+            black_box(map.values().map(Vec::len).sum::<usize>());
+            drop(map);
+            let mut strings = Vec::new();
+            for i in 0..n {
+                strings.push(i.to_string());
+                if strings.len() > 1000 {
+                    strings.clear();
+                }
+            }
+            black_box(strings);
+        }
+        Some("fork-threads") => {
+            let (t, n) = (arg(&args, 2), arg(&args, 3));
+            let handles: Vec<_> = (0..t)
+                .map(|_| std::thread::spawn(move || burst(n, 48)))
+                .collect();
+            for _ in 0..20 {
+                // SAFETY: the child only allocates through malloc (fork-safe in glibc,
+                // which resets its arena locks in the child) and exits.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    burst(100, 64);
+                    // SAFETY: ends the child without running the parent's exit handlers.
+                    unsafe { libc::_exit(0) };
+                }
+                assert_eq!(wait(pid), 0, "fork child failed");
+            }
+            for h in handles {
+                h.join().expect("thread");
+            }
+        }
+        _ => panic!("usage: alloc threads|fork|exec|exit-now|stress|churn|fork-threads ARGS..."),
+    }
+    peak_block();
+}

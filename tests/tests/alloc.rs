@@ -1,0 +1,416 @@
+//! The allocation agent against valgrind DHAT (the oracle), and its robustness: threads,
+//! fork, exec, `_exit`, concurrent stress, fork in a multithreaded process, and the CLI.
+
+mod util;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use sbs_agent_abi::{Origin, SlotValues};
+use sbs_collector::instruments::alloc::{run_with_agent, Reports};
+use util::{metric, samples, sbs};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One process's summary from DHAT's stderr.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Dhat {
+    main: bool,
+    command: String,
+    bytes: u64,
+    blocks: u64,
+    gmax: u64,
+    end: u64,
+}
+
+fn number(text: &str) -> u64 {
+    text.replace(',', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {text:?}"))
+}
+
+/// `n` in "X bytes in N blocks" or the X.
+fn bytes_and_blocks(rest: &str) -> (u64, u64) {
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    (number(words[0]), number(words[3]))
+}
+
+/// Run under `valgrind --tool=dhat --trace-children=yes`; per-pid summaries, or `None`
+/// (with the reason printed) when valgrind is not installed.
+fn dhat(program: &Path, args: &[&str]) -> Option<HashMap<u64, Dhat>> {
+    if which("valgrind").is_none() {
+        eprintln!("skipped: valgrind is not installed (apt-get install valgrind)");
+        return None;
+    }
+    let child = Command::new("valgrind")
+        .args([
+            "--tool=dhat",
+            "--trace-children=yes",
+            // t-end as the program left it: valgrind would otherwise free libc's buffers.
+            "--run-libc-freeres=no",
+            "--dhat-out-file=/dev/null",
+        ])
+        .arg(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run valgrind");
+    // Valgrind runs the program in its own process: that pid is the main process.
+    let main_pid = u64::from(child.id());
+    let out = child.wait_with_output().expect("wait for valgrind");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "valgrind run failed:\n{stderr}");
+    let mut procs: HashMap<u64, Dhat> = HashMap::new();
+    for line in stderr.lines() {
+        let Some(rest) = line.strip_prefix("==") else {
+            continue;
+        };
+        let Some((pid, text)) = rest.split_once("==") else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u64>() else {
+            continue;
+        };
+        let text = text.trim();
+        let p = procs.entry(pid).or_default();
+        p.main = pid == main_pid;
+        if let Some(v) = text.strip_prefix("Command:") {
+            p.command = v.trim().to_string();
+        } else if let Some(v) = text.strip_prefix("Total:") {
+            (p.bytes, p.blocks) = bytes_and_blocks(v);
+        } else if let Some(v) = text.strip_prefix("At t-gmax:") {
+            p.gmax = bytes_and_blocks(v).0;
+        } else if let Some(v) = text.strip_prefix("At t-end:") {
+            p.end = bytes_and_blocks(v).0;
+        }
+    }
+    Some(procs)
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+fn agent(program: &Path, args: &[&str]) -> Reports {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    let (status, reports) = run_with_agent(cmd, TIMEOUT).expect("run with the agent");
+    assert!(status.success(), "{program:?} {args:?} failed: {status}");
+    reports
+}
+
+/// The DHAT process that is the main program.
+fn dhat_main(procs: &HashMap<u64, Dhat>) -> &Dhat {
+    let mains: Vec<&Dhat> = procs.values().filter(|p| p.main).collect();
+    assert_eq!(mains.len(), 1, "one main process expected: {procs:#?}");
+    mains[0]
+}
+
+fn dhat_children(procs: &HashMap<u64, Dhat>) -> Vec<&Dhat> {
+    procs.values().filter(|p| !p.main).collect()
+}
+
+fn main_image(r: &Reports) -> SlotValues {
+    *r.images
+        .iter()
+        .find(|s| s.origin() == Some(Origin::Load) && !r.images.iter().any(|p| p.pid == s.ppid))
+        .unwrap_or_else(|| panic!("no main image in {r:#?}"))
+}
+
+/// An image loaded at start (main or exec'd) against DHAT's process.
+fn assert_same(ours: &SlotValues, oracle: &Dhat, what: &str) {
+    assert_eq!(
+        (ours.allocs, ours.bytes, ours.peak, ours.live),
+        (oracle.blocks, oracle.bytes, oracle.gmax, oracle.end),
+        "{what}: agent (blocks, bytes, peak, live at exit) vs DHAT\nagent: {ours:#?}\nDHAT: {oracle:#?}"
+    );
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(match name {
+        "alloc" => fixture!("alloc"),
+        _ => unreachable!(),
+    })
+}
+
+#[test]
+fn rust_threads_match_dhat() {
+    let args = ["threads", "4", "1000", "24"];
+    let ours = agent(&fixture("alloc"), &args);
+    assert_eq!(ours.images.len(), 1);
+    let main = main_image(&ours);
+    // 4000 blocks of 24 bytes and the 1 MiB peak block, plus the runtime's own.
+    assert!(main.allocs > 4000 && main.bytes > 4000 * 24 + (1 << 20));
+    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
+        return;
+    };
+    assert_same(&main, dhat_main(&oracle), "threads");
+}
+
+#[test]
+fn forked_child_matches_dhat() {
+    let args = ["fork", "5", "40"];
+    let ours = agent(&fixture("alloc"), &args);
+    assert_eq!(ours.images.len(), 2, "{ours:#?}");
+    let parent = main_image(&ours);
+    let child = *ours
+        .images
+        .iter()
+        .find(|s| s.origin() == Some(Origin::Fork))
+        .expect("the fork child reported");
+    assert_eq!(child.ppid, parent.pid);
+    // Its own work: 5 blocks of 40 bytes, and it freed one block it inherited.
+    assert_eq!((child.allocs, child.bytes), (5, 200));
+    assert!(child.frees > child.allocs, "{child:#?}");
+    assert!(child.live + 100 <= child.inherited_live, "{child:#?}");
+    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
+        return;
+    };
+    assert_same(&parent, dhat_main(&oracle), "fork parent");
+    let kids = dhat_children(&oracle);
+    assert_eq!(kids.len(), 1, "{oracle:#?}");
+    // DHAT's child carries its parent's history: totals and peak include the pre-fork part.
+    assert_eq!(
+        (
+            child.inherited_allocs + child.allocs,
+            child.inherited_bytes + child.bytes,
+            child.peak.max(child.inherited_peak),
+            child.live
+        ),
+        (kids[0].blocks, kids[0].bytes, kids[0].gmax, kids[0].end),
+        "fork child vs DHAT\nagent: {child:#?}\nDHAT: {:#?}",
+        kids[0]
+    );
+}
+
+#[test]
+fn execd_program_matches_dhat() {
+    let args = ["exec", "2", "100", "24"];
+    let ours = agent(&fixture("alloc"), &args);
+    assert_eq!(ours.images.len(), 2, "{ours:#?}");
+    let parent = main_image(&ours);
+    let child = *ours
+        .images
+        .iter()
+        .find(|s| s.pid != parent.pid)
+        .expect("the exec'd program reported");
+    assert_eq!(child.origin(), Some(Origin::Load));
+    assert!(child.allocs >= 200);
+    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
+        return;
+    };
+    assert_same(&parent, dhat_main(&oracle), "exec parent");
+    let kids = dhat_children(&oracle);
+    assert_eq!(kids.len(), 1, "{oracle:#?}");
+    assert_same(&child, kids[0], "exec'd program");
+}
+
+#[test]
+fn underscore_exit_still_reports_live_blocks() {
+    let args = ["exit-now", "10", "64"];
+    let ours = agent(&fixture("alloc"), &args);
+    let main = main_image(&ours);
+    assert!(main.live >= 10 * 64, "{main:#?}");
+    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
+        return;
+    };
+    assert_same(&main, dhat_main(&oracle), "_exit");
+}
+
+/// Compile the C fixture with gcc at -O0 (so that gcc keeps malloc/free pairs).
+fn every_alloc() -> Option<(tempfile::TempDir, PathBuf)> {
+    if which("gcc").is_none() {
+        eprintln!("skipped: gcc is not installed");
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("every_alloc");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/every_alloc.c");
+    let out = Command::new("gcc")
+        .args(["-O0", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((dir, exe))
+}
+
+#[test]
+fn c_every_allocation_function_matches_dhat_and_the_known_totals() {
+    let Some((_dir, exe)) = every_alloc() else {
+        return;
+    };
+    let ours = agent(&exe, &[]);
+    assert_eq!(ours.images.len(), 1);
+    let main = main_image(&ours);
+    // The numbers written in the fixture's header comment.
+    assert_eq!(
+        (
+            main.allocs,
+            main.bytes,
+            main.reallocs,
+            main.frees,
+            main.peak,
+            main.live
+        ),
+        (13, 6148, 3, 12, 5100, 100),
+        "{main:#?}"
+    );
+    let with_pvalloc = main_image(&agent(&exe, &["pvalloc"]));
+    assert_eq!(
+        (with_pvalloc.allocs, with_pvalloc.bytes, with_pvalloc.live),
+        (14, 6158, 100)
+    );
+    let Some(oracle) = dhat(&exe, &[]) else {
+        return;
+    };
+    assert_same(&main, dhat_main(&oracle), "every_alloc.c");
+}
+
+#[test]
+fn many_threads_allocating_concurrently_neither_crash_nor_lose_counts() {
+    let (threads, per_thread) = (8u64, 20_000u64);
+    let ours = agent(
+        &fixture("alloc"),
+        &["stress", &threads.to_string(), &per_thread.to_string()],
+    );
+    let main = main_image(&ours);
+    // Each iteration: one malloc and one realloc (reserve_exact), both counted as blocks.
+    assert!(main.allocs >= threads * per_thread * 2, "{main:#?}");
+    assert!(main.reallocs >= threads * per_thread, "{main:#?}");
+    assert!(main.frees <= main.allocs);
+    // Everything the threads made was freed: what is left is the runtime's.
+    assert!((main.live as i64) < 64 * 1024, "{main:#?}");
+}
+
+#[test]
+fn fork_in_a_multithreaded_process_neither_deadlocks_nor_crashes() {
+    let ours = agent(&fixture("alloc"), &["fork-threads", "4", "20000"]);
+    let forks: Vec<_> = ours
+        .images
+        .iter()
+        .filter(|s| s.origin() == Some(Origin::Fork))
+        .collect();
+    assert_eq!(forks.len(), 20, "{ours:#?}");
+    for child in forks {
+        // Each child: 100 blocks of 64 bytes (and nothing of its parent's threads).
+        assert_eq!((child.allocs, child.bytes), (100, 6400), "{child:#?}");
+    }
+}
+
+#[test]
+fn cli_alloc_sums_processes_and_reports_every_metric() {
+    let run = sbs([
+        "--alloc",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "-f",
+        "json",
+        "--",
+        fixture!("alloc"),
+        "fork",
+        "5",
+        "40",
+    ])
+    .success();
+    let report = run.json();
+    let reference = agent(&fixture("alloc"), &["fork", "5", "40"]).totals();
+    let expect = [
+        ("alloc.count", reference.allocs),
+        ("alloc.bytes", reference.bytes),
+        ("alloc.frees", reference.frees),
+        ("alloc.reallocs", reference.reallocs),
+        ("heap.peak", reference.peak),
+        ("heap.live_at_exit", reference.live_at_exit),
+        ("alloc.processes", 2),
+    ];
+    for (id, value) in expect {
+        let m = metric(&report, id);
+        assert_eq!(m["source"], "agent", "{id}");
+        assert_eq!(m["exact"], true, "{id}");
+        assert_eq!(m["group"], "alloc", "{id}");
+        assert_eq!(samples(m), vec![value as f64; 2], "{id}");
+    }
+    let details = metric(&report, "alloc.count")["details"].to_string();
+    run.check(details.contains("forked children"), "per-role details");
+}
+
+#[test]
+fn cli_memory_reports_rss_and_heap_peak() {
+    let run = sbs([
+        "--memory",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "-f",
+        "json",
+        "--",
+        fixture!("alloc"),
+        "threads",
+        "1",
+        "10",
+        "16",
+    ])
+    .success();
+    let report = run.json();
+    let heap = samples(metric(&report, "heap.peak"));
+    assert!(heap.iter().all(|&v| v >= (1 << 20) as f64), "{heap:?}");
+    let rss = samples(metric(&report, "rss.peak"));
+    let tree = samples(metric(&report, "rss.tree_peak"));
+    assert!(rss.iter().all(|&v| v > (1 << 20) as f64), "{rss:?}");
+    assert!(
+        tree.iter().zip(&rss).all(|(t, r)| t >= r),
+        "{tree:?} {rss:?}"
+    );
+    assert_eq!(metric(&report, "rss.tree_peak")["source"], "procfs");
+    assert_eq!(metric(&report, "heap.peak")["group"], "memory");
+}
+
+#[test]
+fn cli_refuses_a_static_binary_instead_of_reporting_zeros() {
+    if which("gcc").is_none() {
+        eprintln!("skipped: gcc is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("s.c");
+    std::fs::write(
+        &src,
+        "#include <stdlib.h>\nint main(void){free(malloc(8));return 0;}\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("static");
+    let out = Command::new("gcc")
+        .args(["-static", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!("skipped: gcc cannot link statically here (libc.a missing)");
+        return;
+    }
+    let run = sbs([
+        "--alloc".as_ref(),
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ]);
+    run.fails_with(2, "statically linked");
+}

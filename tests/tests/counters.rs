@@ -1,0 +1,427 @@
+//! Perf counters and valgrind instruction counts end to end, on fixtures with known
+//! behaviour. Hardware-event tests run where a PMU exists and skip with a reason where
+//! it does not.
+
+mod util;
+
+use std::process::Command;
+
+use util::{metric, samples, sbs};
+
+/// Whether this machine has a CPU PMU that can count `instructions` (asked of the tool).
+fn pmu_reason() -> Option<String> {
+    let out = sbs(["--list-counters"]).success().stdout();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("instructions ") && l.contains("perf-hw"))
+        .expect("instructions row")
+        .to_string();
+    if line.contains(" yes ") {
+        None
+    } else {
+        Some(line)
+    }
+}
+
+fn valgrind_installed() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn page_faults_cover_every_fresh_page_touched() {
+    let n = 2000;
+    let run = sbs([
+        "--runs",
+        "3",
+        "--format",
+        "json",
+        "--counters",
+        "page-faults,minor-faults,major-faults",
+        "--",
+        fixture!("pages"),
+        &n.to_string(),
+    ])
+    .success();
+    let r = run.json();
+    let pf = metric(&r, "counter.page-faults");
+    assert_eq!(pf["source"], "perf-sw");
+    assert_eq!(pf["group"], "counters");
+    let values = samples(pf);
+    assert_eq!(values.len(), 3);
+    run.check(
+        values.iter().all(|&v| v >= n as f64),
+        "a fixture touching N fresh pages takes at least N page faults",
+    );
+    // And not wildly more: start-up of a small Rust program takes ~100.
+    run.check(
+        values.iter().all(|&v| v < n as f64 + 1000.0),
+        "page faults within N + 1000",
+    );
+    let minor = samples(metric(&r, "counter.minor-faults"));
+    let major = samples(metric(&r, "counter.major-faults"));
+    for i in 0..3 {
+        assert_eq!(values[i], minor[i] + major[i]);
+    }
+    // No timing group was asked for: counters alone.
+    run.check(
+        r["benchmarks"][0]["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["group"] == "counters"),
+        "only the counters group ran",
+    );
+}
+
+#[test]
+fn more_pages_more_faults() {
+    let faults = |n: &str| {
+        let r = sbs([
+            "-r",
+            "2",
+            "-f",
+            "json",
+            "--counters",
+            "page-faults",
+            "--",
+            fixture!("pages"),
+            n,
+        ])
+        .success()
+        .json();
+        metric(&r, "counter.page-faults")["summary"]["mean"]
+            .as_f64()
+            .unwrap()
+    };
+    let (small, big) = (faults("100"), faults("3100"));
+    assert!(
+        big - small >= 3000.0,
+        "3000 more pages, {small} -> {big} faults"
+    );
+}
+
+#[test]
+fn a_sleeper_is_switched_out_and_uses_little_cpu() {
+    let run = sbs([
+        "--runs",
+        "3",
+        "--format",
+        "json",
+        "--counters",
+        "context-switches,task-clock,cpu-migrations",
+        "--",
+        fixture!("sleepy"),
+        "5",
+        "2",
+    ])
+    .success();
+    let r = run.json();
+    let cs = samples(metric(&r, "counter.context-switches"));
+    run.check(
+        cs.iter().all(|&v| v >= 5.0),
+        "five sleeps are at least five context switches",
+    );
+    let clock = metric(&r, "counter.task-clock");
+    assert_eq!(clock["unit"], "seconds");
+    let clock = samples(clock);
+    run.check(
+        clock.iter().all(|&v| v > 0.0 && v < 0.010),
+        "sleeping 10 ms costs well under 10 ms of CPU",
+    );
+}
+
+#[test]
+fn counters_include_threads_and_children() {
+    // fork_child forks; spin_threads spreads work over threads. The task clock of two
+    // spinning threads is about twice that of one.
+    let clock = |threads: &str| {
+        let r = sbs([
+            "-r",
+            "3",
+            "-f",
+            "json",
+            "--counters",
+            "task-clock",
+            "--",
+            fixture!("spin_threads"),
+            threads,
+            "20000000",
+        ])
+        .success()
+        .json();
+        metric(&r, "counter.task-clock")["summary"]["mean"]
+            .as_f64()
+            .unwrap()
+    };
+    let (one, two) = (clock("1"), clock("2"));
+    assert!(
+        two > one * 1.6,
+        "threads' CPU time not inherited: 1 thread {one} s, 2 threads {two} s"
+    );
+}
+
+#[test]
+fn hardware_events_are_unsupported_without_pmu_with_reason() {
+    if let Some(reason) = pmu_reason() {
+        // No PMU: the list says why, and asking for a hardware event is an error naming it.
+        assert!(reason.contains(" no "), "{reason}");
+        sbs([
+            "--counters",
+            "page-faults,cycles",
+            "--",
+            fixture!("exit_with"),
+            "0",
+        ])
+        .fails_with(2, "counter event `cycles` is not supported on this machine");
+        // Best effort: measured what can be, and said what was skipped.
+        let run = sbs([
+            "-r",
+            "2",
+            "-f",
+            "json",
+            "--counters",
+            "page-faults,cycles",
+            "--counters-best-effort",
+            "--",
+            fixture!("exit_with"),
+            "0",
+        ])
+        .success();
+        let r = run.json();
+        assert_eq!(samples(metric(&r, "counter.page-faults")).len(), 2);
+        let warnings = r["benchmarks"][0]["warnings"].to_string();
+        run.check(
+            warnings.contains("`cycles` skipped"),
+            "the skipped event is named in the report",
+        );
+    } else {
+        eprintln!("note: this machine has a PMU; the no-PMU path is covered by unit tests");
+    }
+}
+
+#[test]
+fn hardware_counters_where_a_pmu_exists() {
+    if let Some(reason) = pmu_reason() {
+        eprintln!("skipped: no hardware counters here: {reason}");
+        return;
+    }
+    let run = sbs([
+        "-r",
+        "3",
+        "-f",
+        "json",
+        "--counters",
+        "instructions,cycles,branches",
+        "--",
+        fixture!("work"),
+        "1000000",
+    ])
+    .success();
+    let r = run.json();
+    let ins = metric(&r, "counter.instructions");
+    assert_eq!(ins["source"], "perf-hw");
+    run.check(
+        samples(ins).iter().all(|&v| v > 1_000_000.0),
+        "a million iterations retire more than a million instructions",
+    );
+    let frac = samples(metric(&r, "counter.instructions.running_fraction"));
+    run.check(
+        frac.iter().all(|&f| f > 0.0 && f <= 1.0),
+        "running fraction in (0, 1]",
+    );
+}
+
+#[test]
+fn unknown_event_is_a_clear_error() {
+    sbs([
+        "--counters",
+        "instructons",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .fails_with(2, "unknown counter event `instructons`");
+}
+
+/// `PATH` of the tool's `--clean-env`.
+const CLEAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Valgrind's own figure for a command: cachegrind's out-file `summary:` line. Run with
+/// ASLR off and the environment of `--clean-env` (only PATH): the size of the environment
+/// changes the start-up's instruction count.
+fn valgrind_own_count(args: &[&str]) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cg.out");
+    let status = Command::new("/usr/bin/setarch")
+        .env_clear()
+        .env("PATH", CLEAN_PATH)
+        .args([
+            "-R",
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--branch-sim=no",
+            "-q",
+        ])
+        .arg(format!("--cachegrind-out-file={}", out.display()))
+        .args(args)
+        .status()
+        .expect("run valgrind");
+    assert!(status.success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("summary:"))
+        .expect("summary line")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn valgrind_count_equals_valgrinds_own_figure() {
+    if !valgrind_installed() {
+        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        return;
+    }
+    let work = fixture!("work");
+    let run = sbs([
+        "-r",
+        "3",
+        "-f",
+        "json",
+        "--instructions",
+        "valgrind",
+        "--clean-env",
+        "--",
+        work,
+        "200000",
+    ])
+    .success();
+    let r = run.json();
+    let m = metric(&r, "counter.instructions");
+    assert_eq!(m["source"], "valgrind");
+    assert_eq!(m["group"], "valgrind");
+    let ours = samples(m);
+    run.check(
+        ours.iter().all(|&v| v == ours[0]),
+        "a deterministic program has the same count every run",
+    );
+    // The same command under valgrind directly, ASLR off and the same environment.
+    let theirs = valgrind_own_count(&[work, "200000"]);
+    assert_eq!(
+        ours[0], theirs as f64,
+        "ours {} vs valgrind's {theirs}",
+        ours[0]
+    );
+}
+
+#[test]
+fn valgrind_tells_apart_a_one_percent_work_change_in_three_runs() {
+    if !valgrind_installed() {
+        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        return;
+    }
+    let count = |n: &str| {
+        let r = sbs([
+            "-r",
+            "3",
+            "-w",
+            "0",
+            "-f",
+            "json",
+            "--instructions",
+            "valgrind",
+            "--",
+            fixture!("work"),
+            n,
+        ])
+        .success()
+        .json();
+        samples(metric(&r, "counter.instructions"))
+    };
+    let (a, b) = (count("300000"), count("303000"));
+    let (a_max, b_min) = (
+        a.iter().cloned().fold(f64::MIN, f64::max),
+        b.iter().cloned().fold(f64::MAX, f64::min),
+    );
+    assert!(a_max < b_min, "ranges overlap: {a:?} vs {b:?}");
+    let rel = (b_min - a_max) / a_max;
+    assert!(rel > 0.009, "1% more iterations, {rel} more instructions");
+}
+
+#[test]
+fn valgrind_counts_children_and_keeps_the_benchmarks_stderr() {
+    if !valgrind_installed() {
+        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        return;
+    }
+    // A shell that runs two children and writes to stderr itself: all three processes
+    // are counted, and the benchmark's stderr does not confuse the count.
+    let script = "echo '==1== I   refs: 5' >&2; /bin/true; /bin/true";
+    let run = sbs([
+        "-r",
+        "2",
+        "-w",
+        "0",
+        "-f",
+        "json",
+        "--instructions",
+        "valgrind",
+        "--show-output",
+        "--clean-env",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+    ])
+    .success();
+    let ours = samples(metric(&run.json(), "counter.instructions"));
+    let one_true = valgrind_own_count(&["/bin/true"]) as f64;
+    run.check(
+        ours.iter().all(|&v| v > 2.0 * one_true),
+        "the two children's instructions are included",
+    );
+    run.check(
+        ours.iter().all(|&v| v as u64 % 10 != 5),
+        "fake line ignored",
+    );
+}
+
+#[test]
+fn auto_picks_a_mechanism_and_says_which() {
+    if pmu_reason().is_some() && !valgrind_installed() {
+        eprintln!("skipped: neither a PMU nor valgrind");
+        return;
+    }
+    let run = sbs([
+        "-r",
+        "2",
+        "-f",
+        "json",
+        "--instructions",
+        "auto",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .success();
+    let r = run.json();
+    let source = metric(&r, "counter.instructions")["source"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let expected = if pmu_reason().is_some() {
+        "valgrind"
+    } else {
+        "perf-hw"
+    };
+    assert_eq!(source, expected);
+    let warnings = r["benchmarks"][0]["warnings"].to_string();
+    run.check(
+        warnings.contains("--instructions auto"),
+        "the choice is reported",
+    );
+}

@@ -1,0 +1,396 @@
+//! End to end: history, baselines, thresholds, `compare` and the exit code, against the
+//! `allocate` fixture (BLOCKS blocks of SIZE bytes, all resident at once).
+//!
+//! Timing metrics get a huge threshold here (`time.*=1000`): on a shared machine an
+//! unchanged rerun can be slower by more than 2%, and these tests are about the gate, not
+//! about this machine's noise. The peak RSS of `allocate` is repeatable to the page.
+
+mod util;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use util::{metric, sbs};
+
+const SIZE: &str = "262144";
+const IGNORE_TIME: &str = "time.*=1000";
+
+fn allocate() -> &'static str {
+    fixture!("allocate")
+}
+
+fn run(history: &Path, extra: &[&str], blocks: &str) -> util::Finished {
+    let mut args: Vec<String> = [
+        "--runs",
+        "5",
+        "--warmup",
+        "0",
+        "--name",
+        "fixture",
+        "--format",
+        "json",
+        "--threshold",
+        IGNORE_TIME,
+        "--history",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(history.display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(["--", allocate(), blocks, SIZE].map(String::from));
+    sbs(args)
+}
+
+fn comparison<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    &metric(report, id)["comparison"]
+}
+
+fn entry_files(history: &Path) -> Vec<std::path::PathBuf> {
+    let dir = history.join("history");
+    let mut files = Vec::new();
+    for bench in std::fs::read_dir(&dir).expect("history/ exists") {
+        for f in std::fs::read_dir(bench.unwrap().path()).unwrap() {
+            files.push(f.unwrap().path());
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn history_gate_welch_then_anova_then_regression() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    // First run: nothing to compare with.
+    let first = run(&h, &["--save"], "200").success();
+    first.check(
+        comparison(&first.json(), "rss.peak").is_null(),
+        "no comparison without history",
+    );
+    // One saved entry: two series, Welch (or exact when RSS is identical).
+    let second = run(&h, &["--save"], "200").success();
+    let c = comparison(&second.json(), "rss.peak").clone();
+    second.check(
+        c["method"] == "welch_t" || c["method"] == "exact",
+        "two series are compared by Welch or exactly",
+    );
+    second.check(c["anova"].is_null(), "no ANOVA with one history entry");
+    second.check(c["verdict"] != "regressed", "unchanged is not a regression");
+    // Two saved entries: ANOVA over three series, no change.
+    let third = run(&h, &["--save"], "200").success();
+    let report = third.json();
+    let c = comparison(&report, "time.wall");
+    third.check(c["method"] == "anova", "three series of times use ANOVA");
+    third.check(
+        c["anova"]["groups"].as_array().unwrap().len() == 3,
+        "ANOVA over 2 entries + this run",
+    );
+    assert_eq!(entry_files(&h).len(), 3);
+
+    // Three saved entries; a variant that allocates 5% more fails the gate.
+    let variant = run(&h, &[], "210");
+    assert_eq!(
+        variant.code(),
+        Some(1),
+        "expected exit 1: {}",
+        variant.stderr()
+    );
+    let report = variant.json();
+    let c = comparison(&report, "rss.peak");
+    variant.check(c["verdict"] == "regressed", "rss.peak regressed");
+    variant.check(
+        c["anova"]["groups"].as_array().unwrap().len() == 4,
+        "ANOVA over 3 entries + this run",
+    );
+    let rel = c["relative"].as_f64().unwrap();
+    variant.check(rel > 0.03 && rel < 0.07, "about +5% peak RSS");
+    for id in ["time.wall", "time.user", "time.sys"] {
+        variant.check(
+            comparison(&report, id)["verdict"] != "regressed",
+            "timing is under its per-metric threshold",
+        );
+    }
+    let err = variant.stderr();
+    variant.check(
+        err.contains("regression: rss.peak of `fixture` regressed +"),
+        "stderr names the regressed metric",
+    );
+    variant.check(!err.contains("time.wall"), "only rss.peak regressed");
+    // Not saved without --save.
+    assert_eq!(entry_files(&h).len(), 3);
+
+    // The same variant under a 10% threshold for rss.peak: reported, exit 0.
+    let tolerant = run(&h, &["--threshold", "rss.peak=10"], "210").success();
+    let report = tolerant.json();
+    tolerant.check(
+        comparison(&report, "rss.peak")["verdict"] == "below_threshold",
+        "a change within the threshold is reported but does not fail",
+    );
+    // And the text report shows the percent change with its verdict.
+    let text = sbs([
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--name",
+        "fixture",
+        "--threshold",
+        IGNORE_TIME,
+        "--history",
+        h.to_str().unwrap(),
+        "--",
+        allocate(),
+        "210",
+        SIZE,
+    ]);
+    assert_eq!(text.code(), Some(1));
+    let out = text.stdout();
+    text.check(
+        out.contains("Comparison (smaller is better)"),
+        "comparison section",
+    );
+    text.check(
+        out.lines()
+            .any(|l| l.contains("rss.peak") && l.contains("+4.") && l.contains("REGRESSED")),
+        "rss.peak line with its change and verdict",
+    );
+}
+
+#[test]
+fn baselines_gate_and_missing_baseline_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    let missing = run(&h, &["--baseline", "main"], "200");
+    missing.fails_with(2, "baseline `main` has no entry for benchmark `fixture`");
+
+    run(&h, &["--save-baseline", "main"], "200").success();
+    let same = run(&h, &["--baseline", "main"], "200").success();
+    let report = same.json();
+    let c = comparison(&report, "rss.peak");
+    same.check(
+        c["reference"] == "baseline main",
+        "compared with the baseline",
+    );
+    same.check(c["verdict"] == "no_change", "unchanged");
+    let variant = run(&h, &["--baseline", "main"], "210");
+    assert_eq!(variant.code(), Some(1), "{}", variant.stderr());
+    variant.check(
+        comparison(&variant.json(), "rss.peak")["verdict"] == "regressed",
+        "regressed against the baseline",
+    );
+    // Saving the variant as the new baseline makes it the reference.
+    run(&h, &["--save-baseline", "main"], "210").success();
+    run(&h, &["--baseline", "main"], "210").success();
+    assert!(
+        !h.join("history").exists(),
+        "baselines are not history entries"
+    );
+    let bad = run(&h, &["--baseline", "../x"], "200");
+    bad.fails_with(2, "baseline name `../x` is invalid");
+}
+
+#[test]
+fn corrupt_history_is_reported_with_its_path_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save"], "50").success();
+    let file = entry_files(&h).pop().unwrap();
+    let bad = file.with_file_name("broken.csv");
+    std::fs::write(&bad, "not,ours\n1,2\n").unwrap();
+    let out = run(&h, &["--save"], "50");
+    let out = out.fails_with(2, &bad.display().to_string());
+    out.check(
+        out.stderr().contains("left untouched"),
+        "says it was not changed",
+    );
+    assert_eq!(std::fs::read_to_string(&bad).unwrap(), "not,ours\n1,2\n");
+    assert_eq!(entry_files(&h).len(), 2, "nothing saved after the error");
+}
+
+#[test]
+fn concurrent_collectors_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(util::sbs_profile())
+                .args([
+                    "--runs", "3", "--warmup", "0", "--name", "fixture", "--save",
+                ])
+                .args(["--format", "json", "--threshold", IGNORE_TIME, "--history"])
+                .arg(&h)
+                .args(["--", allocate(), "20", "4096"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn sbs-profile")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        // 0, or 1 if a collector compared with one that finished first and judged noise.
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let files = entry_files(&h);
+    assert_eq!(files.len(), 4, "{files:?}");
+    // All four are whole, readable entries: a fifth run compares with all of them.
+    let fifth = sbs([
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--name",
+        "fixture",
+        "--format",
+        "json",
+        "--threshold",
+        IGNORE_TIME,
+        "--history",
+        h.to_str().unwrap(),
+        "--",
+        allocate(),
+        "20",
+        "4096",
+    ]);
+    let report = fifth.json();
+    let groups = comparison(&report, "time.wall")["anova"]["groups"]
+        .as_array()
+        .map(Vec::len);
+    fifth.check(groups == Some(5), "ANOVA over 4 entries + this run");
+}
+
+#[test]
+fn compare_runs_commands_interleaved_and_judges_against_the_first() {
+    let base = format!("{} 200 {SIZE}", allocate());
+    let more = format!("{} 210 {SIZE}", allocate());
+    let less = format!("{} 190 {SIZE}", allocate());
+    let common = [
+        "compare",
+        "--runs",
+        "4",
+        "--warmup",
+        "0",
+        "--format",
+        "json",
+        "--threshold",
+        IGNORE_TIME,
+        "--history",
+        "/nonexistent/never-read",
+    ];
+    let two = sbs(common.iter().copied().chain([base.as_str(), more.as_str()]));
+    assert_eq!(two.code(), Some(1), "{}", two.stderr());
+    let report = two.json();
+    let benches = report["benchmarks"].as_array().unwrap();
+    assert_eq!(benches.len(), 2);
+    assert_eq!(benches[0]["name"], base.as_str());
+    let rss = |b: &serde_json::Value| {
+        b["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == "rss.peak")
+            .unwrap()
+            .clone()
+    };
+    two.check(
+        rss(&benches[0])["comparison"].is_null(),
+        "A is the reference",
+    );
+    let c = &rss(&benches[1])["comparison"];
+    two.check(c["verdict"] == "regressed", "B allocates 5% more");
+    two.check(c["reference"] == base.as_str(), "against A");
+    two.check(two.stderr().contains("rss.peak"), "stderr names the metric");
+
+    // Three commands: ANOVA; the smaller one is an improvement, the larger a regression.
+    let three = sbs(common
+        .iter()
+        .copied()
+        .chain([base.as_str(), less.as_str(), more.as_str()]));
+    assert_eq!(three.code(), Some(1), "{}", three.stderr());
+    let report = three.json();
+    let benches = report["benchmarks"].as_array().unwrap();
+    let c1 = &rss(&benches[1])["comparison"];
+    let c2 = &rss(&benches[2])["comparison"];
+    three.check(c1["verdict"] == "improved", "190 blocks use less memory");
+    three.check(c2["verdict"] == "regressed", "210 blocks use more");
+    three.check(
+        c2["anova"]["groups"].as_array().map(Vec::len) == Some(3),
+        "ANOVA over the three commands",
+    );
+    // Reversed order: the new one is better, exit 0.
+    sbs(common.iter().copied().chain([more.as_str(), base.as_str()])).success();
+    // One command is not a comparison.
+    sbs(common.iter().copied().chain([base.as_str()]))
+        .fails_with(2, "compare needs at least two commands");
+    sbs(common.iter().copied().chain([base.as_str(), "'unbalanced"]))
+        .fails_with(2, "check its quotes");
+}
+
+#[test]
+fn allocation_count_regression_when_the_alloc_group_exists() {
+    let help = sbs(["--help"]);
+    if !help.stdout().contains("--alloc") {
+        eprintln!("skipped: this build has no --alloc group (allocation agent not merged yet)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    for _ in 0..3 {
+        run(&h, &["--alloc", "--save"], "200").success();
+    }
+    let variant = run(&h, &["--alloc"], "210");
+    assert_eq!(variant.code(), Some(1), "{}", variant.stderr());
+    let report = variant.json();
+    let c = comparison(&report, "alloc.count");
+    variant.check(c["verdict"] == "regressed", "alloc.count regressed");
+    variant.check(c["method"] == "exact", "allocation counts are exact");
+    variant.check(
+        variant
+            .stderr()
+            .contains("regression: alloc.count of `fixture`"),
+        "stderr names alloc.count",
+    );
+}
+
+#[test]
+fn an_interrupted_run_saves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    let child = Command::new(util::sbs_profile())
+        .args([
+            "--runs",
+            "3",
+            "--name",
+            "forever",
+            "--save",
+            "--save-baseline",
+            "b",
+        ])
+        .arg("--history")
+        .arg(&h)
+        .args(["--", fixture!("forever")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sbs-profile");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: plain kill(2) on the pid of our own child, which has not been reaped yet.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(rc, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !h.join("history").exists() && !h.join("baselines").exists(),
+        "nothing saved after Ctrl-C"
+    );
+}

@@ -1,0 +1,122 @@
+//! The HTML report rendered by a real browser (Debian's headless Chromium): the plots
+//! exist with a non-zero size and the page logs no console errors.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use util::sbs;
+
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| which_in_path(name))
+}
+
+fn which_in_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+fn headless(browser: &Path, profile: &Path) -> Command {
+    let mut cmd = Command::new(browser);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--window-size=1280,1600",
+    ]);
+    cmd.arg(format!("--user-data-dir={}", profile.display()));
+    cmd
+}
+
+#[test]
+fn html_report_renders_its_plots_in_chromium() {
+    let Some(browser) = chromium() else {
+        eprintln!(
+            "skipped: no chromium in PATH (apt-get install chromium) to render the HTML report"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    let run = sbs([
+        "--runs",
+        "5",
+        "--html",
+        page.to_str().unwrap(),
+        "--",
+        fixture!("spin_threads"),
+        "1",
+        "10000",
+    ])
+    .success();
+    let html = std::fs::read_to_string(&page).unwrap();
+    let plots = html.matches("<svg").count();
+    run.check(plots == 4, "one plot per timing metric");
+
+    // Measure the rendered SVGs with a probe script added to a copy of the page (the
+    // report itself has no scripts).
+    let probe = html.replace(
+        "</body>",
+        "<script>document.body.setAttribute('data-svg', JSON.stringify([...document.querySelectorAll('svg')]\
+         .map(s => { const b = s.getBoundingClientRect(); return [b.width, b.height]; })));</script></body>",
+    );
+    let probe_path = dir.path().join("probe.html");
+    std::fs::write(&probe_path, probe).unwrap();
+    let out = headless(&browser, &dir.path().join("profile"))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", probe_path.display()))
+        .output()
+        .expect("run chromium");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let attr = dom
+        .split("data-svg=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no measurement in the DOM; chromium said:\n{stderr}"))
+        .replace("&quot;", "\"");
+    let sizes: Vec<[f64; 2]> = serde_json::from_str(&attr).unwrap();
+    assert_eq!(sizes.len(), 4, "{sizes:?}");
+    for [w, h] in &sizes {
+        assert!(*w > 100.0 && *h > 30.0, "plot too small: {sizes:?}");
+    }
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| {
+            l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
+        })
+        .collect();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+
+    // And a screenshot of the report itself.
+    let shot = dir.path().join("shot.png");
+    let status = headless(&browser, &dir.path().join("profile2"))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "screenshot of {} bytes",
+        png.len()
+    );
+}
