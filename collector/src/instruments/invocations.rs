@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::Pid;
-use sbs_probes::counter::{Anchors, RunCounters};
+use sbs_probes::hits::{Anchors, RunCounters};
 use sbs_probes::resolve::{match_patterns, Target};
 use sbs_probes::tracefs::{ProbeSet, Tracefs};
 use sbs_probes::ProbeError;
