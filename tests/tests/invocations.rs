@@ -584,3 +584,30 @@ fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
     .success();
     assert_eq!(definitions_of(dead_pid), Vec::<String>::new());
 }
+
+#[test]
+fn without_root_the_error_says_what_is_needed() {
+    if skip_unless_root() {
+        return;
+    }
+    // Drop to `nobody` for one sbs-profile run (needs util-linux's setpriv and binaries
+    // that `nobody` may execute).
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(util::sbs_profile())
+        .args(["--invocations", "work", "--", fixture!("calls")])
+        .output();
+    let Ok(out) = out else {
+        eprintln!("skipped: `setpriv` is not installed");
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(126) || out.status.code() == Some(127) {
+        eprintln!("skipped: `nobody` cannot execute the test binaries ({err})");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("uprobes need root or CAP_SYS_ADMIN"), "{err}");
+    assert!(err.contains("perf_event_paranoid is"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
