@@ -11,6 +11,7 @@ pub mod regression;
 pub mod report_cmd;
 pub mod runner;
 pub mod scheduler;
+pub mod sources;
 pub mod stats;
 pub mod steady;
 mod sys;

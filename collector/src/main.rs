@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use sbs_collector::cli::{build_plan, Cli, Subcommand};
+use sbs_collector::cli::{build_plan, Cli, OutputArgs, Subcommand};
 use sbs_collector::output::Output;
 use sbs_collector::plan::Format;
 use sbs_collector::regression::{build_compare_plan, Mode, Regression};
@@ -49,7 +49,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;
     // Open the destinations first: an unwritable path fails before minutes of runs.
-    let sinks = Sinks::open(plan.output.as_deref(), plan.html.as_deref(), plan.format)?;
+    let sinks = Sinks::open(&plan.report)?;
     let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
     let mut report = execute(&mut plan, &cancel)?;
     let regressions = regression.apply(&references, &mut report)?;
@@ -68,16 +68,16 @@ struct Sinks {
 }
 
 impl Sinks {
-    fn open(
-        output: Option<&std::path::Path>,
-        html: Option<&std::path::Path>,
-        format: Format,
-    ) -> anyhow::Result<Sinks> {
+    fn open(args: &OutputArgs) -> anyhow::Result<Sinks> {
         Ok(Sinks {
-            output: Output::open(output)?,
-            html: html.map(|p| Output::open_named(p, "--html")).transpose()?,
-            format,
-            to_stdout: output.is_none(),
+            output: Output::open(args.output.as_deref())?,
+            html: args
+                .html
+                .as_deref()
+                .map(|p| Output::open_named(p, "--html"))
+                .transpose()?,
+            format: args.format,
+            to_stdout: args.output.is_none(),
         })
     }
 
@@ -110,7 +110,7 @@ fn exit_for(regressions: &[sbs_collector::regression::Regressed]) -> ExitCode {
 }
 
 fn report_from_history(args: &sbs_collector::report_cmd::ReportArgs) -> anyhow::Result<ExitCode> {
-    let sinks = Sinks::open(args.output.as_deref(), args.html.as_deref(), args.format)?;
+    let sinks = Sinks::open(&args.report)?;
     let (report, regressions) = sbs_collector::report_cmd::build(args)?;
     sinks.write(&report)?;
     Ok(exit_for(&regressions))

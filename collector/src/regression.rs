@@ -21,6 +21,7 @@ use crate::cli::{build_plan, RunArgs};
 use crate::compare::{compare, Policy, Series, Thresholds};
 use crate::history::{self, Entry, EntryMeta, History};
 use crate::plan::Plan;
+use crate::sources::ensure_same_source;
 
 /// Label of the current run's series in comparisons.
 pub const THIS_RUN: &str = "this run";
@@ -238,6 +239,22 @@ impl Regression {
             }
         };
         if saved.is_empty() {
+            // The same metric saved from another mechanism is refused, saying so.
+            let saved_entries: Vec<&Entry> = match reference {
+                Reference::Nothing => Vec::new(),
+                Reference::Baseline(_, entry) => vec![entry.as_ref()],
+                Reference::History(entries) => entries.iter().collect(),
+            };
+            if let Some(other) = saved_entries
+                .iter()
+                .flat_map(|e| &e.metrics)
+                .find(|m| m.id == metric.id && m.source != metric.source)
+            {
+                if let Err(e) = ensure_same_source(&metric.id, &other.source, &metric.source) {
+                    metric.notes.push(format!("not compared: {e}"));
+                    return Ok(());
+                }
+            }
             metric.notes.push(format!(
                 "not compared: no saved samples of {} from source {} in {}",
                 metric.id,
@@ -332,6 +349,18 @@ impl Regression {
                     Some((b, m))
                 })
                 .collect();
+            // The same metric from another mechanism in another command: refused, saying so.
+            for bench in benchmarks.iter_mut().skip(1) {
+                if let Some(m) = bench
+                    .metrics
+                    .iter_mut()
+                    .find(|m| m.id == id && m.source != source)
+                {
+                    if let Err(e) = ensure_same_source(&id, &source, &m.source) {
+                        m.notes.push(format!("not compared: {e}"));
+                    }
+                }
+            }
             if found.len() < 2 {
                 continue;
             }

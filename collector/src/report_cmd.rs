@@ -9,7 +9,6 @@ use clap::Args;
 use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
 
 use crate::history::{self, History};
-use crate::plan::Format;
 use crate::regression::{Mode, Reference, Regressed, Regression, RegressionArgs, THIS_RUN};
 use crate::stats::summarize;
 
@@ -24,17 +23,9 @@ pub struct ReportArgs {
     #[arg(long, value_name = "NAME")]
     pub name: Vec<String>,
 
-    /// Report format.
-    #[arg(short = 'f', long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
-
-    /// Write the report to FILE (atomically) instead of stdout.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-
-    /// Also write a self-contained HTML page with plots and trends to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    /// Report format and destinations.
+    #[command(flatten)]
+    pub report: crate::cli::OutputArgs,
 
     /// Practical threshold(s) in percent, as for a run (`PCT`, `METRIC=PCT`, `PREFIX*=PCT`).
     #[arg(long, value_name = "[METRIC=]PCT")]

@@ -332,9 +332,11 @@ mod tests {
             confidence: 0.95,
             failure,
             clean_env: false,
-            format: crate::plan::Format::Text,
-            output: None,
-            html: None,
+            report: crate::cli::OutputArgs {
+                format: crate::plan::Format::Text,
+                output: None,
+                html: None,
+            },
             progress: false,
         }
     }
