@@ -88,11 +88,17 @@ pub struct OutputArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Measured runs per metric group.
-    #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
+    #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs, allow_negative_numbers = true)]
     pub runs: u64,
 
     /// Discarded warm-up runs before each group's measured runs.
-    #[arg(short = 'w', long, value_name = "N", default_value_t = 1)]
+    #[arg(
+        short = 'w',
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
     pub warmup: u64,
 
     /// Measure wall, user and system time and peak RSS (the default when no other group
@@ -124,7 +130,7 @@ pub struct RunArgs {
 
     /// Kill a run's whole process group after this long: seconds, or with a unit
     /// (`500ms`, `2s`, `1m`).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_negative_numbers = true)]
     pub timeout: Option<Duration>,
 
     /// Report format and destinations.
@@ -213,11 +219,7 @@ pub struct RunArgs {
     pub max_probes: usize,
 
     /// The benchmark command and its arguments (after `--`).
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 
