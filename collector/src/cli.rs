@@ -209,10 +209,17 @@ pub struct RunArgs {
     /// overload of `ns::Widget::draw(...)`. A raw symbol name (`malloc`, `_ZN2ns1fEv`) or
     /// a full demangled name matches exactly. Functions of the shared libraries the
     /// program loads are included (`malloc` finds glibc's); each matched function is its
-    /// own row in the report. Calls inlined into their callers cannot be counted: the
-    /// report warns with their number.
+    /// own row in the report. Calls inlined into their callers are counted too, from the
+    /// debug info (in the file or a separate debug file under /usr/lib/debug): a probe on
+    /// each place where control enters an inlined copy; their row is labelled
+    /// `[inlined, N sites]`. Inlined copies that cannot be probed are counted in a warning.
     #[arg(long = "invocations", value_name = "PATTERN", verbatim_doc_comment)]
     pub invocations: Vec<String>,
+
+    /// With --invocations: one row per inlined site, with the function it was inlined
+    /// into and its call site (file:line), and `uncertain` where the entry analysis is.
+    #[arg(long)]
+    pub invocations_detail: bool,
 
     /// Refuse a --invocations pattern that matches more functions than this.
     #[arg(long, value_name = "N", default_value_t = sbs_probes::resolve::DEFAULT_MAX_PROBES)]
@@ -406,6 +413,7 @@ fn invocations_group(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Group> {
         ld_library_path,
         &args.invocations,
         args.max_probes,
+        args.invocations_detail,
     )?;
     Ok(Group {
         name: "invocations".into(),

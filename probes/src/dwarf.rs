@@ -275,3 +275,157 @@ fn collect_generic_names(
     }
     Ok(())
 }
+
+/// One `DW_TAG_inlined_subroutine` of a function a pattern names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlinedInstance {
+    /// Raw (linkage) name of the inlined function, or its plain DWARF name.
+    pub raw: String,
+    /// Demangled name.
+    pub demangled: String,
+    /// Its code: half-open address ranges, sorted; empty when it has no code of its own.
+    pub ranges: Vec<(u64, u64)>,
+    /// The call site, `file:line` (`DW_AT_call_file`, `DW_AT_call_line`), when known.
+    pub call_site: Option<String>,
+}
+
+/// The DWARF sections of an ELF file, or `None` when it has none. Errors are described in
+/// a sentence.
+fn load_dwarf(data: &[u8]) -> Result<Option<gimli::DwarfSections<Cow<'_, [u8]>>>, String> {
+    let file = object::File::parse(data).map_err(|e| format!("malformed ELF ({e})"))?;
+    if file.section_by_name(".debug_info").is_none() {
+        return Ok(None);
+    }
+    gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>, String> {
+        match file.section_by_name(id.name()) {
+            Some(s) => s
+                .uncompressed_data()
+                .map_err(|e| format!("cannot read {} ({e})", id.name())),
+            None => Ok(Cow::Borrowed(&[])),
+        }
+    })
+    .map(Some)
+}
+
+/// Whether an ELF file (`data`) carries DWARF (`.debug_info`).
+pub fn has_dwarf(data: &[u8]) -> bool {
+    object::File::parse(data).is_ok_and(|f| f.section_by_name(".debug_info").is_some())
+}
+
+/// Every inlined instance of a function `pattern` names, in the DWARF of `data` (a whole
+/// ELF file, possibly a separate debug file). Errors are described in a sentence.
+pub fn inlined_instances(data: &[u8], pattern: &Pattern) -> Result<Vec<InlinedInstance>, String> {
+    let Some(sections) = load_dwarf(data)? else {
+        return Ok(Vec::new());
+    };
+    let endian = match object::File::parse(data) {
+        Ok(f) if !f.is_little_endian() => RunTimeEndian::Big,
+        _ => RunTimeEndian::Little,
+    };
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
+    collect_instances(&dwarf, pattern).map_err(|e| format!("malformed DWARF ({e})"))
+}
+
+fn collect_instances(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    pattern: &Pattern,
+) -> gimli::Result<Vec<InlinedInstance>> {
+    let mut headers = Vec::new();
+    let mut iter = dwarf.units();
+    while let Some(header) = iter.next()? {
+        if let UnitSectionOffset::DebugInfoOffset(o) = header.offset() {
+            headers.push((o.0, header));
+        }
+    }
+    headers.sort_by_key(|(o, _)| *o);
+    let mut units: HashMap<usize, gimli::Unit<Reader<'_>>> = HashMap::new();
+    // Origin offset -> (raw, demangled) when the pattern names it, else None.
+    let mut names: HashMap<usize, Option<(String, String)>> = HashMap::new();
+    let mut out = Vec::new();
+    for (_, header) in &headers {
+        let unit = dwarf.unit(*header)?;
+        let mut cursor = unit.entries();
+        while let Some((_, entry)) = cursor.next_dfs()? {
+            if entry.tag() != gimli::DW_TAG_inlined_subroutine {
+                continue;
+            }
+            let origin = match entry.attr_value(gimli::DW_AT_abstract_origin)? {
+                Some(AttributeValue::UnitRef(o)) => {
+                    o.to_debug_info_offset(&unit.header).map(|o| o.0)
+                }
+                Some(AttributeValue::DebugInfoRef(o)) => Some(o.0),
+                _ => None,
+            };
+            let Some(origin) = origin else { continue };
+            if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(origin) {
+                let named = origin_name(dwarf, &headers, &mut units, origin, 0)?.and_then(|raw| {
+                    let demangled = demangle(&raw).label;
+                    let hit = raw == pattern.as_str()
+                        || demangled == pattern.as_str()
+                        || pattern.matches_paths(&name_paths(&demangled));
+                    hit.then_some((raw, demangled))
+                });
+                slot.insert(named);
+            }
+            let Some(Some((raw, demangled))) = names.get(&origin) else {
+                continue;
+            };
+            let mut ranges = Vec::new();
+            let mut it = dwarf.die_ranges(&unit, entry)?;
+            while let Some(r) = it.next()? {
+                // Code removed by the linker keeps its ranges at a tombstone address (0).
+                if r.end > r.begin && r.begin != 0 {
+                    ranges.push((r.begin, r.end));
+                }
+            }
+            ranges.sort_unstable();
+            let file = match entry.attr_value(gimli::DW_AT_call_file)? {
+                Some(AttributeValue::FileIndex(i)) => file_name(dwarf, &unit, i),
+                Some(AttributeValue::Udata(i)) => file_name(dwarf, &unit, i),
+                _ => None,
+            };
+            let line = match entry.attr_value(gimli::DW_AT_call_line)? {
+                Some(v) => v.udata_value().unwrap_or(0),
+                None => 0,
+            };
+            let call_site = file.map(|f| if line > 0 { format!("{f}:{line}") } else { f });
+            out.push(InlinedInstance {
+                raw: raw.clone(),
+                demangled: demangled.clone(),
+                ranges,
+                call_site,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The name of file `index` of a unit's line program: the path as written, joined to its
+/// directory when that is relative (`src/main.rs`), without the compilation directory.
+fn file_name(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    index: u64,
+) -> Option<String> {
+    let program = unit.line_program.as_ref()?;
+    let header = program.header();
+    let file = header.file(index)?;
+    let name = dwarf
+        .attr_string(unit, file.path_name())
+        .ok()?
+        .to_string_lossy()
+        .into_owned();
+    if name.starts_with('/') {
+        return Some(name);
+    }
+    let dir = file
+        .directory(header)
+        .and_then(|d| dwarf.attr_string(unit, d).ok())
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if dir.is_empty() || dir.starts_with('/') && file.directory_index() == 0 {
+        Some(name)
+    } else {
+        Some(format!("{dir}/{name}"))
+    }
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use object::elf;
 use object::read::elf::{Dyn, ElfFile64, FileHeader, ProgramHeader, Sym};
-use object::Endianness;
+use object::{Endianness, Object};
 
 use crate::error::ProbeError;
 
@@ -50,6 +50,12 @@ pub struct Image {
     /// Function symbols skipped because probing them would not be safe (size 0, IFUNC
     /// resolvers, outside an executable segment).
     pub rejected: usize,
+    /// Executable `PT_LOAD` segments: (virtual address, file size, file offset).
+    pub exec_segments: Vec<(u64, u64, u64)>,
+    /// The GNU build id (`NT_GNU_BUILD_ID`), which names a separate debug file.
+    pub build_id: Option<Vec<u8>>,
+    /// The `.gnu_debuglink` file name of a separate debug file.
+    pub debuglink: Option<String>,
     data: Vec<u8>,
 }
 
@@ -164,6 +170,12 @@ impl Image {
             }
         }
         functions.sort_by(|a, b| a.address.cmp(&b.address).then(a.name.cmp(&b.name)));
+        let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
+        let debuglink = file
+            .gnu_debuglink()
+            .ok()
+            .flatten()
+            .map(|(name, _crc)| String::from_utf8_lossy(name).into_owned());
 
         Ok(Image {
             path,
@@ -175,8 +187,27 @@ impl Image {
             runpath,
             interpreter,
             rejected,
+            exec_segments,
+            build_id,
+            debuglink,
             data,
         })
+    }
+
+    /// The function symbol whose extent holds `address` (the smallest, if several do).
+    pub fn function_at(&self, address: u64) -> Option<&Function> {
+        let end = self.functions.partition_point(|f| f.address <= address);
+        self.functions[..end]
+            .iter()
+            .filter(|f| address < f.address + f.size)
+            .min_by_key(|f| f.size)
+    }
+
+    /// The bytes of `function`, whose extent [`safe_offset`] checked when it was loaded.
+    pub fn code_of(&self, function: &Function) -> Option<&[u8]> {
+        let start = usize::try_from(function.offset).ok()?;
+        let len = usize::try_from(function.size).ok()?;
+        self.data.get(start..start.checked_add(len)?)
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod demangle;
 pub mod dwarf;
 pub mod elf;
+pub mod entries;
 pub mod error;
 pub mod hits;
 pub mod pattern;

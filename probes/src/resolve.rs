@@ -7,8 +7,9 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use crate::demangle::{demangle, Demangled};
-use crate::dwarf::{InlinedIndex, InlinedMatch};
+use crate::dwarf::{has_dwarf, inlined_instances, InlinedIndex, InlinedMatch};
 use crate::elf::{resolve_libraries, Image, Libraries};
+use crate::entries::{entries, EntryPoint};
 use crate::error::ProbeError;
 use crate::pattern::{edit_distance, Pattern};
 
@@ -27,6 +28,18 @@ pub struct Target {
     /// Library resolution results.
     pub libraries: Libraries,
     inlined: Vec<Option<Result<InlinedIndex, String>>>,
+    debug: Vec<Option<DebugInfo>>,
+}
+
+/// Where the DWARF of an image is.
+#[derive(Debug)]
+enum DebugInfo {
+    /// In the file itself.
+    Own,
+    /// In a separate file (build id or `.gnu_debuglink`), read whole.
+    Separate(PathBuf, Vec<u8>),
+    /// Nowhere this crate looks.
+    Missing,
 }
 
 impl Target {
@@ -48,12 +61,14 @@ impl Target {
         let mut images = vec![exe];
         images.extend(libs);
         let inlined = images.iter().map(|_| None).collect();
+        let debug = images.iter().map(|_| None).collect();
         Ok(Target {
             program: given,
             script,
             images,
             libraries,
             inlined,
+            debug,
         })
     }
 
@@ -63,9 +78,103 @@ impl Target {
     }
 
     fn inlined_of(&mut self, image: usize) -> &Result<InlinedIndex, String> {
-        let data = self.images[image].data();
-        self.inlined[image].get_or_insert_with(|| InlinedIndex::build(data))
+        self.debug_of(image);
+        let data: &[u8] = match &self.debug[image] {
+            Some(DebugInfo::Own) => self.images[image].data(),
+            Some(DebugInfo::Separate(_, data)) => data,
+            _ => &[],
+        };
+        self.inlined[image].get_or_insert_with(|| {
+            if data.is_empty() {
+                Ok(InlinedIndex::default())
+            } else {
+                InlinedIndex::build(data)
+            }
+        })
     }
+
+    /// Find the DWARF of `image`: in the file, else in a separate debug file.
+    fn debug_of(&mut self, image: usize) -> &DebugInfo {
+        let img = &self.images[image];
+        self.debug[image].get_or_insert_with(|| {
+            if has_dwarf(img.data()) {
+                return DebugInfo::Own;
+            }
+            for candidate in debug_file_candidates(img) {
+                if let Ok(data) = std::fs::read(&candidate) {
+                    if has_dwarf(&data) {
+                        return DebugInfo::Separate(candidate, data);
+                    }
+                }
+            }
+            DebugInfo::Missing
+        })
+    }
+
+    /// The bytes of the ELF file holding `image`'s DWARF, once [`Target::debug_of`] ran.
+    fn dwarf_data(&self, image: usize) -> Option<&[u8]> {
+        match self.debug[image].as_ref()? {
+            DebugInfo::Own => Some(self.images[image].data()),
+            DebugInfo::Separate(_, data) => Some(data),
+            DebugInfo::Missing => None,
+        }
+    }
+
+    /// The separate debug file used for `image`, if any.
+    pub fn debug_file(&mut self, image: usize) -> Option<PathBuf> {
+        match self.debug_of(image) {
+            DebugInfo::Separate(path, _) => Some(path.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether `image` has DWARF, in the file or in a separate debug file.
+    pub fn has_debug_info(&mut self, image: usize) -> bool {
+        !matches!(self.debug_of(image), DebugInfo::Missing)
+    }
+}
+
+/// Where gdb looks for the separate debug file of `image`: by build id under
+/// `/usr/lib/debug/.build-id/`, then by its `.gnu_debuglink` name next to it, in a
+/// `.debug` directory next to it, and under `/usr/lib/debug` + its directory.
+fn debug_file_candidates(image: &Image) -> Vec<PathBuf> {
+    let root = Path::new("/usr/lib/debug");
+    let mut out = Vec::new();
+    if let Some(id) = image.build_id.as_deref().filter(|id| id.len() > 1) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        out.push(
+            root.join(".build-id")
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..])),
+        );
+    }
+    if let (Some(link), Some(dir)) = (&image.debuglink, image.path.parent()) {
+        out.push(dir.join(link));
+        out.push(dir.join(".debug").join(link));
+        let relative = dir.strip_prefix("/").unwrap_or(dir);
+        out.push(root.join(relative).join(link));
+    }
+    out.retain(|p| p != &image.path);
+    out
+}
+
+/// One inlined instance that is counted: its entry points are probed, their hits summed.
+#[derive(Debug, Clone)]
+pub struct InlinedSite {
+    /// The file holding it.
+    pub path: PathBuf,
+    /// Index into [`Target::images`] (0 = the executable).
+    pub image: usize,
+    /// Demangled name of the inlined function.
+    pub function: String,
+    /// Demangled name of the function it was inlined into.
+    pub caller: String,
+    /// The call site, `file:line`, when the DWARF says.
+    pub call_site: Option<String>,
+    /// Where to probe (at least one).
+    pub points: Vec<EntryPoint>,
+    /// Why its count may differ from its calls, if it may.
+    pub uncertain: Option<String>,
 }
 
 /// One function a pattern matched.
@@ -97,30 +206,77 @@ pub struct PatternMatch {
     pub inlined: InlinedMatch,
     /// DWARF that could not be read (so inlined instances are unknown), per file.
     pub dwarf_errors: Vec<String>,
+    /// The inlined instances that are counted.
+    pub sites: Vec<InlinedSite>,
+    /// Inlined instances that are not counted, with the reason (e.g. no code of their
+    /// own), most frequent first: (reason, instances).
+    pub not_counted: Vec<(String, usize)>,
+    /// Files without any debug info, in which inlined instances cannot be seen.
+    pub no_debug_info: Vec<String>,
 }
 
 impl PatternMatch {
-    /// A warning for the report when some calls cannot be counted, else `None`.
-    pub fn inlined_warning(&self) -> Option<String> {
-        if self.inlined.instances == 0 {
-            return None;
+    /// Warnings for the report: inlined instances not counted, entry analyses that are
+    /// uncertain, files whose inlined calls cannot be seen.
+    pub fn inlined_warnings(&self) -> Vec<String> {
+        let p = self.pattern.as_str();
+        let mut out = Vec::new();
+        let missed: usize = self.not_counted.iter().map(|(_, n)| n).sum();
+        if missed > 0 {
+            let reasons: Vec<String> = self
+                .not_counted
+                .iter()
+                .take(3)
+                .map(|(r, n)| format!("{n}: {r}"))
+                .collect();
+            out.push(format!(
+                "`{p}`: {missed} inlined instance(s) are not counted ({}{})",
+                reasons.join("; "),
+                if self.not_counted.len() > 3 {
+                    "; ..."
+                } else {
+                    ""
+                }
+            ));
         }
-        let examples: Vec<&str> = self
-            .inlined
-            .functions
+        let uncertain: Vec<&InlinedSite> = self
+            .sites
             .iter()
-            .take(3)
-            .map(String::as_str)
+            .filter(|s| s.uncertain.is_some())
             .collect();
-        Some(format!(
-            "`{}`: {} inlined instance(s) of {} function(s) ({}{}) are not counted; only calls to the out-of-line copies are",
-            self.pattern.as_str(),
-            self.inlined.instances,
-            self.inlined.functions.len(),
-            examples.join(", "),
-            if self.inlined.functions.len() > 3 { ", ..." } else { "" },
-        ))
+        if let Some(first) = uncertain.first() {
+            out.push(format!(
+                "`{p}`: the entries of {} of {} inlined site(s) are uncertain, their counts may be off (rows marked `uncertain` with --invocations-detail); e.g. {} in {}",
+                uncertain.len(),
+                self.sites.len(),
+                first.uncertain.as_deref().unwrap_or_default(),
+                short(&first.caller, 80),
+            ));
+        }
+        for file in &self.no_debug_info {
+            out.push(format!(
+                "`{p}`: {file} has no debug info (nor a separate debug file under /usr/lib/debug): calls inlined into it cannot be seen; build with debug info (`debug = 1` or `-C debuginfo=1`) to count them"
+            ));
+        }
+        out
     }
+
+    /// How many probes this pattern needs.
+    pub fn probe_points(&self) -> usize {
+        self.functions.len() + self.sites.iter().map(|s| s.points.len()).sum::<usize>()
+    }
+}
+
+/// `name` cut to about `max` characters, with `...` in the middle.
+fn short(name: &str, max: usize) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    if chars.len() <= max {
+        return name.to_string();
+    }
+    let half = max / 2;
+    let head: String = chars[..half].iter().collect();
+    let tail: String = chars[chars.len() - half..].iter().collect();
+    format!("{head}...{tail}")
 }
 
 /// Match `patterns` against the functions of `target`. A pattern that matches nothing
@@ -139,25 +295,78 @@ pub fn match_patterns(
         let functions = find_functions(target, &pattern);
         let mut inlined = InlinedMatch::default();
         let mut dwarf_errors = Vec::new();
+        let mut sites = Vec::new();
+        let mut not_counted: BTreeMap<String, usize> = BTreeMap::new();
+        let mut no_debug_info = Vec::new();
         for i in 0..target.images.len() {
             let path = target.images[i].path.clone();
-            match target.inlined_of(i) {
+            let found = match target.inlined_of(i) {
                 Ok(index) => {
                     let m = index.matching(&pattern);
                     inlined.instances += m.instances;
                     inlined.functions.extend(m.functions);
+                    m.instances
                 }
-                Err(e) => dwarf_errors.push(format!("{}: {e}", path.display())),
+                Err(e) => {
+                    dwarf_errors.push(format!("{}: {e}", path.display()));
+                    0
+                }
+            };
+            if i == 0 && !target.has_debug_info(0) {
+                no_debug_info.push(target.images[0].file_name());
+            }
+            if found == 0 {
+                continue;
+            }
+            let data = target.dwarf_data(i).unwrap_or(&[]);
+            let instances = match inlined_instances(data, &pattern) {
+                Ok(v) => v,
+                Err(e) => {
+                    dwarf_errors.push(format!("{}: {e}", path.display()));
+                    continue;
+                }
+            };
+            let image = &target.images[i];
+            for instance in instances {
+                if instance.ranges.is_empty() {
+                    *not_counted
+                        .entry("no code of their own (optimised away or merged)".into())
+                        .or_default() += 1;
+                    continue;
+                }
+                let e = entries(image, &instance.ranges);
+                if e.points.is_empty() {
+                    let why = e.uncertain.unwrap_or_else(|| "no entry found".into());
+                    *not_counted.entry(why).or_default() += 1;
+                    continue;
+                }
+                sites.push(InlinedSite {
+                    path: path.clone(),
+                    image: i,
+                    function: instance.demangled,
+                    caller: e.caller,
+                    call_site: instance.call_site,
+                    points: e.points,
+                    uncertain: e.uncertain,
+                });
             }
         }
-        if functions.is_empty() {
-            return Err(no_match(target, &pattern, &inlined));
+        let mut not_counted: Vec<(String, usize)> = not_counted.into_iter().collect();
+        not_counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        if functions.is_empty() && sites.is_empty() {
+            return Err(no_match(target, &pattern, &inlined, &no_debug_info));
         }
-        if functions.len() > max_probes {
+        let points = functions.len() + sites.iter().map(|s| s.points.len()).sum::<usize>();
+        if points > max_probes {
             let examples: Vec<&str> = functions.iter().take(3).map(|f| f.label.as_str()).collect();
+            let examples: Vec<&str> = if examples.is_empty() {
+                sites.iter().take(3).map(|s| s.function.as_str()).collect()
+            } else {
+                examples
+            };
             return Err(ProbeError::TooMany {
                 pattern: pattern.as_str().to_string(),
-                count: functions.len(),
+                count: points,
                 limit: max_probes,
                 examples: examples.join(", "),
             });
@@ -167,6 +376,9 @@ pub fn match_patterns(
             functions,
             inlined,
             dwarf_errors,
+            sites,
+            not_counted,
+            no_debug_info,
         });
     }
     Ok(out)
@@ -273,14 +485,24 @@ fn find_functions(target: &Target, pattern: &Pattern) -> Vec<MatchedFunction> {
     functions
 }
 
-fn no_match(target: &Target, pattern: &Pattern, inlined: &InlinedMatch) -> ProbeError {
+fn no_match(
+    target: &Target,
+    pattern: &Pattern,
+    inlined: &InlinedMatch,
+    no_debug_info: &[String],
+) -> ProbeError {
     let exe = target.exe();
     let mut context = String::new();
     if inlined.instances > 0 {
         context.push_str(&format!(
-            " (it exists only inlined: {} instance(s) of {}, which uprobes cannot count; build with less inlining, e.g. #[inline(never)] or opt-level=1)",
+            " (it exists only inlined: {} instance(s) of {}, none with code that can be probed; build with less inlining, e.g. #[inline(never)] or opt-level=1)",
             inlined.instances,
             inlined.functions.first().map(String::as_str).unwrap_or("?"),
+        ));
+    }
+    for file in no_debug_info {
+        context.push_str(&format!(
+            "; {file} has no debug info (nor a separate debug file under /usr/lib/debug), so functions inlined into it cannot be seen: build with debug info (`debug = 1`)"
         ));
     }
     if exe.stripped {

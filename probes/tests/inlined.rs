@@ -1,13 +1,16 @@
-//! DWARF inlined instances: a function that exists only inlined is reported as such, with
-//! the exact number of its `DW_TAG_inlined_subroutine` entries. Needs a C compiler.
+//! DWARF inlined instances: found with their call sites, their entry points decoded, a
+//! separate debug file found through `.gnu_debuglink`, and a file without debug info
+//! said to hide them. Needs a C compiler and rustc (skipped with a reason otherwise).
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sbs_probes::resolve::{match_patterns, Target, DEFAULT_MAX_PROBES};
+use sbs_probes::resolve::{match_patterns, PatternMatch, Target, DEFAULT_MAX_PROBES};
 use sbs_probes::ProbeError;
 
 const PROGRAM: &str = r#"
-static inline __attribute__((always_inline)) int twice(int x) { return x * 2; }
+static volatile int sink;
+static inline __attribute__((always_inline)) int twice(int x) { sink = x; return sink * 2; }
 static inline __attribute__((always_inline)) int thrice(int x) { return x * 3; }
 __attribute__((noinline)) int thrice_out(int x) { return x * 3 + 1; }
 __attribute__((noinline)) int a(int x) { return twice(x) + 1; }
@@ -15,49 +18,167 @@ __attribute__((noinline)) int b(int x) { return twice(x) + thrice(x); }
 int main(int argc, char **argv) { (void)argv; return a(argc) + b(argc) + twice(argc) + thrice_out(argc); }
 "#;
 
-#[test]
-fn inlined_only_functions_are_named_with_their_instance_count() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("inl.c");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let exe = dir.path().join("inl");
-    match Command::new("cc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-    {
-        Ok(out) => assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
+/// Run a build command; `None` (skip) when the tool is missing.
+fn build(cmd: &mut Command) -> Option<()> {
+    match cmd.output() {
+        Ok(out) => {
+            assert!(
+                out.status.success(),
+                "{cmd:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(())
+        }
         Err(e) => {
-            eprintln!("skipped: no C compiler `cc` ({e})");
+            eprintln!("skipped: cannot run {:?} ({e})", cmd.get_program());
+            None
+        }
+    }
+}
+
+fn build_c(dir: &Path, flags: &[&str]) -> Option<PathBuf> {
+    let src = dir.join("inl.c");
+    std::fs::write(&src, PROGRAM).unwrap();
+    let exe = dir.join("inl");
+    build(Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src))?;
+    Some(exe)
+}
+
+fn one(target: &mut Target, pattern: &str) -> PatternMatch {
+    match_patterns(target, &[pattern.into()], DEFAULT_MAX_PROBES)
+        .unwrap()
+        .remove(0)
+}
+
+#[test]
+fn inlined_only_functions_are_probed_at_their_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_c(dir.path(), &["-O2", "-g"]) else {
+        return;
+    };
+    let mut target = Target::load(&exe, None).unwrap();
+
+    // Out of line, never inlined: no inlined site, no warning.
+    let m = one(&mut target, "a");
+    assert_eq!(m.functions.len(), 1);
+    assert!(m.sites.is_empty());
+    assert_eq!(m.inlined_warnings(), Vec::<String>::new());
+
+    // Only inlined: a, b and main each hold one instance of twice.
+    let m = one(&mut target, "twice");
+    assert!(m.functions.is_empty());
+    let mut callers: Vec<&str> = m.sites.iter().map(|s| s.caller.as_str()).collect();
+    callers.sort_unstable();
+    assert_eq!(callers, ["a", "b", "main"], "{:#?}", m.sites);
+    for s in &m.sites {
+        assert!(!s.points.is_empty());
+        let site = s.call_site.as_deref().unwrap_or_default();
+        assert!(
+            site.ends_with("inl.c:6") || site.ends_with("inl.c:7") || site.ends_with("inl.c:8"),
+            "{site}"
+        );
+    }
+    assert_eq!(one(&mut target, "thrice").sites.len(), 1);
+}
+
+#[test]
+fn separate_debug_file_is_found_and_its_absence_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_c(dir.path(), &["-O2", "-g"]) else {
+        return;
+    };
+    let debug = dir.path().join("inl.debug");
+    let steps: [&[&str]; 3] = [
+        &["--only-keep-debug", "inl", "inl.debug"],
+        &["--strip-debug", "inl"],
+        &["--add-gnu-debuglink=inl.debug", "inl"],
+    ];
+    for args in steps {
+        if build(Command::new("objcopy").args(args).current_dir(dir.path())).is_none() {
             return;
         }
     }
     let mut target = Target::load(&exe, None).unwrap();
+    assert_eq!(target.debug_file(0), Some(debug.canonicalize().unwrap()));
+    assert_eq!(one(&mut target, "twice").sites.len(), 3);
 
-    // Out of line, never inlined: no warning.
-    let m = match_patterns(&mut target, &["a".into()], DEFAULT_MAX_PROBES).unwrap();
-    assert_eq!(m[0].functions.len(), 1);
-    assert_eq!(m[0].inlined.instances, 0);
-    assert_eq!(m[0].inlined_warning(), None);
-
-    // Only inlined: an error that says so, with the count (a, b and main: 3).
+    // Without the debug file: no inlined instance can be seen, and the error says why.
+    std::fs::remove_file(&debug).unwrap();
+    let mut target = Target::load(&exe, None).unwrap();
+    assert!(!target.has_debug_info(0));
     let e = match_patterns(&mut target, &["twice".into()], DEFAULT_MAX_PROBES).unwrap_err();
     assert!(matches!(e, ProbeError::NoMatch { .. }), "{e}");
-    let msg = e.to_string();
+    assert!(e.to_string().contains("has no debug info"), "{e}");
+    let m = one(&mut target, "a");
     assert!(
-        msg.contains("exists only inlined: 3 instance(s) of twice"),
-        "{msg}"
+        m.inlined_warnings()
+            .iter()
+            .any(|w| w.contains("calls inlined into it cannot be seen")),
+        "{:?}",
+        m.inlined_warnings()
     );
+}
 
-    let e = match_patterns(&mut target, &["thrice".into()], DEFAULT_MAX_PROBES).unwrap_err();
+/// The release fixture `tests/fixtures/rust/inlined.rs`, built with rustc at opt-level 3.
+pub fn build_rust_fixture(dir: &Path) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/rust/inlined.rs");
+    let exe = dir.join("inlined");
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    build(
+        Command::new(rustc)
+            .args([
+                "--edition",
+                "2021",
+                "-C",
+                "opt-level=3",
+                "-C",
+                "debuginfo=2",
+                "-o",
+            ])
+            .arg(&exe)
+            .arg(src),
+    )?;
+    Some(exe)
+}
+
+#[test]
+fn release_rust_fixture_sites_have_their_call_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_rust_fixture(dir.path()) else {
+        return;
+    };
+    let mut target = Target::load(&exe, None).unwrap();
+    let lines = |m: &PatternMatch| {
+        let mut l: Vec<String> = m
+            .sites
+            .iter()
+            .filter_map(|s| s.call_site.as_deref())
+            .filter(|s| s.contains("fixtures/rust/inlined.rs:"))
+            .map(|s| s.rsplit(':').next().unwrap_or_default().to_string())
+            .collect();
+        l.sort_unstable();
+        l
+    };
+    let push = one(&mut target, "Vec::push");
     assert!(
-        e.to_string()
-            .contains("exists only inlined: 1 instance(s) of thrice"),
-        "{e}"
+        push.functions.is_empty(),
+        "no out-of-line Vec::push at opt-level 3"
     );
+    assert_eq!(lines(&push), ["19", "26", "28", "37", "40", "57"]);
+    // std holds instances that were optimised away: counted in a warning, not probed.
+    assert!(
+        push.not_counted
+            .iter()
+            .any(|(why, _)| why.contains("no code")),
+        "{:?}",
+        push.not_counted
+    );
+    let bump = one(&mut target, "bump");
+    assert_eq!(lines(&bump), ["61", "64", "66"]);
+    for s in &bump.sites {
+        // Each bump site is a loop body or straight-line code: a single entry.
+        assert_eq!(s.points.len(), 1, "{s:#?}");
+        assert_eq!(s.caller, "inlined::main");
+        assert_eq!(s.uncertain, None);
+    }
 }

@@ -46,7 +46,13 @@ impl Boxing {
     ) -> anyhow::Result<Self> {
         let mut last_error = None;
         for pattern in BOX_ENTRY_POINTS {
-            match Invocations::new(program, ld_library_path, &[pattern.to_string()], max_probes) {
+            match Invocations::new(
+                program,
+                ld_library_path,
+                &[pattern.to_string()],
+                max_probes,
+                false,
+            ) {
                 Ok(inner) => return Ok(Boxing { inner }),
                 Err(e @ sbs_probes::ProbeError::NoMatch { .. }) => last_error = Some(e),
                 Err(e) => return Err(e).context("--boxing counts Box::new through uprobes"),

@@ -1,5 +1,8 @@
 //! Invocation counts through uprobes (`--invocations PATTERN`): one uprobe per matched
-//! function, counted exactly in the child, its threads and its descendants.
+//! function, counted exactly in the child, its threads and its descendants. Inlined
+//! instances of a matched function are counted too: one uprobe per entry point of each
+//! instance, summed per instance (see `sbs_probes::entries`); their rows are labelled
+//! `[inlined, N sites]`, or one per site with `--invocations-detail`.
 //!
 //! Resolution (symbols, patterns, inlined instances) happens when the plan is built, so
 //! a bad pattern fails before any run. The probes are defined in tracefs before the first
@@ -11,18 +14,18 @@ use std::path::{Path, PathBuf};
 
 use nix::unistd::Pid;
 use sbs_probes::hits::{Anchors, RunCounters};
-use sbs_probes::resolve::{match_patterns, Target};
+use sbs_probes::resolve::{match_patterns, InlinedSite, Target};
 use sbs_probes::tracefs::{ProbeSet, Tracefs};
 use sbs_probes::ProbeError;
 use sbs_reports::model::Unit;
 
 use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 
-/// One pattern's metric and its rows: (label, index of the probe).
+/// One pattern's metric and its rows: (label, indices of the probes summed in it).
 #[derive(Debug)]
 struct PatternRows {
     metric: MetricSpec,
-    rows: Vec<(String, usize)>,
+    rows: Vec<(String, Vec<usize>)>,
 }
 
 /// Counts calls of the functions named by patterns.
@@ -40,12 +43,14 @@ pub struct Invocations {
 
 impl Invocations {
     /// Resolve `patterns` against `program` (with the child's `LD_LIBRARY_PATH`).
-    /// `max_probes` limits the functions one pattern may match.
+    /// `max_probes` limits the probes one pattern may need; `detail` gives each inlined
+    /// site its own row (with its caller and call site) instead of one row per function.
     pub fn new(
         program: &Path,
         ld_library_path: Option<&OsStr>,
         patterns: &[String],
         max_probes: usize,
+        detail: bool,
     ) -> Result<Invocations, ProbeError> {
         let mut target = Target::load(program, ld_library_path)?;
         // Fail before any run (of any group) when uprobes cannot be used at all.
@@ -69,28 +74,80 @@ impl Invocations {
         let mut targets: Vec<(PathBuf, u64)> = Vec::new();
         let mut rows_of = Vec::new();
         for m in &matches {
-            warnings.extend(m.inlined_warning());
+            warnings.extend(m.inlined_warnings());
             for e in &m.dwarf_errors {
                 warnings.push(format!(
                     "`{}`: inlined instances unknown, DWARF unreadable: {e}",
                     m.pattern.as_str()
                 ));
             }
-            let rows = m
+            let mut probe = |path: &Path, offset: u64| {
+                let key = (path.to_path_buf(), offset);
+                match targets.iter().position(|t| *t == key) {
+                    Some(i) => i,
+                    None => {
+                        targets.push(key);
+                        targets.len() - 1
+                    }
+                }
+            };
+            let mut rows: Vec<(String, Vec<usize>)> = m
                 .functions
                 .iter()
-                .map(|f| {
-                    let key = (f.path.clone(), f.offset);
-                    let index = match targets.iter().position(|t| *t == key) {
-                        Some(i) => i,
-                        None => {
-                            targets.push(key);
-                            targets.len() - 1
-                        }
-                    };
-                    (f.label.clone(), index)
-                })
+                .map(|f| (f.label.clone(), vec![probe(&f.path, f.offset)]))
                 .collect();
+            let library = |s: &InlinedSite| {
+                if s.image == 0 {
+                    String::new()
+                } else {
+                    let name = s.path.file_name().unwrap_or(s.path.as_os_str());
+                    format!(" [{}]", name.to_string_lossy())
+                }
+            };
+            let mut inlined: Vec<(String, Vec<usize>, usize)> = Vec::new();
+            for site in &m.sites {
+                let probes: Vec<usize> = site
+                    .points
+                    .iter()
+                    .map(|p| probe(&site.path, p.offset))
+                    .collect();
+                let label = if detail {
+                    format!(
+                        "{} [inlined in {} at {}{}]{}",
+                        site.function,
+                        site.caller,
+                        site.call_site.as_deref().unwrap_or("?"),
+                        if site.uncertain.is_some() {
+                            ", uncertain"
+                        } else {
+                            ""
+                        },
+                        library(site)
+                    )
+                } else {
+                    format!("{}{}", site.function, library(site))
+                };
+                match inlined.iter_mut().find(|(l, _, _)| *l == label) {
+                    Some((_, p, n)) => {
+                        p.extend(probes);
+                        *n += 1;
+                    }
+                    None => inlined.push((label, probes, 1)),
+                }
+            }
+            for (label, probes, sites) in inlined {
+                let label = if detail && sites > 1 {
+                    format!("{label} [{sites} sites]")
+                } else if detail {
+                    label
+                } else {
+                    format!(
+                        "{label} [inlined, {sites} site{}]",
+                        if sites == 1 { "" } else { "s" }
+                    )
+                };
+                rows.push((label, probes));
+            }
             rows_of.push(PatternRows {
                 metric: MetricSpec::new(
                     format!("invocations.{}", m.pattern.as_str()),
@@ -112,7 +169,7 @@ impl Invocations {
         })
     }
 
-    /// How many distinct functions are probed.
+    /// How many distinct locations (functions and inlined entry points) are probed.
     pub fn probe_count(&self) -> usize {
         self.targets.len()
     }
@@ -159,7 +216,10 @@ impl Instrument for Invocations {
             let details: Vec<(String, f64)> = p
                 .rows
                 .iter()
-                .map(|(label, i)| (label.clone(), counts[*i] as f64))
+                .map(|(label, probes)| {
+                    let n: u64 = probes.iter().map(|&i| counts[i]).sum();
+                    (label.clone(), n as f64)
+                })
                 .collect();
             out.push(Sample {
                 metric: p.metric.clone(),

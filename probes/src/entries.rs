@@ -1,0 +1,296 @@
+//! Entry points of inlined instances: the instructions where control enters an
+//! instance's code from outside it. A uprobe on each entry counts the instance's
+//! invocations; the lowest address of its ranges is not one of them in general (it can
+//! be an alignment NOP that never runs, or code reached only from inside).
+//!
+//! The enclosing function is decoded from its symbol's start (`iced-x86`), so every
+//! probe lies on an instruction boundary, inside the symbol, inside an executable
+//! segment. An instruction of the instance is an entry when
+//! - it is the function's first instruction (reached by a call), or
+//! - the instruction before it lies outside the instance and can fall through to it, or
+//! - a direct jump or call from outside the instance targets it.
+//!
+//! What can make the sum differ from the number of calls is reported as `uncertain`:
+//! a jump from inside the instance back to one of its entries (a loop whose head the
+//! compiler attributed to the instance: each iteration counts), blocks of the instance
+//! that nothing falls into and no direct jump targets (jump-table targets, landing pads:
+//! not probed), code of the instance outside its enclosing symbol (a split-off cold
+//! part), and two kept entries one of which can reach the other (one call could pass
+//! both and count twice).
+//!
+//! One call often passes several places where control enters the instance's ranges:
+//! hoisted set-up code before a loop, an alignment NOP before a loop head, caller code
+//! (a loop counter) scheduled between two pieces of the instance. A candidate entry from
+//! which every path reaches another kept entry, before it leaves the function or comes
+//! back to itself, is counted there and not probed; this is what makes loops exact.
+
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
+
+use crate::elf::{safe_offset, Image};
+
+/// One probe point of an inlined instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryPoint {
+    /// Virtual address of the instruction.
+    pub address: u64,
+    /// Its file offset: what the uprobe definition needs.
+    pub offset: u64,
+}
+
+/// The entry analysis of one inlined instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entries {
+    /// Demangled name of the enclosing (caller) function.
+    pub caller: String,
+    /// Where to probe; empty when the instance cannot be counted (see `uncertain`).
+    pub points: Vec<EntryPoint>,
+    /// Why the count may differ from the number of calls, if it may.
+    pub uncertain: Option<String>,
+}
+
+struct Insn {
+    ip: u64,
+    len: u64,
+    flow: FlowControl,
+    target: Option<u64>,
+    /// A NOP or INT3: alignment padding when nothing reaches it.
+    padding: bool,
+}
+
+/// Find the entries of the instance with code `ranges` (sorted, half-open) in `image`.
+pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
+    let none = |caller: String, why: String| Entries {
+        caller,
+        points: Vec::new(),
+        uncertain: Some(why),
+    };
+    let Some(&(low, _)) = ranges.first() else {
+        return none(String::new(), "it has no code".into());
+    };
+    let Some(function) = image.function_at(low) else {
+        return none(
+            String::new(),
+            format!("its code at {low:#x} lies in no function symbol (stripped?)"),
+        );
+    };
+    let caller = crate::demangle::demangle(&function.name).label;
+    let Some(code) = image.code_of(function) else {
+        return none(caller, "its function's bytes are not in the file".into());
+    };
+    let end = function.address + function.size;
+    let mut reasons = Vec::new();
+    if ranges.iter().any(|&(b, e)| b < function.address || e > end) {
+        reasons.push(
+            "part of its code lies outside its function's symbol (a split-off cold part is not probed)"
+                .to_string(),
+        );
+    }
+    let inside = |a: u64| ranges.iter().any(|&(b, e)| a >= b && a < e);
+
+    let mut insns = Vec::new();
+    let mut decoder = Decoder::with_ip(64, code, function.address, DecoderOptions::NONE);
+    while decoder.can_decode() {
+        let i = decoder.decode();
+        if i.is_invalid() {
+            return none(
+                caller,
+                format!(
+                    "{} does not decode as x86-64 at {:#x}: instruction boundaries unknown",
+                    function.name,
+                    i.ip()
+                ),
+            );
+        }
+        let target = match i.flow_control() {
+            FlowControl::UnconditionalBranch
+            | FlowControl::ConditionalBranch
+            | FlowControl::Call => Some(i.near_branch_target()).filter(|&t| t != 0),
+            _ => None,
+        };
+        insns.push(Insn {
+            ip: i.ip(),
+            len: i.len() as u64,
+            flow: i.flow_control(),
+            target,
+            padding: matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3),
+        });
+    }
+    let index_of = |a: u64| insns.binary_search_by_key(&a, |i| i.ip).ok();
+
+    // Candidate entries: where control comes in from outside the instance.
+    let mut candidates: Vec<usize> = Vec::new();
+    let targeted: std::collections::HashSet<u64> = insns.iter().filter_map(|i| i.target).collect();
+    let mut orphans = 0;
+    for (k, insn) in insns.iter().enumerate().filter(|(_, i)| inside(i.ip)) {
+        match k.checked_sub(1).map(|p| &insns[p]) {
+            None => candidates.push(k),
+            Some(prev) if falls_through(prev.flow) => {
+                if !inside(prev.ip) {
+                    candidates.push(k);
+                }
+            }
+            // Nothing falls into it: reached by a direct jump, else by an indirect one
+            // (a jump table) or the unwinder, which this analysis cannot follow.
+            Some(_) => orphans += usize::from(!insn.padding && !targeted.contains(&insn.ip)),
+        }
+    }
+    for insn in insns.iter().filter(|i| !inside(i.ip)) {
+        let Some(t) = insn.target.filter(|&t| inside(t)) else {
+            continue;
+        };
+        match index_of(t) {
+            Some(k) => candidates.push(k),
+            None => reasons.push(format!(
+                "a jump at {:#x} targets {t:#x}, not an instruction boundary",
+                insn.ip
+            )),
+        }
+    }
+    candidates.sort_unstable();
+    candidates.dedup();
+
+    // One call can pass several candidates: hoisted set-up code before a loop, an
+    // alignment NOP before the loop head, or caller code interleaved with the instance's.
+    // A candidate from which every path reaches another kept candidate (before it comes
+    // back to itself or leaves the function) is counted there, so it is dropped.
+    let graph = Graph::new(&insns);
+    let mut kept = candidates.clone();
+    for &a in &candidates {
+        let others: Vec<usize> = kept.iter().copied().filter(|&k| k != a).collect();
+        if !others.is_empty() && graph.always_reaches(a, &others) {
+            kept.retain(|&k| k != a);
+        }
+    }
+    for &a in &kept {
+        if let Some(&b) = kept.iter().find(|&&b| b != a && graph.reaches(a, b)) {
+            reasons.push(format!(
+                "entries {:#x} and {:#x} can both run: if one call passes both, it counts twice",
+                insns[a].ip, insns[b].ip
+            ));
+            break;
+        }
+    }
+    for insn in insns.iter().filter(|i| inside(i.ip)) {
+        if let Some(t) = insn
+            .target
+            .filter(|&t| kept.iter().any(|&k| insns[k].ip == t))
+        {
+            reasons.push(format!(
+                "a jump from inside it ({:#x}) goes back to its entry {t:#x}: each pass counts",
+                insn.ip
+            ));
+            break;
+        }
+    }
+    if orphans > 0 {
+        reasons.push(format!(
+            "{orphans} of its blocks are reached by no direct jump nor fall-through (jump-table targets or landing pads): not probed"
+        ));
+    }
+    let points: Vec<u64> = kept.iter().map(|&k| insns[k].ip).collect();
+    let mut probes = Vec::new();
+    for a in points {
+        let len = insns
+            .binary_search_by_key(&a, |i| i.ip)
+            .map(|k| insns[k].len)
+            .unwrap_or(1);
+        match safe_offset(&image.exec_segments, a, len) {
+            Some(offset) => probes.push(EntryPoint { address: a, offset }),
+            None => reasons.push(format!("entry {a:#x} is outside an executable segment")),
+        }
+    }
+    Entries {
+        caller,
+        points: probes,
+        uncertain: (!reasons.is_empty()).then(|| reasons.join("; ")),
+    }
+}
+
+/// Whether control can pass from an instruction to the next one in memory.
+fn falls_through(flow: FlowControl) -> bool {
+    !matches!(
+        flow,
+        FlowControl::UnconditionalBranch
+            | FlowControl::IndirectBranch
+            | FlowControl::Return
+            | FlowControl::Exception
+    )
+}
+
+/// The control flow between the instructions of one function (successors by index);
+/// leaving the function (return, tail call, indirect jump, its end) is an exit.
+struct Graph {
+    succ: Vec<Vec<usize>>,
+    exits: Vec<bool>,
+}
+
+impl Graph {
+    fn new(insns: &[Insn]) -> Graph {
+        let index_of = |a: u64| insns.binary_search_by_key(&a, |i| i.ip).ok();
+        let mut succ = vec![Vec::new(); insns.len()];
+        let mut exits = vec![false; insns.len()];
+        for (k, insn) in insns.iter().enumerate() {
+            if falls_through(insn.flow) {
+                if k + 1 < insns.len() {
+                    succ[k].push(k + 1);
+                } else {
+                    exits[k] = true;
+                }
+            }
+            match insn.flow {
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
+                    match insn.target.and_then(index_of) {
+                        Some(t) => succ[k].push(t),
+                        None => exits[k] = true,
+                    }
+                }
+                FlowControl::Return | FlowControl::IndirectBranch => exits[k] = true,
+                _ => {}
+            }
+        }
+        Graph { succ, exits }
+    }
+
+    /// Whether every path from `from` reaches one of `targets` before it leaves the
+    /// function or comes back to `from`.
+    fn always_reaches(&self, from: usize, targets: &[usize]) -> bool {
+        let mut seen = vec![false; self.succ.len()];
+        let mut stack = vec![from];
+        seen[from] = true;
+        while let Some(k) = stack.pop() {
+            if self.exits[k] {
+                return false;
+            }
+            for &s in &self.succ[k] {
+                if s == from {
+                    return false;
+                }
+                if targets.contains(&s) || seen[s] {
+                    continue;
+                }
+                seen[s] = true;
+                stack.push(s);
+            }
+        }
+        true
+    }
+
+    /// Whether some path leads from `from` to `to` without passing `from` again.
+    fn reaches(&self, from: usize, to: usize) -> bool {
+        let mut seen = vec![false; self.succ.len()];
+        let mut stack = vec![from];
+        seen[from] = true;
+        while let Some(k) = stack.pop() {
+            for &s in &self.succ[k] {
+                if s == to {
+                    return true;
+                }
+                if !seen[s] {
+                    seen[s] = true;
+                    stack.push(s);
+                }
+            }
+        }
+        false
+    }
+}
