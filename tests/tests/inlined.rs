@@ -1,0 +1,156 @@
+//! `--invocations` on inlined functions: a release build (opt-level 3, debug info) of
+//! `tests/fixtures/rust/inlined.rs`, where `Vec::push` and `bump` exist only inlined,
+//! counted exactly per call site. Needs root (uprobes) and rustc; skipped with a printed
+//! reason otherwise.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use util::{metric, samples, sbs};
+
+fn skip_unless_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: uprobes need root");
+        return true;
+    }
+    false
+}
+
+fn build_fixture(dir: &Path) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/inlined.rs");
+    let exe = dir.join("inlined");
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = match Command::new(rustc)
+        .args([
+            "--edition",
+            "2021",
+            "-C",
+            "opt-level=3",
+            "-C",
+            "debuginfo=2",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipped: cannot run rustc ({e})");
+            return None;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}
+
+/// Details (label -> first sample) of a metric.
+fn details(m: &serde_json::Value) -> Vec<(String, f64)> {
+    m["details"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| (d["label"].as_str().unwrap().to_string(), samples(d)[0]))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The count of the site inlined at `inlined.rs:LINE`.
+fn at_line(m: &serde_json::Value, line: u32) -> f64 {
+    let needle = format!("fixtures/rust/inlined.rs:{line}]");
+    let found: Vec<(String, f64)> = details(m)
+        .into_iter()
+        .filter(|(l, _)| l.contains(&needle))
+        .collect();
+    assert_eq!(found.len(), 1, "one row for line {line} in {m:#}");
+    found[0].1
+}
+
+#[test]
+fn inlined_vec_push_and_inline_always_are_counted_exactly() {
+    if skip_unless_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_fixture(dir.path()) else {
+        return;
+    };
+    for n in [1u64, 1000, 4097] {
+        let arg = n.to_string();
+        let run = sbs([
+            "--runs".as_ref(),
+            "2".as_ref(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            "--invocations-detail".as_ref(),
+            "--invocations".as_ref(),
+            "Vec::push".as_ref(),
+            "--invocations".as_ref(),
+            "bump".as_ref(),
+            "--".as_ref(),
+            exe.as_os_str(),
+            arg.as_ref(),
+        ])
+        .success();
+        let report = run.json();
+        let push = metric(&report, "invocations.Vec::push");
+        let third = n.div_ceil(3) as f64;
+        let n = n as f64;
+        assert_eq!(at_line(push, 19), n, "fill_a");
+        assert_eq!(at_line(push, 26), n, "fill_b");
+        assert_eq!(at_line(push, 28), third, "fill_b, every third");
+        assert_eq!(at_line(push, 37), n, "fill_c, first loop");
+        assert_eq!(at_line(push, 40), n, "fill_c, second loop");
+        assert_eq!(at_line(push, 57), 7.0, "main");
+        // std::env::args collects argv (program and N) with Vec::push, inlined in std.
+        let args_os: f64 = details(push)
+            .iter()
+            .filter(|(l, _)| l.contains("OsString>>::push [inlined in std::env::args_os"))
+            .map(|(_, v)| v)
+            .sum();
+        assert_eq!(args_os, 2.0, "{push:#}");
+        let total = 4.0 * n + third + 7.0 + 2.0;
+        assert_eq!(samples(push), vec![total; 2], "{push:#}");
+
+        let bump = metric(&report, "invocations.bump");
+        assert_eq!(at_line(bump, 61), n);
+        assert_eq!(at_line(bump, 64), 2.0 * n);
+        assert_eq!(at_line(bump, 66), 1.0);
+        assert_eq!(samples(bump), vec![3.0 * n + 1.0; 2]);
+    }
+}
+
+#[test]
+fn default_report_has_one_inlined_row_per_function() {
+    if skip_unless_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_fixture(dir.path()) else {
+        return;
+    };
+    let run = sbs([
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "--invocations".as_ref(),
+        "bump".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+        "10".as_ref(),
+    ])
+    .success();
+    let out = run.stdout();
+    run.check(
+        out.contains("inlined::bump [inlined, 3 sites]"),
+        "one row for the three inlined sites",
+    );
+    run.check(out.contains("31"), "3 * 10 + 1 calls");
+}
