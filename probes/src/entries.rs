@@ -77,9 +77,36 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
     let Some(code) = image.code_of(function) else {
         return none(caller, "its function's bytes are not in the file".into());
     };
-    let end = function.address + function.size;
+    let (points, mut reasons) = match analyze(code, function.address, ranges) {
+        Ok(found) => found,
+        Err(why) => return none(caller, format!("{}: {why}", function.name)),
+    };
+    let mut probes = Vec::new();
+    for (a, len) in points {
+        match safe_offset(&image.exec_segments, a, len) {
+            Some(offset) => probes.push(EntryPoint { address: a, offset }),
+            None => reasons.push(format!("entry {a:#x} is outside an executable segment")),
+        }
+    }
+    Entries {
+        caller,
+        points: probes,
+        uncertain: (!reasons.is_empty()).then(|| reasons.join("; ")),
+    }
+}
+
+/// The kept entries, as (address, length), of the instance with code `ranges` in the
+/// function whose bytes `code` start at `start`, and the reasons for doubt; an error when
+/// the function does not decode.
+#[allow(clippy::type_complexity)]
+fn analyze(
+    code: &[u8],
+    start: u64,
+    ranges: &[(u64, u64)],
+) -> Result<(Vec<(u64, u64)>, Vec<String>), String> {
+    let end = start + code.len() as u64;
     let mut reasons = Vec::new();
-    if ranges.iter().any(|&(b, e)| b < function.address || e > end) {
+    if ranges.iter().any(|&(b, e)| b < start || e > end) {
         reasons.push(
             "part of its code lies outside its function's symbol (a split-off cold part is not probed)"
                 .to_string(),
@@ -88,18 +115,14 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
     let inside = |a: u64| ranges.iter().any(|&(b, e)| a >= b && a < e);
 
     let mut insns = Vec::new();
-    let mut decoder = Decoder::with_ip(64, code, function.address, DecoderOptions::NONE);
+    let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
     while decoder.can_decode() {
         let i = decoder.decode();
         if i.is_invalid() {
-            return none(
-                caller,
-                format!(
-                    "{} does not decode as x86-64 at {:#x}: instruction boundaries unknown",
-                    function.name,
-                    i.ip()
-                ),
-            );
+            return Err(format!(
+                "does not decode as x86-64 at {:#x}: instruction boundaries unknown",
+                i.ip()
+            ));
         }
         let target = match i.flow_control() {
             FlowControl::UnconditionalBranch
@@ -187,23 +210,8 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
             "{orphans} of its blocks are reached by no direct jump nor fall-through (jump-table targets or landing pads): not probed"
         ));
     }
-    let points: Vec<u64> = kept.iter().map(|&k| insns[k].ip).collect();
-    let mut probes = Vec::new();
-    for a in points {
-        let len = insns
-            .binary_search_by_key(&a, |i| i.ip)
-            .map(|k| insns[k].len)
-            .unwrap_or(1);
-        match safe_offset(&image.exec_segments, a, len) {
-            Some(offset) => probes.push(EntryPoint { address: a, offset }),
-            None => reasons.push(format!("entry {a:#x} is outside an executable segment")),
-        }
-    }
-    Entries {
-        caller,
-        points: probes,
-        uncertain: (!reasons.is_empty()).then(|| reasons.join("; ")),
-    }
+    let points = kept.iter().map(|&k| (insns[k].ip, insns[k].len)).collect();
+    Ok((points, reasons))
 }
 
 /// Whether control can pass from an instruction to the next one in memory.
@@ -292,5 +300,90 @@ impl Graph {
             }
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(code: &[u8], ranges: &[(u64, u64)]) -> (Vec<u64>, Vec<String>) {
+        let (points, reasons) = analyze(code, 0, ranges).unwrap();
+        (points.into_iter().map(|(a, _)| a).collect(), reasons)
+    }
+
+    #[test]
+    fn alignment_nop_before_a_loop_head_is_not_an_entry() {
+        let code = [
+            0x31, 0xc0, // 0x0 xor eax,eax
+            0x90, // 0x2 nop            (instance)
+            0x48, 0xff, 0xc0, // 0x3 inc rax   (instance, loop head)
+            0x48, 0x39, 0xf8, // 0x6 cmp rax,rdi
+            0x75, 0xf8, // 0x9 jne 0x3
+            0xc3, // 0xb ret
+        ];
+        assert_eq!(kept(&code, &[(0x2, 0x6)]), (vec![0x3], vec![]));
+    }
+
+    #[test]
+    fn caller_code_between_two_pieces_counts_one_pass() {
+        let code = [
+            0x48, 0x8b, 0x0f, // 0x0 mov rcx,[rdi]  (instance)
+            0x48, 0xff, 0xc0, // 0x3 inc rax        (caller)
+            0x48, 0x89, 0x0e, // 0x6 mov [rsi],rcx  (instance)
+            0x48, 0x39, 0xf8, // 0x9 cmp rax,rdi
+            0x75, 0xf2, // 0xc jne 0x0
+            0xc3, // 0xe ret
+        ];
+        assert_eq!(kept(&code, &[(0x0, 0x3), (0x6, 0x9)]), (vec![0x6], vec![]));
+    }
+
+    #[test]
+    fn exclusive_branches_are_both_kept() {
+        let code = [
+            0x85, 0xff, // 0x0 test edi,edi
+            0x74, 0x04, // 0x2 je 0x8
+            0x31, 0xc0, // 0x4 xor eax,eax  (instance)
+            0xeb, 0x02, // 0x6 jmp 0xa
+            0x31, 0xc0, // 0x8 xor eax,eax  (instance)
+            0xc3, // 0xa ret
+        ];
+        assert_eq!(
+            kept(&code, &[(0x4, 0x6), (0x8, 0xa)]),
+            (vec![0x4, 0x8], vec![])
+        );
+    }
+
+    #[test]
+    fn a_jump_back_to_an_entry_from_inside_is_uncertain() {
+        let code = [
+            0x31, 0xc0, // 0x0 xor eax,eax
+            0xff, 0xc0, // 0x2 inc eax   (instance)
+            0x75, 0xfc, // 0x4 jne 0x2   (instance)
+            0xc3, // 0x6 ret
+        ];
+        let (points, reasons) = kept(&code, &[(0x2, 0x6)]);
+        assert_eq!(points, vec![0x2]);
+        assert!(
+            reasons[0].contains("goes back to its entry 0x2"),
+            "{reasons:?}"
+        );
+    }
+
+    #[test]
+    fn never_a_probe_inside_an_instruction() {
+        let code = [
+            0x48, 0xff, 0xc0, // 0x0 inc rax: the instance's range starts at 0x1
+            0xc3, // 0x3 ret
+        ];
+        assert_eq!(kept(&code, &[(0x1, 0x3)]), (vec![], vec![]));
+    }
+
+    #[test]
+    fn undecodable_code_is_refused() {
+        assert!(
+            analyze(&[0x06], 0, &[(0x0, 0x1)]).is_err(),
+            "push es is invalid in 64-bit mode"
+        );
     }
 }
