@@ -13,7 +13,8 @@ N=${2:-1000}
 DIR=$(mktemp -d)
 trap 'perf probe -q -d "probe_inlined:*" 2>/dev/null || true; rm -rf "$DIR"' EXIT
 BIN=$DIR/inlined
-rustc --edition 2021 -C opt-level=3 -C debuginfo=2 -o "$BIN" "$(dirname "$0")/../../tests/fixtures/rust/inlined.rs"
+SRC=$(cd "$(dirname "$0")/../../tests/fixtures/rust" && pwd)/inlined.rs
+rustc --edition 2021 -C opt-level=3 -C debuginfo=2 -o "$BIN" "$SRC"
 THIRD=$(( (N + 2) / 3 ))
 echo "== expected: Vec::push $((4 * N + THIRD + 7)) in the fixture's code + 2 in std::env::args (argv); bump $((3 * N + 1))"
 
@@ -44,4 +45,14 @@ if command -v hyperfine >/dev/null; then
         -n "sbs-profile bump" "$SBS --runs 1 --warmup 0 --invocations bump -- $BIN $N" \
         -n "sbs-profile Vec::push" "$SBS --runs 1 --warmup 0 --invocations Vec::push -- $BIN $N" \
         -n "perf probe + perf stat (bump)" "sh -c 'perf probe -q -x $BIN --add bump && perf stat -x, -e probe_inlined:bump -- $BIN $N; perf probe -q -d probe_inlined:bump'"
+fi
+
+if command -v hyperfine >/dev/null; then
+    echo "== resolution in a larger release binary: $SBS itself ($(du -m "$SBS" | cut -f1) MB, debug = 1)"
+    # --max-probes 1 stops right after matching: symbols, the DWARF index, and for
+    # Vec::push the DWARF walk for its instances and the entry analysis of each.
+    "$SBS" --runs 1 --max-probes 1 --invocations Vec::push -- "$SBS" --version 2>&1 | cut -c1-120 || true
+    hyperfine -N -i --warmup 1 --runs 10 \
+        -n "resolve Vec::push (inlined sites)" "$SBS --runs 1 --max-probes 1 --invocations Vec::push -- $SBS --version" \
+        -n "resolve a name that matches nothing" "$SBS --runs 1 --max-probes 1 --invocations no_such_function_xyz -- $SBS --version"
 fi

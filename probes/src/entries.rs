@@ -210,7 +210,34 @@ fn analyze(
             "{orphans} of its blocks are reached by no direct jump nor fall-through (jump-table targets or landing pads): not probed"
         ));
     }
-    let points = kept.iter().map(|&k| (insns[k].ip, insns[k].len)).collect();
+    // A uprobe on a NOP is never hit on this kernel (6.18: a probe on an alignment NOP
+    // that runs once counted 0 while the next instruction counted every pass): an entry
+    // on padding moves to the first real instruction after it.
+    let mut points = Vec::new();
+    for &k in &kept {
+        let mut j = k;
+        while j < insns.len() && insns[j].padding && inside(insns[j].ip) {
+            j += 1;
+        }
+        if j == k {
+            points.push((insns[k].ip, insns[k].len));
+        } else if j < insns.len() && inside(insns[j].ip) {
+            if targeted.contains(&insns[j].ip) && !kept.contains(&j) {
+                reasons.push(format!(
+                    "its entry {:#x} is a NOP, probed at {:#x}, which a jump also reaches",
+                    insns[k].ip, insns[j].ip
+                ));
+            }
+            if !points.iter().any(|&(a, _)| a == insns[j].ip) {
+                points.push((insns[j].ip, insns[j].len));
+            }
+        } else {
+            reasons.push(format!(
+                "its entry {:#x} is only NOPs, which uprobes do not count: not probed",
+                insns[k].ip
+            ));
+        }
+    }
     Ok((points, reasons))
 }
 
@@ -377,6 +404,21 @@ mod tests {
             0xc3, // 0x3 ret
         ];
         assert_eq!(kept(&code, &[(0x1, 0x3)]), (vec![], vec![]));
+    }
+
+    #[test]
+    fn an_entry_on_a_nop_is_probed_after_it() {
+        let code = [
+            0x31, 0xc0, // 0x0 xor eax,eax
+            0x0f, 0x1f, 0x40, 0x00, // 0x2 nopl 0x0(%rax)  (instance)
+            0xff, 0xc0, // 0x6 inc eax  (instance)
+            0xc3, // 0x8 ret
+        ];
+        assert_eq!(kept(&code, &[(0x2, 0x8)]), (vec![0x6], vec![]));
+        // An instance that is only a NOP has nothing a uprobe counts.
+        let (points, reasons) = kept(&code, &[(0x2, 0x6)]);
+        assert_eq!(points, Vec::<u64>::new());
+        assert!(reasons[0].contains("only NOPs"), "{reasons:?}");
     }
 
     #[test]

@@ -61,12 +61,13 @@ pub enum ProbeError {
         /// "; closest names: ..." or empty.
         closest: String,
     },
-    /// A pattern matched more functions than the limit.
-    #[error("pattern `{pattern}` matches {count} functions, more than the limit of {limit} (e.g. {examples}): make the pattern more specific or raise the limit with --max-probes")]
+    /// A pattern needs more probes (functions and entry points of inlined copies) than
+    /// the limit.
+    #[error("pattern `{pattern}` needs {count} probes (matched functions and entry points of inlined copies), more than the limit of {limit} (e.g. {examples}): make the pattern more specific or raise the limit with --max-probes")]
     TooMany {
         /// The pattern.
         pattern: String,
-        /// How many functions it matched.
+        /// How many probes it needs.
         count: usize,
         /// The limit.
         limit: usize,

@@ -358,12 +358,10 @@ pub fn match_patterns(
         }
         let points = functions.len() + sites.iter().map(|s| s.points.len()).sum::<usize>();
         if points > max_probes {
-            let examples: Vec<&str> = functions.iter().take(3).map(|f| f.label.as_str()).collect();
-            let examples: Vec<&str> = if examples.is_empty() {
-                sites.iter().take(3).map(|s| s.function.as_str()).collect()
-            } else {
-                examples
-            };
+            let mut examples: Vec<&str> = functions.iter().map(|f| f.label.as_str()).collect();
+            examples.extend(sites.iter().map(|s| s.function.as_str()));
+            examples.dedup();
+            examples.truncate(3);
             return Err(ProbeError::TooMany {
                 pattern: pattern.as_str().to_string(),
                 count: points,
