@@ -13,9 +13,10 @@ static volatile int sink;
 static inline __attribute__((always_inline)) int twice(int x) { sink = x; return sink * 2; }
 static inline __attribute__((always_inline)) int thrice(int x) { return x * 3; }
 __attribute__((noinline)) int thrice_out(int x) { return x * 3 + 1; }
+int both(int x) { sink = x + 1; return sink; }
 __attribute__((noinline)) int a(int x) { return twice(x) + 1; }
 __attribute__((noinline)) int b(int x) { return twice(x) + thrice(x); }
-int main(int argc, char **argv) { (void)argv; return a(argc) + b(argc) + twice(argc) + thrice_out(argc); }
+int main(int argc, char **argv) { (void)argv; return a(argc) + b(argc) + twice(argc) + thrice_out(argc) + both(argc); }
 "#;
 
 /// Run a build command; `None` (skip) when the tool is missing.
@@ -74,11 +75,17 @@ fn inlined_only_functions_are_probed_at_their_entries() {
         assert!(!s.points.is_empty());
         let site = s.call_site.as_deref().unwrap_or_default();
         assert!(
-            site.ends_with("inl.c:6") || site.ends_with("inl.c:7") || site.ends_with("inl.c:8"),
+            site.ends_with("inl.c:7") || site.ends_with("inl.c:8") || site.ends_with("inl.c:9"),
             "{site}"
         );
     }
     assert_eq!(one(&mut target, "thrice").sites.len(), 1);
+
+    // Exported and inlined into main: the out-of-line copy and the inlined one, apart.
+    let m = one(&mut target, "both");
+    assert_eq!(m.functions.len(), 1);
+    assert_eq!(m.sites.len(), 1, "{:#?}", m.sites);
+    assert_eq!(m.sites[0].caller, "main");
 }
 
 #[test]

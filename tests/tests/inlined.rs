@@ -154,3 +154,68 @@ fn default_report_has_one_inlined_row_per_function() {
     );
     run.check(out.contains("31"), "3 * 10 + 1 calls");
 }
+
+const BOTH: &str = r#"
+#include <stdlib.h>
+static volatile int sink;
+int both(int x) { sink = x + 1; return sink; }
+__attribute__((noinline)) int loop(int n) { int s = 0; for (int i = 0; i < n; i++) s += both(i); return s; }
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 10;
+    int (*volatile call)(int) = both;
+    int s = loop(n);
+    for (int i = 0; i < 3; i++) s += call(i);
+    return s & 1;
+}
+"#;
+
+#[test]
+fn out_of_line_and_inlined_copies_are_counted_apart() {
+    if skip_unless_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("both.c");
+    std::fs::write(&src, BOTH).unwrap();
+    let exe = dir.path().join("both");
+    match Command::new("cc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => {
+            eprintln!("skipped: no C compiler `cc` ({e})");
+            return;
+        }
+    }
+    let run = sbs([
+        "--runs".as_ref(),
+        "2".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        "both".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+        "500".as_ref(),
+    ]);
+    let report = run.json();
+    let m = metric(&report, "invocations.both");
+    let rows = details(m);
+    run.check(
+        rows.iter().any(|(l, v)| l == "both" && *v == 3.0),
+        "out-of-line copy: 3 calls through the pointer",
+    );
+    run.check(
+        rows.iter()
+            .any(|(l, v)| l == "both [inlined, 1 site]" && *v == 500.0),
+        "inlined copy in loop(): 500 calls",
+    );
+    assert_eq!(samples(m), vec![503.0; 2]);
+}
