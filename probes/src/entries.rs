@@ -67,7 +67,21 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
     let Some(&(low, _)) = ranges.first() else {
         return none(String::new(), "it has no code".into());
     };
-    let Some(function) = image.function_at(low) else {
+    // The function holding most of its code (a split-off cold part may come first).
+    let mut holders: Vec<(&crate::elf::Function, u64)> = Vec::new();
+    for &(b, e) in ranges {
+        if let Some(f) = image.function_at(b) {
+            match holders.iter_mut().find(|(h, _)| h.address == f.address) {
+                Some((_, bytes)) => *bytes += e - b,
+                None => holders.push((f, e - b)),
+            }
+        }
+    }
+    let Some(function) = holders
+        .iter()
+        .max_by_key(|(f, bytes)| (*bytes, std::cmp::Reverse(f.address)))
+        .map(|(f, _)| *f)
+    else {
         return none(
             String::new(),
             format!("its code at {low:#x} lies in no function symbol (stripped?)"),
