@@ -157,11 +157,20 @@ fn analyze(
     // Candidate entries: where control comes in from outside the instance.
     let mut candidates: Vec<usize> = Vec::new();
     let targeted: std::collections::HashSet<u64> = insns.iter().filter_map(|i| i.target).collect();
+    // Dead padding: NOPs after a jump or return that no jump targets never run, so they
+    // fall into nothing (GCC pads before out-of-line slow paths of an instance).
+    let mut dead = vec![false; insns.len()];
+    for k in 1..insns.len() {
+        let prev = &insns[k - 1];
+        dead[k] = insns[k].padding
+            && !targeted.contains(&insns[k].ip)
+            && (!falls_through(prev.flow) || dead[k - 1]);
+    }
     let mut orphans = 0;
     for (k, insn) in insns.iter().enumerate().filter(|(_, i)| inside(i.ip)) {
         match k.checked_sub(1).map(|p| &insns[p]) {
             None => candidates.push(k),
-            Some(prev) if falls_through(prev.flow) => {
+            Some(prev) if falls_through(prev.flow) && !dead[k - 1] => {
                 if !inside(prev.ip) {
                     candidates.push(k);
                 }
@@ -196,6 +205,38 @@ fn analyze(
         let others: Vec<usize> = kept.iter().copied().filter(|&k| k != a).collect();
         if !others.is_empty() && graph.always_reaches(a, &others) {
             kept.retain(|&k| k != a);
+        }
+    }
+    // A kept entry that control reaches only right after leaving the instance, from
+    // places that only other kept entries lead to without leaving it, continues their
+    // pass (caller code between two pieces of one call, on a path the first rule could
+    // not see through, e.g. next to a slow path that skips the second piece).
+    let inside_k: Vec<bool> = insns.iter().map(|i| inside(i.ip)).collect();
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); insns.len()];
+    for (k, succ) in graph.succ.iter().enumerate() {
+        if k + 1 < insns.len() && succ.contains(&(k + 1)) && dead[k] {
+            continue;
+        }
+        for &s in succ {
+            preds[s].push(k);
+        }
+    }
+    for &b in &kept.clone() {
+        let Some(feeders) = feeders(&preds, &inside_k, b) else {
+            continue;
+        };
+        let mut sources: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&c| {
+                feeders
+                    .iter()
+                    .any(|&x| graph.reaches_inside(c, x, &inside_k))
+            })
+            .collect();
+        sources.sort_unstable();
+        if !sources.is_empty() && sources.iter().all(|&c| c != b && kept.contains(&c)) {
+            kept.retain(|&k| k != b);
         }
     }
     for &a in &kept {
@@ -266,6 +307,43 @@ fn falls_through(flow: FlowControl) -> bool {
     )
 }
 
+/// The instructions of the instance from which control leaves it and, through code
+/// outside it only, reaches `entry`; `None` when `entry` can also be reached another way
+/// (from the function's start, or from code that nothing in the function leads to).
+fn feeders(preds: &[Vec<usize>], inside: &[bool], entry: usize) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut seen = vec![false; preds.len()];
+    let mut stack: Vec<usize> = Vec::new();
+    for &p in &preds[entry] {
+        if inside[p] {
+            continue; // a jump back from inside: not an entry edge
+        }
+        if !seen[p] {
+            seen[p] = true;
+            stack.push(p);
+        }
+    }
+    if stack.is_empty() {
+        return None;
+    }
+    while let Some(k) = stack.pop() {
+        if k == 0 || preds[k].is_empty() {
+            return None;
+        }
+        for &p in &preds[k] {
+            if inside[p] {
+                out.push(p);
+            } else if !seen[p] {
+                seen[p] = true;
+                stack.push(p);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Some(out)
+}
+
 /// The control flow between the instructions of one function (successors by index);
 /// leaving the function (return, tail call, indirect jump, its end) is an exit.
 struct Graph {
@@ -324,6 +402,28 @@ impl Graph {
         true
     }
 
+    /// Whether a path inside the instance (`inside`) leads from `from` to `to`.
+    fn reaches_inside(&self, from: usize, to: usize, inside: &[bool]) -> bool {
+        if from == to {
+            return true;
+        }
+        let mut seen = vec![false; self.succ.len()];
+        let mut stack = vec![from];
+        seen[from] = true;
+        while let Some(k) = stack.pop() {
+            for &s in &self.succ[k] {
+                if s == to {
+                    return true;
+                }
+                if inside[s] && !seen[s] {
+                    seen[s] = true;
+                    stack.push(s);
+                }
+            }
+        }
+        false
+    }
+
     /// Whether some path leads from `from` to `to` without passing `from` again.
     fn reaches(&self, from: usize, to: usize) -> bool {
         let mut seen = vec![false; self.succ.len()];
@@ -380,6 +480,25 @@ mod tests {
     }
 
     #[test]
+    fn second_piece_skipped_by_a_slow_path_is_one_pass() {
+        // GCC's vector::push_back in a loop: capacity check, store, the caller's counter,
+        // then the rest of push_back; the slow path leaves without the rest.
+        let code = [
+            0x31, 0xc9, // 0x0 xor ecx,ecx
+            0x48, 0x39, 0xf7, // 0x2 cmp rdi,rsi     (instance)
+            0x74, 0x08, // 0x5 je 0xf              (instance)
+            0x48, 0x89, 0x07, // 0x7 mov [rdi],rax   (instance)
+            0xff, 0xc1, // 0xa inc ecx             (caller)
+            0xff, 0xc0, // 0xc inc eax             (instance)
+            0xc3, // 0xe ret
+            0x31, 0xd2, // 0xf xor edx,edx         (instance, slow path)
+            0xc3, // 0x11 ret
+        ];
+        let ranges = [(0x2, 0xa), (0xc, 0xe), (0xf, 0x11)];
+        assert_eq!(kept(&code, &ranges), (vec![0x2], vec![]));
+    }
+
+    #[test]
     fn exclusive_branches_are_both_kept() {
         let code = [
             0x85, 0xff, // 0x0 test edi,edi
@@ -433,6 +552,20 @@ mod tests {
         let (points, reasons) = kept(&code, &[(0x2, 0x6)]);
         assert_eq!(points, Vec::<u64>::new());
         assert!(reasons[0].contains("only NOPs"), "{reasons:?}");
+    }
+
+    #[test]
+    fn dead_padding_falls_into_nothing() {
+        let code = [
+            0x85, 0xff, // 0x0 test edi,edi    (instance)
+            0x74, 0x04, // 0x2 je 0x8          (instance)
+            0xc3, // 0x4 ret
+            0x0f, 0x1f, 0x00, // 0x5 nopl (%rax): dead padding after a ret
+            0x31, 0xc0, // 0x8 xor eax,eax  (instance's slow path)
+            0xc3, // 0xa ret
+        ];
+        // 0x8 is entered only by the jump from inside: not an entry, no doubt.
+        assert_eq!(kept(&code, &[(0x0, 0x4), (0x8, 0xa)]), (vec![0x0], vec![]));
     }
 
     #[test]

@@ -219,3 +219,65 @@ fn out_of_line_and_inlined_copies_are_counted_apart() {
     );
     assert_eq!(samples(m), vec![503.0; 2]);
 }
+
+#[test]
+fn inlined_cpp_push_back_is_counted_exactly() {
+    if skip_unless_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cpp/push_back.cpp");
+    let exe = dir.path().join("push_back");
+    match Command::new("g++")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => {
+            eprintln!("skipped: no C++ compiler `g++` ({e})");
+            return;
+        }
+    }
+    for n in [1u32, 1000, 3001] {
+        let arg = n.to_string();
+        let run = sbs([
+            "--runs".as_ref(),
+            "1".as_ref(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            "--invocations".as_ref(),
+            "vector::push_back".as_ref(),
+            "--".as_ref(),
+            exe.as_os_str(),
+            arg.as_ref(),
+        ]);
+        let report = run.json();
+        let m = metric(&report, "invocations.vector::push_back");
+        let rows = details(m);
+        let n = f64::from(n);
+        let row = |prefix: &str| {
+            rows.iter()
+                .filter(|(l, _)| l.starts_with(prefix))
+                .map(|(_, v)| *v)
+                .sum::<f64>()
+        };
+        assert_eq!(
+            row("std::vector<int, std::allocator<int> >::push_back"),
+            n,
+            "{m:#}"
+        );
+        let odd = (n / 2.0).floor();
+        assert_eq!(
+            row("std::vector<long, std::allocator<long> >::push_back"),
+            n + odd,
+            "{m:#}"
+        );
+        assert_eq!(samples(m), vec![2.0 * n + odd]);
+    }
+}
