@@ -27,6 +27,25 @@ for F in bump push; do
     perf probe -q -d "probe_inlined:*" 2>/dev/null || true
 done
 
+CPP=$DIR/push_back
+if g++ -O2 -g -o "$CPP" "$(dirname "$SRC")/../cpp/push_back.cpp"; then
+    echo "== C++ (g++ -O2 -g): expected vector<int>::push_back $N, vector<long>::push_back $((N + N / 2))"
+    perf probe -q -d "probe_push_back:*" 2>/dev/null || true
+    perf probe -x "$CPP" --add push_back 2>&1 | grep -v '^$' | grep -v 'perf record' | grep -v 'You can now' || true
+    grep probe_push_back /sys/kernel/tracing/uprobe_events || true
+    perf stat -x, -e "probe_push_back:push_back" -- "$CPP" "$N" 2>&1 >/dev/null | grep probe_push_back || true
+    perf probe -q -d "probe_push_back:*" 2>/dev/null || true
+    "$SBS" --runs 1 --format json --invocations 'vector::push_back' -- "$CPP" "$N" |
+        python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+for m in r["benchmarks"][0]["metrics"]:
+    print(m["id"], m["samples"][0])
+    for d in m.get("details", []):
+        print("   ", d["label"], d["samples"][0])
+'
+fi
+
 echo "== sbs-profile --invocations-detail --invocations Vec::push --invocations bump"
 "$SBS" --runs 1 --format json --invocations-detail --invocations Vec::push --invocations bump -- "$BIN" "$N" |
     python3 -c '

@@ -22,7 +22,12 @@
 //! hoisted set-up code before a loop, an alignment NOP before a loop head, caller code
 //! (a loop counter) scheduled between two pieces of the instance. A candidate entry from
 //! which every path reaches another kept entry, before it leaves the function or comes
-//! back to itself, is counted there and not probed; this is what makes loops exact.
+//! back to itself, is counted there and not probed; this is what makes loops exact. A
+//! kept candidate reached only right after leaving the instance, from places that only
+//! other kept candidates lead to inside it, continues their pass and is dropped too (a
+//! slow path that skips the second piece of the instance). NOP padding after a jump or
+//! return that nothing targets never runs and falls into nothing. No probe is ever put
+//! on a NOP: on kernel 6.18 a uprobe there is not hit.
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 
