@@ -324,6 +324,8 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
     let mut groups = Vec::new();
     if !args.invocations.is_empty() {
         groups.push(invocations_group(args, run)?);
+    } else if args.invocations_detail {
+        bail!("--invocations-detail details the rows of --invocations; add --invocations PATTERN");
     }
     let alloc_path = if args.alloc_harness {
         AllocPath::Harness

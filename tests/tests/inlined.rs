@@ -281,3 +281,8 @@ fn inlined_cpp_push_back_is_counted_exactly() {
         assert_eq!(samples(m), vec![2.0 * n + odd]);
     }
 }
+
+#[test]
+fn detail_without_invocations_is_an_error() {
+    sbs(["--invocations-detail", "--", "/bin/true"]).fails_with(2, "add --invocations PATTERN");
+}
