@@ -116,6 +116,23 @@ fn report_from_history(args: &sbs_collector::report_cmd::ReportArgs) -> anyhow::
     Ok(exit_for(&regressions))
 }
 
+/// The error and its causes on one line, each cause once: many errors already quote
+/// their cause in their own message.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out.replace('\n', " ")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -133,7 +150,7 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            let _ = writeln!(std::io::stderr(), "error: {}", one_line(&e));
             ExitCode::from(2)
         }
     }
