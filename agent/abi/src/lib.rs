@@ -14,6 +14,8 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+pub mod harness;
+
 use core::mem::{offset_of, size_of};
 use core::sync::atomic::AtomicU64;
 
