@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod counters;
+pub mod harness;
 pub mod invocations;
 pub mod memory;
 pub mod timing;

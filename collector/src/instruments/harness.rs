@@ -1,0 +1,223 @@
+//! The harness instrument: the last instrument of every group of a harnessed benchmark
+//! (`--bench`, `--harness`). It tells the harness in the child what the run is for
+//! (timing, or counting inside the measured region), reads the records the harness wrote,
+//! and turns them, and the region counts of the instruments before it, into metrics per
+//! operation: `time.op`, `alloc.count/op`, `alloc.bytes/op`, `heap.retained`,
+//! `invocations.X/op`. See `docs/harness.md`.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+
+use anyhow::Context;
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+use sbs_agent_abi::harness as proto;
+use sbs_reports::model::Unit;
+
+use crate::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+
+/// Suffix of per-operation metric ids.
+pub const PER_OP: &str = "/op";
+
+/// What the harness in the child does in this group's runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HarnessMode {
+    /// Time the operation (the timing group).
+    Time,
+    /// Run `ops` operations inside the region.
+    Count {
+        /// Operations per run.
+        ops: u64,
+    },
+}
+
+/// Reads the harness's records and reports per-operation metrics.
+#[derive(Debug)]
+pub struct HarnessRecords {
+    benchmark: String,
+    mode: HarnessMode,
+    /// Metric id prefixes of the instruments before this one that counted inside the
+    /// region only (`invocations.`): they get a `/op` metric too.
+    region_prefixes: Vec<String>,
+    file: Option<File>,
+    runs: usize,
+    not_steady: usize,
+}
+
+impl HarnessRecords {
+    /// The instrument for `benchmark`'s runs in `mode`.
+    pub fn new(benchmark: &str, mode: HarnessMode, region_prefixes: Vec<String>) -> Self {
+        HarnessRecords {
+            benchmark: benchmark.to_string(),
+            mode,
+            region_prefixes,
+            file: None,
+            runs: 0,
+            not_steady: 0,
+        }
+    }
+
+    fn records(&self, text: &str) -> Vec<(String, f64)> {
+        text.lines()
+            .filter_map(proto::parse_record)
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+}
+
+fn get(records: &[(String, f64)], key: &str) -> Option<f64> {
+    records
+        .iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| *v)
+}
+
+impl Instrument for HarnessRecords {
+    fn name(&self) -> &str {
+        "harness"
+    }
+
+    fn needs_start_gate(&self) -> bool {
+        false
+    }
+
+    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        let file = File::from(
+            memfd_create(c"sbs-harness-records", MemFdCreateFlag::MFD_CLOEXEC)
+                .context("cannot create the harness record file (memfd_create)")?,
+        );
+        let child: OwnedFd = file
+            .try_clone()
+            .context("cannot pass the harness record file to the child")?
+            .into();
+        setup.pass_fds.push((child, proto::OUT_FD));
+        setup.env.push((
+            proto::ENV_OUT.into(),
+            format!("/proc/self/fd/{}", proto::OUT_FD).into(),
+        ));
+        match self.mode {
+            HarnessMode::Time => setup
+                .env
+                .push((proto::ENV_MODE.into(), proto::MODE_TIME.into())),
+            HarnessMode::Count { ops } => {
+                setup
+                    .env
+                    .push((proto::ENV_MODE.into(), proto::MODE_COUNT.into()));
+                setup
+                    .env
+                    .push((proto::ENV_OPS.into(), ops.to_string().into()));
+            }
+        }
+        self.file = Some(file);
+        Ok(())
+    }
+
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        let file = self
+            .file
+            .take()
+            .context("internal error: harness collect without prepare")?;
+        let mut text = String::new();
+        (&file)
+            .read_to_string(&mut text)
+            .context("cannot read the harness record file")?;
+        let records = self.records(&text);
+        if records.is_empty() {
+            if !outcome.exit.success() {
+                // The failure itself is reported by the scheduler.
+                return Ok(());
+            }
+            anyhow::bail!(
+                "`{}` wrote no harness records: is it a benchmark of a binary built with \
+                 sbs-harness (its main must call Suite::main)? Run the binary with --list to see \
+                 its benchmarks",
+                self.benchmark
+            );
+        }
+        self.runs += 1;
+        let missing = |key: &str| {
+            anyhow::anyhow!(
+                "the harness of `{}` reported no `{key}` record; sbs-harness and sbs-profile \
+                 versions may differ",
+                self.benchmark
+            )
+        };
+        match self.mode {
+            HarnessMode::Time => {
+                let t = get(&records, proto::REC_TIME_OP).ok_or_else(|| missing("time.op"))?;
+                out.push(Sample::new(
+                    MetricSpec::new("time.op", Unit::Seconds, "harness", false),
+                    t,
+                ));
+                if get(&records, proto::REC_NOT_STEADY).unwrap_or(0.0) != 0.0 {
+                    self.not_steady += 1;
+                }
+            }
+            HarnessMode::Count { .. } => {
+                let ops = get(&records, proto::REC_OPS).ok_or_else(|| missing("ops"))?;
+                if ops <= 0.0 {
+                    anyhow::bail!("the harness of `{}` ran no operation", self.benchmark);
+                }
+                let events = get(&records, "region.events").unwrap_or(0.0);
+                let mut per_op = Vec::new();
+                for s in out.iter() {
+                    if !self
+                        .region_prefixes
+                        .iter()
+                        .any(|p| s.metric.id.starts_with(p))
+                    {
+                        continue;
+                    }
+                    if events == 0.0 {
+                        anyhow::bail!(
+                            "the harness of `{}` received no region descriptors, so {} would \
+                             count the whole process; sbs-harness and sbs-profile versions may \
+                             differ",
+                            self.benchmark,
+                            s.metric.id
+                        );
+                    }
+                    let mut metric = s.metric.clone();
+                    metric.id.push_str(PER_OP);
+                    per_op.push(Sample {
+                        metric,
+                        value: s.value / ops,
+                        details: s
+                            .details
+                            .iter()
+                            .map(|(l, v)| (l.clone(), v / ops))
+                            .collect(),
+                    });
+                }
+                out.extend(per_op);
+                let agent = |id: &str, unit| MetricSpec::new(id, unit, "agent", true);
+                if let Some(n) = get(&records, proto::REC_ALLOC_COUNT) {
+                    out.push(Sample::new(agent("alloc.count/op", Unit::Count), n / ops));
+                }
+                if let Some(b) = get(&records, proto::REC_ALLOC_BYTES) {
+                    out.push(Sample::new(agent("alloc.bytes/op", Unit::Bytes), b / ops));
+                }
+                if let Some(r) = get(&records, proto::REC_RETAINED) {
+                    out.push(Sample::new(agent("heap.retained", Unit::Bytes), r));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.file = None;
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        if self.not_steady == 0 {
+            return Vec::new();
+        }
+        vec![format!(
+            "time.op: no steady state in {} of {} processes (their last measurements were kept); \
+             pass --harness-arg=--max-iterations=N or --harness-arg=--cov=X, or quiet the machine",
+            self.not_steady, self.runs
+        )]
+    }
+}

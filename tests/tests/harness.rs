@@ -1,0 +1,189 @@
+//! The benchmark harness end to end: per-operation counts that are exact and exclude the
+//! set-up, parameters, the harness binary's own modes, and `--bench` with cargo.
+
+mod util;
+
+use std::process::Command;
+
+use util::{metric, samples, sbs};
+
+const FIXTURE: &str = fixture!("harness_fixture");
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn all_equal(values: &[f64], expected: f64) -> bool {
+    !values.is_empty() && values.iter().all(|&v| v == expected)
+}
+
+fn bench_named<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["benchmarks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .unwrap_or_else(|| panic!("no benchmark {name} in {report:#}"))
+}
+
+fn metric_of<'a>(bench: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    bench["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("no metric {id} in {bench:#}"))
+}
+
+#[test]
+fn list_shows_benchmarks_and_parameters() {
+    let out = sbs(["--list", "--", FIXTURE]).success();
+    let text = out.stdout();
+    out.check(text.contains("pushes\n"), "pushes listed");
+    out.check(
+        text.contains("sized  (bytes=1000)"),
+        "sized listed with its parameter",
+    );
+    let out = sbs(["--list", "--", FIXTURE, "siz"]).success();
+    out.check(
+        out.stdout().trim() == "sized  (bytes=1000)",
+        "filter applies",
+    );
+}
+
+#[test]
+fn allocations_per_operation_are_exact_and_exclude_the_set_up() {
+    let out = sbs([
+        "--harness",
+        "--alloc",
+        "--runs",
+        "3",
+        "--ops",
+        "7",
+        "-f",
+        "json",
+        "--",
+        FIXTURE,
+        "pushes",
+    ])
+    .success();
+    let report = out.json();
+    let b = bench_named(&report, "pushes");
+    assert!(
+        all_equal(&samples(metric_of(b, "alloc.count/op")), 5.0),
+        "{b:#}"
+    );
+    assert!(
+        all_equal(&samples(metric_of(b, "alloc.bytes/op")), 496.0),
+        "{b:#}"
+    );
+    // The result (4 inner vectors and the outer one) is held while measured.
+    assert!(
+        all_equal(&samples(metric_of(b, "heap.retained")), 496.0),
+        "{b:#}"
+    );
+    // The whole process made far more: the set-up's 1000 boxes at least.
+    let whole = samples(metric_of(b, "alloc.count"));
+    assert!(whole.iter().all(|&n| n > 1000.0 + 7.0 * 5.0), "{whole:?}");
+    // Timing per operation, one sample per process.
+    let t = samples(metric_of(b, "time.op"));
+    assert_eq!(t.len(), 3);
+    assert!(t.iter().all(|&s| s > 0.0 && s < 0.01), "{t:?}");
+}
+
+#[test]
+fn parameters_reach_the_set_up() {
+    let out = sbs([
+        "--harness",
+        "--alloc",
+        "--runs",
+        "2",
+        "--param",
+        "bytes=3000",
+        "-f",
+        "json",
+        "--",
+        FIXTURE,
+        "sized",
+    ])
+    .success();
+    let report = out.json();
+    let m = metric(&report, "alloc.bytes/op");
+    assert!(all_equal(&samples(m), 3000.0), "{m:#}");
+    assert!(all_equal(&samples(metric(&report, "alloc.count/op")), 1.0));
+    sbs(["--harness", "--param", "nope=1", "--", FIXTURE, "sized"])
+        .fails_with(2, "parameter `nope` is not declared by sized; declared parameters (with defaults): bytes=1000");
+}
+
+#[test]
+fn invocations_per_operation_are_exact_and_exclude_the_set_up() {
+    if !is_root() {
+        eprintln!("skipped: uprobes need root");
+        return;
+    }
+    let out = sbs([
+        "--harness",
+        "--invocations",
+        "harness_fixture::push_one",
+        "--runs",
+        "2",
+        "--ops",
+        "4",
+        "-f",
+        "json",
+        "--",
+        FIXTURE,
+        "pushes",
+    ])
+    .success();
+    let report = out.json();
+    let per_op = samples(metric(&report, "invocations.harness_fixture::push_one/op"));
+    assert!(all_equal(&per_op, 1000.0), "{per_op:?}");
+    // The run's total counts the 4 operations only, not the set-up's 10000 calls.
+    let total = samples(metric(&report, "invocations.harness_fixture::push_one"));
+    assert!(all_equal(&total, 4000.0), "{total:?}");
+}
+
+#[test]
+fn a_binary_that_is_not_a_harness_is_refused() {
+    sbs(["--harness", "--", fixture!("exit_with"), "0"]).fails_with(2, "lists no benchmark");
+}
+
+#[test]
+fn the_binary_measures_itself_with_bench_and_smoke_tests_without() {
+    let out = Command::new(FIXTURE)
+        .args([
+            "--bench",
+            "spin",
+            "--processes",
+            "2",
+            "--samples",
+            "3",
+            "--warmup",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("spin\n    time/op "), "{text}");
+    assert!(text.contains("95% CI over 2 processes"), "{text}");
+    let out = Command::new(FIXTURE).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for name in ["pushes", "sized", "spin"] {
+        assert!(text.contains(&format!("test {name} ... ok")), "{text}");
+    }
+    let out = Command::new(FIXTURE)
+        .args(["--sbs-run", "nothing"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no benchmark named `nothing`"), "{err}");
+}
