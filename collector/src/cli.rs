@@ -362,7 +362,7 @@ fn build_groups(
             instruments,
         });
     }
-    groups.extend(crate::counters_plan::groups_for(args)?);
+    groups.extend(crate::counters_plan::groups_for(args, harness.is_some())?);
     let others_requested = !groups.is_empty();
     // A harnessed benchmark is always timed: time.op is what it is for.
     if args.time || !others_requested || harness.is_some() {
@@ -381,6 +381,10 @@ fn build_groups(
                 "invocations" => (
                     HarnessMode::Count { ops: args.ops },
                     vec!["invocations.".to_string()],
+                ),
+                n if n.starts_with("counters") => (
+                    HarnessMode::Count { ops: args.ops },
+                    vec!["counter.".to_string()],
                 ),
                 _ => (HarnessMode::Count { ops: args.ops }, Vec::new()),
             };

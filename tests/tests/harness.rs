@@ -187,3 +187,61 @@ fn the_binary_measures_itself_with_bench_and_smoke_tests_without() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no benchmark named `nothing`"), "{err}");
 }
+
+#[test]
+fn perf_counters_count_inside_the_region_only() {
+    // page-faults is a software event: it works without a PMU. The operation of `spin`
+    // touches no new memory, so its region counts (almost) no fault, while the whole
+    // process (loader, set-up, harness) faults dozens of times.
+    let whole = sbs([
+        "--counters",
+        "page-faults",
+        "--runs",
+        "2",
+        "-f",
+        "json",
+        "--",
+        FIXTURE,
+        "--sbs-run",
+        "spin",
+    ]);
+    if whole.code() == Some(2) && whole.stderr().contains("perf_event_paranoid") {
+        eprintln!(
+            "skipped: perf events not permitted here: {}",
+            whole.stderr()
+        );
+        return;
+    }
+    let whole = whole.success();
+    let whole_faults = samples(metric(&whole.json(), "counter.page-faults"));
+    let out = sbs([
+        "--harness",
+        "--counters",
+        "page-faults",
+        "--runs",
+        "2",
+        "--ops",
+        "5",
+        "-f",
+        "json",
+        "--",
+        FIXTURE,
+        "spin",
+    ])
+    .success();
+    let report = out.json();
+    let region = samples(metric(&report, "counter.page-faults"));
+    let per_op = samples(metric(&report, "counter.page-faults/op"));
+    out.check(
+        whole_faults.iter().all(|&f| f > 50.0),
+        &format!("whole process faults: {whole_faults:?}"),
+    );
+    out.check(
+        region.iter().all(|&f| f < 10.0),
+        &format!("region faults: {region:?} vs whole {whole_faults:?}"),
+    );
+    out.check(
+        per_op.iter().zip(&region).all(|(p, r)| *p == r / 5.0),
+        "per-op is the region total over 5 operations",
+    );
+}

@@ -215,7 +215,7 @@ impl Instrument for HarnessRecords {
             return Vec::new();
         }
         vec![format!(
-            "time.op: no steady state in {} of {} processes (their last measurements were kept); \
+            "time.op: no steady state in {} of {} processes, warm-up runs included (their last measurements were kept); \
              pass --harness-arg=--max-iterations=N or --harness-arg=--cov=X, or quiet the machine",
             self.not_steady, self.runs
         )]
