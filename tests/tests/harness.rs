@@ -245,3 +245,79 @@ fn perf_counters_count_inside_the_region_only() {
         "per-op is the region total over 5 operations",
     );
 }
+
+/// `sbs-profile --bench NAME` builds the example crate's bench target with cargo (release,
+/// symbols and debug info kept) and measures its benchmarks. Uses a target directory of
+/// its own under this one, so that it never waits for the lock of the outer build.
+#[test]
+fn cargo_bench_target_is_built_listed_and_measured() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/wordfreq-bench");
+    let target = std::path::PathBuf::from(FIXTURE)
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("sbs-bench-test");
+    let run = |args: &[&str]| {
+        let output = Command::new(util::sbs_profile())
+            .args(args)
+            .current_dir(&example)
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .expect("spawn sbs-profile");
+        util::Finished {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            output,
+        }
+    };
+    let out = run(&["--bench", "wordfreq", "--list"]).success();
+    out.check(
+        out.stdout() == "wordfreq/count  (words=200000)\nwordfreq/top  (words=200000,k=3)\n",
+        "both benchmarks listed with their parameters",
+    );
+    let out = run(&[
+        "--bench",
+        "wordfreq",
+        "--alloc",
+        "--runs",
+        "2",
+        "--ops",
+        "3",
+        "--param",
+        "words=2000",
+        "-f",
+        "json",
+        "--",
+        "top",
+    ])
+    .success();
+    let report = out.json();
+    out.check(
+        report["benchmarks"].as_array().map(Vec::len) == Some(1),
+        "the filter selects wordfreq/top only",
+    );
+    let per_op = samples(metric(&report, "alloc.count/op"));
+    out.check(
+        per_op.len() == 2 && per_op[0] == per_op[1] && per_op[0] > 100.0,
+        &format!("one String per distinct word and the vector's growth: {per_op:?}"),
+    );
+    let exe = std::fs::read_dir(target.join("release/deps"))
+        .expect("cargo built into the test's target dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("wordfreq-") && !n.contains('.'))
+        })
+        .expect("the bench executable");
+    let symbols = Command::new("nm").arg(&exe).output();
+    if let Ok(symbols) = symbols {
+        let text = String::from_utf8_lossy(&symbols.stdout);
+        assert!(
+            text.contains("wordfreq_bench") && text.contains("count"),
+            "symbols kept in {}",
+            exe.display()
+        );
+    }
+}
