@@ -4,9 +4,10 @@
 # 1. Whole process: tests/src/bin/wordfreq.rs (generate 200000 words, count, top 3),
 #    timed by sbs-profile (time.wall) and, in the same run, by hyperfine (the peer tool
 #    for whole-process timing), 10 processes each.
-# 2. Harnessed: examples/wordfreq-bench's `wordfreq/count` (the same count over the same
-#    200000 words; generation is the set-up), sbs-profile --bench, 10 processes, each
-#    warming up to steady state and keeping 10 measurements: time.op.
+# 2. Harnessed: examples/wordfreq-bench's `wordfreq/count` and `wordfreq/top` (the same
+#    count and top over the same 200000 words; generation is the set-up), sbs-profile
+#    --bench, RUNS processes each, each warming up to steady state and keeping 10
+#    measurements: time.op.
 # 3. Per-operation counts of the same benchmark: invocations of malloc and allocations.
 #
 # Usage: benches/harness/run.sh [RUNS]   (from the repository root; needs root for uprobes)
@@ -28,10 +29,10 @@ if command -v hyperfine >/dev/null; then
         "$WORDFREQ 200000" >/dev/null
 fi
 
-echo "== harnessed: sbs-profile --bench wordfreq -- wordfreq/count, $RUNS processes"
+echo "== harnessed: sbs-profile --bench wordfreq (count and top, interleaved), $RUNS processes each"
 (cd examples/wordfreq-bench &&
     "$SBS" --bench wordfreq --runs "$RUNS" --warmup 1 -f json -o "$OUT/harness.json" \
-        -- wordfreq/count)
+        -- wordfreq/)
 
 python3 - "$OUT" <<'PY'
 import json, math, sys
@@ -43,9 +44,11 @@ T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2
 def ci(xs):
     n = len(xs); m = mean(xs); h = T.get(n - 1, 1.96) * stdev(xs) / math.sqrt(n)
     return m, h
-def metric(path, id_):
+def metric(path, id_, bench=None):
     r = json.load(open(path))
     for b in r["benchmarks"]:
+        if bench is not None and b["name"] != bench:
+            continue
         for m in b["metrics"]:
             if m["id"] == id_:
                 return m["samples"]
@@ -57,10 +60,11 @@ try:
     rows.append(("hyperfine, whole process", h))
 except FileNotFoundError:
     pass
-rows.append(("sbs-profile --bench, harnessed (time.op)", metric(f"{out}/harness.json", "time.op")))
+for b in ("wordfreq/count", "wordfreq/top"):
+    rows.append((f"sbs-profile --bench, {b} (time.op)", metric(f"{out}/harness.json", "time.op", b)))
 print(f"| measurement | n | mean | 95% CI half-width | relative |")
 print(f"|---|---|---|---|---|")
 for name, xs in rows:
     m, hw = ci(xs)
-    print(f"| {name} | {len(xs)} | {m*1e3:.3f} ms | ± {hw*1e3:.3f} ms | ± {hw/m*100:.2f}% |")
+    print(f"| {name} | {len(xs)} | {m*1e3:.4f} ms | ± {hw*1e3:.4f} ms | ± {hw/m*100:.2f}% |")
 PY
