@@ -1,6 +1,6 @@
 //! The interposed malloc family, the start-up that finds the report region, and the fork
 //! handler. Every function here is a thin shim: block headers are in [`crate::header`],
-//! counting in [`crate::counters`].
+//! counting in `sbs_agent_abi::counters`.
 //!
 //! Rules kept throughout: nothing here allocates through `malloc` (only the `__libc_*`
 //! entry points), nothing uses thread-local storage, and nothing can unwind (the panic
@@ -16,9 +16,9 @@ use sbs_agent_abi::{
     ENV_REGION_TOKEN_C, HEADER_SIZE as REGION_HEADER_SIZE, REGION_SIZE, SLOT_COUNT,
 };
 
-use crate::counters::{self, Access, ForkSnapshot};
 use crate::header::{self, Block, HEADER_SIZE, MAX_OFFSET};
 use crate::sys;
+use sbs_agent_abi::counters::{self, Access, ForkSnapshot, Target};
 
 /// The report slot of this process image, or null (no region, or all slots taken).
 static SLOT: AtomicPtr<Slot> = AtomicPtr::new(null_mut());
@@ -210,6 +210,23 @@ fn access() -> Access {
     }
 }
 
+/// Where this thread's update goes. A single-threaded process always uses stripe 0 and
+/// skips asking for its thread identity.
+#[inline]
+fn target(slot: &Slot) -> Target<'_> {
+    let access = access();
+    let stripe = match access {
+        Access::Exclusive => &slot.stripes[0],
+        // SAFETY: pthread_self has no preconditions and cannot fail.
+        Access::Shared => counters::stripe_of(slot, unsafe { sys::pthread_self() }),
+    };
+    Target {
+        slot,
+        stripe,
+        access,
+    }
+}
+
 fn set_errno(code: c_int) {
     // SAFETY: __errno_location returns this thread's errno.
     unsafe { *sys::__errno_location() = code };
@@ -264,12 +281,11 @@ unsafe fn finish(
     unsafe { ptr::write(user.cast::<[u64; 2]>().sub(1), words) };
     if let Some(slot) = slot {
         match realloc_of {
-            None => counters::on_alloc(slot, size as u64, access()),
+            None => counters::on_alloc(target(slot), size as u64),
             Some(old) => counters::on_realloc(
-                slot,
+                target(slot),
                 old.counted.then_some(old.size as u64),
                 size as u64,
-                access(),
             ),
         }
     }
@@ -315,7 +331,7 @@ fn aligned(align: usize, size: usize) -> *mut c_void {
 unsafe fn release(user: *mut c_void, block: Block) {
     if block.counted {
         if let Some(slot) = current_slot() {
-            counters::on_free(slot, block.size as u64, access());
+            counters::on_free(target(slot), block.size as u64);
         }
     }
     // SAFETY: the header lies in the block (contract); clearing it means stale memory never

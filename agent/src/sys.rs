@@ -38,6 +38,7 @@ extern "C" {
     ) -> *mut c_void;
     pub fn getpid() -> c_int;
     pub fn getppid() -> c_int;
+    pub fn pthread_self() -> usize;
     pub fn sysconf(name: c_int) -> c_long;
     pub fn pthread_atfork(
         prepare: AtforkHandler,

@@ -59,6 +59,8 @@ for _ in $(seq 100); do
 done
 echo "-- saving 100 sessions of 'true' (2 runs each): the gate fired in $fired of them:"
 sort "$TMP/errs" | sed 's/ against .*(/ (/' | cut -c1-80 | sort | uniq -c | sed 's/^/   /' || true
-hyperfine -N --runs 10 --warmup 1 \
+hyperfine -N --runs 20 --warmup 2 \
   -n "no history" "$S --runs 1 --warmup 0 --history $TMP/none --name t -- true" \
-  -n "100 entries" "$S --runs 1 --warmup 0 --history $TMP/h --name t --threshold 1000 -- true" 2>&1 | sed 's/^/   /'
+  -n "100 entries (depth 5)" "$S --runs 1 --warmup 0 --history $TMP/h --name t --threshold 1000 -- true" \
+  -n "100 entries, depth 100" "$S --runs 1 --warmup 0 --history $TMP/h --name t --threshold 1000 --history-depth 100 -- true" \
+  2>&1 | sed 's/^/   /'

@@ -10,7 +10,8 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser};
 
 use crate::instrument::Group;
-use crate::instruments::alloc::{AllocAgent, AllocMetrics};
+use crate::instruments::alloc::{AgentError, AllocAgent, AllocMetrics, AllocPath};
+use crate::instruments::boxing::Boxing;
 use crate::instruments::harness::{HarnessMode, HarnessRecords};
 use crate::instruments::invocations::Invocations;
 use crate::instruments::memory::Memory;
@@ -54,23 +55,51 @@ pub enum Subcommand {
     /// alike, and every metric of B, C... gets a verdict against A's (Welch for two
     /// commands, ANOVA for more).
     #[command(
+        mut_arg("command", |a| a
+            .value_name("COMMANDS")
+            .help("Two or more commands, each one quoted argument (split into words, no shell)")),
         after_help = "Each COMMAND is one argument, split into words as a shell would (no shell \
 runs it): sbs-profile compare './old --n 100' './new --n 100'\n\n\
 Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first, \
 2 error, 130 interrupted."
     )]
-    Compare(RunArgs),
+    Compare(Box<RunArgs>),
+    /// Render a report from the saved history without running anything: per benchmark,
+    /// its latest entry compared with the ones before, and every metric's trend.
+    Report(crate::report_cmd::ReportArgs),
+}
+
+/// Where the report goes and in which format (a run, `compare` and `report` share them).
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Report format.
+    #[arg(short = 'f', long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+
+    /// Write the report to FILE (atomically) instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Also write a self-contained HTML page with plots (and trends, with a history) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// Options of a measuring run.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Measured runs per metric group.
-    #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
+    #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs, allow_negative_numbers = true)]
     pub runs: u64,
 
     /// Discarded warm-up runs before each group's measured runs.
-    #[arg(short = 'w', long, value_name = "N", default_value_t = 1)]
+    #[arg(
+        short = 'w',
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
     pub warmup: u64,
 
     /// Measure wall, user and system time and peak RSS (the default when no other group
@@ -83,6 +112,18 @@ pub struct RunArgs {
     #[arg(long)]
     pub alloc: bool,
 
+    /// Take --alloc and --memory's heap numbers from the program itself instead of the
+    /// preloaded agent: for Rust programs whose #[global_allocator] is wrapped in
+    /// sbs_harness::CountingAlloc (custom allocators, static binaries). Source `harness`.
+    #[arg(long)]
+    pub alloc_harness: bool,
+
+    /// Count the values a Rust program boxes (`Box::new`) as boxing.count (its own group
+    /// of runs; uprobes, needs root). Exact for out-of-line calls; inlined ones (release
+    /// builds) are reported in a warning, not counted. See docs/alloc.md.
+    #[arg(long)]
+    pub boxing: bool,
+
     /// Measure the footprint (its own group of runs): rss.peak (rusage), rss.tree_peak
     /// (procfs, whole process group) and heap.peak (agent).
     #[arg(long)]
@@ -90,20 +131,12 @@ pub struct RunArgs {
 
     /// Kill a run's whole process group after this long: seconds, or with a unit
     /// (`500ms`, `2s`, `1m`).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_negative_numbers = true)]
     pub timeout: Option<Duration>,
 
-    /// Report format.
-    #[arg(short = 'f', long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
-
-    /// Write the report to FILE (atomically) instead of stdout.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-
-    /// Also write a self-contained HTML page with plots to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    /// Report format and destinations.
+    #[command(flatten)]
+    pub report: OutputArgs,
 
     /// Show the child's stdout and stderr (discarded by default).
     #[arg(long)]
@@ -224,11 +257,7 @@ pub struct RunArgs {
     pub max_probes: usize,
 
     /// The benchmark command and its arguments (after `--`).
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 
@@ -264,7 +293,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("'{s}': {e}"))
 }
 
-fn parse_confidence(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_confidence(s: &str) -> Result<f64, String> {
     let t = s.trim().trim_end_matches('%');
     let v: f64 = t
         .parse()
@@ -335,28 +364,63 @@ fn build_groups(
     if !args.invocations.is_empty() {
         groups.push(invocations_group(args, run, harness.is_some())?);
     }
+    let alloc_path = if args.alloc_harness {
+        AllocPath::Harness
+    } else {
+        AllocPath::Agent
+    };
+    if args.alloc_harness && !args.alloc && !args.memory {
+        bail!(
+            "--alloc-harness changes where --alloc and --memory get their numbers; add one of them"
+        );
+    }
     if args.alloc {
         groups.push(Group {
             name: "alloc".into(),
             instruments: vec![Box::new(AllocAgent::new(
                 AllocMetrics::All,
+                alloc_path,
                 &run.program,
                 &run.env,
             )?)],
         });
     }
+    if args.boxing {
+        let ld_library_path = run
+            .env
+            .iter()
+            .find(|(k, _)| k == "LD_LIBRARY_PATH")
+            .map(|(_, v)| v.as_os_str());
+        groups.push(Group {
+            name: "boxing".into(),
+            instruments: vec![Box::new(Boxing::new(
+                &run.program,
+                ld_library_path,
+                args.max_probes,
+            )?)],
+        });
+    }
     if args.memory {
         // With --alloc, heap.peak comes from the alloc group and the memory runs stay
-        // free of the agent (whose block headers add to RSS).
-        let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> =
-            vec![Box::new(Memory::new(!args.alloc))];
+        // free of the agent (whose block headers add to RSS). A program the agent cannot
+        // load into (static, setuid) still gets its RSS, and a warning instead of heap.peak.
+        let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> = Vec::new();
+        let mut memory = Memory::new(false);
         if !args.alloc {
-            instruments.push(Box::new(AllocAgent::new(
-                AllocMetrics::HeapPeak,
-                &run.program,
-                &run.env,
-            )?));
+            match AllocAgent::new(AllocMetrics::HeapPeak, alloc_path, &run.program, &run.env) {
+                Ok(agent) => {
+                    memory = Memory::new(alloc_path == AllocPath::Agent);
+                    instruments.push(Box::new(agent));
+                }
+                Err(e) => match e.downcast_ref::<AgentError>() {
+                    Some(AgentError::Unsupported { .. }) => {
+                        memory.note(format!("heap.peak not measured: {e}"));
+                    }
+                    _ => return Err(e),
+                },
+            }
         }
+        instruments.insert(0, Box::new(memory));
         groups.push(Group {
             name: "memory".into(),
             instruments,
@@ -388,8 +452,9 @@ fn build_groups(
                 ),
                 _ => (HarnessMode::Count { ops: args.ops }, Vec::new()),
             };
-            g.instruments
-                .push(Box::new(HarnessRecords::new(name, mode, prefixes)));
+            g.instruments.push(Box::new(
+                HarnessRecords::new(name, mode, prefixes).counting_alloc(args.alloc_harness),
+            ));
         }
     }
     Ok(groups)
@@ -540,9 +605,7 @@ fn plan_of(args: RunArgs, benchmarks: Vec<Benchmark>) -> Plan {
             FailurePolicy::Fail
         },
         clean_env: args.clean_env,
-        format: args.format,
-        output: args.output,
-        html: args.html,
+        report: args.report,
         progress: std::io::stderr().is_terminal(),
     }
 }

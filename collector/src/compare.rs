@@ -13,7 +13,9 @@
 //!   to unequal variances; Tukey-Kramer and Games-Howell need the studentized range
 //!   distribution, which statrs lacks).
 //! - Zero variance on every side (exact counters): equal is "no change", anything else an
-//!   exact change judged by the threshold alone.
+//!   exact change judged by the threshold alone. For a measured metric compared with saved
+//!   sessions that disagree among themselves, the candidate is judged against the
+//!   between-session spread instead ([`ComparisonMethod::Sessions`]).
 //! - A practical threshold: a significant change whose relative size is within it is
 //!   reported ([`Verdict::BelowThreshold`]) but never fails. For every metric, smaller is
 //!   better.
@@ -445,7 +447,12 @@ pub fn compare(
     let difference = cand_m.mean - ref_m.mean;
     let relative = relative_to(difference, ref_m.mean);
     let mut result = Comparison {
-        method: ComparisonMethod::Exact,
+        // What the comparison would use; stays so for an inconclusive one.
+        method: if policy.exact {
+            ComparisonMethod::Exact
+        } else {
+            ComparisonMethod::WelchT
+        },
         reference: series[reference].label.to_string(),
         reference_n: ref_m.n,
         reference_mean: ref_m.mean,
@@ -829,6 +836,25 @@ mod tests {
         close(i.low, 0.09984822600135324, 1e-9);
         close(i.high, 1.0501517739986452, 1e-9);
         close(i.p_value, 0.030915207201608046, 1e-7);
+    }
+
+    #[test]
+    fn welch_with_fractional_df_and_bonferroni_levels() {
+        // a=[1.0,1.3]; b=[2.0,2.9]; r=stats.ttest_ind(b,a,equal_var=False)
+        // r.confidence_interval(c) for c in (0.95, 0.99, 1-0.05/15)
+        let (a, b) = (m(&[1.0, 1.3]), m(&[2.0, 2.9]));
+        let cases = [
+            (0.95, -2.6816326668641897, 5.281632666864191),
+            (0.99, -13.683220889035862, 16.283220889035864),
+            (1.0 - 0.05 / 15.0, -35.59753164517331, 38.19753164517229),
+        ];
+        for (confidence, low, high) in cases {
+            let i = welch_interval(&a, &b, confidence).unwrap();
+            close(i.df.unwrap(), 1.2195121951219516, 1e-12);
+            close(i.low, low, 1e-8);
+            close(i.high, high, 1e-8);
+            close(i.p_value, 0.18502068652558937, 1e-8);
+        }
     }
 
     #[test]

@@ -12,7 +12,8 @@ use std::fmt::Write as _;
 use anyhow::bail;
 use sbs_probes::capability::{self, MachineFacts, Support};
 use sbs_probes::counters::{
-    find_event, parse_counter_list, plan_series, CounterRequest, PerfBackend, PlanOptions,
+    find_event, parse_counter_list, plan_series, CounterBackend, CounterRequest, PerfBackend,
+    PlanOptions,
 };
 use sbs_probes::valgrind;
 
@@ -178,27 +179,41 @@ pub fn build_groups(opts: &CounterOptions) -> anyhow::Result<CounterGroups> {
         installed,
         &mut warnings,
     )?;
+    let region = opts.region;
+    let groups = counter_groups(opts, &reqs, instructions, &warnings, &mut || {
+        Box::new(PerfBackend { region })
+    })?;
+    Ok(CounterGroups { groups, warnings })
+}
+
+/// The groups of runs for resolved events: `counters`, `counters-2`... (one per series of
+/// the plan; several only with `--no-multiplex`), then `valgrind`. `backend` makes the
+/// kernel interface of each counter group (scripted in tests).
+pub fn counter_groups(
+    opts: &CounterOptions,
+    reqs: &[CounterRequest],
+    instructions: Option<InstructionSource>,
+    warnings: &[String],
+    backend: &mut dyn FnMut() -> Box<dyn CounterBackend>,
+) -> anyhow::Result<Vec<Group>> {
     let mut groups = Vec::new();
     let series = plan_series(
-        &reqs,
+        reqs,
         PlanOptions {
             no_multiplex: opts.no_multiplex,
             ..PlanOptions::default()
         },
     );
     // Plan-time warnings go with the first instrument into the report.
-    let mut notes = Some(warnings.clone());
+    let mut notes = Some(warnings.to_vec());
     for (i, s) in series.into_iter().enumerate() {
         let name = if i == 0 {
             "counters".to_string()
         } else {
             format!("counters-{}", i + 1)
         };
-        let backend = PerfBackend {
-            region: opts.region,
-        };
-        let mut inst = PerfCounters::new(s, Box::new(backend))
-            .with_plan_warnings(notes.take().unwrap_or_default());
+        let mut inst =
+            PerfCounters::new(s, backend()).with_plan_warnings(notes.take().unwrap_or_default());
         if opts.region {
             inst = inst.in_region();
         }
@@ -215,7 +230,7 @@ pub fn build_groups(opts: &CounterOptions) -> anyhow::Result<CounterGroups> {
             instruments: vec![Box::new(inst)],
         });
     }
-    Ok(CounterGroups { groups, warnings })
+    Ok(groups)
 }
 
 /// The `--list-counters` table: every event, whether it opens here, and if not, why and
@@ -315,7 +330,12 @@ pub fn list_counters() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sbs_probes::counters::EventClass;
+    use std::time::Duration;
+
+    use nix::unistd::Pid;
+    use sbs_probes::counters::{CounterError, EventClass, GroupReading, OpenGroup};
+
+    use crate::instrument::{ExitKind, RunOutcome, Sample};
 
     fn no_pmu(r: &CounterRequest) -> Support {
         match r.event.class() {
@@ -390,6 +410,138 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("valgrind is not installed"), "{e}");
+    }
+
+    /// A scripted PMU with room for one hardware group at a time: with
+    /// `hw_groups_this_run` groups in a run, each counts that share of the enabled time
+    /// (software groups always count); every member reads 100.
+    struct Pmu {
+        hw_groups_this_run: usize,
+    }
+    struct PmuGroup(GroupReading);
+    impl OpenGroup for PmuGroup {
+        fn read(&mut self) -> Result<GroupReading, CounterError> {
+            Ok(self.0.clone())
+        }
+    }
+    impl CounterBackend for Pmu {
+        fn open_group(
+            &mut self,
+            _pid: i32,
+            members: &[CounterRequest],
+        ) -> Result<Box<dyn OpenGroup>, CounterError> {
+            let hw = members[0].event.class() == EventClass::Hardware;
+            let running = if hw {
+                1000 / self.hw_groups_this_run as u64
+            } else {
+                1000
+            };
+            Ok(Box::new(PmuGroup(GroupReading {
+                time_enabled: 1000,
+                time_running: running,
+                values: vec![100; members.len()],
+            })))
+        }
+    }
+
+    fn drive(groups: &mut [Group]) -> Vec<(String, Vec<Sample>, Vec<String>)> {
+        let outcome = RunOutcome {
+            pid: Pid::from_raw(1),
+            wall: Duration::from_millis(1),
+            user: Duration::ZERO,
+            sys: Duration::ZERO,
+            max_rss: 0,
+            exit: ExitKind::Code(0),
+        };
+        groups
+            .iter_mut()
+            .map(|g| {
+                let mut out = Vec::new();
+                for i in g.instruments.iter_mut() {
+                    i.attach(Pid::from_raw(5)).unwrap();
+                    i.collect(&outcome, &mut out).unwrap();
+                }
+                let w = g.instruments.iter().flat_map(|i| i.warnings()).collect();
+                (g.name.clone(), out, w)
+            })
+            .collect()
+    }
+
+    const SEVEN: &str =
+        "instructions,cycles,branches,branch-misses,cache-references,cache-misses,page-faults";
+
+    #[test]
+    fn no_multiplex_gives_each_hardware_group_its_own_runs() {
+        let mut o = opts(Some(SEVEN));
+        o.no_multiplex = true;
+        let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
+        // Each series opens one hardware group: it has the PMU to itself.
+        let mut groups = counter_groups(&o, &reqs, ins, &[], &mut || {
+            Box::new(Pmu {
+                hw_groups_this_run: 1,
+            })
+        })
+        .unwrap();
+        let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(names, ["counters", "counters-2"]);
+        let results = drive(&mut groups);
+        let ids = |i: usize| -> Vec<String> {
+            results[i].1.iter().map(|s| s.metric.id.clone()).collect()
+        };
+        assert_eq!(
+            ids(0),
+            [
+                "counter.instructions",
+                "counter.cycles",
+                "counter.branches",
+                "counter.branch-misses",
+                "counter.page-faults"
+            ]
+        );
+        assert_eq!(ids(1), ["counter.cache-references", "counter.cache-misses"]);
+        for (_, samples, warnings) in &results {
+            assert!(samples.iter().all(|s| s.value == 100.0));
+            assert!(warnings.is_empty(), "{warnings:?}");
+        }
+    }
+
+    #[test]
+    fn multiplexed_groups_share_runs_and_are_scaled_and_reported() {
+        let o = opts(Some(SEVEN));
+        let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
+        // Two hardware groups in one run: the PMU rotates them, each counts half the time.
+        let mut groups = counter_groups(&o, &reqs, ins, &["planned".into()], &mut || {
+            Box::new(Pmu {
+                hw_groups_this_run: 2,
+            })
+        })
+        .unwrap();
+        assert_eq!(groups.len(), 1);
+        let results = drive(&mut groups);
+        let (_, samples, warnings) = &results[0];
+        let get = |id: &str| samples.iter().find(|s| s.metric.id == id).unwrap().value;
+        assert_eq!(
+            get("counter.instructions"),
+            200.0,
+            "scaled by enabled/running"
+        );
+        let ins = samples
+            .iter()
+            .find(|s| s.metric.id == "counter.instructions")
+            .unwrap();
+        assert_eq!(ins.details, vec![("running fraction".to_string(), 0.5)]);
+        assert_eq!(
+            get("counter.page-faults"),
+            100.0,
+            "software events never scaled"
+        );
+        assert_eq!(warnings[0], "planned", "plan-time warnings come first");
+        assert_eq!(warnings.len(), 1 + 6, "{warnings:?}");
+        assert!(
+            warnings[1].contains("multiplexed in 1 of 1 runs"),
+            "{warnings:?}"
+        );
+        assert!(warnings[1].contains("--no-multiplex"), "{warnings:?}");
     }
 
     #[test]

@@ -267,6 +267,57 @@ impl History {
         self.root.join("history").join(slug(benchmark))
     }
 
+    /// Names of the benchmarks with saved entries, sorted. A missing store has none.
+    pub fn benchmarks(&self) -> Result<Vec<String>, HistoryError> {
+        let dir = self.root.join("history");
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("list", &dir)(e)),
+        };
+        let mut names = Vec::new();
+        for item in listing {
+            let item = item.map_err(io_error("list", &dir))?;
+            let path = item.path();
+            if item.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if !path.is_dir() {
+                return Err(HistoryError::Foreign {
+                    path,
+                    reason: "not a benchmark directory".to_string(),
+                });
+            }
+            // The name lives in the files; any entry tells it (`entries` checks the rest).
+            let first = fs::read_dir(&path)
+                .map_err(io_error("list", &path))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "csv")
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .min();
+            if let Some(file) = first {
+                let entry = read_entry(&file)?;
+                if self.entries_dir(&entry.benchmark) != path {
+                    return Err(HistoryError::Foreign {
+                        path: file,
+                        reason: format!(
+                            "it holds benchmark `{}`, which belongs in another directory",
+                            entry.benchmark
+                        ),
+                    });
+                }
+                names.push(entry.benchmark);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     /// File of a benchmark's named baseline.
     pub fn baseline_path(&self, name: &str, benchmark: &str) -> Result<PathBuf, HistoryError> {
         check_name(name)?;
@@ -347,6 +398,17 @@ impl History {
 
     /// All saved entries of `benchmark`, oldest first. A missing directory is no history.
     pub fn entries(&self, benchmark: &str) -> Result<Vec<Entry>, HistoryError> {
+        self.read_entries(benchmark, usize::MAX)
+    }
+
+    /// The `n` latest saved entries of `benchmark`, oldest first. Only those files are
+    /// read (entry file names start with their UTC time, so they sort by time); the other
+    /// names in the directory are still checked.
+    pub fn latest_entries(&self, benchmark: &str, n: usize) -> Result<Vec<Entry>, HistoryError> {
+        self.read_entries(benchmark, n)
+    }
+
+    fn read_entries(&self, benchmark: &str, latest: usize) -> Result<Vec<Entry>, HistoryError> {
         let dir = self.entries_dir(benchmark);
         let listing = match fs::read_dir(&dir) {
             Ok(l) => l,
@@ -370,6 +432,8 @@ impl History {
             }
             paths.push(path);
         }
+        paths.sort();
+        let paths = paths.split_off(paths.len().saturating_sub(latest));
         let mut entries = Vec::with_capacity(paths.len());
         for path in paths {
             let entry = read_entry(&path)?;
@@ -515,7 +579,7 @@ fn write_temp(dir: &Path, rows: &[Row]) -> Result<tempfile::NamedTempFile, Histo
         }
         let mut inner = writer
             .into_inner()
-            .map_err(|e| io_error("write", &path)(io::Error::other(e.to_string())))?;
+            .map_err(|e| io_error("write", &path)(e.into_error()))?;
         inner.flush().map_err(io_error("write", &path))?;
     }
     tmp.as_file().sync_all().map_err(io_error("sync", &path))?;
@@ -671,6 +735,7 @@ mod tests {
             details: Vec::new(),
             notes: Vec::new(),
             comparison: None,
+            trend: Vec::new(),
         }
     }
 
@@ -740,6 +805,10 @@ mod tests {
         assert!(e.metric("alloc.count", Unit::Count, "valgrind").is_none());
         assert!(e.metric("time.wall", Unit::Count, "rusage").is_none());
         assert!(h.entries("never saved").unwrap().is_empty());
+        let latest = h.latest_entries("b", 1).unwrap();
+        assert_eq!(latest.len(), 1);
+        assert_eq!(latest[0].path, late);
+        assert_eq!(h.latest_entries("b", 5).unwrap().len(), 2);
         assert_eq!(e.meta.label(), "2026-11-21T10:00:00.000Z @0123456789");
     }
 
@@ -923,6 +992,67 @@ mod tests {
             .samples;
         assert_eq!(wall.len(), 50);
         assert!(wall.iter().all(|v| *v == wall[0]));
+    }
+
+    #[test]
+    fn a_full_disk_leaves_no_file_behind_and_the_old_ones_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("small");
+        fs::create_dir(&small).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "sbs-test"])
+            .arg(&small)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a 64 KiB tmpfs to fill (needs root)");
+            return;
+        }
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _unmount = Unmount(small.clone());
+        let h = History::new(&small);
+        let first = h.save(&bench("b", &[1.0], 1.0), &meta("a", "t1")).unwrap();
+        h.save_baseline("main", &bench("b", &[1.0], 1.0), &meta("a", "t1"))
+            .unwrap();
+        let before = fs::read_to_string(h.baseline_path("main", "b").unwrap()).unwrap();
+        // About 3 MB of rows: far more than fits.
+        let big: Vec<f64> = (0..20_000).map(f64::from).collect();
+        for result in [
+            h.save(&bench("b", &big, 1.0), &meta("big", "t2")),
+            h.save_baseline("main", &bench("b", &big, 1.0), &meta("big", "t2")),
+        ] {
+            match result {
+                Err(HistoryError::Io { source, .. }) => {
+                    assert_eq!(source.raw_os_error(), Some(libc::ENOSPC), "{source}")
+                }
+                other => panic!("expected ENOSPC, got {other:?}"),
+            }
+        }
+        // Only the first entry, whole; no temporary left; the baseline unchanged.
+        let names: Vec<_> = fs::read_dir(h.entries_dir("b"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(names, [first]);
+        assert_eq!(h.entries("b").unwrap().len(), 1);
+        let base_dir = h.baseline_path("main", "b").unwrap();
+        let base_dir = base_dir.parent().unwrap();
+        let hidden: Vec<_> = fs::read_dir(base_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".tmp"))
+            .collect();
+        assert!(hidden.is_empty(), "{hidden:?}");
+        assert_eq!(
+            fs::read_to_string(h.baseline_path("main", "b").unwrap()).unwrap(),
+            before
+        );
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! `sbs-profile`: parse options, build the plan, run it, render the report.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use sbs_collector::cli::{build_plan, Cli, Subcommand};
+use sbs_collector::cli::{build_plan, Cli, OutputArgs, Subcommand};
 use sbs_collector::output::Output;
 use sbs_collector::plan::Format;
 use sbs_collector::regression::{build_compare_plan, Mode, Regression};
@@ -13,9 +13,13 @@ use sbs_collector::runner::{Cancel, RunError};
 use sbs_collector::scheduler::execute;
 use sbs_reports::Render;
 
-fn renderer(format: Format) -> Box<dyn Render> {
+fn renderer(format: Format, to_terminal: bool) -> Box<dyn Render> {
     match format {
-        Format::Text => Box::new(sbs_reports::text::Text),
+        Format::Text => Box::new(sbs_reports::text::Text {
+            // Colour only on a terminal, and never with NO_COLOR (https://no-color.org).
+            color: to_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        }),
+        Format::Markdown => Box::new(sbs_reports::markdown::Markdown),
         Format::Json => Box::new(sbs_reports::json::Json),
         Format::Csv => Box::new(sbs_reports::csv::Csv),
         Format::Bmf => Box::new(sbs_reports::bmf::Bmf),
@@ -46,7 +50,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (args, mode) = match cli.subcommand {
-        Some(Subcommand::Compare(args)) => (args, Mode::Compare),
+        Some(Subcommand::Compare(args)) => (*args, Mode::Compare),
+        Some(Subcommand::Report(args)) => return report_from_history(&args),
         None => (cli.run, Mode::Run),
     };
     let regression_args = args.regression.clone();
@@ -58,36 +63,72 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Read the history first: a missing baseline or a corrupt file fails before the runs.
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;
-    // Open the destination first: an unwritable path fails before minutes of runs.
-    let output = Output::open(plan.output.as_deref())?;
-    let html = match plan.html.as_deref() {
-        Some(path) => Some(Output::open_named(path, "--html")?),
-        None => None,
-    };
+    // Open the destinations first: an unwritable path fails before minutes of runs.
+    let sinks = Sinks::open(&plan.report)?;
     let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
     let mut report = execute(&mut plan, &cancel)?;
     let regressions = regression.apply(&references, &mut report)?;
+    sinks.write(&report)?;
+    // After the report is out: a history that cannot be written loses no measurements.
     regression.save(&report)?;
-    let mut buf = Vec::new();
-    renderer(plan.format)
-        .render(&report, &mut buf)
-        .context("cannot render the report")?;
-    if let Some(html) = html {
-        let mut page = Vec::new();
-        sbs_reports::html::Html
-            .render(&report, &mut page)
-            .context("cannot render the HTML page")?;
-        html.write_all(&page)?;
+    Ok(exit_for(&regressions))
+}
+
+/// Where a finished report goes: the main output in its format, and the HTML page.
+struct Sinks {
+    output: Output,
+    html: Option<Output>,
+    format: Format,
+    to_stdout: bool,
+}
+
+impl Sinks {
+    fn open(args: &OutputArgs) -> anyhow::Result<Sinks> {
+        Ok(Sinks {
+            output: Output::open(args.output.as_deref())?,
+            html: args
+                .html
+                .as_deref()
+                .map(|p| Output::open_named(p, "--html"))
+                .transpose()?,
+            format: args.format,
+            to_stdout: args.output.is_none(),
+        })
     }
-    output.write_all(&buf)?;
+
+    fn write(self, report: &sbs_reports::model::Report) -> anyhow::Result<()> {
+        let mut buf = Vec::new();
+        let to_terminal = self.to_stdout && std::io::stdout().is_terminal();
+        renderer(self.format, to_terminal)
+            .render(report, &mut buf)
+            .context("cannot render the report")?;
+        if let Some(html) = self.html {
+            let mut page = Vec::new();
+            sbs_reports::html::Html
+                .render(report, &mut page)
+                .context("cannot render the HTML page")?;
+            html.write_all(&page)?;
+        }
+        self.output.write_all(&buf)
+    }
+}
+
+fn exit_for(regressions: &[sbs_collector::regression::Regressed]) -> ExitCode {
     if regressions.is_empty() {
-        return Ok(ExitCode::SUCCESS);
+        return ExitCode::SUCCESS;
     }
     let mut err = std::io::stderr().lock();
-    for r in &regressions {
+    for r in regressions {
         let _ = writeln!(err, "regression: {r}");
     }
-    Ok(ExitCode::from(1))
+    ExitCode::from(1)
+}
+
+fn report_from_history(args: &sbs_collector::report_cmd::ReportArgs) -> anyhow::Result<ExitCode> {
+    let sinks = Sinks::open(&args.report)?;
+    let (report, regressions) = sbs_collector::report_cmd::build(args)?;
+    sinks.write(&report)?;
+    Ok(exit_for(&regressions))
 }
 
 fn main() -> ExitCode {

@@ -1,8 +1,6 @@
 //! The validated request: what to run, how often, under which controls, measuring what.
 //! Built in one place (`cli.rs`); everything after it trusts it.
 
-use std::path::PathBuf;
-
 use crate::instrument::Group;
 use crate::runner::RunConfig;
 
@@ -37,6 +35,8 @@ pub enum Format {
     Csv,
     /// Bencher Metric Format JSON (bencher.dev, github-action-benchmark).
     Bmf,
+    /// A Markdown table for pull-request comments.
+    Markdown,
 }
 
 /// The whole validated request.
@@ -54,12 +54,8 @@ pub struct Plan {
     pub failure: FailurePolicy,
     /// Whether the child started from a clean environment.
     pub clean_env: bool,
-    /// Report format.
-    pub format: Format,
-    /// Report destination (stdout when `None`).
-    pub output: Option<PathBuf>,
-    /// Also write an HTML page with plots here.
-    pub html: Option<PathBuf>,
+    /// Report format and destinations.
+    pub report: crate::cli::OutputArgs,
     /// Show a progress bar (stderr is a terminal).
     pub progress: bool,
 }

@@ -15,12 +15,13 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use sbs_reports::model::{BenchmarkResult, MetricResult, Report};
+use sbs_reports::model::{BenchmarkResult, MetricResult, Report, TrendPoint};
 
 use crate::cli::{build_plan, RunArgs};
 use crate::compare::{compare, Policy, Series, Thresholds};
 use crate::history::{self, Entry, EntryMeta, History};
 use crate::plan::Plan;
+use crate::sources::ensure_same_source;
 
 /// Label of the current run's series in comparisons.
 pub const THIS_RUN: &str = "this run";
@@ -170,7 +171,7 @@ impl Regression {
                     })?;
                     Ok(Reference::Baseline(base.clone(), Box::new(entry)))
                 } else {
-                    let entries = self.history.entries(name)?;
+                    let entries = self.history.latest_entries(name, self.depth)?;
                     Ok(if entries.is_empty() {
                         Reference::Nothing
                     } else {
@@ -238,6 +239,22 @@ impl Regression {
             }
         };
         if saved.is_empty() {
+            // The same metric saved from another mechanism is refused, saying so.
+            let saved_entries: Vec<&Entry> = match reference {
+                Reference::Nothing => Vec::new(),
+                Reference::Baseline(_, entry) => vec![entry.as_ref()],
+                Reference::History(entries) => entries.iter().collect(),
+            };
+            if let Some(other) = saved_entries
+                .iter()
+                .flat_map(|e| &e.metrics)
+                .find(|m| m.id == metric.id && m.source != metric.source)
+            {
+                if let Err(e) = ensure_same_source(&metric.id, &other.source, &metric.source) {
+                    metric.notes.push(format!("not compared: {e}"));
+                    return Ok(());
+                }
+            }
             metric.notes.push(format!(
                 "not compared: no saved samples of {} from source {} in {}",
                 metric.id,
@@ -248,6 +265,15 @@ impl Regression {
                 }
             ));
             return Ok(());
+        }
+        if let Reference::History(_) = reference {
+            let mut runs: Vec<(&str, &[f64])> = labels
+                .iter()
+                .map(String::as_str)
+                .zip(saved.iter().copied())
+                .collect();
+            runs.push((THIS_RUN, &metric.samples));
+            metric.trend = self.trend(&runs, metric)?;
         }
         let mut series: Vec<Series<'_>> = labels
             .iter()
@@ -262,6 +288,43 @@ impl Regression {
         let comparison = compare(&series, candidate - 1, candidate, &self.policy(metric))?;
         metric.comparison = Some(comparison);
         Ok(())
+    }
+
+    /// Each run of a metric's history with its interval and its verdict against the run
+    /// before it (a two-series comparison, so each step is judged on its own).
+    pub fn trend(
+        &self,
+        runs: &[(&str, &[f64])],
+        metric: &MetricResult,
+    ) -> anyhow::Result<Vec<TrendPoint>> {
+        let policy = self.policy(metric);
+        let mut points = Vec::with_capacity(runs.len());
+        for (i, &(label, samples)) in runs.iter().enumerate() {
+            let summary = crate::stats::summarize(samples, self.confidence);
+            let verdict = match i {
+                0 => None,
+                _ => {
+                    let (prev_label, prev) = runs[i - 1];
+                    let pair = [
+                        Series {
+                            label: prev_label,
+                            samples: prev,
+                        },
+                        Series { label, samples },
+                    ];
+                    Some(compare(&pair, 0, 1, &policy)?.verdict)
+                }
+            };
+            points.push(TrendPoint {
+                label: label.to_string(),
+                n: summary.n,
+                mean: summary.mean,
+                ci_low: summary.ci_low,
+                ci_high: summary.ci_high,
+                verdict,
+            });
+        }
+        Ok(points)
     }
 
     fn compare_benchmarks(&self, benchmarks: &mut [BenchmarkResult]) -> anyhow::Result<()> {
@@ -286,6 +349,18 @@ impl Regression {
                     Some((b, m))
                 })
                 .collect();
+            // The same metric from another mechanism in another command: refused, saying so.
+            for bench in benchmarks.iter_mut().skip(1) {
+                if let Some(m) = bench
+                    .metrics
+                    .iter_mut()
+                    .find(|m| m.id == id && m.source != source)
+                {
+                    if let Err(e) = ensure_same_source(&id, &source, &m.source) {
+                        m.notes.push(format!("not compared: {e}"));
+                    }
+                }
+            }
             if found.len() < 2 {
                 continue;
             }
@@ -393,4 +468,71 @@ pub fn build_compare_plan(args: RunArgs) -> anyhow::Result<Plan> {
         }
     }
     plan.context("compare needs at least two commands")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Subcommand};
+    use clap::Parser;
+
+    #[test]
+    fn compare_subcommand_and_regression_options_parse() {
+        let cli = Cli::try_parse_from([
+            "sbs-profile",
+            "compare",
+            "--runs",
+            "3",
+            "--threshold",
+            "rss.peak=10",
+            "./a 1",
+            "./b 1",
+        ])
+        .unwrap();
+        let Some(Subcommand::Compare(args)) = cli.subcommand else {
+            panic!("expected compare");
+        };
+        assert_eq!(args.runs, 3);
+        assert_eq!(args.command, ["./a 1", "./b 1"]);
+        assert_eq!(args.regression.threshold, ["rss.peak=10"]);
+
+        let cli = Cli::try_parse_from([
+            "sbs-profile",
+            "--save",
+            "--baseline",
+            "main",
+            "--history",
+            "/tmp/h",
+            "--threshold",
+            "5",
+            "--",
+            "prog",
+            "--save",
+        ])
+        .unwrap();
+        assert!(cli.subcommand.is_none());
+        let r = &cli.run.regression;
+        assert!(r.save);
+        assert_eq!(r.baseline.as_deref(), Some("main"));
+        assert_eq!(r.history, PathBuf::from("/tmp/h"));
+        assert_eq!(r.history_depth, 5);
+        assert_eq!(cli.run.command, ["prog", "--save"]);
+        assert!(Cli::try_parse_from(["sbs-profile", "--history-depth", "0", "--", "p"]).is_err());
+    }
+
+    #[test]
+    fn invalid_settings_are_rejected_with_the_fix() {
+        let cli = Cli::try_parse_from(["sbs-profile", "--threshold", "lots", "--", "p"]).unwrap();
+        let e = Regression::new(&cli.run.regression, 0.95, Mode::Run).unwrap_err();
+        assert!(e.to_string().contains("invalid threshold `lots`"), "{e}");
+        let cli = Cli::try_parse_from(["sbs-profile", "--save-baseline", ".x", "--", "p"]).unwrap();
+        let e = Regression::new(&cli.run.regression, 0.95, Mode::Run).unwrap_err();
+        assert!(
+            e.to_string().contains("baseline name `.x` is invalid"),
+            "{e}"
+        );
+        let cli = Cli::try_parse_from(["sbs-profile", "--baseline", "m", "--", "p"]).unwrap();
+        let e = Regression::new(&cli.run.regression, 0.95, Mode::Compare).unwrap_err();
+        assert!(e.to_string().contains("drop --baseline"), "{e}");
+    }
 }

@@ -54,7 +54,7 @@ pub enum RunError {
         source: io::Error,
     },
     /// An instrument failed to set up or to collect.
-    #[error("{instrument}: {source:#}")]
+    #[error("{instrument}")]
     Instrument {
         /// Instrument name.
         instrument: String,

@@ -233,6 +233,7 @@ fn execute_inner(
                     samples: s.samples,
                     notes: Vec::new(),
                     comparison: None,
+                    trend: Vec::new(),
                 })
                 .collect(),
             warnings: c.warnings,
@@ -250,6 +251,7 @@ fn execute_inner(
             clean_env: plan.clean_env,
         },
         benchmarks,
+        from_history: None,
     })
 }
 
@@ -330,9 +332,11 @@ mod tests {
             confidence: 0.95,
             failure,
             clean_env: false,
-            format: crate::plan::Format::Text,
-            output: None,
-            html: None,
+            report: crate::cli::OutputArgs {
+                format: crate::plan::Format::Text,
+                output: None,
+                html: None,
+            },
             progress: false,
         }
     }

@@ -79,3 +79,22 @@ fn help_documents_exit_codes() {
         "{help}"
     );
 }
+
+#[test]
+fn short_options_with_attached_values_are_options_not_the_command() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .args(["-r1", "-w0", "-fjson", "--", "true", "-r5"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["conditions"]["runs"], 1);
+    assert_eq!(
+        report["benchmarks"][0]["command"],
+        serde_json::json!(["true", "-r5"])
+    );
+}

@@ -15,6 +15,10 @@ pub const PMU_DIR: &str = "/sys/bus/event_source/devices";
 /// Where the kernel's perf access level lives.
 pub const PARANOID_FILE: &str = "/proc/sys/kernel/perf_event_paranoid";
 
+/// Software events that only ever happen in kernel context: with `exclude_kernel` they
+/// read 0, so a user-space-only scope is no alternative for them.
+const KERNEL_ONLY: &[&str] = &["context-switches", "cpu-migrations"];
+
 /// The machine facts that explain a failure.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MachineFacts {
@@ -49,22 +53,14 @@ impl MachineFacts {
         }
     }
 
-    /// Whether a CPU PMU (hardware events) is listed: anything besides the kernel's own
-    /// software-like sources.
+    /// Whether a CPU PMU (the one behind the generic hardware events) is listed: `cpu`
+    /// (x86, RISC-V), `cpu_core`/`cpu_atom` (hybrid Intel), `armv8_pmuv3_0`,
+    /// `armv8_cortex_a72`, `arm_cortex_a53`… (ARM). Other sources (uncore, power, msr,
+    /// tracepoints…) do not count instructions.
     pub fn has_cpu_pmu(&self) -> bool {
-        const NOT_CPU: &[&str] = &[
-            "software",
-            "tracepoint",
-            "breakpoint",
-            "uprobe",
-            "kprobe",
-            "msr",
-            "power",
-            "intel_bts",
-            "cstate_core",
-            "cstate_pkg",
-        ];
-        self.pmus.iter().any(|p| !NOT_CPU.contains(&p.as_str()))
+        self.pmus.iter().any(|p| {
+            p == "cpu" || p.starts_with("cpu_") || p.starts_with("armv") || p.starts_with("arm_")
+        })
     }
 }
 
@@ -127,10 +123,19 @@ pub fn classify_open_error(req: &CounterRequest, errno: i32, facts: &MachineFact
                  CAP_PERFMON: `sudo setcap cap_perfmon+ep \"$(command -v sbs-profile)\"`"
             );
             if kernel {
-                fix.push_str(&format!(
-                    "; or count user space only: `{}:u`",
-                    req.event.name
-                ));
+                let ev = &req.event.name;
+                if KERNEL_ONLY.contains(&ev.as_str()) {
+                    fix.push_str(&format!(
+                        " (`{ev}` happens in the kernel: `{ev}:u` would always read 0)"
+                    ));
+                } else if req.event.class() == EventClass::Software {
+                    fix.push_str(&format!(
+                        "; or count user space only: `{ev}:u` (then events taken inside \
+                         system calls are not counted)"
+                    ));
+                } else {
+                    fix.push_str(&format!("; or count user space only: `{ev}:u`"));
+                }
             }
             Support::Unsupported {
                 reason: format!(
@@ -221,6 +226,18 @@ mod tests {
     #[test]
     fn missing_event_on_a_real_pmu_is_not_blamed_on_the_vm() {
         let mut facts = vm();
+        facts
+            .pmus
+            .extend(["power".into(), "uncore_imc_0".into(), "kprobe".into()]);
+        assert!(
+            !facts.has_cpu_pmu(),
+            "uncore and power PMUs do not count instructions"
+        );
+        for cpu in ["cpu_core", "armv8_pmuv3_0"] {
+            let mut f = facts.clone();
+            f.pmus.push(cpu.into());
+            assert!(f.has_cpu_pmu(), "{cpu}");
+        }
         facts.pmus.push("cpu".into());
         assert!(facts.has_cpu_pmu());
         let r = parse_counter("node-prefetch-misses").unwrap();
@@ -244,7 +261,18 @@ mod tests {
         assert!(reason.contains("perf_event_paranoid is 2"), "{reason}");
         assert!(fix.contains("kernel.perf_event_paranoid=1"), "{fix}");
         assert!(fix.contains("cap_perfmon"), "{fix}");
-        assert!(fix.contains("context-switches:u"), "{fix}");
+        assert!(
+            fix.contains("`context-switches:u` would always read 0"),
+            "{fix}"
+        );
+        let r = parse_counter("page-faults").unwrap();
+        let Support::Unsupported { fix, .. } = classify_open_error(&r, libc::EACCES, &vm()) else {
+            panic!("expected unsupported")
+        };
+        assert!(
+            fix.contains("count user space only: `page-faults:u`"),
+            "{fix}"
+        );
 
         let mut facts = vm();
         facts.paranoid = Some(3);

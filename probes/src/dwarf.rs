@@ -3,7 +3,7 @@
 //! not counted, instead of letting 0 read as "never called".
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use gimli::{AttributeValue, DebugInfoOffset, EndianSlice, RunTimeEndian, UnitSectionOffset};
 use object::{Object, ObjectSection};
@@ -96,16 +96,27 @@ fn scan(dwarf: &gimli::Dwarf<Reader<'_>>) -> gimli::Result<InlinedIndex> {
     let mut iter = dwarf.units();
     while let Some(header) = iter.next()? {
         let unit = dwarf.unit(header)?;
-        let mut entries = unit.entries();
-        while let Some((_, entry)) = entries.next_dfs()? {
-            if entry.tag() != gimli::DW_TAG_inlined_subroutine {
+        // Raw entries: the attributes of every other DIE are skipped, not parsed.
+        let mut entries = unit.entries_raw(None)?;
+        while !entries.is_empty() {
+            let Some(abbrev) = entries.read_abbreviation()? else {
+                continue;
+            };
+            if abbrev.tag() != gimli::DW_TAG_inlined_subroutine {
+                entries.skip_attributes(abbrev.attributes())?;
                 continue;
             }
-            let origin = match entry.attr_value(gimli::DW_AT_abstract_origin)? {
-                Some(AttributeValue::UnitRef(o)) => o.to_debug_info_offset(&header).map(|o| o.0),
-                Some(AttributeValue::DebugInfoRef(o)) => Some(o.0),
-                _ => None,
-            };
+            let mut origin = None;
+            for spec in abbrev.attributes() {
+                let attr = entries.read_attribute(*spec)?;
+                if attr.name() == gimli::DW_AT_abstract_origin {
+                    origin = match attr.value() {
+                        AttributeValue::UnitRef(o) => o.to_debug_info_offset(&header).map(|o| o.0),
+                        AttributeValue::DebugInfoRef(o) => Some(o.0),
+                        _ => None,
+                    };
+                }
+            }
             if let Some(o) = origin {
                 *origins.entry(o).or_default() += 1;
             }
@@ -193,4 +204,74 @@ fn origin_name<'a>(
         }
     }
     Ok(plain)
+}
+
+/// DWARF names with generic arguments (`generic_step<u32>`) of the subprograms whose
+/// linkage name is in `raw_names`: the only place a legacy-mangled Rust
+/// monomorphization's type arguments are written down. Names without `<` are left out;
+/// so is everything when the file has no readable DWARF.
+pub fn generic_names(data: &[u8], raw_names: &HashSet<String>) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let Ok(file) = object::File::parse(data) else {
+        return out;
+    };
+    if raw_names.is_empty() || file.section_by_name(".debug_info").is_none() {
+        return out;
+    }
+    let Ok(sections) = gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>, ()> {
+        match file.section_by_name(id.name()) {
+            Some(s) => s.uncompressed_data().map_err(|_| ()),
+            None => Ok(Cow::Borrowed(&[])),
+        }
+    }) else {
+        return out;
+    };
+    let endian = if file.is_little_endian() {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
+    let _ = collect_generic_names(&dwarf, raw_names, &mut out);
+    out
+}
+
+fn collect_generic_names(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    raw_names: &HashSet<String>,
+    out: &mut HashMap<String, String>,
+) -> gimli::Result<()> {
+    let mut iter = dwarf.units();
+    while let Some(header) = iter.next()? {
+        let unit = dwarf.unit(header)?;
+        let mut entries = unit.entries_raw(None)?;
+        while !entries.is_empty() {
+            let Some(abbrev) = entries.read_abbreviation()? else {
+                continue;
+            };
+            if abbrev.tag() != gimli::DW_TAG_subprogram {
+                entries.skip_attributes(abbrev.attributes())?;
+                continue;
+            }
+            let (mut linkage, mut name) = (None, None);
+            for spec in abbrev.attributes() {
+                let attr = entries.read_attribute(*spec)?;
+                match attr.name() {
+                    gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+                        linkage = Some(dwarf.attr_string(&unit, attr.value())?)
+                    }
+                    gimli::DW_AT_name => name = Some(dwarf.attr_string(&unit, attr.value())?),
+                    _ => {}
+                }
+            }
+            if let (Some(l), Some(n)) = (linkage, name) {
+                let l = l.to_string_lossy();
+                let n = n.to_string_lossy();
+                if n.contains('<') && raw_names.contains(l.as_ref()) {
+                    out.insert(l.into_owned(), n.into_owned());
+                }
+            }
+        }
+    }
+    Ok(())
 }

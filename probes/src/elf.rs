@@ -481,7 +481,11 @@ pub(crate) mod tests {
         let me = image
             .functions
             .iter()
-            .find(|f| f.name.contains("own_executable_has_this_test_function"))
+            .find(|f| {
+                crate::demangle::demangle(&f.name)
+                    .label
+                    .ends_with("tests::own_executable_has_this_test_function")
+            })
             .expect("the test function is in .symtab");
         // The file offset points at the same bytes as the function in memory.
         let addr = own_executable_has_this_test_function as fn() as usize;

@@ -3,20 +3,20 @@
 //! The pipeline for invocation counts: [`elf`] loads the program and the libraries it
 //! loads, [`demangle`] and [`pattern`] pick the functions a user names, [`dwarf`] counts
 //! the inlined instances a probe cannot see, [`tracefs`] defines the uprobes (and always
-//! removes them), [`counter`] counts their hits in a child process and its descendants.
+//! removes them), [`hits`] counts their hits in a child process and its descendants.
 
-pub mod counter;
 pub mod demangle;
 pub mod dwarf;
 pub mod elf;
 pub mod error;
+pub mod hits;
 pub mod pattern;
 pub mod resolve;
 mod sys;
 pub mod tracefs;
 
-pub use error::ProbeError;
-
 pub mod capability;
 pub mod counters;
 pub mod valgrind;
+
+pub use error::ProbeError;

@@ -2,7 +2,7 @@
 //! command (following a script's `#!` line), loads it and the libraries it loads, and
 //! matches every pattern against their demangled function names.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -210,25 +210,64 @@ fn find_functions(target: &Target, pattern: &Pattern) -> Vec<MatchedFunction> {
         }
     }
     let mut functions: Vec<MatchedFunction> = found.into_values().collect();
-    // Labels: unique within the pattern.
+    // Labels: unique within the pattern. Legacy Rust monomorphizations share a demangled
+    // name; DWARF often names them with their generic arguments (`generic_step<u32>`).
     let mut counts: BTreeMap<(usize, String), usize> = BTreeMap::new();
     for f in &functions {
         *counts
             .entry((f.image, f.demangled.label.clone()))
             .or_default() += 1;
     }
+    let mut wanted: BTreeMap<usize, std::collections::HashSet<String>> = BTreeMap::new();
+    for f in &functions {
+        if counts[&(f.image, f.demangled.label.clone())] > 1 && f.demangled.hash.is_some() {
+            wanted.entry(f.image).or_default().insert(f.raw.clone());
+        }
+    }
+    let generic: HashMap<(usize, String), String> = wanted
+        .into_iter()
+        .flat_map(|(image, raws)| {
+            crate::dwarf::generic_names(target.images[image].data(), &raws)
+                .into_iter()
+                .map(move |(raw, name)| ((image, raw), name))
+        })
+        .collect();
     for f in &mut functions {
         let mut label = f.demangled.label.clone();
         if counts[&(f.image, label.clone())] > 1 {
-            match &f.demangled.hash {
-                Some(h) => label = format!("{label} [{h}]"),
-                None => label = format!("{label} [@{:#x}]", f.offset),
-            }
+            label = match (generic.get(&(f.image, f.raw.clone())), &f.demangled.hash) {
+                // `alloc::vec::Vec<T,A>::push` + `push<u32, alloc::alloc::Global>` gives
+                // `alloc::vec::Vec::push<u32, alloc::alloc::Global>`.
+                (Some(name), _) => match label.rsplit_once("::") {
+                    Some((prefix, _)) => {
+                        let paths = crate::pattern::name_paths(prefix);
+                        match paths.as_slice() {
+                            [one] if !prefix.starts_with('<') => {
+                                format!("{}::{name}", one.join("::"))
+                            }
+                            _ => format!("{prefix}::{name}"),
+                        }
+                    }
+                    None => name.clone(),
+                },
+                (None, Some(h)) => format!("{label} [{h}]"),
+                (None, None) => format!("{label} [@{:#x}]", f.offset),
+            };
         }
         if f.image != 0 {
             label = format!("{label} [{}]", target.images[f.image].file_name());
         }
         f.label = label;
+    }
+    // Still equal (DWARF names without arguments): the offset tells them apart.
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for f in &functions {
+        *seen.entry(f.label.clone()).or_default() += 1;
+    }
+    for f in &mut functions {
+        if seen[&f.label] > 1 {
+            f.label = format!("{} [@{:#x}]", f.label, f.offset);
+        }
     }
     functions.sort_by(|a, b| a.label.cmp(&b.label));
     functions
@@ -291,7 +330,8 @@ pub fn closest_names(target: &Target, pattern: &Pattern) -> Vec<String> {
                 continue;
             };
             let last = last.to_lowercase();
-            let dist = if last.contains(&want) || want.contains(&last) && last.len() > 2 {
+            let close_len = last.len() * 2 >= want.len() && want.len() * 2 >= last.len();
+            let dist = if close_len && (last.contains(&want) || want.contains(&last)) {
                 last.len().abs_diff(want.len()).min(limit)
             } else {
                 edit_distance(&last, &want)
@@ -405,6 +445,26 @@ mod tests {
                 .any(|f| f.label == "malloc [libc.so.6]"),
             "{:?}",
             m[1].functions
+        );
+    }
+
+    #[inline(never)]
+    fn probe_me_generic<T: Into<u64>>(x: T) -> u64 {
+        std::hint::black_box(x.into())
+    }
+
+    #[test]
+    fn monomorphizations_are_labelled_with_their_generic_arguments() {
+        assert_eq!(probe_me_generic(1u32) + probe_me_generic(2u64), 3);
+        let mut t = own_target();
+        let m = match_patterns(&mut t, &["probe_me_generic".into()], 10).unwrap();
+        let labels: Vec<&str> = m[0].functions.iter().map(|f| f.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            vec![
+                "sbs_probes::resolve::tests::probe_me_generic<u32>",
+                "sbs_probes::resolve::tests::probe_me_generic<u64>"
+            ]
         );
     }
 

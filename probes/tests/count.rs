@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use sbs_probes::counter::RunCounters;
+use sbs_probes::hits::RunCounters;
 use sbs_probes::resolve::{match_patterns, Target, DEFAULT_MAX_PROBES};
 use sbs_probes::tracefs::{ProbeSet, Tracefs};
 

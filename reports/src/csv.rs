@@ -64,7 +64,7 @@ impl Render for Csv {
                     change_low: c.and_then(|c| c.relative_ci_low),
                     change_high: c.and_then(|c| c.relative_ci_high),
                     p_value: c.and_then(|c| c.p_value),
-                    method: c.map(|c| c.method.as_str()),
+                    method: c.map(|c| c.method.id()),
                     threshold: c.map(|c| c.threshold),
                     verdict: c.map(|c| c.verdict.id()),
                 })

@@ -29,7 +29,8 @@ figure svg{width:100%;height:auto;display:block}
 @media print{body{margin:0;max-width:none}.plots{grid-template-columns:1fr 1fr}figure{break-inside:avoid}}
 ";
 
-fn escape(s: &str) -> String {
+/// `s` with the HTML special characters escaped.
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -104,6 +105,89 @@ pub fn strip_plot(m: &MetricResult) -> Result<String, String> {
     Ok(svg)
 }
 
+/// The metric's trend over the saved history: each run's mean with its interval, joined
+/// by a line; runs that regressed against the one before are red.
+pub fn trend_plot(m: &MetricResult) -> Result<String, String> {
+    let t = &m.trend;
+    let lows = t.iter().map(|p| p.ci_low.unwrap_or(p.mean));
+    let highs = t.iter().map(|p| p.ci_high.unwrap_or(p.mean));
+    let mut lo = lows.fold(f64::INFINITY, f64::min);
+    let mut hi = highs.fold(f64::NEG_INFINITY, f64::max);
+    if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
+        let pad = if hi == 0.0 { 1.0 } else { hi.abs() * 0.01 };
+        lo -= pad;
+        hi += pad;
+    }
+    let pad = (hi - lo) * 0.1;
+    let (lo, hi) = (lo - pad, hi + pad);
+    let k = t.len();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (480, 200)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(28)
+            .y_label_area_size(70)
+            .build_cartesian_2d(-0.5..(k as f64 - 0.5), lo..hi)
+            .map_err(|e| e.to_string())?;
+        let unit = m.unit;
+        let labels: Vec<String> = t
+            .iter()
+            .map(|p| p.label.get(5..16).unwrap_or(&p.label).replace('T', " "))
+            .collect();
+        chart
+            .configure_mesh()
+            .x_labels(k.min(6))
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    labels.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_labels(4)
+            .y_label_formatter(&|v| human::value(*v, unit))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(LineSeries::new(
+                t.iter().enumerate().map(|(i, p)| (i as f64, p.mean)),
+                RGBColor(66, 133, 244).stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?;
+        let color = |p: &crate::model::TrendPoint| {
+            if p.verdict == Some(crate::model::Verdict::Regressed) {
+                RGBColor(210, 30, 30)
+            } else {
+                RGBColor(30, 30, 30)
+            }
+        };
+        chart
+            .draw_series(t.iter().enumerate().map(|(i, p)| {
+                ErrorBar::new_vertical(
+                    i as f64,
+                    p.ci_low.unwrap_or(p.mean),
+                    p.mean,
+                    p.ci_high.unwrap_or(p.mean),
+                    color(p).stroke_width(1),
+                    8,
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(
+                t.iter()
+                    .enumerate()
+                    .map(|(i, p)| Circle::new((i as f64, p.mean), 4, color(p).filled())),
+            )
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
 fn summary_table(out: &mut String, metrics: &[MetricResult]) {
     out.push_str("<table><thead><tr><th>metric</th><th>mean</th><th>CI</th><th>±CI</th><th>CoV</th><th>n</th><th>source</th></tr></thead><tbody>\n");
     for m in metrics {
@@ -151,6 +235,7 @@ impl Render for Html {
         for b in &report.benchmarks {
             let _ = writeln!(page, "<section><h2>{}</h2>", escape(&b.name));
             summary_table(&mut page, &b.metrics);
+            page.push_str(&crate::verdicts::html_table(b));
             for w in &b.warnings {
                 let _ = writeln!(page, "<p class=warning>warning: {}</p>", escape(w));
             }
@@ -163,6 +248,15 @@ impl Render for Html {
                     escape(&m.id),
                     (m.summary.confidence * 100.0).round()
                 );
+                if m.trend.len() >= 2 {
+                    let svg = trend_plot(m).map_err(io::Error::other)?;
+                    let _ = writeln!(
+                        page,
+                        "<figure class=trend><figcaption>{} — history: mean and CI per run, \
+                         regressions in red</figcaption>{svg}</figure>",
+                        escape(&m.id)
+                    );
+                }
             }
             page.push_str("</div></section>\n");
         }

@@ -10,6 +10,7 @@ pub mod csv;
 pub mod html;
 pub mod human;
 pub mod json;
+pub mod markdown;
 pub mod model;
 pub mod text;
 pub mod verdicts;

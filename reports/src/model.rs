@@ -110,6 +110,30 @@ pub struct MetricResult {
     /// Comparison with a reference (history, baseline or the first command of `compare`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison: Option<Comparison>,
+    /// The metric over the saved history, oldest first, this run last (when a history
+    /// was read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trend: Vec<TrendPoint>,
+}
+
+/// One run of a metric's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrendPoint {
+    /// The run's label (time and commit of a history entry, or `this run`).
+    pub label: String,
+    /// Number of samples.
+    pub n: usize,
+    /// Mean of the samples.
+    pub mean: f64,
+    /// Confidence interval of the mean; `None` with fewer than 2 samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_low: Option<f64>,
+    /// Upper bound of the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_high: Option<f64>,
+    /// Verdict of this run against the one before it (`None` for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
 }
 
 /// All metrics of one benchmark (one command).
@@ -153,6 +177,11 @@ pub struct Report {
     pub conditions: Conditions,
     /// One entry per benchmark.
     pub benchmarks: Vec<BenchmarkResult>,
+    /// Set when the report was rendered from a saved history (`sbs-profile report`)
+    /// rather than measured now: the history directory. `conditions` then only tells the
+    /// number of samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_history: Option<String>,
 }
 
 /// What a comparison concluded about one metric. For every metric, smaller is better.
@@ -221,7 +250,18 @@ pub enum ComparisonMethod {
 }
 
 impl ComparisonMethod {
-    /// The short name used in text and CSV reports.
+    /// The machine-readable name, as in JSON (`welch_t`, `anova`...).
+    pub fn id(self) -> &'static str {
+        match self {
+            ComparisonMethod::WelchT => "welch_t",
+            ComparisonMethod::WelchZ => "welch_z",
+            ComparisonMethod::Anova => "anova",
+            ComparisonMethod::Exact => "exact",
+            ComparisonMethod::Sessions => "sessions",
+        }
+    }
+
+    /// The short name used in the text report.
     pub fn as_str(self) -> &'static str {
         match self {
             ComparisonMethod::WelchT => "welch-t",

@@ -8,7 +8,10 @@ use crate::Render;
 
 /// Renders an aligned table per benchmark.
 #[derive(Debug, Default)]
-pub struct Text;
+pub struct Text {
+    /// Colour the verdicts (only for a terminal, and never with `NO_COLOR`).
+    pub color: bool,
+}
 
 const HEADER: [&str; 8] = ["metric", "mean", "CI", "±CI", "CoV", "n", "unit", "source"];
 
@@ -121,7 +124,7 @@ impl Render for Text {
                 }
                 writeln!(out, "{}", line.trim_end())?;
             }
-            for line in crate::verdicts::text_lines(b) {
+            for line in crate::verdicts::styled_lines(b, self.color) {
                 writeln!(out, "{line}")?;
             }
             for m in &b.metrics {
@@ -139,6 +142,12 @@ impl Render for Text {
             .flat_map(|b| &b.metrics)
             .map(|m| m.summary.confidence)
             .next();
-        writeln!(out, "\n{}", conditions_line(&report.conditions, confidence))
+        match &report.from_history {
+            Some(dir) => writeln!(
+                out,
+                "\nrendered from the history in {dir}: latest entry of each benchmark against the ones before"
+            ),
+            None => writeln!(out, "\n{}", conditions_line(&report.conditions, confidence)),
+        }
     }
 }

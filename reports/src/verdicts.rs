@@ -28,6 +28,7 @@ fn change(c: &Comparison, unit: crate::model::Unit) -> (String, String) {
         None => format!("+{} from 0", human::value(c.difference, unit)),
     };
     let ci = match (c.method, c.relative_ci_low, c.relative_ci_high) {
+        _ if c.verdict == Verdict::Inconclusive => "-".to_string(),
         (ComparisonMethod::Exact, _, _) => "exact".to_string(),
         (_, Some(lo), Some(hi)) => format!("[{}, {}]", signed_percent(lo), signed_percent(hi)),
         _ => match (c.ci_low, c.ci_high) {
@@ -41,6 +42,9 @@ fn change(c: &Comparison, unit: crate::model::Unit) -> (String, String) {
 }
 
 fn method(c: &Comparison) -> String {
+    if c.verdict == Verdict::Inconclusive {
+        return "-".to_string();
+    }
     let mut s = c.method.as_str().to_string();
     if let Some(p) = c.p_value {
         s.push_str(&format!(" p={}", p_value(p)));
@@ -73,55 +77,33 @@ fn verdict(c: &Comparison) -> String {
     }
 }
 
-/// Lines of the comparison section of one benchmark; empty when nothing was compared.
-pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
-    let compared: Vec<_> = b
-        .metrics
+/// The cells of the comparison table, one row per compared metric (no header).
+fn cells(b: &BenchmarkResult) -> Vec<([String; 6], Verdict)> {
+    b.metrics
         .iter()
-        .filter_map(|m| Some((m, m.comparison.as_ref()?)))
-        .collect();
-    if compared.is_empty() {
-        return Vec::new();
-    }
-    let mut rows = vec![HEADER.map(String::from)];
-    for (m, c) in &compared {
-        let (change, ci) = change(c, m.unit);
-        rows.push([
-            m.id.clone(),
-            change,
-            ci,
-            verdict(c),
-            method(c),
-            format!("{} (n={})", c.reference, c.reference_n),
-        ]);
-    }
-    let mut widths = [0usize; 6];
-    for r in &rows {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut lines = vec![
-        String::new(),
-        "  Comparison (smaller is better):".to_string(),
-    ];
-    for r in &rows {
-        let mut line = String::from(" ");
-        for (c, (cell, w)) in r.iter().zip(widths).enumerate() {
-            let pad = " ".repeat(w - cell.chars().count());
-            line.push(' ');
-            if matches!(c, 1 | 2) {
-                line.push_str(&pad);
-                line.push_str(cell);
-            } else {
-                line.push_str(cell);
-                line.push_str(&pad);
-            }
-            line.push(' ');
-        }
-        lines.push(line.trim_end().to_string());
-    }
-    for (m, c) in &compared {
+        .filter_map(|m| {
+            let c = m.comparison.as_ref()?;
+            let (change, ci) = change(c, m.unit);
+            Some((
+                [
+                    m.id.clone(),
+                    change,
+                    ci,
+                    verdict(c),
+                    method(c),
+                    format!("{} (n={})", c.reference, c.reference_n),
+                ],
+                c.verdict,
+            ))
+        })
+        .collect()
+}
+
+/// The ANOVA lines (one per metric compared by an ANOVA), without indentation.
+fn anova_lines(b: &BenchmarkResult) -> Vec<String> {
+    let mut lines = Vec::new();
+    for m in &b.metrics {
+        let Some(c) = &m.comparison else { continue };
         let Some(a) = &c.anova else { continue };
         let test = match a.f {
             Some(f) => format!(
@@ -134,7 +116,7 @@ pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
             None => format!("{} series of exact values", a.groups.len()),
         };
         let mut line = format!(
-            "  {}: {test}: {}",
+            "{}: {test}: {}",
             m.id,
             if a.significant {
                 "means differ"
@@ -152,6 +134,94 @@ pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
         }
         lines.push(line);
     }
+    lines
+}
+
+/// The comparison section of one benchmark as an HTML table (empty when nothing was
+/// compared); regressions in bold red.
+pub fn html_table(b: &BenchmarkResult) -> String {
+    use crate::html::escape;
+    let rows = cells(b);
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("<table class=comparison><thead><tr>");
+    for h in HEADER {
+        out.push_str(&format!("<th>{}</th>", escape(h)));
+    }
+    out.push_str("</tr></thead><tbody>\n");
+    for (row, v) in rows {
+        let style = if v.is_regression() {
+            " style=\"color:#b00020;font-weight:bold\""
+        } else {
+            ""
+        };
+        out.push_str(&format!("<tr{style}>"));
+        for cell in row {
+            out.push_str(&format!("<td>{}</td>", escape(&cell)));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table>\n");
+    for line in anova_lines(b) {
+        out.push_str(&format!("<p>{}</p>\n", escape(&line)));
+    }
+    out
+}
+
+/// Lines of the comparison section of one benchmark; empty when nothing was compared.
+pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
+    styled_lines(b, false)
+}
+
+/// ANSI colour of a verdict cell: red for a regression, green for an improvement.
+fn paint(verdict: Verdict, text: &str) -> String {
+    match verdict {
+        Verdict::Regressed => format!("\x1b[1;31m{text}\x1b[0m"),
+        Verdict::Improved => format!("\x1b[32m{text}\x1b[0m"),
+        _ => text.to_string(),
+    }
+}
+
+/// Like [`text_lines`], with the verdicts coloured when `color` is set.
+pub fn styled_lines(b: &BenchmarkResult, color: bool) -> Vec<String> {
+    let compared = cells(b);
+    let verdicts: Vec<Verdict> = compared.iter().map(|(_, v)| *v).collect();
+    if compared.is_empty() {
+        return Vec::new();
+    }
+    let mut rows = vec![HEADER.map(String::from)];
+    rows.extend(compared.into_iter().map(|(row, _)| row));
+    let mut widths = [0usize; 6];
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut lines = vec![
+        String::new(),
+        "  Comparison (smaller is better):".to_string(),
+    ];
+    for (i, r) in rows.iter().enumerate() {
+        let mut line = String::from(" ");
+        for (c, (cell, w)) in r.iter().zip(widths).enumerate() {
+            let pad = " ".repeat(w - cell.chars().count());
+            line.push(' ');
+            if matches!(c, 1 | 2) {
+                line.push_str(&pad);
+                line.push_str(cell);
+            } else if c == 3 && color && i > 0 {
+                line.push_str(&paint(verdicts[i - 1], cell));
+                line.push_str(&pad);
+            } else {
+                line.push_str(cell);
+                line.push_str(&pad);
+            }
+            line.push(' ');
+        }
+        lines.push(line.trim_end().to_string());
+    }
+    lines.extend(anova_lines(b).into_iter().map(|l| format!("  {l}")));
     lines
 }
 
@@ -183,6 +253,7 @@ mod tests {
             details: vec![],
             notes: vec![],
             comparison,
+            trend: vec![],
         }
     }
 

@@ -46,6 +46,7 @@ fn metric(
         details: Vec::new(),
         notes: Vec::new(),
         comparison: None,
+        trend: Vec::new(),
     }
 }
 
@@ -152,6 +153,7 @@ pub fn report() -> Report {
             ],
             warnings: vec!["Vec::push also has 37 inlined instances that were not counted".into()],
         }],
+        from_history: None,
     }
 }
 
@@ -163,7 +165,23 @@ fn render(r: &dyn Render) -> String {
 
 #[test]
 fn text() {
-    insta::assert_snapshot!(render(&sbs_reports::text::Text));
+    insta::assert_snapshot!(render(&sbs_reports::text::Text::default()));
+}
+
+#[test]
+fn markdown() {
+    insta::assert_snapshot!(render(&sbs_reports::markdown::Markdown));
+}
+
+#[test]
+fn colour_only_when_asked() {
+    let mut out = Vec::new();
+    sbs_reports::text::Text { color: true }
+        .render(&report(), &mut out)
+        .unwrap();
+    let coloured = String::from_utf8(out).unwrap();
+    assert!(coloured.contains("\x1b[1;31mREGRESSED"), "{coloured}");
+    assert!(!render(&sbs_reports::text::Text::default()).contains('\x1b'));
 }
 
 #[test]

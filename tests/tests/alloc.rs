@@ -413,4 +413,183 @@ fn cli_refuses_a_static_binary_instead_of_reporting_zeros() {
         exe.as_os_str(),
     ]);
     run.fails_with(2, "statically linked");
+    // --memory still measures its RSS, and says why heap.peak is missing.
+    let memory = sbs([
+        "--memory".as_ref(),
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "-f".as_ref(),
+        "json".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ])
+    .success();
+    let report = memory.json();
+    assert!(samples(metric(&report, "rss.peak"))[0] > 0.0);
+    let metrics = report["benchmarks"][0]["metrics"].to_string();
+    memory.check(
+        !metrics.contains("heap.peak"),
+        "no heap.peak for a static binary",
+    );
+    let warnings = report["benchmarks"][0]["warnings"].to_string();
+    memory.check(
+        warnings.contains("heap.peak not measured") && warnings.contains("statically linked"),
+        "warning about heap.peak",
+    );
+}
+
+#[test]
+fn boxing_counts_each_box_new() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: --boxing uses uprobes, which need root");
+        return;
+    }
+    let count = |n: &str| {
+        let run = sbs([
+            "--boxing",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "-f",
+            "json",
+            "--",
+            fixture!("alloc"),
+            "boxes",
+            n,
+        ])
+        .success();
+        let report = run.json();
+        let m = metric(&report, "boxing.count");
+        assert_eq!(m["source"], "uprobe");
+        assert_eq!(m["group"], "boxing");
+        let values = samples(m);
+        assert_eq!(values[0], values[1], "exact counts repeat");
+        values[0]
+    };
+    let (none, some) = (count("0"), count("25"));
+    // The fixture is a debug build: every Box::new is an out-of-line call.
+    assert_eq!(some - none, 25.0, "boxes 25 vs boxes 0: {some} vs {none}");
+}
+
+#[test]
+fn boxing_refuses_a_program_without_box_entry_points() {
+    let Some((_dir, exe)) = every_alloc() else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: --boxing uses uprobes, which need root");
+        return;
+    }
+    sbs([
+        "--boxing".as_ref(),
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ])
+    .fails_with(2, "no out-of-line Box entry point");
+}
+
+#[test]
+fn a_run_killed_at_its_timeout_still_reports_what_it_allocated() {
+    // The counts live in shared memory, not in a report written at exit.
+    let run = sbs([
+        "--alloc",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "300ms",
+        "--ignore-failure",
+        "-f",
+        "json",
+        "--",
+        fixture!("forever"),
+    ])
+    .success();
+    let report = run.json();
+    let count = samples(metric(&report, "alloc.count"));
+    assert!(count[0] > 0.0, "{count:?}");
+    assert_eq!(samples(metric(&report, "alloc.processes")), vec![1.0]);
+}
+
+#[test]
+fn a_shell_script_and_the_programs_it_runs_are_all_counted() {
+    let alloc = fixture!("alloc");
+    let script = format!("{alloc} threads 1 10 16; {alloc} threads 1 20 16");
+    let run = sbs([
+        "--alloc", "--runs", "1", "--warmup", "0", "-f", "json", "--", "sh", "-c", &script,
+    ])
+    .success();
+    let report = run.json();
+    let processes = samples(metric(&report, "alloc.processes"))[0];
+    // sh, and the two programs (each exec'd in a forked sh, or by sh itself).
+    assert!(processes >= 3.0, "{processes}");
+    let ours =
+        |n: &str| main_image(&agent(&fixture("alloc"), &["threads", "1", n, "16"])).allocs as f64;
+    let count = samples(metric(&report, "alloc.count"))[0];
+    assert!(count >= ours("10") + ours("20"), "{count}");
+}
+
+/// `--alloc --alloc-harness` on the harness fixture: (alloc.count, alloc.bytes, source).
+fn harness_counts(extra: &[&str], args: &[&str]) -> (f64, f64, String) {
+    let mut all = vec!["--alloc", "--runs", "2", "--warmup", "0", "-f", "json"];
+    all.extend_from_slice(extra);
+    all.push("--");
+    all.push(fixture!("harness_alloc"));
+    all.extend_from_slice(args);
+    let run = sbs(all).success();
+    let report = run.json();
+    let count = metric(&report, "alloc.count");
+    let c = samples(count);
+    assert_eq!(c[0], c[1], "exact counts repeat");
+    (
+        c[0],
+        samples(metric(&report, "alloc.bytes"))[0],
+        count["source"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[test]
+fn harness_counts_exactly_what_goes_through_the_global_allocator() {
+    // Same-length arguments, so that the runtime's own allocations are identical.
+    let (c0, b0, source) = harness_counts(&["--alloc-harness"], &["blocks", "0000", "24"]);
+    let (c1, b1, _) = harness_counts(&["--alloc-harness"], &["blocks", "1000", "24"]);
+    assert_eq!(source, "harness");
+    assert_eq!((c1 - c0, b1 - b0), (1000.0, 24_000.0));
+}
+
+#[test]
+fn harness_sees_a_private_allocator_that_the_agent_cannot() {
+    let (agent, _, agent_source) = harness_counts(&[], &["private", "1000", "24"]);
+    let (harness, bytes, source) = harness_counts(&["--alloc-harness"], &["private", "1000", "24"]);
+    assert_eq!(
+        (agent_source.as_str(), source.as_str()),
+        ("agent", "harness")
+    );
+    // The agent sees only what ran before main switched to the private arena.
+    assert!(agent < 100.0, "{agent}");
+    assert!(harness >= 1001.0, "{harness}");
+    assert!(bytes >= (1000 * 24 + (1 << 20)) as f64, "{bytes}");
+}
+
+#[test]
+fn harness_path_refuses_a_program_without_the_harness() {
+    sbs([
+        "--alloc",
+        "--alloc-harness",
+        "--runs",
+        "1",
+        "--",
+        fixture!("alloc"),
+        "threads",
+        "1",
+        "1",
+        "8",
+    ])
+    .fails_with(2, "sbs_harness::CountingAlloc");
 }

@@ -23,6 +23,26 @@ fn pmu_reason() -> Option<String> {
     }
 }
 
+/// Why software counters cannot be opened here (unprivileged with a strict
+/// `perf_event_paranoid`), or `None` when they can.
+fn software_unavailable() -> Option<String> {
+    let out = sbs(["--list-counters"]).success().stdout();
+    out.lines()
+        .filter(|l| l.starts_with("page-faults ") || l.starts_with("context-switches "))
+        .find(|l| !l.contains(" yes "))
+        .map(str::to_string)
+}
+
+/// Skip (with the reason) when software counters are not available.
+macro_rules! need_software_counters {
+    () => {
+        if let Some(reason) = software_unavailable() {
+            eprintln!("skipped: software counters unavailable: {reason}");
+            return;
+        }
+    };
+}
+
 fn valgrind_installed() -> bool {
     Command::new("valgrind")
         .arg("--version")
@@ -32,6 +52,7 @@ fn valgrind_installed() -> bool {
 
 #[test]
 fn page_faults_cover_every_fresh_page_touched() {
+    need_software_counters!();
     let n = 2000;
     let run = sbs([
         "--runs",
@@ -78,6 +99,7 @@ fn page_faults_cover_every_fresh_page_touched() {
 
 #[test]
 fn more_pages_more_faults() {
+    need_software_counters!();
     let faults = |n: &str| {
         let r = sbs([
             "-r",
@@ -105,6 +127,7 @@ fn more_pages_more_faults() {
 
 #[test]
 fn a_sleeper_is_switched_out_and_uses_little_cpu() {
+    need_software_counters!();
     let run = sbs([
         "--runs",
         "3",
@@ -135,6 +158,7 @@ fn a_sleeper_is_switched_out_and_uses_little_cpu() {
 
 #[test]
 fn counters_include_threads_and_children() {
+    need_software_counters!();
     // fork_child forks; spin_threads spreads work over threads. The task clock of two
     // spinning threads is about twice that of one.
     let clock = |threads: &str| {
@@ -165,6 +189,7 @@ fn counters_include_threads_and_children() {
 
 #[test]
 fn hardware_events_are_unsupported_without_pmu_with_reason() {
+    need_software_counters!();
     if let Some(reason) = pmu_reason() {
         // No PMU: the list says why, and asking for a hardware event is an error naming it.
         assert!(reason.contains(" no "), "{reason}");
@@ -227,7 +252,14 @@ fn hardware_counters_where_a_pmu_exists() {
         samples(ins).iter().all(|&v| v > 1_000_000.0),
         "a million iterations retire more than a million instructions",
     );
-    let frac = samples(metric(&r, "counter.instructions.running_fraction"));
+    let frac = samples(
+        ins["details"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["label"] == "running fraction")
+            .expect("running fraction line"),
+    );
     run.check(
         frac.iter().all(|&f| f > 0.0 && f <= 1.0),
         "running fraction in (0, 1]",
@@ -423,5 +455,67 @@ fn auto_picks_a_mechanism_and_says_which() {
     run.check(
         warnings.contains("--instructions auto"),
         "the choice is reported",
+    );
+}
+
+#[test]
+fn counts_from_different_mechanisms_are_never_compared() {
+    if !valgrind_installed() {
+        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hist = dir.path().to_str().unwrap().to_string();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--history",
+            &hist,
+            "-r",
+            "2",
+            "-f",
+            "json",
+            "--instructions",
+            "valgrind",
+            "--clean-env",
+            "--name",
+            "w",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", fixture!("work"), "100000"]);
+        sbs(args)
+    };
+    run(&["--save-baseline", "main"]).success();
+    // Pretend the baseline was counted by the PMU: same metric id, other source.
+    let mut files = Vec::new();
+    let mut stack = vec![dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "csv") {
+                files.push(p);
+            }
+        }
+    }
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(text.contains(",valgrind,"), "{text}");
+    std::fs::write(&files[0], text.replace(",valgrind,", ",perf-hw,")).unwrap();
+
+    let again = run(&["--baseline", "main"]).success();
+    let r = again.json();
+    let m = metric(&r, "counter.instructions");
+    again.check(
+        m.get("comparison").is_none_or(|c| c.is_null()),
+        "not compared",
+    );
+    let notes = m["notes"].to_string();
+    again.check(
+        notes.contains(
+            "cannot compare counter.instructions measured by perf-hw with \
+             counter.instructions measured by valgrind",
+        ),
+        "the refusal names both mechanisms",
     );
 }

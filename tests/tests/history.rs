@@ -356,3 +356,41 @@ fn allocation_count_regression_when_the_alloc_group_exists() {
         "stderr names alloc.count",
     );
 }
+
+#[test]
+fn an_interrupted_run_saves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    let child = Command::new(util::sbs_profile())
+        .args([
+            "--runs",
+            "3",
+            "--name",
+            "forever",
+            "--save",
+            "--save-baseline",
+            "b",
+        ])
+        .arg("--history")
+        .arg(&h)
+        .args(["--", fixture!("forever")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sbs-profile");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: plain kill(2) on the pid of our own child, which has not been reaped yet.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(rc, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !h.join("history").exists() && !h.join("baselines").exists(),
+        "nothing saved after Ctrl-C"
+    );
+}

@@ -11,8 +11,10 @@
 //!
 //! All fields are 64-bit little-endian words (atomics on the agent's side); the collector
 //! decodes them from bytes with [`SlotValues::from_bytes`], so it needs no `unsafe`.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
+
+pub mod counters;
 
 // Not in the preload library (`collector/build.rs` compiles this crate without features):
 // its float parsing would pull in a reference to `rust_eh_personality`, which a no_std
@@ -28,6 +30,16 @@ pub const ENV_REGION_FD: &str = "SBS_AGENT_FD";
 /// Env var: the region's token (16 hex digits); the agent ignores a region whose header
 /// does not carry it, so a reused descriptor number is never written to.
 pub const ENV_REGION_TOKEN: &str = "SBS_AGENT_TOKEN";
+/// Env vars announcing the region to the in-process harness instead (`--alloc-harness`).
+/// Distinct names, so that a program carrying the harness does not also report when it
+/// runs under the agent (which would count its allocations twice).
+pub const ENV_HARNESS_FD: &str = "SBS_HARNESS_FD";
+/// See [`ENV_HARNESS_FD`].
+pub const ENV_HARNESS_TOKEN: &str = "SBS_HARNESS_TOKEN";
+/// [`ENV_HARNESS_FD`], NUL-terminated.
+pub const ENV_HARNESS_FD_C: &[u8] = b"SBS_HARNESS_FD\0";
+/// [`ENV_HARNESS_TOKEN`], NUL-terminated.
+pub const ENV_HARNESS_TOKEN_C: &[u8] = b"SBS_HARNESS_TOKEN\0";
 /// The same names, NUL-terminated, for `getenv` inside the agent.
 pub const ENV_REGION_FD_C: &[u8] = b"SBS_AGENT_FD\0";
 /// See [`ENV_REGION_FD_C`].
@@ -43,12 +55,12 @@ pub const LIBRARY_FD: i32 = 1018;
 /// First word of the region header.
 pub const REGION_MAGIC: u64 = 0x5342_5341_4c4c_4f43; // "SBSALLOC"
 /// Layout version; bumped on any incompatible change.
-pub const REGION_VERSION: u64 = 1;
+pub const REGION_VERSION: u64 = 2;
 
 /// Bytes of the header (one slot's worth, for alignment).
 pub const HEADER_SIZE: usize = 128;
-/// Bytes of one slot.
-pub const SLOT_SIZE: usize = 128;
+/// Bytes of one slot: its head and its stripes.
+pub const SLOT_SIZE: usize = SLOT_HEAD_SIZE + STRIPES * STRIPE_SIZE;
 /// Number of slots: process images that can report in one run.
 pub const SLOT_COUNT: usize = 8191;
 /// Total size of the region.
@@ -98,15 +110,11 @@ pub struct RegionHeader {
     pub reserved: [AtomicU64; 12],
 }
 
-/// One process image's counters. Live in shared memory; updated with atomics.
+/// Counters a thread updates in its own stripe, so that threads allocating at the same
+/// time do not fight over one cache line. The collector sums the stripes.
 #[repr(C)]
-pub struct Slot {
-    /// Non-zero once the slot is claimed: [`Origin::code`].
-    pub origin: AtomicU64,
-    /// Process id.
-    pub pid: AtomicU64,
-    /// Parent process id at claim time.
-    pub ppid: AtomicU64,
+#[derive(Debug, Default)]
+pub struct Stripe {
     /// Blocks allocated (malloc, calloc, memalign family, and each realloc that returns a
     /// block: DHAT's convention).
     pub allocs: AtomicU64,
@@ -116,23 +124,48 @@ pub struct Slot {
     pub reallocs: AtomicU64,
     /// Sum of requested sizes of the allocated blocks.
     pub bytes: AtomicU64,
-    /// Requested bytes currently live.
+    /// Padding up to [`STRIPE_SIZE`] (one cache line).
+    pub reserved: [AtomicU64; 4],
+}
+
+/// One process image's counters. Live in shared memory; updated with atomics.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Slot {
+    /// Non-zero once the slot is claimed: [`Origin::code`].
+    pub origin: AtomicU64,
+    /// Process id.
+    pub pid: AtomicU64,
+    /// Parent process id at claim time.
+    pub ppid: AtomicU64,
+    /// Requested bytes currently live. One word for all threads: the peak is exact only
+    /// over one total order of changes.
     pub live: AtomicU64,
     /// Highest value `live` reached.
     pub peak: AtomicU64,
-    /// For a forked child: its parent's `allocs` at the fork.
+    /// For a forked child: its parent's allocation count at the fork.
     pub inherited_allocs: AtomicU64,
-    /// For a forked child: its parent's `bytes` at the fork.
+    /// For a forked child: its parent's requested bytes at the fork.
     pub inherited_bytes: AtomicU64,
     /// For a forked child: live bytes inherited at the fork (included in `live`/`peak`).
     pub inherited_live: AtomicU64,
     /// For a forked child: its parent's `peak` at the fork (DHAT's child output reports
     /// the larger of this and the child's own peak).
     pub inherited_peak: AtomicU64,
-    /// Padding up to [`SLOT_SIZE`].
-    pub reserved: [AtomicU64; 3],
+    /// Padding up to [`SLOT_HEAD_SIZE`].
+    pub reserved: [AtomicU64; 7],
+    /// Per-thread counters (a thread's stripe is chosen by hashing its identity).
+    pub stripes: [Stripe; STRIPES],
 }
 
+/// Number of [`Stripe`]s per slot.
+pub const STRIPES: usize = 16;
+/// Bytes of one stripe.
+pub const STRIPE_SIZE: usize = 64;
+/// Bytes of a slot before its stripes.
+pub const SLOT_HEAD_SIZE: usize = 128;
+
+const _: () = assert!(size_of::<Stripe>() == STRIPE_SIZE);
 const _: () = assert!(size_of::<RegionHeader>() == HEADER_SIZE);
 const _: () = assert!(size_of::<Slot>() == SLOT_SIZE);
 
@@ -195,13 +228,13 @@ pub struct SlotValues {
     pub pid: u64,
     /// See [`Slot::ppid`].
     pub ppid: u64,
-    /// See [`Slot::allocs`].
+    /// Sum of the stripes' [`Stripe::allocs`].
     pub allocs: u64,
-    /// See [`Slot::frees`].
+    /// Sum of the stripes' [`Stripe::frees`].
     pub frees: u64,
-    /// See [`Slot::reallocs`].
+    /// Sum of the stripes' [`Stripe::reallocs`].
     pub reallocs: u64,
-    /// See [`Slot::bytes`].
+    /// Sum of the stripes' [`Stripe::bytes`].
     pub bytes: u64,
     /// See [`Slot::live`].
     pub live: u64,
@@ -220,14 +253,22 @@ pub struct SlotValues {
 impl SlotValues {
     /// Decode one slot from [`SLOT_SIZE`] bytes. `None` if too short.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let sum = |field: usize| -> Option<u64> {
+            let mut total = 0u64;
+            for i in 0..STRIPES {
+                let at = offset_of!(Slot, stripes) + i * STRIPE_SIZE + field;
+                total = total.wrapping_add(word(bytes, at)?);
+            }
+            Some(total)
+        };
         Some(SlotValues {
             origin: word(bytes, offset_of!(Slot, origin))?,
             pid: word(bytes, offset_of!(Slot, pid))?,
             ppid: word(bytes, offset_of!(Slot, ppid))?,
-            allocs: word(bytes, offset_of!(Slot, allocs))?,
-            frees: word(bytes, offset_of!(Slot, frees))?,
-            reallocs: word(bytes, offset_of!(Slot, reallocs))?,
-            bytes: word(bytes, offset_of!(Slot, bytes))?,
+            allocs: sum(offset_of!(Stripe, allocs))?,
+            frees: sum(offset_of!(Stripe, frees))?,
+            reallocs: sum(offset_of!(Stripe, reallocs))?,
+            bytes: sum(offset_of!(Stripe, bytes))?,
             live: word(bytes, offset_of!(Slot, live))?,
             peak: word(bytes, offset_of!(Slot, peak))?,
             inherited_allocs: word(bytes, offset_of!(Slot, inherited_allocs))?,
@@ -235,6 +276,31 @@ impl SlotValues {
             inherited_live: word(bytes, offset_of!(Slot, inherited_live))?,
             inherited_peak: word(bytes, offset_of!(Slot, inherited_peak))?,
         })
+    }
+
+    /// Read a live slot (the agent's fork snapshot; tests).
+    pub fn from_slot(slot: &Slot) -> Self {
+        use core::sync::atomic::Ordering::Relaxed;
+        let sum = |f: fn(&Stripe) -> &AtomicU64| {
+            slot.stripes
+                .iter()
+                .fold(0u64, |t, s| t.wrapping_add(f(s).load(Relaxed)))
+        };
+        SlotValues {
+            origin: slot.origin.load(Relaxed),
+            pid: slot.pid.load(Relaxed),
+            ppid: slot.ppid.load(Relaxed),
+            allocs: sum(|s| &s.allocs),
+            frees: sum(|s| &s.frees),
+            reallocs: sum(|s| &s.reallocs),
+            bytes: sum(|s| &s.bytes),
+            live: slot.live.load(Relaxed),
+            peak: slot.peak.load(Relaxed),
+            inherited_allocs: slot.inherited_allocs.load(Relaxed),
+            inherited_bytes: slot.inherited_bytes.load(Relaxed),
+            inherited_live: slot.inherited_live.load(Relaxed),
+            inherited_peak: slot.inherited_peak.load(Relaxed),
+        }
     }
 
     /// How the image came to report; `None` for an unclaimed slot.
@@ -318,6 +384,7 @@ mod tests {
         assert_eq!(s.origin(), Some(Origin::Fork));
         assert_eq!(s.allocs, 0);
         assert!(SlotValues::from_bytes(&bytes[..SLOT_SIZE - 40]).is_none());
+        assert!(SlotValues::from_bytes(&bytes[..SLOT_HEAD_SIZE]).is_none());
     }
 
     #[test]
@@ -337,6 +404,31 @@ mod tests {
     fn region_layout_is_what_the_agent_maps() {
         assert_eq!(slot_offset(0), HEADER_SIZE);
         assert_eq!(slot_offset(SLOT_COUNT), REGION_SIZE);
-        assert_eq!(REGION_SIZE % 4096, 0);
+        assert_eq!(offset_of!(Slot, stripes), SLOT_HEAD_SIZE);
+        // Slots and stripes start on cache lines (the region is page-aligned).
+        assert_eq!(slot_offset(1) % 64, 0);
+        assert_eq!(SLOT_SIZE % 64, 0);
+    }
+
+    #[test]
+    fn stripes_are_summed_from_bytes_and_from_a_live_slot() {
+        use core::sync::atomic::Ordering::Relaxed;
+        let slot = Slot::default();
+        slot.stripes[0].allocs.store(3, Relaxed);
+        slot.stripes[15].allocs.store(4, Relaxed);
+        slot.stripes[7].bytes.store(100, Relaxed);
+        slot.live.store(9, Relaxed);
+        let mut bytes = [0u8; SLOT_SIZE];
+        put(&mut bytes, offset_of!(Slot, live), 9);
+        put(&mut bytes, SLOT_HEAD_SIZE, 3);
+        put(&mut bytes, SLOT_HEAD_SIZE + 15 * STRIPE_SIZE, 4);
+        put(
+            &mut bytes,
+            SLOT_HEAD_SIZE + 7 * STRIPE_SIZE + offset_of!(Stripe, bytes),
+            100,
+        );
+        let decoded = SlotValues::from_bytes(&bytes).unwrap();
+        assert_eq!(decoded, SlotValues::from_slot(&slot));
+        assert_eq!((decoded.allocs, decoded.bytes, decoded.live), (7, 100, 9));
     }
 }

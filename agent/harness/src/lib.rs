@@ -29,8 +29,12 @@
 //!
 //! Timing: warm-up until steady state (the CoV window of `sbs-steady`) or a fixed count,
 //! then `--samples` measurements per process; the interval is over per-process means.
+//!
+//! The crate also has [`CountingAlloc`], a counting `#[global_allocator]` wrapper for
+//! programs the preload agent cannot see into (`sbs-profile --alloc --alloc-harness`).
 
 mod child;
+mod counting;
 mod error;
 mod options;
 mod params;
@@ -40,6 +44,7 @@ mod sys;
 
 use std::io::Write;
 
+pub use counting::CountingAlloc;
 pub use error::HarnessError;
 pub use params::Params;
 /// Keeps the optimizer from deleting work whose result is unused, or from computing it

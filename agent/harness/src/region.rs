@@ -10,8 +10,8 @@ use std::os::unix::fs::FileExt;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use sbs_agent_abi::harness::REGION_SOCKET_ENVS;
 use sbs_agent_abi::{
-    parse_fd, parse_token, slot_offset, HeaderValues, Origin, SlotValues, ENV_REGION_FD,
-    ENV_REGION_TOKEN, HEADER_SIZE, SLOT_COUNT, SLOT_SIZE,
+    parse_fd, parse_token, slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD,
+    ENV_HARNESS_TOKEN, ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE, SLOT_COUNT, SLOT_SIZE,
 };
 
 use crate::error::HarnessError;
@@ -37,10 +37,14 @@ impl AgentSlot {
     /// The slot of this process, if the agent is loaded (its env vars are set and a slot
     /// carries our pid).
     fn find() -> Result<Option<AgentSlot>, HarnessError> {
-        let (Some(fd), Some(token)) = (
-            std::env::var(ENV_REGION_FD).ok(),
-            std::env::var(ENV_REGION_TOKEN).ok(),
-        ) else {
+        // The preload agent's region, or (`--alloc-harness`) the one `CountingAlloc` counts
+        // into: the same layout.
+        let announced = |fd_var: &str, token_var: &str| {
+            Some((std::env::var(fd_var).ok()?, std::env::var(token_var).ok()?))
+        };
+        let Some((fd, token)) = announced(ENV_REGION_FD, ENV_REGION_TOKEN)
+            .or_else(|| announced(ENV_HARNESS_FD, ENV_HARNESS_TOKEN))
+        else {
             return Ok(None);
         };
         let (Some(fd), Some(token)) = (parse_fd(fd.as_bytes()), parse_token(token.as_bytes()))

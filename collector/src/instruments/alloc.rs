@@ -19,8 +19,9 @@ use anyhow::Context;
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use sbs_agent_abi::{
-    slot_offset, HeaderValues, Origin, SlotValues, ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE,
-    LIBRARY_FD, REGION_FD, REGION_SIZE, SLOT_COUNT, SLOT_SIZE,
+    slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD, ENV_HARNESS_TOKEN,
+    ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE, LIBRARY_FD, REGION_FD, REGION_SIZE, SLOT_COUNT,
+    SLOT_SIZE,
 };
 use sbs_reports::model::Unit;
 
@@ -173,12 +174,19 @@ impl Region {
 
     /// The env vars that announce the region to the agent.
     pub fn env(&self) -> Vec<(OsString, OsString)> {
+        self.env_for(AllocPath::Agent)
+    }
+
+    /// The env vars that announce the region to the agent or to the harness (never both:
+    /// a program with the harness running under the agent would report twice).
+    pub fn env_for(&self, path: AllocPath) -> Vec<(OsString, OsString)> {
+        let (fd, token) = match path {
+            AllocPath::Agent => (ENV_REGION_FD, ENV_REGION_TOKEN),
+            AllocPath::Harness => (ENV_HARNESS_FD, ENV_HARNESS_TOKEN),
+        };
         vec![
-            (ENV_REGION_FD.into(), REGION_FD.to_string().into()),
-            (
-                ENV_REGION_TOKEN.into(),
-                format!("{:016x}", self.token).into(),
-            ),
+            (fd.into(), REGION_FD.to_string().into()),
+            (token.into(), format!("{:016x}", self.token).into()),
         ]
     }
 
@@ -271,7 +279,7 @@ fn clamp(v: u64) -> u64 {
 }
 
 const STATIC_ADVICE: &str = "Link it dynamically (the default for Rust and C on glibc), or \
-measure a Rust program in-process with the harness (stats_alloc).";
+for a Rust program wrap its global allocator in sbs_harness::CountingAlloc and add --alloc-harness.";
 
 /// Check that `program` can load the agent. Returns warnings for what may make the counts
 /// incomplete (a private allocator), and an error where the agent cannot work at all.
@@ -363,7 +371,7 @@ fn allocator_warnings(program: &Path, file: &object::File) -> Vec<String> {
         .collect();
     if !found.is_empty() {
         warnings.push(format!(
-            "{} contains {}, which does not go through malloc: the agent counts only the allocations that do; for a Rust global allocator use the harness (stats_alloc)",
+            "{} contains {}, which does not go through malloc: the agent counts only the allocations that do; for a Rust global allocator wrap it in sbs_harness::CountingAlloc and add --alloc-harness",
             program.display(),
             found.join(", ")
         ));
@@ -423,6 +431,27 @@ pub fn run_with_agent(
     Ok((status, region.read()?))
 }
 
+/// The child gets descriptors 1018 and 1019: make sure it may have them. A soft
+/// `RLIMIT_NOFILE` at or below that is raised (the child inherits ours); a hard limit
+/// that low is an error with the command that fixes it.
+fn ensure_fd_limit() -> anyhow::Result<()> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let needed = (REGION_FD.max(LIBRARY_FD) + 1) as u64;
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("cannot read RLIMIT_NOFILE")?;
+    if soft >= needed {
+        return Ok(());
+    }
+    if hard < needed {
+        anyhow::bail!(
+            "the allocation agent needs descriptor number {} in the child, but the hard limit on open files is {hard}; raise it (e.g. `ulimit -Hn 4096` as root) and try again",
+            needed - 1
+        );
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, needed.max(soft), hard)
+        .context("cannot raise RLIMIT_NOFILE for the allocation agent's descriptors")?;
+    Ok(())
+}
+
 /// Which metrics the instrument reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AllocMetrics {
@@ -432,11 +461,33 @@ pub enum AllocMetrics {
     HeapPeak,
 }
 
-/// The allocation agent as an instrument.
+/// Who counts inside the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocPath {
+    /// The preloaded agent (`LD_PRELOAD`): any dynamically linked program using malloc.
+    Agent,
+    /// The program's own `sbs_harness::CountingAlloc` global allocator
+    /// (`--alloc-harness`): Rust programs with a custom allocator, static binaries.
+    Harness,
+}
+
+impl AllocPath {
+    /// The metrics' source.
+    pub fn source(self) -> &'static str {
+        match self {
+            AllocPath::Agent => "agent",
+            AllocPath::Harness => "harness",
+        }
+    }
+}
+
+/// The allocation agent (or the in-process harness) as an instrument.
 #[derive(Debug)]
 pub struct AllocAgent {
     metrics: AllocMetrics,
-    library: AgentLibrary,
+    path: AllocPath,
+    /// `None` on the harness path.
+    library: Option<AgentLibrary>,
     ld_preload: OsString,
     region: Option<Region>,
     program: PathBuf,
@@ -450,13 +501,19 @@ pub struct AllocAgent {
 impl AllocAgent {
     /// Check `program` (static, setuid, private allocators) and prepare the library.
     /// `base_env` is the child's environment (an existing `LD_PRELOAD` is kept, after ours).
+    /// On the harness path nothing is preloaded and nothing checked: the program reports
+    /// itself.
     pub fn new(
         metrics: AllocMetrics,
+        path: AllocPath,
         program: &Path,
         base_env: &[(OsString, OsString)],
     ) -> anyhow::Result<Self> {
-        let notes = preflight(program)?;
-        let library = AgentLibrary::new()?;
+        ensure_fd_limit()?;
+        let (notes, library) = match path {
+            AllocPath::Agent => (preflight(program)?, Some(AgentLibrary::new()?)),
+            AllocPath::Harness => (Vec::new(), None),
+        };
         let mut ld_preload = OsString::from(format!("/proc/self/fd/{LIBRARY_FD}"));
         if let Some((_, existing)) = base_env.iter().find(|(k, _)| k == OsStr::new("LD_PRELOAD")) {
             if !existing.is_empty() {
@@ -466,6 +523,7 @@ impl AllocAgent {
         }
         Ok(AllocAgent {
             metrics,
+            path,
             library,
             ld_preload,
             region: None,
@@ -480,7 +538,8 @@ impl AllocAgent {
 
     fn samples(&self, reports: &Reports, outcome: &RunOutcome, out: &mut Vec<Sample>) {
         let t = reports.totals();
-        let m = |id: &str, unit| MetricSpec::new(id, unit, "agent", true);
+        let source = self.path.source();
+        let m = |id: &str, unit| MetricSpec::new(id, unit, source, true);
         if self.metrics == AllocMetrics::HeapPeak {
             out.push(Sample::new(m("heap.peak", Unit::Bytes), t.peak as f64));
             return;
@@ -513,24 +572,31 @@ impl Instrument for AllocAgent {
         "alloc-agent"
     }
 
+    fn needs_start_gate(&self) -> bool {
+        // Everything is set up before fork (env, descriptors); nothing attaches.
+        false
+    }
+
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
         let region = Region::new()?;
-        setup.pass_fds.push((
-            self.library
-                .child_fd()
-                .context("cannot pass the agent library to the child")?,
-            LIBRARY_FD,
-        ));
+        if let Some(library) = &self.library {
+            setup.pass_fds.push((
+                library
+                    .child_fd()
+                    .context("cannot pass the agent library to the child")?,
+                LIBRARY_FD,
+            ));
+            setup
+                .env
+                .push(("LD_PRELOAD".into(), self.ld_preload.clone()));
+        }
         setup.pass_fds.push((
             region
                 .child_fd()
                 .context("cannot pass the report region to the child")?,
             REGION_FD,
         ));
-        setup
-            .env
-            .push(("LD_PRELOAD".into(), self.ld_preload.clone()));
-        setup.env.extend(region.env());
+        setup.env.extend(region.env_for(self.path));
         self.region = Some(region);
         Ok(())
     }
@@ -541,6 +607,13 @@ impl Instrument for AllocAgent {
             .take()
             .context("internal error: collect without prepare")?;
         let reports = region.read()?;
+        if reports.images.is_empty() && self.path == AllocPath::Harness {
+            anyhow::bail!(
+                "{} did not report its allocations: with --alloc-harness the program must use \
+                 sbs_harness::CountingAlloc as its #[global_allocator] (see docs/alloc.md)",
+                self.program.display()
+            );
+        }
         if reports.images.is_empty() {
             anyhow::bail!(
                 "the allocation agent did not report from {}: it was not loaded (is the program \
@@ -566,7 +639,13 @@ impl Instrument for AllocAgent {
 
     fn warnings(&self) -> Vec<String> {
         let mut w = self.notes.clone();
-        if self.runs > 0 && self.runs_without_allocs == self.runs {
+        if self.path == AllocPath::Harness {
+            w.push(
+                "allocations counted in-process by sbs_harness::CountingAlloc (source harness): \
+                 only what goes through the Rust global allocator"
+                    .into(),
+            );
+        } else if self.runs > 0 && self.runs_without_allocs == self.runs {
             w.push(format!(
                 "the allocation agent loaded into {} but saw no allocation through malloc: the program allocates nothing or uses its own allocator",
                 self.program.display()

@@ -4,7 +4,8 @@
 //! One instrument measures one series of runs ([`SeriesPlan`]); with `--no-multiplex` the
 //! plan has several series and each becomes its own group of runs. A hardware value read
 //! from a group that was multiplexed is scaled, reported with its running fraction as the
-//! metric `counter.<event>.running_fraction`, and named in a warning.
+//! breakdown line `running fraction` of its metric (a detail, so that it is shown and saved
+//! in JSON but never gated on), and named in a warning.
 
 use std::collections::BTreeMap;
 
@@ -18,8 +19,8 @@ use sbs_reports::model::Unit;
 use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 use crate::region::RegionSocket;
 
-/// Suffix of the metric carrying a hardware counter's running fraction.
-pub const RUNNING_FRACTION_SUFFIX: &str = ".running_fraction";
+/// Label of the breakdown line carrying a hardware counter's running fraction.
+pub const RUNNING_FRACTION: &str = "running fraction";
 
 /// Counts perf events on each run's child.
 pub struct PerfCounters {
@@ -75,21 +76,13 @@ impl PerfCounters {
                 e.0 += 1;
                 e.1 = e.1.min(v.running_fraction);
             }
-            out.push(Sample::new(
-                MetricSpec::new(&id, unit, source, false),
-                v.value,
-            ));
+            let mut sample = Sample::new(MetricSpec::new(&id, unit, source, false), v.value);
             if hw {
-                out.push(Sample::new(
-                    MetricSpec::new(
-                        format!("{id}{RUNNING_FRACTION_SUFFIX}"),
-                        Unit::Count,
-                        source,
-                        false,
-                    ),
-                    v.running_fraction,
-                ));
+                sample
+                    .details
+                    .push((RUNNING_FRACTION.to_string(), v.running_fraction));
             }
+            out.push(sample);
         }
     }
 }
@@ -136,7 +129,7 @@ impl Instrument for PerfCounters {
     fn warnings(&self) -> Vec<String> {
         let scaled = self.scaled.iter().map(|(id, (n, min, hw))| {
             let see = if *hw {
-                format!(", per run in {id}{RUNNING_FRACTION_SUFFIX}")
+                format!(", per run in its `{RUNNING_FRACTION}` line")
             } else {
                 String::new()
             };
@@ -221,16 +214,20 @@ mod tests {
         let (out, warnings) = run("instructions,page-faults", 1000, 500);
         let ids: Vec<(&str, &str, f64)> = out
             .iter()
-            .take(3)
+            .take(2)
             .map(|s| (s.metric.id.as_str(), s.metric.source.as_str(), s.value))
             .collect();
         assert_eq!(
             ids,
             vec![
                 ("counter.instructions", "perf-hw", 200.0),
-                ("counter.instructions.running_fraction", "perf-hw", 0.5),
                 ("counter.page-faults", "perf-sw", 200.0),
             ]
+        );
+        assert_eq!(out[0].details, vec![(RUNNING_FRACTION.to_string(), 0.5)]);
+        assert!(
+            out[1].details.is_empty(),
+            "software events have no fraction line"
         );
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].contains("counter.instructions was multiplexed in 2 of 2 runs"));

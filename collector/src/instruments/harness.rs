@@ -42,6 +42,8 @@ pub struct HarnessRecords {
     file: Option<File>,
     runs: usize,
     not_steady: usize,
+    /// Source of the allocation metrics: `agent`, or `harness` (`--alloc-harness`).
+    alloc_source: &'static str,
 }
 
 impl HarnessRecords {
@@ -54,7 +56,16 @@ impl HarnessRecords {
             file: None,
             runs: 0,
             not_steady: 0,
+            alloc_source: "agent",
         }
+    }
+
+    /// Allocations come from the program's `CountingAlloc` (`--alloc-harness`).
+    pub fn counting_alloc(mut self, yes: bool) -> Self {
+        if yes {
+            self.alloc_source = "harness";
+        }
+        self
     }
 
     fn records(&self, text: &str) -> Vec<(String, f64)> {
@@ -191,7 +202,7 @@ impl Instrument for HarnessRecords {
                     });
                 }
                 out.extend(per_op);
-                let agent = |id: &str, unit| MetricSpec::new(id, unit, "agent", true);
+                let agent = |id: &str, unit| MetricSpec::new(id, unit, self.alloc_source, true);
                 if let Some(n) = get(&records, proto::REC_ALLOC_COUNT) {
                     out.push(Sample::new(agent("alloc.count/op", Unit::Count), n / ops));
                 }

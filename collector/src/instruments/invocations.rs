@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::Pid;
-use sbs_probes::counter::RunCounters;
+use sbs_probes::hits::{Anchors, RunCounters};
 use sbs_probes::resolve::{match_patterns, Target};
 use sbs_probes::tracefs::{ProbeSet, Tracefs};
 use sbs_probes::ProbeError;
@@ -35,6 +35,7 @@ pub struct Invocations {
     warnings: Vec<String>,
     tracefs: Tracefs,
     set: Option<ProbeSet>,
+    anchors: Option<Anchors>,
     counters: Option<RunCounters>,
     /// Count only inside a harness's measured region (see [`crate::region`]).
     region: Option<RegionSocket>,
@@ -109,6 +110,7 @@ impl Invocations {
             warnings,
             tracefs,
             set: None,
+            anchors: None,
             counters: None,
             region: None,
         })
@@ -129,22 +131,18 @@ impl Invocations {
         self.targets.len()
     }
 
+    /// The probe set, defined on first use (before the first run).
     fn define(&mut self) -> Result<&ProbeSet, ProbeError> {
-        if self.set.is_none() {
-            self.tracefs.clean_stale()?;
-            self.set = Some(ProbeSet::define(&self.tracefs, &self.targets)?);
-        }
-        self.set
-            .as_ref()
-            .ok_or_else(|| unreachable_state("probe set missing after definition"))
-    }
-}
-
-fn unreachable_state(what: &str) -> ProbeError {
-    ProbeError::Counter {
-        event: what.to_string(),
-        pid: 0,
-        cause: std::io::Error::other("internal error; please report it"),
+        let set = match self.set.take() {
+            Some(set) => set,
+            None => {
+                self.tracefs.clean_stale()?;
+                let set = ProbeSet::define(&self.tracefs, &self.targets)?;
+                self.anchors = Some(Anchors::open(&set)?);
+                set
+            }
+        };
+        Ok(self.set.insert(set))
     }
 }
 
@@ -177,10 +175,11 @@ impl Instrument for Invocations {
     }
 
     fn collect(&mut self, _outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
-        let mut counters = self
-            .counters
-            .take()
-            .ok_or_else(|| unreachable_state("collect without attach"))?;
+        let Some(mut counters) = self.counters.take() else {
+            anyhow::bail!(
+                "internal error: no uprobe counters for this run (attach was not called)"
+            );
+        };
         let counts = counters.read()?;
         for p in &self.patterns {
             let details: Vec<(String, f64)> = p
@@ -211,6 +210,7 @@ impl Instrument for Invocations {
     fn finish(&mut self) {
         // Counters hold the events busy: close them before removing the definitions.
         self.counters = None;
+        self.anchors = None;
         if let Some(mut set) = self.set.take() {
             if let Err(e) = set.remove() {
                 eprintln!(

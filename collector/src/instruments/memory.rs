@@ -25,6 +25,7 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
 #[derive(Debug, Default)]
 pub struct Memory {
     with_agent: bool,
+    notes: Vec<String>,
     sampler: Option<Sampler>,
     short_runs: usize,
 }
@@ -36,6 +37,11 @@ impl Memory {
             with_agent,
             ..Memory::default()
         }
+    }
+
+    /// Add a warning for the report (e.g. why heap.peak is missing).
+    pub fn note(&mut self, note: String) {
+        self.notes.push(note);
     }
 }
 
@@ -139,10 +145,11 @@ impl Instrument for Memory {
     }
 
     fn warnings(&self) -> Vec<String> {
-        let mut w = vec![format!(
+        let mut w = self.notes.clone();
+        w.push(format!(
             "rss.tree_peak samples the process group every {} ms (a shorter spike can be missed)",
             SAMPLE_INTERVAL.as_millis()
-        )];
+        ));
         if self.with_agent {
             w.push(
                 "the memory runs carry the allocation agent (for heap.peak), whose 16-byte block \

@@ -2,6 +2,7 @@
 //! [`crate::instrument::Instrument`].
 
 pub mod alloc;
+pub mod boxing;
 pub mod counters;
 pub mod harness;
 pub mod invocations;

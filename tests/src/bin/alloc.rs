@@ -10,6 +10,7 @@
 //! - `stress T N`: T threads allocate, reallocate and free N blocks each, concurrently.
 //! - `churn N`: allocation-heavy single-threaded work for benchmarks: a `BTreeMap` of N
 //!   formatted keys to byte vectors, then N short-lived strings.
+//! - `boxes N`: boxes N values with `Box::new` (and nothing else in a `Box`).
 //! - `fork-threads T N`: T threads allocate in a loop while the main thread forks 20
 //!   times; each child allocates and exits.
 use std::hint::black_box;
@@ -103,6 +104,14 @@ fn main() {
                 h.join().expect("thread");
             }
         }
+        Some("boxes") => {
+            let n = arg(&args, 2);
+            let mut kept: Vec<Box<u64>> = Vec::with_capacity(n);
+            for i in 0..n {
+                kept.push(Box::new(black_box(i as u64)));
+            }
+            black_box(&kept);
+        }
         Some("churn") => {
             let n = arg(&args, 2);
             let mut map = std::collections::BTreeMap::new();
@@ -140,7 +149,9 @@ fn main() {
                 h.join().expect("thread");
             }
         }
-        _ => panic!("usage: alloc threads|fork|exec|exit-now|stress|churn|fork-threads ARGS..."),
+        _ => panic!(
+            "usage: alloc threads|fork|exec|exit-now|stress|boxes|churn|fork-threads ARGS..."
+        ),
     }
     peak_block();
 }

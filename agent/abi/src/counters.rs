@@ -1,5 +1,5 @@
-//! Updates of a report slot. Plain Rust over atomics, so it is unit-tested (also under
-//! Miri) apart from the FFI shims.
+//! Updates of a report slot, shared by the preload agent and the in-process harness
+//! (`sbs-harness`). Plain Rust over atomics, unit-tested apart from any FFI.
 //!
 //! `live` is kept as a wrapping `u64` and read as `i64`: a forked child can free a block
 //! its parent allocated between our fork snapshot and the fork itself, which takes `live`
@@ -8,7 +8,7 @@
 use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::Relaxed;
 
-use sbs_agent_abi::{Origin, Slot};
+use crate::{Origin, Slot, SlotValues, Stripe, STRIPES};
 
 /// How a slot may be updated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,38 +34,59 @@ fn add(counter: &AtomicU64, v: u64, access: Access) -> u64 {
     }
 }
 
+/// Where one update goes: the image's slot (live and peak) and the calling thread's
+/// stripe of it (counts), with the access rule for both.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    /// The image's slot.
+    pub slot: &'a Slot,
+    /// The calling thread's stripe.
+    pub stripe: &'a Stripe,
+    /// Whether other threads may update at the same time.
+    pub access: Access,
+}
+
+/// The stripe of `slot` for a thread whose identity (e.g. `pthread_self()`) is `thread`.
+/// Thread descriptors lie far apart (at the top of each thread's stack), so their page
+/// numbers, mixed, spread over the stripes.
+#[inline]
+pub fn stripe_of(slot: &Slot, thread: usize) -> &Stripe {
+    let mixed = ((thread >> 12) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    &slot.stripes[(mixed >> 60) as usize % STRIPES]
+}
+
 /// A block of `size` requested bytes was allocated.
 #[inline]
-pub fn on_alloc(slot: &Slot, size: u64, access: Access) {
-    add(&slot.allocs, 1, access);
-    add(&slot.bytes, size, access);
-    let live = add(&slot.live, size, access);
-    raise_peak(slot, live, access);
+pub fn on_alloc(t: Target, size: u64) {
+    add(&t.stripe.allocs, 1, t.access);
+    add(&t.stripe.bytes, size, t.access);
+    let live = add(&t.slot.live, size, t.access);
+    raise_peak(t.slot, live, t.access);
 }
 
 /// A counted block of `size` requested bytes was freed.
 #[inline]
-pub fn on_free(slot: &Slot, size: u64, access: Access) {
-    add(&slot.frees, 1, access);
-    add(&slot.live, size.wrapping_neg(), access);
+pub fn on_free(t: Target, size: u64) {
+    add(&t.stripe.frees, 1, t.access);
+    add(&t.slot.live, size.wrapping_neg(), t.access);
 }
 
 /// A block was resized to `new` bytes. `old` is the old block's size if it was counted.
 /// Counted as DHAT does: the old block is released and a new block allocated, and the
 /// live total moves in one step (no transient old+new peak).
-pub fn on_realloc(slot: &Slot, old: Option<u64>, new: u64, access: Access) {
-    add(&slot.reallocs, 1, access);
-    add(&slot.allocs, 1, access);
-    add(&slot.bytes, new, access);
+pub fn on_realloc(t: Target, old: Option<u64>, new: u64) {
+    add(&t.stripe.reallocs, 1, t.access);
+    add(&t.stripe.allocs, 1, t.access);
+    add(&t.stripe.bytes, new, t.access);
     let delta = match old {
         Some(old) => {
-            add(&slot.frees, 1, access);
+            add(&t.stripe.frees, 1, t.access);
             new.wrapping_sub(old)
         }
         None => new,
     };
-    let live = add(&slot.live, delta, access);
-    raise_peak(slot, live, access);
+    let live = add(&t.slot.live, delta, t.access);
+    raise_peak(t.slot, live, t.access);
 }
 
 /// Make `peak` at least `live` (both read as signed).
@@ -103,11 +124,12 @@ pub struct ForkSnapshot {
 
 /// Read the snapshot of `slot`.
 pub fn snapshot(slot: &Slot) -> ForkSnapshot {
+    let v = SlotValues::from_slot(slot);
     ForkSnapshot {
-        allocs: slot.allocs.load(Relaxed),
-        bytes: slot.bytes.load(Relaxed),
-        live: slot.live.load(Relaxed),
-        peak: slot.peak.load(Relaxed),
+        allocs: v.allocs,
+        bytes: v.bytes,
+        live: v.live,
+        peak: v.peak,
     }
 }
 
@@ -117,10 +139,12 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
     let inherited = inherited.unwrap_or_default();
     slot.pid.store(pid, Relaxed);
     slot.ppid.store(ppid, Relaxed);
-    slot.allocs.store(0, Relaxed);
-    slot.frees.store(0, Relaxed);
-    slot.reallocs.store(0, Relaxed);
-    slot.bytes.store(0, Relaxed);
+    for stripe in &slot.stripes {
+        stripe.allocs.store(0, Relaxed);
+        stripe.frees.store(0, Relaxed);
+        stripe.reallocs.store(0, Relaxed);
+        stripe.bytes.store(0, Relaxed);
+    }
     slot.live.store(inherited.live, Relaxed);
     slot.peak.store(inherited.live, Relaxed);
     slot.inherited_allocs.store(inherited.allocs, Relaxed);
@@ -134,59 +158,31 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
 mod tests {
     use super::*;
     const S: Access = Access::Shared;
-    use sbs_agent_abi::{SlotValues, SLOT_SIZE};
 
     fn new_slot() -> Slot {
-        Slot {
-            origin: AtomicU64::new(0),
-            pid: AtomicU64::new(0),
-            ppid: AtomicU64::new(0),
-            allocs: AtomicU64::new(0),
-            frees: AtomicU64::new(0),
-            reallocs: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            live: AtomicU64::new(0),
-            peak: AtomicU64::new(0),
-            inherited_allocs: AtomicU64::new(0),
-            inherited_bytes: AtomicU64::new(0),
-            inherited_live: AtomicU64::new(0),
-            inherited_peak: AtomicU64::new(0),
-            reserved: Default::default(),
-        }
+        Slot::default()
     }
 
     fn values(slot: &Slot) -> SlotValues {
-        // Encode through the byte layout the collector decodes.
-        let mut bytes = [0u8; SLOT_SIZE];
-        let words = [
-            &slot.origin,
-            &slot.pid,
-            &slot.ppid,
-            &slot.allocs,
-            &slot.frees,
-            &slot.reallocs,
-            &slot.bytes,
-            &slot.live,
-            &slot.peak,
-            &slot.inherited_allocs,
-            &slot.inherited_bytes,
-            &slot.inherited_live,
-            &slot.inherited_peak,
-        ];
-        for (i, w) in words.iter().enumerate() {
-            bytes[i * 8..i * 8 + 8].copy_from_slice(&w.load(Relaxed).to_le_bytes());
+        SlotValues::from_slot(slot)
+    }
+
+    fn at(slot: &Slot, access: Access) -> Target<'_> {
+        Target {
+            slot,
+            stripe: &slot.stripes[0],
+            access,
         }
-        SlotValues::from_bytes(&bytes).unwrap()
     }
 
     #[test]
     fn malloc_free_and_realloc_follow_dhat() {
         let s = new_slot();
         start(&s, Origin::Load, 10, 1, None);
-        on_alloc(&s, 10, S); // malloc(10)
-        on_realloc(&s, Some(10), 5000, S); // realloc to 5000: peak 5000, not 5010
-        on_free(&s, 5000, S);
-        on_alloc(&s, 33, S);
+        on_alloc(at(&s, S), 10); // malloc(10)
+        on_realloc(at(&s, S), Some(10), 5000); // realloc to 5000: peak 5000, not 5010
+        on_free(at(&s, S), 5000);
+        on_alloc(at(&s, S), 33);
         let v = values(&s);
         assert_eq!((v.allocs, v.frees, v.reallocs), (3, 2, 1));
         assert_eq!(v.bytes, 10 + 5000 + 33);
@@ -199,27 +195,27 @@ mod tests {
     #[test]
     fn shrinking_realloc_lowers_live() {
         let s = new_slot();
-        on_alloc(&s, 5000, S);
-        on_realloc(&s, Some(5000), 10, S);
+        on_alloc(at(&s, S), 5000);
+        on_realloc(at(&s, S), Some(5000), 10);
         assert_eq!(s.live.load(Relaxed), 10);
         assert_eq!(s.peak.load(Relaxed), 5000);
-        on_realloc(&s, None, 7, S); // resize of a block made before the agent started
+        on_realloc(at(&s, S), None, 7); // resize of a block made before the agent started
         assert_eq!(s.live.load(Relaxed), 17);
-        assert_eq!(s.frees.load(Relaxed), 1);
+        assert_eq!(values(&s).frees, 1);
     }
 
     #[test]
     fn fork_child_starts_from_inherited_heap() {
         let parent = new_slot();
-        on_alloc(&parent, 100, S);
-        on_alloc(&parent, 200, S);
+        on_alloc(at(&parent, S), 100);
+        on_alloc(at(&parent, S), 200);
         let snap = snapshot(&parent);
         let child = new_slot();
         start(&child, Origin::Fork, 11, 10, Some(snap));
-        on_alloc(&child, 1000, S);
-        on_free(&child, 1000, S);
-        on_free(&child, 100, S);
-        on_alloc(&child, 7, S);
+        on_alloc(at(&child, S), 1000);
+        on_free(at(&child, S), 1000);
+        on_free(at(&child, S), 100);
+        on_alloc(at(&child, S), 7);
         let v = values(&child);
         // The same numbers DHAT gives for this child: total = inherited + own.
         assert_eq!(v.inherited_allocs + v.allocs, 4);
@@ -233,9 +229,9 @@ mod tests {
     #[test]
     fn a_dip_below_zero_is_not_a_peak() {
         let s = new_slot();
-        on_free(&s, 64, S); // a block inherited but not in the snapshot
+        on_free(at(&s, S), 64); // a block inherited but not in the snapshot
         assert_eq!(s.live.load(Relaxed) as i64, -64);
-        on_alloc(&s, 16, S);
+        on_alloc(at(&s, S), 16);
         assert_eq!(s.peak.load(Relaxed), 0);
     }
 
@@ -243,14 +239,24 @@ mod tests {
     fn exclusive_access_counts_the_same() {
         let (a, b) = (new_slot(), new_slot());
         for (slot, access) in [(&a, Access::Shared), (&b, Access::Exclusive)] {
-            on_alloc(slot, 10, access);
-            on_realloc(slot, Some(10), 5000, access);
-            on_free(slot, 5000, access);
-            on_alloc(slot, 33, access);
-            on_realloc(slot, None, 7, access);
+            on_alloc(at(slot, access), 10);
+            on_realloc(at(slot, access), Some(10), 5000);
+            on_free(at(slot, access), 5000);
+            on_alloc(at(slot, access), 33);
+            on_realloc(at(slot, access), None, 7);
         }
         assert_eq!(values(&a), values(&b));
         assert_eq!(values(&b).peak, 5000);
+    }
+
+    #[test]
+    fn thread_identities_spread_over_the_stripes() {
+        let s = new_slot();
+        // Thread descriptors 8 MiB + a guard page apart, as glibc lays out stacks.
+        let used: std::collections::HashSet<*const Stripe> = (0..16usize)
+            .map(|i| stripe_of(&s, 0x7f00_0000_0000 + i * (8 << 20) + i * 4096) as *const _)
+            .collect();
+        assert!(used.len() >= 8, "only {} stripes used", used.len());
     }
 
     #[test]
@@ -262,14 +268,20 @@ mod tests {
                 scope.spawn(move || {
                     for i in 0..10_000u64 {
                         let size = 1 + (i + t) % 64;
-                        on_alloc(s, size, S);
-                        on_free(s, size, S);
+                        // Threads 0 and 2 share a stripe, 1 and 3 another.
+                        let t = Target {
+                            slot: s,
+                            stripe: &s.stripes[t as usize % 2],
+                            access: S,
+                        };
+                        on_alloc(t, size);
+                        on_free(t, size);
                     }
                 });
             }
         });
-        assert_eq!(s.allocs.load(Relaxed), 40_000);
-        assert_eq!(s.frees.load(Relaxed), 40_000);
+        assert_eq!(values(&s).allocs, 40_000);
+        assert_eq!(values(&s).frees, 40_000);
         assert_eq!(s.live.load(Relaxed), 0);
         assert!(s.peak.load(Relaxed) <= 4 * 64);
     }

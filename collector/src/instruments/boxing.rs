@@ -1,0 +1,100 @@
+//! `--boxing`: how many values a Rust program puts in a `Box` (`boxing.count`), the
+//! counterpart of the boxing counts of the JVM tools.
+//!
+//! Mechanism: an exact uprobe count (the invocations instrument) of
+//! `alloc::boxed::box_new_uninit`, the one non-generic function through which the
+//! compiler lowers every `Box::new(value)` of a non-zero-sized value (checked on Rust
+//! 1.95; older compilers called the `exchange_malloc` lang item, also matched). The
+//! `vec![a, b, c]` literal boxes its array first, so it counts once as well.
+//!
+//! What it cannot see, said in the report's warnings: calls inlined into their callers
+//! (the norm in release builds: only the out-of-line copies are probed, and the warning
+//! gives how many inlined instances exist); `Box::new` of zero-sized values (they do not
+//! allocate); boxes made without `Box::new` (`Box::from(slice)`, `into_boxed_slice`,
+//! `Box::new_uninit`, `Box::pin` goes through `Box::new` and is counted). Allocation
+//! sizes cannot tell a `Box` from a `Vec`, so the agent is no alternative; an exact count
+//! in optimised builds needs probes at inlined sites (see the invocations instrument).
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use anyhow::Context;
+use nix::unistd::Pid;
+use sbs_reports::model::Unit;
+
+use crate::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+use crate::instruments::invocations::Invocations;
+
+/// The functions every `Box::new` goes through (current and older compilers).
+pub const BOX_ENTRY_POINTS: &[&str] = &[
+    "alloc::boxed::box_new_uninit",
+    "alloc::alloc::exchange_malloc",
+];
+
+/// Counts `Box::new` through uprobes and reports it as `boxing.count`.
+#[derive(Debug)]
+pub struct Boxing {
+    inner: Invocations,
+}
+
+impl Boxing {
+    /// Probe the box entry points of `program`.
+    pub fn new(
+        program: &Path,
+        ld_library_path: Option<&OsStr>,
+        max_probes: usize,
+    ) -> anyhow::Result<Self> {
+        let mut last_error = None;
+        for pattern in BOX_ENTRY_POINTS {
+            match Invocations::new(program, ld_library_path, &[pattern.to_string()], max_probes) {
+                Ok(inner) => return Ok(Boxing { inner }),
+                Err(e @ sbs_probes::ProbeError::NoMatch { .. }) => last_error = Some(e),
+                Err(e) => return Err(e).context("--boxing counts Box::new through uprobes"),
+            }
+        }
+        let e = last_error.map(|e| e.to_string()).unwrap_or_default();
+        anyhow::bail!(
+            "--boxing: {} has no out-of-line Box entry point ({}): it is not a Rust program, or \
+             every Box::new in it was inlined (build with debug assertions or opt-level 0 to count \
+             boxes); {e}",
+            program.display(),
+            BOX_ENTRY_POINTS.join(", ")
+        )
+    }
+}
+
+impl Instrument for Boxing {
+    fn name(&self) -> &str {
+        "boxing"
+    }
+
+    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        self.inner.prepare(setup)
+    }
+
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        self.inner.attach(pid)
+    }
+
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        let mut samples = Vec::new();
+        self.inner.collect(outcome, &mut samples)?;
+        for mut s in samples {
+            s.metric = MetricSpec::new("boxing.count", Unit::Count, "uprobe", true);
+            out.push(s);
+        }
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.inner.abort_run();
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings()
+    }
+
+    fn finish(&mut self) {
+        self.inner.finish();
+    }
+}

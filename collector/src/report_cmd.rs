@@ -1,0 +1,147 @@
+//! `sbs-profile report`: a report from the saved history, without running anything.
+//! Each benchmark's latest entry is compared with the entries before it, exactly as a run
+//! with `--history` would have been, and every metric carries its trend.
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use clap::Args;
+use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
+
+use crate::history::{self, History};
+use crate::regression::{Mode, Reference, Regressed, Regression, RegressionArgs, THIS_RUN};
+use crate::stats::summarize;
+
+/// Options of `sbs-profile report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Directory of the saved history.
+    #[arg(long, value_name = "DIR", default_value = history::DEFAULT_DIR)]
+    pub history: PathBuf,
+
+    /// Only these benchmarks (repeatable; default: all in the history).
+    #[arg(long, value_name = "NAME")]
+    pub name: Vec<String>,
+
+    /// Report format and destinations.
+    #[command(flatten)]
+    pub report: crate::cli::OutputArgs,
+
+    /// Practical threshold(s) in percent, as for a run (`PCT`, `METRIC=PCT`, `PREFIX*=PCT`).
+    #[arg(long, value_name = "[METRIC=]PCT")]
+    pub threshold: Vec<String>,
+
+    /// Compare the latest entry with at most this many entries before it.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub history_depth: u64,
+
+    /// Confidence level of the intervals, as a percentage or a fraction.
+    #[arg(long, value_name = "LEVEL", default_value = "95", value_parser = crate::cli::parse_confidence)]
+    pub confidence: f64,
+}
+
+/// Build the report and the regressions of the latest entries.
+pub fn build(args: &ReportArgs) -> anyhow::Result<(Report, Vec<Regressed>)> {
+    let store = History::new(&args.history);
+    let all = store.benchmarks()?;
+    if all.is_empty() {
+        bail!(
+            "no saved history in {}: save runs first with `sbs-profile --save -- COMMAND`, or \
+             point --history at the right directory",
+            args.history.display()
+        );
+    }
+    let names: Vec<String> = if args.name.is_empty() {
+        all
+    } else {
+        for n in &args.name {
+            if !all.contains(n) {
+                bail!(
+                    "--name {n}: no such benchmark in {}; saved benchmarks: {}",
+                    args.history.display(),
+                    all.join(", ")
+                );
+            }
+        }
+        args.name.clone()
+    };
+    let regression = Regression::new(
+        &RegressionArgs {
+            history: args.history.clone(),
+            save: false,
+            save_baseline: None,
+            baseline: None,
+            threshold: args.threshold.clone(),
+            history_depth: args.history_depth,
+        },
+        args.confidence,
+        Mode::Run,
+    )?;
+    let mut benchmarks = Vec::new();
+    let mut references = Vec::new();
+    let mut latest_labels = Vec::new();
+    let mut max_n = 0;
+    for name in &names {
+        let mut entries = store.entries(name)?;
+        let Some(latest) = entries.pop() else {
+            continue;
+        };
+        let metrics: Vec<MetricResult> = latest
+            .metrics
+            .iter()
+            .map(|m| {
+                max_n = max_n.max(m.samples.len());
+                MetricResult {
+                    id: m.id.clone(),
+                    unit: m.unit,
+                    source: m.source.clone(),
+                    exact: m.exact,
+                    group: String::new(),
+                    samples: m.samples.clone(),
+                    summary: summarize(&m.samples, args.confidence),
+                    details: Vec::new(),
+                    notes: Vec::new(),
+                    comparison: None,
+                    trend: Vec::new(),
+                }
+            })
+            .collect();
+        benchmarks.push(BenchmarkResult {
+            name: name.clone(),
+            command: vec![latest.command.clone()],
+            metrics,
+            warnings: Vec::new(),
+        });
+        references.push(if entries.is_empty() {
+            Reference::Nothing
+        } else {
+            Reference::History(entries)
+        });
+        latest_labels.push(latest.meta.label());
+    }
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        conditions: Conditions {
+            runs: max_n,
+            warmup: 0,
+            aslr_disabled: false,
+            pinned_cpus: Vec::new(),
+            clean_env: false,
+        },
+        benchmarks,
+        from_history: Some(args.history.display().to_string()),
+    };
+    let regressions = regression.apply(&references, &mut report)?;
+    // The latest entry is "this run" to the comparison; name it by its time instead.
+    for (bench, label) in report.benchmarks.iter_mut().zip(latest_labels) {
+        for m in bench.metrics.iter_mut() {
+            if let Some(last) = m.trend.last_mut() {
+                if last.label == THIS_RUN {
+                    last.label = label.clone();
+                }
+            }
+        }
+    }
+    Ok((report, regressions))
+}

@@ -1,0 +1,70 @@
+//! Series from different mechanisms are never compared: `counter.instructions` counted by
+//! valgrind (guest instructions under emulation) and by the PMU (`perf-hw`, retired
+//! instructions, plus interrupt skid) differ by design, not by a regression.
+//!
+//! Every comparison (baseline vs current, A vs B) goes through [`ensure_same_source`].
+
+/// Two series of the same metric from different mechanisms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot compare {metric} measured by {baseline} with {metric} measured by {current}: \
+     different mechanisms count different things; measure both sides with the same \
+     mechanism{hint}"
+)]
+pub struct SourceMismatch {
+    /// The metric id.
+    pub metric: String,
+    /// Source of the baseline (or first) series.
+    pub baseline: String,
+    /// Source of the current (or second) series.
+    pub current: String,
+    /// What to pass to get the same mechanism, if known.
+    pub hint: String,
+}
+
+/// The option that selects a source, for the message.
+fn option_for(source: &str) -> Option<&'static str> {
+    match source {
+        "valgrind" => Some("--instructions valgrind"),
+        "perf-hw" => Some("--instructions perf"),
+        _ => None,
+    }
+}
+
+/// `Ok` when both series come from the same mechanism.
+pub fn ensure_same_source(
+    metric: &str,
+    baseline: &str,
+    current: &str,
+) -> Result<(), SourceMismatch> {
+    if baseline == current {
+        return Ok(());
+    }
+    let hint = option_for(baseline)
+        .map(|o| format!(" (re-measure with {o})"))
+        .unwrap_or_default();
+    Err(SourceMismatch {
+        metric: metric.to_string(),
+        baseline: baseline.to_string(),
+        current: current.to_string(),
+        hint,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_source_compares() {
+        assert!(ensure_same_source("counter.instructions", "valgrind", "valgrind").is_ok());
+    }
+
+    #[test]
+    fn valgrind_and_pmu_counts_are_refused_with_the_fix() {
+        let e = ensure_same_source("counter.instructions", "valgrind", "perf-hw").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("cannot compare counter.instructions measured by valgrind with counter.instructions measured by perf-hw"), "{msg}");
+        assert!(msg.contains("--instructions valgrind"), "{msg}");
+    }
+}

@@ -1,0 +1,121 @@
+//! A compact Markdown table for pull-request comments: metric, before, after, change with
+//! its interval, verdict. Metrics without a comparison show their mean and interval only.
+
+use std::io;
+
+use crate::human;
+use crate::model::{ComparisonMethod, MetricResult, Report, Verdict};
+use crate::Render;
+
+/// Renders one Markdown table per benchmark.
+#[derive(Debug, Default)]
+pub struct Markdown;
+
+/// Escape what would break a table cell or render as markup.
+fn cell(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '|' => out.push_str("\\|"),
+            '`' | '*' | '_' | '<' | '>' | '[' | ']' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn signed(f: f64) -> String {
+    if f > 0.0 {
+        format!("+{}", human::percent(f))
+    } else {
+        human::percent(f)
+    }
+}
+
+fn badge(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Regressed => "❌ regressed",
+        Verdict::Improved => "✅ improved",
+        Verdict::NoChange => "no change",
+        Verdict::BelowThreshold => "≈ below threshold",
+        Verdict::Inconclusive => "inconclusive",
+    }
+}
+
+fn row(m: &MetricResult) -> [String; 5] {
+    let after = human::value(m.summary.mean, m.unit);
+    let Some(c) = &m.comparison else {
+        let ci = match (m.summary.ci_low, m.summary.ci_high) {
+            (Some(l), Some(h)) if l != h => format!(
+                " [{}, {}]",
+                human::value(l, m.unit),
+                human::value(h, m.unit)
+            ),
+            _ => String::new(),
+        };
+        return [
+            format!("`{}`", m.id.replace('`', "'")),
+            "-".into(),
+            cell(&format!("{after}{ci}")),
+            "-".into(),
+            "-".into(),
+        ];
+    };
+    let change = match (c.relative, c.method) {
+        (Some(r), ComparisonMethod::Exact) => format!("{} (exact)", signed(r)),
+        (Some(r), _) => match (c.relative_ci_low, c.relative_ci_high) {
+            (Some(l), Some(h)) => format!("{} [{}, {}]", signed(r), signed(l), signed(h)),
+            _ => signed(r),
+        },
+        (None, _) => format!("+{} from 0", human::value(c.difference, m.unit)),
+    };
+    [
+        format!("`{}`", m.id.replace('`', "'")),
+        cell(&human::value(c.reference_mean, m.unit)),
+        cell(&after),
+        cell(&change),
+        badge(c.verdict).to_string(),
+    ]
+}
+
+impl Render for Markdown {
+    fn render(&self, report: &Report, out: &mut dyn io::Write) -> io::Result<()> {
+        for (i, b) in report.benchmarks.iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            writeln!(out, "### {}\n", cell(&b.name))?;
+            writeln!(out, "| metric | before | after | change [CI] | verdict |")?;
+            writeln!(out, "|---|---:|---:|---:|---|")?;
+            for m in &b.metrics {
+                writeln!(out, "| {} |", row(m).join(" | "))?;
+            }
+            for w in &b.warnings {
+                writeln!(out, "\n> warning: {}", cell(w))?;
+            }
+        }
+        let regressed = report
+            .benchmarks
+            .iter()
+            .flat_map(|b| &b.metrics)
+            .filter(|m| {
+                m.comparison
+                    .as_ref()
+                    .is_some_and(|c| c.verdict == Verdict::Regressed)
+            })
+            .count();
+        let c = &report.conditions;
+        writeln!(
+            out,
+            "\n<sub>sbs-profile {}: {} runs per group, {} regression{}; smaller is better.</sub>",
+            report.tool_version,
+            c.runs,
+            regressed,
+            if regressed == 1 { "" } else { "s" }
+        )
+    }
+}

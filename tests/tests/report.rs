@@ -1,0 +1,108 @@
+//! `sbs-profile report`: reports rendered from a saved history, without running anything.
+
+mod util;
+
+use util::sbs;
+
+fn save(history: &str, blocks: &str) -> util::Finished {
+    sbs([
+        "--history",
+        history,
+        "--save",
+        "--name",
+        "alloc-fixture",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--alloc",
+        "--threshold",
+        "5",
+        "--",
+        fixture!("allocate"),
+        blocks,
+        "1024",
+    ])
+}
+
+#[test]
+fn report_compares_the_latest_entry_and_draws_trends() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h");
+    let history = history.to_str().unwrap();
+    save(history, "100").success();
+    save(history, "100").success();
+    // The same history, nothing regressed: exit 0, every metric has a two-point trend.
+    let run = sbs(["report", "--history", history, "-f", "json"]).success();
+    let report = run.json();
+    assert_eq!(report["from_history"], history);
+    let count = util::metric(&report, "alloc.count");
+    assert_eq!(count["trend"].as_array().unwrap().len(), 2, "{count:#}");
+    assert_eq!(count["comparison"]["verdict"], "no_change");
+
+    // A third entry with 10% more blocks: the latest regresses, exit 1, and the trend marks it.
+    let saved = save(history, "110");
+    assert_eq!(
+        saved.code(),
+        Some(1),
+        "the run itself regresses, and is saved anyway"
+    );
+    let html = dir.path().join("r.html");
+    let run = sbs([
+        "report",
+        "--history",
+        history,
+        "--html",
+        html.to_str().unwrap(),
+        "-f",
+        "json",
+    ]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    run.check(
+        run.stderr()
+            .contains("regression: alloc.count of `alloc-fixture` regressed +"),
+        "names the regression",
+    );
+    let report = run.json();
+    let trend = util::metric(&report, "alloc.count")["trend"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(trend.len(), 3);
+    assert_eq!(trend[2]["verdict"], "regressed");
+    assert_eq!(trend[1]["verdict"], "no_change");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("alloc.count — history"),
+        "trend figure present"
+    );
+
+    // Markdown for a pull request.
+    let md = sbs([
+        "report",
+        "--history",
+        history,
+        "-f",
+        "markdown",
+        "--name",
+        "alloc-fixture",
+    ]);
+    assert!(md.stdout().contains("| `alloc.count` |"), "{}", md.stdout());
+    assert!(md.stdout().contains("❌ regressed"));
+}
+
+#[test]
+fn report_without_history_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    sbs(["report", "--history", dir.path().to_str().unwrap()]).fails_with(2, "no saved history in");
+    let history = dir.path().join("h");
+    save(history.to_str().unwrap(), "10").success();
+    sbs([
+        "report",
+        "--history",
+        history.to_str().unwrap(),
+        "--name",
+        "other",
+    ])
+    .fails_with(2, "--name other: no such benchmark");
+}
