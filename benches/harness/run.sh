@@ -1,70 +1,94 @@
 #!/usr/bin/env bash
 # The harness against whole-process timing of the same work (docs/bench-harness.md).
 #
-# 1. Whole process: tests/src/bin/wordfreq.rs (generate 200000 words, count, top 3),
-#    timed by sbs-profile (time.wall) and, in the same run, by hyperfine (the peer tool
-#    for whole-process timing), 10 processes each.
-# 2. Harnessed: examples/wordfreq-bench's `wordfreq/count` and `wordfreq/top` (the same
-#    count and top over the same 200000 words; generation is the set-up), sbs-profile
-#    --bench, RUNS processes each, each warming up to steady state and keeping 10
-#    measurements: time.op.
-# 3. Per-operation counts of the same benchmark: invocations of malloc and allocations.
+# The work: count the words of a 200000-word text (`wordfreq_bench::count`), and pick the
+# top 3 of the counts (`wordfreq_bench::top`). Generating the text is set-up.
 #
-# Usage: benches/harness/run.sh [RUNS]   (from the repository root; needs root for uprobes)
+# 1. Whole process, the only way to time an operation without a harness: time a program
+#    that does set-up + operation and one that does the set-up alone, and take the
+#    difference. `sbs-profile compare` runs them interleaved and gives the difference with
+#    its interval (Welch); hyperfine (the peer tool) runs the same commands in the same
+#    script, and the difference of its means gets the same Welch interval here.
+#      examples/wordfreq-bench/src/main.rs: `wordfreq-bench 200000 gen|count|top`
+# 2. Harnessed: examples/wordfreq-bench/benches/wordfreq.rs, `sbs-profile --bench
+#    wordfreq`: RUNS processes per benchmark, each warming up to steady state and keeping
+#    10 measurements; time.op, interval over the per-process means.
+#
+# Usage: benches/harness/run.sh [RUNS]   (from the repository root)
 set -euo pipefail
 RUNS=${1:-10}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build --release -p sbs-profile -p sbs-tests >/dev/null 2>&1
+cargo build --release -p sbs-profile -p wordfreq-bench >/dev/null 2>&1
 SBS=$CARGO_TARGET_DIR/release/sbs-profile
-WORDFREQ=$CARGO_TARGET_DIR/release/wordfreq
+WF=$CARGO_TARGET_DIR/release/wordfreq-bench
 OUT=${OUT:-/tmp/sbs-bench-harness}
 mkdir -p "$OUT"
+uptime >"$OUT/uptime.txt"
 
-echo "== whole process: sbs-profile (time.wall) and hyperfine, $RUNS runs each"
-"$SBS" --runs "$RUNS" --warmup 1 -f json -o "$OUT/whole.json" -- "$WORDFREQ" 200000
+echo "== whole process: sbs-profile compare (interleaved), $RUNS runs per command"
+"$SBS" compare --runs "$RUNS" --warmup 1 -f json -o "$OUT/compare-count.json" \
+    "$WF 200000 gen" "$WF 200000 count"
+"$SBS" compare --runs "$RUNS" --warmup 1 -f json -o "$OUT/compare-top.json" \
+    "$WF 200000 count" "$WF 200000 top"
 if command -v hyperfine >/dev/null; then
+    echo "== whole process: hyperfine, $RUNS runs per command"
     hyperfine --runs "$RUNS" --warmup 1 -N --export-json "$OUT/hyperfine.json" \
-        "$WORDFREQ 200000" >/dev/null
+        "$WF 200000 gen" "$WF 200000 count" "$WF 200000 top" >/dev/null
 fi
 
-echo "== harnessed: sbs-profile --bench wordfreq (count and top, interleaved), $RUNS processes each"
+echo "== harnessed: sbs-profile --bench wordfreq, $RUNS processes per benchmark"
 (cd examples/wordfreq-bench &&
     "$SBS" --bench wordfreq --runs "$RUNS" --warmup 1 -f json -o "$OUT/harness.json" \
-        -- wordfreq/)
+        2>/dev/null)
+uptime >>"$OUT/uptime.txt"
 
 python3 - "$OUT" <<'PY'
 import json, math, sys
-out = sys.argv[1]
 from statistics import mean, stdev
-# Student's t quantiles (0.975) by degrees of freedom, enough for these run counts.
+out = sys.argv[1]
 T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-     9: 2.262, 10: 2.228, 14: 2.145, 19: 2.093, 29: 2.045}
+     9: 2.262, 10: 2.228, 12: 2.179, 14: 2.145, 16: 2.120, 18: 2.101, 19: 2.093,
+     20: 2.086, 25: 2.060, 29: 2.045, 30: 2.042, 38: 2.024, 40: 2.021}
+def t(df):
+    df = max(1, int(df))
+    return T.get(df) or T[min(T, key=lambda k: abs(k - df))]
 def ci(xs):
-    n = len(xs); m = mean(xs); h = T.get(n - 1, 1.96) * stdev(xs) / math.sqrt(n)
-    return m, h
-def metric(path, id_, bench=None):
+    n = len(xs); m = mean(xs); return m, t(n - 1) * stdev(xs) / math.sqrt(n)
+def welch(a, b):
+    va, vb = stdev(a) ** 2 / len(a), stdev(b) ** 2 / len(b)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return mean(b) - mean(a), t(df) * math.sqrt(va + vb)
+def samples(path, bench, id_):
     r = json.load(open(path))
     for b in r["benchmarks"]:
-        if bench is not None and b["name"] != bench:
-            continue
-        for m in b["metrics"]:
-            if m["id"] == id_:
-                return m["samples"]
+        if bench in b["name"]:
+            for m in b["metrics"]:
+                if m["id"] == id_:
+                    return m["samples"]
+    raise SystemExit(f"{id_} of {bench} not in {path}")
+ms = lambda x: f"{x * 1e3:.3f} ms"
 rows = []
-w = metric(f"{out}/whole.json", "time.wall")
-rows.append(("sbs-profile, whole process (time.wall)", w))
-try:
-    h = json.load(open(f"{out}/hyperfine.json"))["results"][0]["times"]
-    rows.append(("hyperfine, whole process", h))
-except FileNotFoundError:
-    pass
-for b in ("wordfreq/count", "wordfreq/top"):
-    rows.append((f"sbs-profile --bench, {b} (time.op)", metric(f"{out}/harness.json", "time.op", b)))
-print(f"| measurement | n | mean | 95% CI half-width | relative |")
-print(f"|---|---|---|---|---|")
-for name, xs in rows:
-    m, hw = ci(xs)
-    print(f"| {name} | {len(xs)} | {m*1e3:.4f} ms | ± {hw*1e3:.4f} ms | ± {hw/m*100:.2f}% |")
+for op, base, full in (("count", "gen", "count"), ("top", "count", "top")):
+    f = f"{out}/compare-{op}.json"
+    a = samples(f, f"200000 {base}", "time.wall"); b = samples(f, f"200000 {full}", "time.wall")
+    d, h = welch(a, b)
+    rows.append((op, "sbs-profile compare, whole process (difference of time.wall)", len(a), d, h))
+    try:
+        hr = {r["command"].split()[-1]: r["times"] for r in json.load(open(f"{out}/hyperfine.json"))["results"]}
+        d, h = welch(hr[base], hr[full])
+        rows.append((op, "hyperfine, whole process (difference of means)", len(hr[base]), d, h))
+    except FileNotFoundError:
+        pass
+    x = samples(f"{out}/harness.json", f"wordfreq/{op}", "time.op")
+    m, h = ci(x)
+    rows.append((op, "sbs-profile --bench, harnessed (time.op)", len(x), m, h))
+print("| operation | measurement | processes per command | estimate | 95% CI half-width | relative |")
+print("|---|---|---|---|---|---|")
+for op, how, n, est, h in rows:
+    rel = f"± {h / abs(est) * 100:.1f}%" if est else "n/a"
+    print(f"| `{op}` | {how} | {n} | {ms(est)} | ± {ms(h)} | {rel} |")
+print()
+print("load average before and after:", open(f"{out}/uptime.txt").read().replace("\n", " / "))
 PY
