@@ -29,9 +29,9 @@ uptime >"$OUT/uptime.txt"
 
 echo "== whole process: sbs-profile compare (interleaved), $RUNS runs per command"
 "$SBS" compare --runs "$RUNS" --warmup 1 -f json -o "$OUT/compare-count.json" \
-    "$WF 200000 gen" "$WF 200000 count"
+    "$WF 200000 gen" "$WF 200000 count" 2>/dev/null || [ $? -eq 1 ] # 1: "regressed"
 "$SBS" compare --runs "$RUNS" --warmup 1 -f json -o "$OUT/compare-top.json" \
-    "$WF 200000 count" "$WF 200000 top"
+    "$WF 200000 count" "$WF 200000 top" 2>/dev/null || [ $? -eq 1 ]
 if command -v hyperfine >/dev/null; then
     echo "== whole process: hyperfine, $RUNS runs per command"
     hyperfine --runs "$RUNS" --warmup 1 -N --export-json "$OUT/hyperfine.json" \
