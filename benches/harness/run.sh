@@ -14,6 +14,10 @@
 #    wordfreq`: RUNS processes per benchmark, each warming up to steady state and keeping
 #    10 measurements; time.op, interval over the per-process means.
 #
+# 3. The peer in-process harness: divan (benches/harness/divan-peer, its own workspace),
+#    the same operations and set-up, run as RUNS fresh processes; each process's divan
+#    mean (100 samples), interval over the per-process means as for the harness.
+#
 # Usage: benches/harness/run.sh [RUNS]   (from the repository root)
 set -euo pipefail
 RUNS=${1:-10}
@@ -37,6 +41,13 @@ if command -v hyperfine >/dev/null; then
     hyperfine --runs "$RUNS" --warmup 1 -N --export-json "$OUT/hyperfine.json" \
         "$WF 200000 gen" "$WF 200000 count" "$WF 200000 top" >/dev/null
 fi
+
+echo "== peer in-process harness: divan, $RUNS processes"
+DIVAN_DIR=benches/harness/divan-peer
+(cd "$DIVAN_DIR" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR/divan-peer cargo bench --no-run >/dev/null 2>&1)
+DIVAN=$(ls -t "$CARGO_TARGET_DIR"/divan-peer/release/deps/wordfreq-* | grep -v '\.d$' | head -1)
+: >"$OUT/divan.txt"
+for _ in $(seq "$RUNS"); do "$DIVAN" --bench >>"$OUT/divan.txt" 2>/dev/null; done
 
 echo "== harnessed: sbs-profile --bench wordfreq, $RUNS processes per benchmark"
 (cd examples/wordfreq-bench &&
@@ -81,6 +92,17 @@ for op, base, full in (("count", "gen", "count"), ("top", "count", "top")):
         rows.append((op, "hyperfine, whole process (difference of means)", len(hr[base]), d, h))
     except FileNotFoundError:
         pass
+    import re
+    unit = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    dm = []
+    for line in open(f"{out}/divan.txt"):
+        if f"wordfreq_{op} " in line:
+            cols = [c.strip() for c in line.split("│")]
+            v, u = cols[3].split()
+            dm.append(float(v) * unit[u])
+    if dm:
+        m, h = ci(dm)
+        rows.append((op, "divan, in-process (mean of 100 samples per process)", len(dm), m, h))
     x = samples(f"{out}/harness.json", f"wordfreq/{op}", "time.op")
     m, h = ci(x)
     rows.append((op, "sbs-profile --bench, harnessed (time.op)", len(x), m, h))
