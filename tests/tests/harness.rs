@@ -321,3 +321,30 @@ fn cargo_bench_target_is_built_listed_and_measured() {
         );
     }
 }
+
+#[test]
+fn allocations_per_operation_from_the_counting_allocator() {
+    let out = sbs([
+        "--harness",
+        "--alloc",
+        "--alloc-harness",
+        "--runs",
+        "2",
+        "--ops",
+        "4",
+        "-f",
+        "json",
+        "--",
+        fixture!("harness_counting"),
+    ])
+    .success();
+    let report = out.json();
+    let count = metric(&report, "alloc.count/op");
+    out.check(count["source"] == "harness", "source of in-process counts");
+    assert!(all_equal(&samples(count), 3.0), "{count:#}");
+    assert!(all_equal(
+        &samples(metric(&report, "alloc.bytes/op")),
+        192.0
+    ));
+    assert!(all_equal(&samples(metric(&report, "heap.retained")), 192.0));
+}
