@@ -6,7 +6,7 @@
 //! `invocations.X/op`. See `docs/harness.md`.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
 
 use anyhow::Context;
@@ -130,6 +130,11 @@ impl Instrument for HarnessRecords {
             .take()
             .context("internal error: harness collect without prepare")?;
         let mut text = String::new();
+        // From the start, whichever descriptor of this file the child wrote through (its
+        // own open of /proc/self/fd/1017, or the inherited one, which shares our offset).
+        (&file)
+            .seek(SeekFrom::Start(0))
+            .context("cannot read the harness record file")?;
         (&file)
             .read_to_string(&mut text)
             .context("cannot read the harness record file")?;
@@ -230,5 +235,145 @@ impl Instrument for HarnessRecords {
              pass --harness-arg=--max-iterations=N or --harness-arg=--cov=X, or quiet the machine",
             self.not_steady, self.runs
         )]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instrument::ExitKind;
+    use std::io::Write;
+
+    fn outcome(exit: ExitKind) -> RunOutcome {
+        RunOutcome {
+            pid: nix::unistd::Pid::from_raw(1),
+            wall: std::time::Duration::from_millis(1),
+            user: std::time::Duration::ZERO,
+            sys: std::time::Duration::ZERO,
+            max_rss: 0,
+            exit,
+        }
+    }
+
+    /// Prepare a run, write `records` as the child would, and collect after `earlier`
+    /// samples of the instruments before this one.
+    fn run(
+        inst: &mut HarnessRecords,
+        records: &str,
+        earlier: Vec<Sample>,
+        exit: ExitKind,
+    ) -> anyhow::Result<Vec<Sample>> {
+        let mut setup = ChildSetup::default();
+        inst.prepare(&mut setup)?;
+        assert_eq!(setup.pass_fds[0].1, proto::OUT_FD);
+        assert!(setup
+            .env
+            .iter()
+            .any(|(k, v)| k == proto::ENV_OUT && v == "/proc/self/fd/1017"));
+        // The child appends through its own descriptor.
+        let mut child = File::from(setup.pass_fds.remove(0).0);
+        child.write_all(records.as_bytes()).unwrap();
+        let mut out = earlier;
+        inst.collect(&outcome(exit), &mut out)?;
+        Ok(out)
+    }
+
+    fn find<'a>(out: &'a [Sample], id: &str) -> &'a Sample {
+        out.iter()
+            .find(|s| s.metric.id == id)
+            .unwrap_or_else(|| panic!("no {id} in {out:?}"))
+    }
+
+    #[test]
+    fn timing_runs_report_time_per_operation_and_unsteady_processes() {
+        let mut inst = HarnessRecords::new("b", HarnessMode::Time, Vec::new());
+        let out = run(
+            &mut inst,
+            "time.op 2.5e-6\nnot_steady 0e0\n",
+            vec![],
+            ExitKind::Code(0),
+        )
+        .unwrap();
+        let t = find(&out, "time.op");
+        assert_eq!(
+            (t.value, t.metric.unit, t.metric.exact),
+            (2.5e-6, Unit::Seconds, false)
+        );
+        assert!(inst.warnings().is_empty());
+        run(
+            &mut inst,
+            "time.op 3e-6\nnot_steady 1\n",
+            vec![],
+            ExitKind::Code(0),
+        )
+        .unwrap();
+        let w = inst.warnings();
+        assert!(
+            w[0].contains("no steady state in 1 of 2 processes"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn counting_runs_divide_region_counts_and_report_allocations() {
+        let mut inst = HarnessRecords::new(
+            "b",
+            HarnessMode::Count { ops: 4 },
+            vec!["invocations.".into()],
+        );
+        let mut probe = Sample::new(
+            MetricSpec::new("invocations.f", Unit::Count, "uprobe", true),
+            4000.0,
+        );
+        probe.details = vec![("f".into(), 4000.0)];
+        let whole = Sample::new(
+            MetricSpec::new("alloc.count", Unit::Count, "agent", true),
+            1234.0,
+        );
+        let out = run(
+            &mut inst,
+            "ops 4\nalloc.count 20\nalloc.bytes 1984\nheap.retained 496\nregion.events 1\n",
+            vec![probe, whole],
+            ExitKind::Code(0),
+        )
+        .unwrap();
+        let per_op = find(&out, "invocations.f/op");
+        assert_eq!(per_op.value, 1000.0);
+        assert_eq!(per_op.details, vec![("f".to_string(), 1000.0)]);
+        assert_eq!(per_op.metric.source, "uprobe");
+        // Whole-process metrics are not region counts: no per-op version of them.
+        assert!(out.iter().all(|s| s.metric.id != "alloc.count/op/op"));
+        assert_eq!(find(&out, "alloc.count/op").value, 5.0);
+        assert_eq!(find(&out, "alloc.bytes/op").value, 496.0);
+        assert_eq!(find(&out, "heap.retained").value, 496.0);
+        assert_eq!(find(&out, "alloc.count").value, 1234.0);
+    }
+
+    #[test]
+    fn missing_records_and_descriptors_are_errors_that_say_why() {
+        let mut inst = HarnessRecords::new("b", HarnessMode::Time, Vec::new());
+        let e = run(&mut inst, "", vec![], ExitKind::Code(0)).unwrap_err();
+        assert!(e.to_string().contains("wrote no harness records"), "{e}");
+        // A failed child: the scheduler reports the failure, not a missing record.
+        assert!(run(&mut inst, "", vec![], ExitKind::Code(2))
+            .unwrap()
+            .is_empty());
+        let mut inst =
+            HarnessRecords::new("b", HarnessMode::Count { ops: 1 }, vec!["counter.".into()]);
+        let c = Sample::new(
+            MetricSpec::new("counter.page-faults", Unit::Count, "perf-sw", false),
+            80.0,
+        );
+        let e = run(
+            &mut inst,
+            "ops 1\nregion.events 0\n",
+            vec![c],
+            ExitKind::Code(0),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("received no region descriptors"),
+            "{e}"
+        );
     }
 }
