@@ -67,3 +67,59 @@ impl RegionSocket {
         self.parent = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{recvmsg, ControlMessageOwned};
+    use std::io::IoSliceMut;
+    use std::os::fd::{AsFd, FromRawFd};
+
+    /// Receive as the harness does: messages until end of file.
+    fn receive_all(socket: &OwnedFd) -> Vec<OwnedFd> {
+        let mut out = Vec::new();
+        loop {
+            let mut byte = [0u8; 1];
+            let mut iov = [IoSliceMut::new(&mut byte)];
+            let mut space = nix::cmsg_space!([RawFd; 253]);
+            let msg = recvmsg::<()>(
+                socket.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            )
+            .unwrap();
+            for c in msg.cmsgs().unwrap() {
+                if let ControlMessageOwned::ScmRights(fds) = c {
+                    // SAFETY: descriptors just received: ours alone.
+                    out.extend(
+                        fds.into_iter()
+                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                    );
+                }
+            }
+            if msg.bytes == 0 {
+                return out;
+            }
+        }
+    }
+
+    #[test]
+    fn many_descriptors_arrive_in_chunks_then_end_of_file() {
+        let mut socket = RegionSocket::new(("SBS_TEST_REGION", 1000));
+        let mut setup = ChildSetup::default();
+        socket.prepare(&mut setup).unwrap();
+        assert_eq!(setup.env, vec![("SBS_TEST_REGION".into(), "1000".into())]);
+        let (child_end, number) = setup.pass_fds.pop().unwrap();
+        assert_eq!(number, 1000);
+        let devnull = std::fs::File::open("/dev/null").unwrap();
+        let fds: Vec<OwnedFd> = (0..CHUNK + 50)
+            .map(|_| devnull.as_fd().try_clone_to_owned().unwrap())
+            .collect();
+        let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        socket.send(&raw).unwrap();
+        // Our end is closed after sending, so the receiver sees end of file.
+        assert_eq!(receive_all(&child_end).len(), CHUNK + 50);
+        assert!(socket.send(&raw).is_err(), "a socket is used once per run");
+    }
+}
