@@ -143,6 +143,25 @@ fn invocations_per_operation_are_exact_and_exclude_the_set_up() {
     // The run's total counts the 4 operations only, not the set-up's 10000 calls.
     let total = samples(metric(&report, "invocations.harness_fixture::push_one"));
     assert!(all_equal(&total, 4000.0), "{total:?}");
+    // Threads started inside the operation are counted (inherited, switched with it).
+    let out = sbs([
+        "--harness",
+        "--invocations",
+        "harness_fixture::push_one",
+        "--runs",
+        "2",
+        "--ops",
+        "3",
+        "-f",
+        "json",
+        "--",
+        FIXTURE,
+        "threaded",
+    ])
+    .success();
+    let report = out.json();
+    let per_op = samples(metric(&report, "invocations.harness_fixture::push_one/op"));
+    assert!(all_equal(&per_op, 1000.0), "{per_op:?}");
 }
 
 #[test]

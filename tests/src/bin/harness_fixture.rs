@@ -7,6 +7,8 @@
 //!   its capacity) so pushes never reallocate.
 //! - `sized`: one allocation of `bytes` (a parameter, default 1000) per operation.
 //! - `spin`: a fixed amount of arithmetic, no allocation: for timing.
+//! - `threaded`: each operation starts 2 threads that call `push_one` 500 times each
+//!   ([`PUSHES`] in all): region markers must follow the work into new threads.
 use sbs_harness::{black_box, Suite};
 
 const PUSHES: u64 = 1000;
@@ -53,6 +55,19 @@ fn main() {
             *s = black_box(s.wrapping_mul(6364136223846793005).wrapping_add(i));
         }
         *s
+    });
+    suite.bench("threaded", |_| ()).run(|_| {
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    let mut v = Vec::with_capacity(PUSHES as usize / 2);
+                    for i in 0..PUSHES / 2 {
+                        push_one(&mut v, i);
+                    }
+                    v.len()
+                });
+            }
+        })
     });
     suite.main();
 }
