@@ -34,6 +34,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .context("cannot write the counter list")?;
         return Ok(ExitCode::SUCCESS);
     }
+    if cli.run.list {
+        let (exe, filters) = sbs_collector::cli::harness_target(&cli.run)?;
+        let mut text = String::new();
+        for l in sbs_collector::harness::list(&exe, &filters)? {
+            text.push_str(&l.name);
+            if !l.params.is_empty() {
+                text.push_str(&format!("  ({})", l.params));
+            }
+            text.push('\n');
+        }
+        std::io::stdout()
+            .write_all(text.as_bytes())
+            .context("cannot write the benchmark list")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let (args, mode) = match cli.subcommand {
         Some(Subcommand::Compare(args)) => (*args, Mode::Compare),
         Some(Subcommand::Report(args)) => return report_from_history(&args),

@@ -17,6 +17,7 @@ use sbs_probes::ProbeError;
 use sbs_reports::model::Unit;
 
 use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+use crate::region::RegionSocket;
 
 /// One pattern's metric and its rows: (label, index of the probe).
 #[derive(Debug)]
@@ -36,6 +37,8 @@ pub struct Invocations {
     set: Option<ProbeSet>,
     anchors: Option<Anchors>,
     counters: Option<RunCounters>,
+    /// Count only inside a harness's measured region (see [`crate::region`]).
+    region: Option<RegionSocket>,
 }
 
 impl Invocations {
@@ -109,7 +112,18 @@ impl Invocations {
             set: None,
             anchors: None,
             counters: None,
+            region: None,
         })
+    }
+
+    /// Count only inside the measured region of a harnessed benchmark: the counters are
+    /// opened disabled and passed to the harness, which switches them around each
+    /// operation.
+    pub fn in_region(mut self) -> Self {
+        self.region = Some(RegionSocket::new(
+            sbs_agent_abi::harness::REGION_SOCKET_UPROBES,
+        ));
+        self
     }
 
     /// How many distinct functions are probed.
@@ -137,14 +151,26 @@ impl Instrument for Invocations {
         "uprobes"
     }
 
-    fn prepare(&mut self, _setup: &mut crate::instrument::ChildSetup) -> anyhow::Result<()> {
+    fn prepare(&mut self, setup: &mut crate::instrument::ChildSetup) -> anyhow::Result<()> {
         self.define()?;
+        if let Some(region) = &mut self.region {
+            region.prepare(setup)?;
+        }
         Ok(())
     }
 
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        let in_region = self.region.is_some();
         let set = self.define()?;
-        self.counters = Some(RunCounters::open(set, pid.as_raw())?);
+        let counters = if in_region {
+            RunCounters::open_for_region(set, pid.as_raw())?
+        } else {
+            RunCounters::open(set, pid.as_raw())?
+        };
+        if let Some(region) = &mut self.region {
+            region.send(&counters.raw_fds())?;
+        }
+        self.counters = Some(counters);
         Ok(())
     }
 
@@ -172,6 +198,9 @@ impl Instrument for Invocations {
 
     fn abort_run(&mut self) {
         self.counters = None;
+        if let Some(region) = &mut self.region {
+            region.abort();
+        }
     }
 
     fn warnings(&self) -> Vec<String> {
