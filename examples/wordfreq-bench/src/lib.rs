@@ -1,6 +1,6 @@
 //! Word frequencies: the code under test of the example suite in `benches/wordfreq.rs`.
 //!
-//! The same work as the whole-process fixture `tests/src/bin/wordfreq.rs`, split into a
+//! Also the work of the whole-process example `tests/src/bin/wordfreq.rs`, split here into a
 //! set-up ([`generate`]: not measured) and operations ([`count`], [`top`]).
 use std::collections::HashMap;
 
