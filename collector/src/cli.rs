@@ -12,6 +12,7 @@ use clap::{Args, Parser};
 use crate::instrument::Group;
 use crate::instruments::alloc::{AgentError, AllocAgent, AllocMetrics, AllocPath};
 use crate::instruments::boxing::Boxing;
+use crate::instruments::harness::{HarnessMode, HarnessRecords};
 use crate::instruments::invocations::Invocations;
 use crate::instruments::memory::Memory;
 use crate::instruments::timing::Timing;
@@ -221,6 +222,43 @@ pub struct RunArgs {
     #[arg(long)]
     pub invocations_detail: bool,
 
+    /// Build cargo bench target NAME (release, with debug info and symbols kept) and
+    /// measure each of its sbs-harness benchmarks in its own child processes, per
+    /// operation; arguments after `--` are name filters.
+    #[arg(long = "bench", value_name = "NAME", conflicts_with = "harness")]
+    pub bench: Option<String>,
+
+    /// COMMAND is a binary built with sbs-harness: measure each of its benchmarks (its
+    /// further arguments are name filters) in its own child processes, per operation.
+    #[arg(long)]
+    pub harness: bool,
+
+    /// List the benchmarks of the harness binary (COMMAND, or the --bench target) and exit.
+    #[arg(long)]
+    pub list: bool,
+
+    /// Override a harness benchmark parameter (repeatable).
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+
+    /// Harness: operations per counting run (invocations, allocations, counters).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
+    pub ops: u64,
+
+    /// Harness: measurements kept per timing process (also the steady-state window).
+    #[arg(long, value_name = "K", default_value_t = 10)]
+    pub samples: usize,
+
+    /// Harness: pass ARG to the benchmark binary as it is (repeatable), e.g.
+    /// `--harness-arg=--warmup=50` or `--harness-arg=--cov=0.05`.
+    #[arg(long = "harness-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub harness_args: Vec<String>,
+
+    /// With --bench: pass ARG to `cargo bench` (repeatable), e.g. `--cargo-arg=-p
+    /// --cargo-arg=mypackage`.
+    #[arg(long = "cargo-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub cargo_args: Vec<String>,
+
     /// Refuse a --invocations pattern that matches more functions than this.
     #[arg(long, value_name = "N", default_value_t = sbs_probes::resolve::DEFAULT_MAX_PROBES)]
     pub max_probes: usize,
@@ -320,10 +358,18 @@ fn available_cpus() -> Vec<usize> {
 
 /// The metric groups of one benchmark, in run order. Every benchmark of a plan gets the
 /// same list (interleaved runs rely on it).
-fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
+///
+/// For a harnessed benchmark (`harness` is its name) uprobes count inside the measured
+/// region only, and every group ends with the harness instrument that reports metrics per
+/// operation.
+fn build_groups(
+    args: &RunArgs,
+    run: &RunConfig,
+    harness: Option<&str>,
+) -> anyhow::Result<Vec<Group>> {
     let mut groups = Vec::new();
     if !args.invocations.is_empty() {
-        groups.push(invocations_group(args, run)?);
+        groups.push(invocations_group(args, run, harness.is_some())?);
     } else if args.invocations_detail {
         bail!("--invocations-detail details the rows of --invocations; add --invocations PATTERN");
     }
@@ -389,9 +435,10 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
             instruments,
         });
     }
-    groups.extend(crate::counters_plan::groups_for(args)?);
+    groups.extend(crate::counters_plan::groups_for(args, harness.is_some())?);
     let others_requested = !groups.is_empty();
-    if args.time || !others_requested {
+    // A harnessed benchmark is always timed: time.op is what it is for.
+    if args.time || !others_requested || harness.is_some() {
         groups.insert(
             0,
             Group {
@@ -400,11 +447,30 @@ fn build_groups(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Vec<Group>> {
             },
         );
     }
+    if let Some(name) = harness {
+        for g in groups.iter_mut() {
+            let (mode, prefixes) = match g.name.as_str() {
+                "timing" => (HarnessMode::Time, Vec::new()),
+                "invocations" => (
+                    HarnessMode::Count { ops: args.ops },
+                    vec!["invocations.".to_string()],
+                ),
+                n if n.starts_with("counters") => (
+                    HarnessMode::Count { ops: args.ops },
+                    vec!["counter.".to_string()],
+                ),
+                _ => (HarnessMode::Count { ops: args.ops }, Vec::new()),
+            };
+            g.instruments.push(Box::new(
+                HarnessRecords::new(name, mode, prefixes).counting_alloc(args.alloc_harness),
+            ));
+        }
+    }
     Ok(groups)
 }
 
 /// All `--invocations` patterns share one group of runs.
-fn invocations_group(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Group> {
+fn invocations_group(args: &RunArgs, run: &RunConfig, region: bool) -> anyhow::Result<Group> {
     let ld_library_path = run
         .env
         .iter()
@@ -417,17 +483,91 @@ fn invocations_group(args: &RunArgs, run: &RunConfig) -> anyhow::Result<Group> {
         args.max_probes,
         args.invocations_detail,
     )?;
+    let instrument = if region {
+        instrument.in_region()
+    } else {
+        instrument
+    };
     Ok(Group {
         name: "invocations".into(),
         instruments: vec![Box::new(instrument)],
     })
 }
 
+/// The harness binary and the name filters of `--bench`/`--harness`/`--list`.
+pub fn harness_target(args: &RunArgs) -> anyhow::Result<(PathBuf, Vec<OsString>)> {
+    if let Some(bench) = &args.bench {
+        let exe = crate::harness::build_bench(bench, &args.cargo_args)?;
+        return Ok((exe, args.command.clone()));
+    }
+    let Some(program) = args.command.first() else {
+        bail!("no harness binary given; usage: sbs-profile --harness [OPTIONS] -- BINARY [FILTER...] or sbs-profile --bench NAME [-- FILTER...]");
+    };
+    let path_var = std::env::var_os("PATH");
+    let exe = resolve_program(program, path_var.as_deref())?;
+    Ok((exe, args.command[1..].to_vec()))
+}
+
 /// Validate the arguments and build the plan.
 pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
+    if args.bench.is_some() || args.harness {
+        return build_harness_plan(args);
+    }
     let Some(program) = args.command.first() else {
         bail!("no command given; usage: sbs-profile [OPTIONS] -- COMMAND [ARGS...]");
     };
+    let env = child_env(&args);
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let resolved = resolve_program(program, path_var)?;
+    let name = args.name.clone().unwrap_or_else(|| {
+        args.command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let run = run_config(&args, resolved, args.command.clone(), env)?;
+    let groups = build_groups(&args, &run, None)?;
+    Ok(plan_of(args, vec![Benchmark { name, run, groups }]))
+}
+
+/// One benchmark per harness benchmark selected, each in its own child processes
+/// (`BINARY --sbs-run NAME`), run interleaved like commands of `compare`.
+fn build_harness_plan(args: RunArgs) -> anyhow::Result<Plan> {
+    if args.samples < 2 {
+        bail!(
+            "--samples {}: at least 2 measurements are needed",
+            args.samples
+        );
+    }
+    let (exe, filters) = harness_target(&args)?;
+    let listed = crate::harness::list(&exe, &filters)?;
+    crate::harness::check_params(&args.params, &listed)?;
+    let env = child_env(&args);
+    let mut benchmarks = Vec::new();
+    for l in listed {
+        let child_args = crate::harness::child_args(
+            &exe,
+            &l.name,
+            &args.params,
+            args.samples,
+            &args.harness_args,
+        );
+        let run = run_config(&args, exe.clone(), child_args, env.clone())?;
+        let groups = build_groups(&args, &run, Some(&l.name))?;
+        benchmarks.push(Benchmark {
+            name: l.name,
+            run,
+            groups,
+        });
+    }
+    Ok(plan_of(args, benchmarks))
+}
+
+fn child_env(args: &RunArgs) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = if args.clean_env {
         vec![("PATH".into(), CLEAN_PATH.into())]
     } else {
@@ -437,36 +577,35 @@ pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
         env.retain(|(ek, _)| ek != k);
         env.push((k.clone(), v.clone()));
     }
-    let path_var = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_os_str());
-    let resolved = resolve_program(program, path_var)?;
+    env
+}
+
+fn run_config(
+    args: &RunArgs,
+    program: PathBuf,
+    argv: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+) -> anyhow::Result<RunConfig> {
     if !args.pin.is_empty() {
         let cpus = available_cpus();
         if let Some(bad) = args.pin.iter().find(|c| !cpus.contains(c)) {
             bail!("--pin {bad}: no such CPU available to this process (available: {cpus:?})");
         }
     }
-    let name = args.name.clone().unwrap_or_else(|| {
-        args.command
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ")
-    });
-    let run = RunConfig {
-        program: resolved,
-        args: args.command.clone(),
+    Ok(RunConfig {
+        program,
+        args: argv,
         env,
         show_output: args.show_output,
         disable_aslr: !args.aslr,
         cpus: args.pin.clone(),
         timeout: args.timeout,
-    };
-    let groups = build_groups(&args, &run)?;
-    Ok(Plan {
-        benchmarks: vec![Benchmark { name, run, groups }],
+    })
+}
+
+fn plan_of(args: RunArgs, benchmarks: Vec<Benchmark>) -> Plan {
+    Plan {
+        benchmarks,
         runs: args.runs as usize,
         warmup: args.warmup as usize,
         confidence: args.confidence,
@@ -478,7 +617,7 @@ pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
         clean_env: args.clean_env,
         report: args.report,
         progress: std::io::stderr().is_terminal(),
-    })
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,8 @@ pub struct CounterOptions {
     pub best_effort: bool,
     /// `--instructions MODE`.
     pub instructions: Option<InstructionsMode>,
+    /// A harnessed benchmark: perf counters count inside its measured region only.
+    pub region: bool,
 }
 
 /// Groups of runs for the counters, and the plan-time warnings (also handed to the first
@@ -140,12 +142,14 @@ pub fn resolve(
 /// The counter groups the command line asks for (none without counter options).
 /// Plan-time warnings (dropped events, the mechanism `auto` chose) travel with the first
 /// counter instrument into the report.
-pub fn groups_for(args: &crate::cli::RunArgs) -> anyhow::Result<Vec<Group>> {
+/// For a harnessed benchmark (`region`), perf counters count inside its measured region.
+pub fn groups_for(args: &crate::cli::RunArgs, region: bool) -> anyhow::Result<Vec<Group>> {
     let opts = CounterOptions {
         counters: args.counters.clone(),
         no_multiplex: args.no_multiplex,
         best_effort: args.counters_best_effort,
         instructions: args.instructions,
+        region,
     };
     if opts.counters.is_none() && opts.instructions.is_none() {
         if opts.no_multiplex || opts.best_effort {
@@ -175,8 +179,9 @@ pub fn build_groups(opts: &CounterOptions) -> anyhow::Result<CounterGroups> {
         installed,
         &mut warnings,
     )?;
+    let region = opts.region;
     let groups = counter_groups(opts, &reqs, instructions, &warnings, &mut || {
-        Box::new(PerfBackend)
+        Box::new(PerfBackend { region })
     })?;
     Ok(CounterGroups { groups, warnings })
 }
@@ -207,8 +212,11 @@ pub fn counter_groups(
         } else {
             format!("counters-{}", i + 1)
         };
-        let inst =
+        let mut inst =
             PerfCounters::new(s, backend()).with_plan_warnings(notes.take().unwrap_or_default());
+        if opts.region {
+            inst = inst.in_region();
+        }
         groups.push(Group {
             name,
             instruments: vec![Box::new(inst)],

@@ -45,15 +45,14 @@ const MARKER: &str = "sbs_history_schema";
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
     /// A file system operation failed.
-    #[error("cannot {action} {path}: {source}; check that the history directory (--history) is writable and the disk has room")]
+    #[error("cannot {action} {path}: {error}; check that the history directory (--history) is writable and the disk has room")]
     Io {
         /// What was attempted (`create directory`, `write`...).
         action: &'static str,
         /// The path involved.
         path: PathBuf,
-        /// The error.
-        #[source]
-        source: io::Error,
+        /// The error (in the message, so not also a `source` that would print it twice).
+        error: io::Error,
     },
     /// A file that is not an sbs-profile history file.
     #[error("{} is not an sbs-profile history file ({reason}); it was left untouched: move it out of the history directory or use another --history", path.display())]
@@ -93,10 +92,10 @@ fn io_error<'a>(
     action: &'static str,
     path: &'a Path,
 ) -> impl FnOnce(io::Error) -> HistoryError + 'a {
-    move |source| HistoryError::Io {
+    move |error| HistoryError::Io {
         action,
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -1028,8 +1027,8 @@ mod tests {
             h.save_baseline("main", &bench("b", &big, 1.0), &meta("big", "t2")),
         ] {
             match result {
-                Err(HistoryError::Io { source, .. }) => {
-                    assert_eq!(source.raw_os_error(), Some(libc::ENOSPC), "{source}")
+                Err(HistoryError::Io { error, .. }) => {
+                    assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}")
                 }
                 other => panic!("expected ENOSPC, got {other:?}"),
             }

@@ -34,6 +34,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .context("cannot write the counter list")?;
         return Ok(ExitCode::SUCCESS);
     }
+    if cli.run.list {
+        let (exe, filters) = sbs_collector::cli::harness_target(&cli.run)?;
+        let mut text = String::new();
+        for l in sbs_collector::harness::list(&exe, &filters)? {
+            text.push_str(&l.name);
+            if !l.params.is_empty() {
+                text.push_str(&format!("  ({})", l.params));
+            }
+            text.push('\n');
+        }
+        std::io::stdout()
+            .write_all(text.as_bytes())
+            .context("cannot write the benchmark list")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let (args, mode) = match cli.subcommand {
         Some(Subcommand::Compare(args)) => (*args, Mode::Compare),
         Some(Subcommand::Report(args)) => return report_from_history(&args),
@@ -116,6 +131,23 @@ fn report_from_history(args: &sbs_collector::report_cmd::ReportArgs) -> anyhow::
     Ok(exit_for(&regressions))
 }
 
+/// The error and its causes on one line, each cause once: many errors already quote
+/// their cause in their own message.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out.replace('\n', " ")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -133,7 +165,7 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            let _ = writeln!(std::io::stderr(), "error: {}", one_line(&e));
             ExitCode::from(2)
         }
     }

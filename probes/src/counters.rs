@@ -554,6 +554,12 @@ pub struct GroupReading {
 pub trait OpenGroup {
     /// Read the whole group atomically.
     fn read(&mut self) -> Result<GroupReading, CounterError>;
+
+    /// The group leader's descriptor, which switches the whole group on and off (for a
+    /// harness's measured region); `None` for a backend without descriptors.
+    fn leader_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 /// Opens perf groups on a process: the kernel, or a script in tests.
@@ -664,6 +670,11 @@ impl CounterSet {
         Ok(())
     }
 
+    /// The open groups' leader descriptors (see [`OpenGroup::leader_fd`]).
+    pub fn leader_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.open.iter().filter_map(|g| g.leader_fd()).collect()
+    }
+
     /// Read every group after the child was reaped, and close them.
     pub fn read(&mut self) -> Result<Vec<CounterValue>, CounterError> {
         let open = std::mem::take(&mut self.open);
@@ -702,7 +713,11 @@ pub(crate) fn builder_for(req: &CounterRequest) -> Builder<'static> {
 
 /// The live backend: `perf_event_open` through `perf-event2`.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct PerfBackend;
+pub struct PerfBackend {
+    /// Open the groups disabled and leave them so (no `enable_on_exec`): a harness in the
+    /// child switches them on around its measured region.
+    pub region: bool,
+}
 
 struct PerfGroup {
     names: Vec<String>,
@@ -711,6 +726,11 @@ struct PerfGroup {
 }
 
 impl OpenGroup for PerfGroup {
+    fn leader_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.leader.as_raw_fd())
+    }
+
     fn read(&mut self) -> Result<GroupReading, CounterError> {
         let data = self
             .leader
@@ -760,7 +780,7 @@ impl CounterBackend for PerfBackend {
         lb.observe_pid(pid)
             .inherit(true)
             .enabled(false)
-            .enable_on_exec(true)
+            .enable_on_exec(!self.region)
             .read_format(
                 ReadFormat::GROUP
                     | ReadFormat::ID

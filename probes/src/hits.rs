@@ -27,8 +27,25 @@ pub struct RunCounters {
 }
 
 impl RunCounters {
-    /// Open one counter per probe of `set` on `pid`, which must not have exec'd yet.
+    /// Open one counter per probe of `set` on `pid`, which must not have exec'd yet,
+    /// counting from its exec.
     pub fn open(set: &ProbeSet, pid: i32) -> Result<RunCounters, ProbeError> {
+        Self::open_with(set, pid, true)
+    }
+
+    /// Open the counters disabled, for a harness to switch on around its measured region
+    /// (see [`RunCounters::raw_fds`]); they count nothing until it does.
+    pub fn open_for_region(set: &ProbeSet, pid: i32) -> Result<RunCounters, ProbeError> {
+        Self::open_with(set, pid, false)
+    }
+
+    /// The counters' descriptors, in the order of the probes.
+    pub fn raw_fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.counters.iter().map(|(_, c)| c.as_raw_fd()).collect()
+    }
+
+    fn open_with(set: &ProbeSet, pid: i32, on_exec: bool) -> Result<RunCounters, ProbeError> {
         let wanted = set.probes().len() as u64 + 256;
         let _ = crate::sys::raise_nofile_limit(wanted);
         let mut counters = Vec::with_capacity(set.probes().len());
@@ -37,7 +54,8 @@ impl RunCounters {
                 .observe_pid(pid)
                 .any_cpu()
                 .inherit(true)
-                .enable_on_exec(true)
+                .enabled(false)
+                .enable_on_exec(on_exec)
                 .build()
                 .map_err(|e| {
                     let what =

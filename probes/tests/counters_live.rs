@@ -25,7 +25,7 @@ fn count(list: &str, program: &str) -> Vec<CounterValue> {
     let reqs = parse_counter_list(list).unwrap();
     let plan = plan_series(&reqs, PlanOptions::default());
     assert_eq!(plan.len(), 1);
-    let mut set = CounterSet::new(plan[0].clone(), Box::new(PerfBackend));
+    let mut set = CounterSet::new(plan[0].clone(), Box::new(PerfBackend::default()));
     let mut child = gated(program);
     set.attach(child.id() as i32)
         .expect("open counters on child");

@@ -296,7 +296,14 @@ fn bad_commands_get_one_line_errors() {
     let junk = dir.path().join("junk");
     std::fs::write(&junk, [0u8, 1, 2, 3]).unwrap();
     std::fs::set_permissions(&junk, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    sbs(["--runs", "1", "--", junk.to_str().unwrap()]).fails_with(2, "cannot execute");
+    let junk_run =
+        sbs(["--runs", "1", "--", junk.to_str().unwrap()]).fails_with(2, "cannot execute");
+    assert_eq!(
+        junk_run.stderr().matches("Exec format error").count(),
+        1,
+        "the cause is printed once: {}",
+        junk_run.stderr()
+    );
     sbs(["--runs", "1"]).fails_with(2, "no command given");
 }
 

@@ -16,6 +16,12 @@
 
 pub mod counters;
 
+// Not in the preload library (`collector/build.rs` compiles this crate without features):
+// its float parsing would pull in a reference to `rust_eh_personality`, which a no_std
+// cdylib does not define, and the library would fail to load.
+#[cfg(feature = "harness")]
+pub mod harness;
+
 use core::mem::{offset_of, size_of};
 use core::sync::atomic::AtomicU64;
 

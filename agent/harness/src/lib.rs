@@ -1,276 +1,295 @@
-//! In-process allocation counting for Rust benchmarks: the path for programs the preload
-//! agent cannot see into (a custom `#[global_allocator]` such as jemalloc or mimalloc, a
-//! statically linked binary).
+//! A benchmark harness for Rust whose runs `sbs-profile` can measure per operation.
 //!
-//! Wrap the program's allocator and run it under `sbs-profile --alloc --alloc-harness`:
+//! A benchmark is a name, parameters with defaults, a set-up that is not measured, the
+//! operation, and an optional reset that restores what the operation mutates (outside the
+//! measured region, as AutoJMH's "smart reset"):
 //!
 //! ```no_run
-//! use std::alloc::System;
-//! use sbs_harness::CountingAlloc;
+//! use sbs_harness::{black_box, Suite};
 //!
-//! #[global_allocator]
-//! static GLOBAL: CountingAlloc<System> = CountingAlloc::new(System);
-//! # fn main() {}
+//! let mut suite = Suite::new();
+//! suite
+//!     .bench("vec/push", |p| Vec::<u64>::with_capacity(p.get("n")))
+//!     .param("n", 5000)
+//!     .reset(|v| v.clear())
+//!     .run(|v| {
+//!         for i in 0..black_box(1000u64) {
+//!             v.push(i);
+//!         }
+//!     });
+//! suite.main();
 //! ```
 //!
-//! The wrapper counts into the same report region, with the same slot layout and update
-//! rules (`sbs_agent_abi::counters`), as the agent: blocks, requested bytes (from the
-//! `Layout`, so no block header is needed), resizes, live and peak bytes, per process
-//! image, forks included. Outside `sbs-profile` (no region announced) it only forwards.
-//! What it cannot see: allocations that do not go through the Rust global allocator
-//! (C libraries calling `malloc`). The collector reports its numbers with source
-//! `harness`, never mixed with the agent's.
+//! Put it in a `[[bench]] harness = false` target (`cargo bench` measures it) or in any
+//! binary. Under `sbs-profile --bench NAME` each benchmark runs in its own fresh child
+//! processes; the collector passes perf-event descriptors that the harness switches on
+//! just around each operation, and reads the allocation agent's counters before and after
+//! it, so invocation counts, allocations and counters come out per operation with the
+//! set-up excluded. The protocol is in `sbs_agent_abi::harness`.
 //!
-//! Like `stats_alloc`'s `StatsAlloc`, it is a `GlobalAlloc` wrapper; unlike it, it keeps
-//! the peak and reports across process boundaries.
+//! Timing: warm-up until steady state (the CoV window of `sbs-steady`) or a fixed count,
+//! then `--samples` measurements per process; the interval is over per-process means.
+//!
+//! The crate also has [`CountingAlloc`], a counting `#[global_allocator]` wrapper for
+//! programs the preload agent cannot see into (`sbs-profile --alloc --alloc-harness`).
 
-use std::alloc::{GlobalAlloc, Layout};
-use std::ffi::c_char;
-use std::ptr::null_mut;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8};
+mod child;
+mod counting;
+mod error;
+mod options;
+mod params;
+mod region;
+mod standalone;
+mod sys;
 
-use sbs_agent_abi::counters::{self, Access, ForkSnapshot, Target};
-use sbs_agent_abi::{
-    parse_fd, parse_token, slot_offset, HeaderValues, Origin, RegionHeader, Slot, ENV_HARNESS_FD_C,
-    ENV_HARNESS_TOKEN_C, HEADER_SIZE, REGION_SIZE, SLOT_COUNT,
-};
+use std::io::Write;
 
-/// A `GlobalAlloc` that forwards to `A` and counts into sbs-profile's report region.
-#[derive(Debug, Default)]
-pub struct CountingAlloc<A> {
-    inner: A,
+pub use counting::CountingAlloc;
+pub use error::HarnessError;
+pub use params::Params;
+/// Keeps the optimizer from deleting work whose result is unused, or from computing it
+/// ahead from known inputs: wrap inputs and results in it.
+pub use std::hint::black_box;
+
+use options::Action;
+
+/// What one registered benchmark can do; implemented for each concrete set of closures
+/// so the operation is called without dynamic dispatch inside the timed loop.
+trait Runnable {
+    fn name(&self) -> &str;
+    fn defaults(&self) -> &[(String, String)];
+    fn time(
+        &mut self,
+        params: &Params,
+        config: &child::TimeConfig,
+    ) -> Result<child::TimeReport, HarnessError>;
+    fn count(
+        &mut self,
+        params: &Params,
+        ops: u64,
+        region: &region::Region,
+    ) -> Result<child::CountReport, HarnessError>;
 }
 
-impl<A> CountingAlloc<A> {
-    /// Wrap `inner`.
-    pub const fn new(inner: A) -> Self {
-        CountingAlloc { inner }
-    }
+type Setup<S> = Box<dyn FnMut(&Params) -> S>;
+type Reset<S> = Option<Box<dyn FnMut(&mut S)>>;
+
+struct Bench<S, R, F: FnMut(&mut S) -> R> {
+    name: String,
+    defaults: Vec<(String, String)>,
+    setup: Setup<S>,
+    reset: Reset<S>,
+    op: F,
 }
 
-static SLOT: AtomicPtr<Slot> = AtomicPtr::new(null_mut());
-static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-const UNINIT: u8 = 0;
-const RUNNING: u8 = 1;
-const DONE: u8 = 2;
-static FORK_ALLOCS: AtomicU64 = AtomicU64::new(0);
-static FORK_BYTES: AtomicU64 = AtomicU64::new(0);
-static FORK_LIVE: AtomicU64 = AtomicU64::new(0);
-static FORK_PEAK: AtomicU64 = AtomicU64::new(0);
-
-#[cfg(target_env = "gnu")]
-extern "C" {
-    /// Non-zero while the process has a single thread (glibc 2.32+).
-    static __libc_single_threaded: c_char;
-}
-
-fn access() -> Access {
-    #[cfg(target_env = "gnu")]
-    {
-        // SAFETY: a plain read of the `char` glibc exports for this purpose; only this
-        // thread could change it (by creating a thread), not during this read.
-        if unsafe { std::ptr::addr_of!(__libc_single_threaded).read() } != 0 {
-            return Access::Exclusive;
-        }
+impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<S, R, F> {
+    fn name(&self) -> &str {
+        &self.name
     }
-    Access::Shared
-}
 
-fn target(slot: &Slot) -> Target<'_> {
-    let access = access();
-    let stripe = match access {
-        Access::Exclusive => &slot.stripes[0],
-        // SAFETY: pthread_self has no preconditions.
-        Access::Shared => counters::stripe_of(slot, unsafe { libc::pthread_self() } as usize),
-    };
-    Target {
-        slot,
-        stripe,
-        access,
+    fn defaults(&self) -> &[(String, String)] {
+        &self.defaults
     }
-}
 
-/// This image's slot, starting on first use.
-fn slot() -> Option<&'static Slot> {
-    if STATE.load(Acquire) != DONE {
-        start();
+    fn time(
+        &mut self,
+        params: &Params,
+        config: &child::TimeConfig,
+    ) -> Result<child::TimeReport, HarnessError> {
+        let mut state = (self.setup)(params);
+        child::time(&mut state, &mut self.op, self.reset.as_deref_mut(), config)
     }
-    // SAFETY: a non-null SLOT points into the region mapping, which is never unmapped.
-    unsafe { SLOT.load(Acquire).as_ref() }
-}
 
-fn start() {
-    if STATE
-        .compare_exchange(UNINIT, RUNNING, Acquire, Relaxed)
-        .is_err()
-    {
-        return; // another thread is starting, or this is a re-entrant call: uncounted
-    }
-    if let Some(region) = find_region() {
-        REGION.store(region, Release);
-        claim(Origin::Load, None);
-        // SAFETY: registering plain `extern "C"` functions without arguments.
-        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(in_fork_child)) };
-    }
-    STATE.store(DONE, Release);
-}
-
-/// The value of env var `name` (NUL-terminated), read without allocating.
-fn env_bytes(name: &[u8]) -> Option<&'static [u8]> {
-    // SAFETY: `name` is NUL-terminated (the abi's *_C constants).
-    let value = unsafe { libc::getenv(name.as_ptr().cast::<c_char>()) };
-    if value.is_null() {
-        return None;
-    }
-    // SAFETY: getenv's result is a NUL-terminated string in the environment.
-    Some(unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes())
-}
-
-fn find_region() -> Option<*mut RegionHeader> {
-    let fd = parse_fd(env_bytes(ENV_HARNESS_FD_C)?)?;
-    let token = parse_token(env_bytes(ENV_HARNESS_TOKEN_C)?)?;
-    let mut raw = [0u8; HEADER_SIZE];
-    // SAFETY: reads at most raw.len() bytes into a stack buffer.
-    let got = unsafe { libc::pread(fd, raw.as_mut_ptr().cast(), raw.len(), 0) };
-    if got != raw.len() as isize || !HeaderValues::from_bytes(&raw)?.matches(token) {
-        return None;
-    }
-    // SAFETY: a fresh shared mapping of the collector's region (header checked above).
-    let map = unsafe {
-        libc::mmap(
-            null_mut(),
-            REGION_SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
+    fn count(
+        &mut self,
+        params: &Params,
+        ops: u64,
+        region: &region::Region,
+    ) -> Result<child::CountReport, HarnessError> {
+        let mut state = (self.setup)(params);
+        child::count(
+            &mut state,
+            &mut self.op,
+            self.reset.as_deref_mut(),
+            ops,
+            region,
         )
-    };
-    if map == libc::MAP_FAILED || map.is_null() {
-        return None;
-    }
-    Some(map.cast())
-}
-
-fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
-    let region = REGION.load(Acquire);
-    if region.is_null() {
-        return;
-    }
-    // SAFETY: REGION is a live mapping of REGION_SIZE bytes starting with the header.
-    let head = unsafe { &*region };
-    let index = head.claims.fetch_add(1, Relaxed) as usize;
-    if index >= SLOT_COUNT {
-        SLOT.store(null_mut(), Release);
-        return;
-    }
-    // SAFETY: slot `index` lies inside the mapping and is 64-byte aligned; claimed by the
-    // atomic increment, so it is ours alone.
-    let slot = unsafe { region.cast::<u8>().add(slot_offset(index)).cast::<Slot>() };
-    // SAFETY: getpid/getppid have no preconditions.
-    let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
-    // SAFETY: as above.
-    counters::start(
-        unsafe { &*slot },
-        origin,
-        pid as u64,
-        ppid as u64,
-        inherited,
-    );
-    SLOT.store(slot, Release);
-}
-
-extern "C" fn before_fork() {
-    // SAFETY: a non-null SLOT points into the live mapping.
-    if let Some(slot) = unsafe { SLOT.load(Acquire).as_ref() } {
-        let snap = counters::snapshot(slot);
-        FORK_ALLOCS.store(snap.allocs, Relaxed);
-        FORK_BYTES.store(snap.bytes, Relaxed);
-        FORK_LIVE.store(snap.live, Relaxed);
-        FORK_PEAK.store(snap.peak, Relaxed);
     }
 }
 
-extern "C" fn in_fork_child() {
-    if SLOT.load(Acquire).is_null() {
-        return;
-    }
-    claim(
-        Origin::Fork,
-        Some(ForkSnapshot {
-            allocs: FORK_ALLOCS.load(Relaxed),
-            bytes: FORK_BYTES.load(Relaxed),
-            live: FORK_LIVE.load(Relaxed),
-            peak: FORK_PEAK.load(Relaxed),
-        }),
-    );
+/// The registered benchmarks of one binary.
+#[derive(Default)]
+pub struct Suite {
+    benches: Vec<Box<dyn Runnable>>,
 }
 
-// SAFETY: every method forwards to `A` with the caller's arguments unchanged and only
-// adds counting, which neither allocates nor touches the blocks.
-unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is passed on.
-        let p = unsafe { self.inner.alloc(layout) };
-        if !p.is_null() {
-            if let Some(slot) = slot() {
-                counters::on_alloc(target(slot), layout.size() as u64);
+/// A benchmark being registered: add parameters and a reset, then [`BenchBuilder::run`].
+#[must_use = "a benchmark is registered only by .run(operation)"]
+pub struct BenchBuilder<'a, S> {
+    suite: &'a mut Suite,
+    name: String,
+    defaults: Vec<(String, String)>,
+    setup: Setup<S>,
+    reset: Reset<S>,
+}
+
+impl<S: 'static> BenchBuilder<'_, S> {
+    /// Declare parameter `key` with its default; `--param key=VALUE` overrides it, and the
+    /// set-up reads it with [`Params::get`].
+    pub fn param(mut self, key: &str, default: impl ToString) -> Self {
+        self.defaults.retain(|(k, _)| k != key);
+        self.defaults.push((key.to_string(), default.to_string()));
+        self
+    }
+
+    /// Restore what the operation mutates, between operations and outside the measured
+    /// region (its time, allocations and counts are not the operation's).
+    pub fn reset(mut self, reset: impl FnMut(&mut S) + 'static) -> Self {
+        self.reset = Some(Box::new(reset));
+        self
+    }
+
+    /// Register the operation. Its result is kept alive until the region ends (so
+    /// `heap.retained` is the footprint of what it returns), then dropped outside it.
+    pub fn run<R: 'static>(self, op: impl FnMut(&mut S) -> R + 'static) {
+        self.suite.benches.push(Box::new(Bench {
+            name: self.name,
+            defaults: self.defaults,
+            setup: self.setup,
+            reset: self.reset,
+            op,
+        }));
+    }
+}
+
+impl Suite {
+    /// An empty suite.
+    pub fn new() -> Suite {
+        Suite::default()
+    }
+
+    /// Start registering benchmark `name`, whose state `setup` builds from the parameters
+    /// once per process, before and outside any measurement.
+    pub fn bench<S: 'static>(
+        &mut self,
+        name: &str,
+        setup: impl FnMut(&Params) -> S + 'static,
+    ) -> BenchBuilder<'_, S> {
+        BenchBuilder {
+            suite: self,
+            name: name.to_string(),
+            defaults: Vec::new(),
+            setup: Box::new(setup),
+            reset: None,
+        }
+    }
+
+    /// Names of the registered benchmarks, in registration order.
+    pub fn names(&self) -> Vec<&str> {
+        self.benches.iter().map(|b| b.name()).collect()
+    }
+
+    /// Parse `std::env::args`, do what they ask, and exit: 0 on success, 2 on error (the
+    /// message on stderr).
+    pub fn main(self) -> ! {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        match self.run_with_args(&args) {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "error: {e}");
+                std::process::exit(2)
             }
         }
-        p
     }
 
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is passed on.
-        let p = unsafe { self.inner.alloc_zeroed(layout) };
-        if !p.is_null() {
-            if let Some(slot) = slot() {
-                counters::on_alloc(target(slot), layout.size() as u64);
+    /// Do what `args` (without the program name) ask.
+    pub fn run_with_args(mut self, args: &[String]) -> Result<(), HarnessError> {
+        let options = options::parse(args)?;
+        if let Some(dup) = self
+            .names()
+            .iter()
+            .enumerate()
+            .find(|(i, n)| self.names()[..*i].contains(n))
+            .map(|(_, n)| n.to_string())
+        {
+            return Err(HarnessError::Usage(format!(
+                "benchmark `{dup}` is registered twice; give each benchmark its own name"
+            )));
+        }
+        match options.action {
+            Action::Help => {
+                print!("{}", options::USAGE);
+                Ok(())
+            }
+            Action::List => {
+                let mut out = std::io::stdout().lock();
+                for b in self.benches.iter().filter(|b| options.selects(b.name())) {
+                    let _ = writeln!(out, "{}\t{}", b.name(), params::describe(b.defaults()));
+                }
+                Ok(())
+            }
+            Action::Child => {
+                let name = options.run.clone().unwrap_or_default();
+                let Some(bench) = self.benches.iter_mut().find(|b| b.name() == name) else {
+                    let available = self.names().join(", ");
+                    return Err(HarnessError::UnknownBenchmark { name, available });
+                };
+                check_params(&options.params, std::slice::from_ref(bench))?;
+                child::run_child(bench.as_mut(), &options)
+            }
+            Action::Measure | Action::Smoke => {
+                let selected: Vec<Box<dyn Runnable>> = self
+                    .benches
+                    .into_iter()
+                    .filter(|b| options.selects(b.name()))
+                    .collect();
+                if selected.is_empty() {
+                    return Err(HarnessError::NothingSelected {
+                        filters: options.filters.clone(),
+                    });
+                }
+                check_params(&options.params, &selected)?;
+                if options.action == Action::Measure {
+                    standalone::measure(&selected, &options)
+                } else {
+                    standalone::smoke(selected, &options)
+                }
             }
         }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract is passed on.
-        unsafe { self.inner.dealloc(ptr, layout) };
-        if let Some(slot) = slot() {
-            counters::on_free(target(slot), layout.size() as u64);
-        }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's contract is passed on.
-        let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            if let Some(slot) = slot() {
-                counters::on_realloc(target(slot), Some(layout.size() as u64), new_size as u64);
-            }
-        }
-        p
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::alloc::System;
-
-    #[test]
-    fn forwards_without_a_region() {
-        let a = CountingAlloc::new(System);
-        let layout = Layout::from_size_align(64, 8).unwrap();
-        // SAFETY: a valid non-zero layout; the block is freed with the same layout.
-        unsafe {
-            let p = a.alloc(layout);
-            assert!(!p.is_null());
-            let q = a.realloc(p, layout, 128);
-            assert!(!q.is_null());
-            a.dealloc(q, Layout::from_size_align(128, 8).unwrap());
+/// Every `--param` key must be declared by at least one of `benches`.
+fn check_params(
+    overrides: &[(String, String)],
+    benches: &[Box<dyn Runnable>],
+) -> Result<(), HarnessError> {
+    for (key, _) in overrides {
+        if !benches
+            .iter()
+            .any(|b| b.defaults().iter().any(|(k, _)| k == key))
+        {
+            let bench = benches
+                .iter()
+                .map(|b| b.name())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let mut declared: Vec<&str> = benches
+                .iter()
+                .flat_map(|b| b.defaults().iter().map(|(k, _)| k.as_str()))
+                .collect();
+            declared.sort_unstable();
+            declared.dedup();
+            return Err(HarnessError::UnknownParam {
+                key: key.clone(),
+                bench,
+                declared: if declared.is_empty() {
+                    "none".into()
+                } else {
+                    declared.join(", ")
+                },
+            });
         }
-        // The test process has no region: nothing was claimed.
-        assert!(SLOT.load(Relaxed).is_null());
     }
+    Ok(())
 }

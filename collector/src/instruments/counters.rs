@@ -17,6 +17,7 @@ use sbs_probes::counters::{
 use sbs_reports::model::Unit;
 
 use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+use crate::region::RegionSocket;
 
 /// Label of the breakdown line carrying a hardware counter's running fraction.
 pub const RUNNING_FRACTION: &str = "running fraction";
@@ -29,6 +30,8 @@ pub struct PerfCounters {
     /// a running-fraction metric is reported for it).
     scaled: BTreeMap<String, (usize, f64, bool)>,
     plan_warnings: Vec<String>,
+    /// Count only inside a harness's measured region (see [`crate::region`]).
+    region: Option<RegionSocket>,
 }
 
 impl PerfCounters {
@@ -39,7 +42,17 @@ impl PerfCounters {
             runs: 0,
             scaled: BTreeMap::new(),
             plan_warnings: Vec::new(),
+            region: None,
         }
+    }
+
+    /// Count only inside the measured region of a harnessed benchmark; the backend must
+    /// open the groups without `enable_on_exec` (`PerfBackend { region: true }`).
+    pub fn in_region(mut self) -> Self {
+        self.region = Some(RegionSocket::new(
+            sbs_agent_abi::harness::REGION_SOCKET_COUNTERS,
+        ));
+        self
     }
 
     /// Warnings from planning (events skipped, mechanism chosen) to report with this
@@ -79,10 +92,21 @@ impl Instrument for PerfCounters {
         "counters"
     }
 
+    fn prepare(&mut self, setup: &mut crate::instrument::ChildSetup) -> anyhow::Result<()> {
+        if let Some(region) = &mut self.region {
+            region.prepare(setup)?;
+        }
+        Ok(())
+    }
+
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
         self.set
             .attach(pid.as_raw())
-            .with_context(|| format!("opening perf counters on child {pid}"))
+            .with_context(|| format!("opening perf counters on child {pid}"))?;
+        if let Some(region) = &mut self.region {
+            region.send(&self.set.leader_fds())?;
+        }
+        Ok(())
     }
 
     fn collect(&mut self, _outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
@@ -97,6 +121,9 @@ impl Instrument for PerfCounters {
 
     fn abort_run(&mut self) {
         self.set.abort();
+        if let Some(region) = &mut self.region {
+            region.abort();
+        }
     }
 
     fn warnings(&self) -> Vec<String> {

@@ -20,6 +20,7 @@ use sbs_probes::ProbeError;
 use sbs_reports::model::Unit;
 
 use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+use crate::region::RegionSocket;
 
 /// One pattern's metric and its rows: (label, indices of the probes summed in it).
 #[derive(Debug)]
@@ -39,6 +40,8 @@ pub struct Invocations {
     set: Option<ProbeSet>,
     anchors: Option<Anchors>,
     counters: Option<RunCounters>,
+    /// Count only inside a harness's measured region (see [`crate::region`]).
+    region: Option<RegionSocket>,
 }
 
 impl Invocations {
@@ -166,7 +169,18 @@ impl Invocations {
             set: None,
             anchors: None,
             counters: None,
+            region: None,
         })
+    }
+
+    /// Count only inside the measured region of a harnessed benchmark: the counters are
+    /// opened disabled and passed to the harness, which switches them around each
+    /// operation.
+    pub fn in_region(mut self) -> Self {
+        self.region = Some(RegionSocket::new(
+            sbs_agent_abi::harness::REGION_SOCKET_UPROBES,
+        ));
+        self
     }
 
     /// How many distinct locations (functions and inlined entry points) are probed.
@@ -194,14 +208,26 @@ impl Instrument for Invocations {
         "uprobes"
     }
 
-    fn prepare(&mut self, _setup: &mut crate::instrument::ChildSetup) -> anyhow::Result<()> {
+    fn prepare(&mut self, setup: &mut crate::instrument::ChildSetup) -> anyhow::Result<()> {
         self.define()?;
+        if let Some(region) = &mut self.region {
+            region.prepare(setup)?;
+        }
         Ok(())
     }
 
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        let in_region = self.region.is_some();
         let set = self.define()?;
-        self.counters = Some(RunCounters::open(set, pid.as_raw())?);
+        let counters = if in_region {
+            RunCounters::open_for_region(set, pid.as_raw())?
+        } else {
+            RunCounters::open(set, pid.as_raw())?
+        };
+        if let Some(region) = &mut self.region {
+            region.send(&counters.raw_fds())?;
+        }
+        self.counters = Some(counters);
         Ok(())
     }
 
@@ -232,6 +258,9 @@ impl Instrument for Invocations {
 
     fn abort_run(&mut self) {
         self.counters = None;
+        if let Some(region) = &mut self.region {
+            region.abort();
+        }
     }
 
     fn warnings(&self) -> Vec<String> {

@@ -4,6 +4,7 @@
 pub mod alloc;
 pub mod boxing;
 pub mod counters;
+pub mod harness;
 pub mod invocations;
 pub mod memory;
 pub mod timing;

@@ -1,0 +1,96 @@
+//! The contract between the benchmark harness (`sbs-harness`, inside the child) and the
+//! collector: which descriptors and env vars announce what, and the records the harness
+//! reports back.
+//!
+//! - [`ENV_OUT`] names a file (`/proc/self/fd/1017` under the collector, a temporary file
+//!   when the harness runs its own child processes) the harness writes its records to:
+//!   one per line, `KEY VALUE` with a decimal or float value ([`parse_record`]).
+//! - [`ENV_MODE`] says what the run is for: [`MODE_TIME`] (time the operation, nothing
+//!   attached) or [`MODE_COUNT`] (run [`ENV_OPS`] operations inside the measured region
+//!   while counters, uprobes and the allocation agent count).
+//! - Each instrument that counts only inside the region passes a Unix socket at its own
+//!   descriptor number, announced by one of [`REGION_SOCKET_ENVS`]. After attaching to the
+//!   child it sends its perf-event descriptors over it (`SCM_RIGHTS`); the harness receives
+//!   them before the set-up and turns them on (`PERF_EVENT_IOC_ENABLE`) just before each
+//!   operation and off just after it.
+
+/// Env var: path of the file the harness writes its records to.
+pub const ENV_OUT: &str = "SBS_HARNESS_OUT";
+/// Env var: [`MODE_TIME`] or [`MODE_COUNT`].
+pub const ENV_MODE: &str = "SBS_HARNESS_MODE";
+/// Env var: operations to run in a [`MODE_COUNT`] run.
+pub const ENV_OPS: &str = "SBS_HARNESS_OPS";
+/// Time the operation.
+pub const MODE_TIME: &str = "time";
+/// Count inside the measured region.
+pub const MODE_COUNT: &str = "count";
+
+/// Descriptor number of the record file in the child.
+pub const OUT_FD: i32 = 1017;
+/// Env var and descriptor of the uprobe counters' socket.
+pub const REGION_SOCKET_UPROBES: (&str, i32) = ("SBS_REGION_UPROBES", 1016);
+/// Env var and descriptor of the perf counters' socket.
+pub const REGION_SOCKET_COUNTERS: (&str, i32) = ("SBS_REGION_COUNTERS", 1015);
+/// Every region socket the harness looks for.
+pub const REGION_SOCKET_ENVS: [(&str, i32); 2] = [REGION_SOCKET_UPROBES, REGION_SOCKET_COUNTERS];
+
+/// Command-line flag of a harness binary: list the benchmarks, one per line.
+pub const ARG_LIST: &str = "--list";
+/// Command-line flag of a harness binary: run this one benchmark in this process.
+pub const ARG_RUN: &str = "--sbs-run";
+
+/// Record: operations run inside the region ([`MODE_COUNT`]).
+pub const REC_OPS: &str = "ops";
+/// Record: allocations made by the operations, all of them together.
+pub const REC_ALLOC_COUNT: &str = "alloc.count";
+/// Record: bytes requested by the operations, all of them together.
+pub const REC_ALLOC_BYTES: &str = "alloc.bytes";
+/// Record: live heap bytes retained by one result, averaged over the operations.
+pub const REC_RETAINED: &str = "heap.retained";
+/// Record: mean seconds per operation of this process's kept measurements.
+pub const REC_TIME_OP: &str = "time.op";
+/// Record: measurements kept (each a batch of operations).
+pub const REC_SAMPLES: &str = "samples";
+/// Record: operations per measurement.
+pub const REC_BATCH: &str = "batch";
+/// Record: measurements spent warming up.
+pub const REC_WARMUP: &str = "warmup";
+/// Record: coefficient of variation of the window that marked steady state.
+pub const REC_STEADY_COV: &str = "steady.cov";
+/// Record: 1 when no steady state was reached (the last measurements were kept).
+pub const REC_NOT_STEADY: &str = "not_steady";
+
+/// Parse one record line: `KEY VALUE`. `None` for a malformed line.
+pub fn parse_record(line: &str) -> Option<(&str, f64)> {
+    let (key, value) = line.trim().split_once(' ')?;
+    let value: f64 = value.trim().parse().ok()?;
+    (!key.is_empty() && value.is_finite()).then_some((key, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_parse() {
+        assert_eq!(parse_record("ops 10\n"), Some(("ops", 10.0)));
+        assert_eq!(parse_record("time.op 1.5e-7"), Some(("time.op", 1.5e-7)));
+        assert_eq!(parse_record("ops"), None);
+        assert_eq!(parse_record("ops ten"), None);
+        assert_eq!(parse_record(" 5"), None);
+        assert_eq!(parse_record("x NaN"), None);
+    }
+
+    #[test]
+    fn descriptor_numbers_do_not_collide() {
+        let mut fds = [
+            crate::REGION_FD,
+            crate::LIBRARY_FD,
+            OUT_FD,
+            REGION_SOCKET_UPROBES.1,
+            REGION_SOCKET_COUNTERS.1,
+        ];
+        fds.sort_unstable();
+        assert!(fds.windows(2).all(|w| w[0] != w[1]));
+    }
+}

@@ -1,0 +1,352 @@
+//! Inside one process: the timed loop (warm-up to steady state, then kept measurements)
+//! and the counting loop (region markers around each operation), and their records.
+
+use std::fs::OpenOptions;
+use std::hint::black_box;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use sbs_agent_abi::harness as proto;
+use sbs_steady::{Detector, SteadyConfig, Step};
+
+use crate::error::HarnessError;
+use crate::options::{Options, Warmup};
+use crate::params::Params;
+use crate::region::Region;
+use crate::Runnable;
+
+/// How to time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TimeConfig {
+    pub samples: usize,
+    pub warmup: Warmup,
+    pub max_iterations: usize,
+    pub cov: f64,
+    pub batch_time: Duration,
+}
+
+/// One process's timing.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TimeReport {
+    /// Kept measurements, seconds per operation.
+    pub kept: Vec<f64>,
+    /// Operations per measurement.
+    pub batch: u64,
+    /// Measurements discarded as warm-up (calibration included).
+    pub warmup: usize,
+    /// CoV of the steady window, when steady state was detected.
+    pub steady_cov: Option<f64>,
+    /// Steady state was asked for and not reached.
+    pub not_steady: bool,
+}
+
+impl TimeReport {
+    /// Mean seconds per operation.
+    pub fn mean(&self) -> f64 {
+        self.kept.iter().sum::<f64>() / self.kept.len().max(1) as f64
+    }
+}
+
+/// One process's counts over the region.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CountReport {
+    pub ops: u64,
+    /// (allocations, bytes) made by the operations; `None` without the agent.
+    pub alloc: Option<(u64, u64)>,
+    /// Mean live bytes retained by one operation's result (and state it grew).
+    pub retained: Option<f64>,
+}
+
+/// Time `op` on `state`: one measurement is a batch of operations long enough to reach
+/// `batch_time` (single operations when there is a reset, which must stay outside).
+pub(crate) fn time<S, R, Z: FnMut(&mut S) + ?Sized>(
+    state: &mut S,
+    op: &mut impl FnMut(&mut S) -> R,
+    mut reset: Option<&mut Z>,
+    config: &TimeConfig,
+) -> Result<TimeReport, HarnessError> {
+    let has_reset = reset.is_some();
+    let mut first = true;
+    let mut measure = |batch: u64| -> Duration {
+        if let Some(reset) = reset.as_deref_mut() {
+            // One operation per measurement, reset untimed before all but the first.
+            if !first {
+                reset(state);
+            }
+            first = false;
+            let start = Instant::now();
+            let result = op(black_box(&mut *state));
+            let took = start.elapsed();
+            drop(black_box(result));
+            return took;
+        }
+        let start = Instant::now();
+        for _ in 0..batch {
+            black_box(op(black_box(&mut *state)));
+        }
+        start.elapsed()
+    };
+    let mut warmup = 0usize;
+    let mut batch = 1u64;
+    if !has_reset {
+        // Calibrate: double until one batch lasts batch_time (these count as warm-up).
+        loop {
+            let took = measure(batch);
+            warmup += 1;
+            if took >= config.batch_time || batch >= 1 << 32 {
+                break;
+            }
+            let factor = if took.is_zero() {
+                16.0
+            } else {
+                (config.batch_time.as_secs_f64() / took.as_secs_f64()).clamp(1.5, 16.0)
+            };
+            batch = ((batch as f64) * factor).ceil() as u64;
+        }
+    }
+    let per_op = |d: Duration| d.as_secs_f64() / batch as f64;
+    match config.warmup {
+        Warmup::Fixed(n) => {
+            for _ in 0..n {
+                measure(batch);
+            }
+            let kept = (0..config.samples)
+                .map(|_| per_op(measure(batch)))
+                .collect();
+            Ok(TimeReport {
+                kept,
+                batch,
+                warmup: warmup + n,
+                steady_cov: None,
+                not_steady: false,
+            })
+        }
+        Warmup::Steady => {
+            let mut detector = Detector::new(SteadyConfig {
+                window: config.samples,
+                max_cov: config.cov,
+                max_iterations: config.max_iterations,
+            })?;
+            loop {
+                match detector.push(per_op(measure(batch))) {
+                    Step::WarmingUp | Step::Keeping => {}
+                    Step::Done(s) => {
+                        return Ok(TimeReport {
+                            kept: s.kept,
+                            batch,
+                            warmup: warmup + s.warmup,
+                            steady_cov: Some(s.window_cov),
+                            not_steady: false,
+                        })
+                    }
+                    Step::GaveUp(n) => {
+                        return Ok(TimeReport {
+                            warmup: warmup + n.iterations - n.last.len(),
+                            kept: n.last,
+                            batch,
+                            steady_cov: None,
+                            not_steady: true,
+                        })
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Run `ops` operations, each inside the region: the agent's counters are read just
+/// before and after, the perf events switched on just around it; resets and the drop of
+/// each result happen outside.
+pub(crate) fn count<S, R, Z: FnMut(&mut S) + ?Sized>(
+    state: &mut S,
+    op: &mut impl FnMut(&mut S) -> R,
+    mut reset: Option<&mut Z>,
+    ops: u64,
+    region: &Region,
+) -> Result<CountReport, HarnessError> {
+    let (mut allocs, mut bytes, mut retained) = (0u64, 0u64, 0i128);
+    for i in 0..ops {
+        if i > 0 {
+            if let Some(reset) = reset.as_deref_mut() {
+                reset(state);
+            }
+        }
+        let before = match &region.agent {
+            Some(a) => Some(a.snapshot()?),
+            None => None,
+        };
+        region.switch(true)?;
+        let result = op(black_box(&mut *state));
+        region.switch(false)?;
+        if let (Some(a), Some(before)) = (&region.agent, before) {
+            let after = a.snapshot()?;
+            allocs += after.allocs - before.allocs;
+            bytes += after.bytes - before.bytes;
+            retained += i128::from(after.live) - i128::from(before.live);
+        }
+        drop(black_box(result));
+    }
+    Ok(CountReport {
+        ops,
+        alloc: region.agent.as_ref().map(|_| (allocs, bytes)),
+        retained: region.agent.as_ref().map(|_| retained as f64 / ops as f64),
+    })
+}
+
+/// `--sbs-run NAME`: run one benchmark as the env vars ask and write its records.
+pub(crate) fn run_child(bench: &mut dyn Runnable, options: &Options) -> Result<(), HarnessError> {
+    let params = Params::resolve(bench.name(), bench.defaults(), &options.params);
+    let mode = std::env::var(proto::ENV_MODE).unwrap_or_else(|_| proto::MODE_TIME.into());
+    let mut records: Vec<(&'static str, f64)> = Vec::new();
+    match mode.as_str() {
+        proto::MODE_COUNT => {
+            let ops = match std::env::var(proto::ENV_OPS) {
+                Ok(v) => v.trim().parse().map_err(|_| {
+                    HarnessError::Usage(format!("{}={v}: not a number", proto::ENV_OPS))
+                })?,
+                Err(_) => options.ops,
+            };
+            let region = Region::from_env()?;
+            let r = bench.count(&params, ops, &region)?;
+            records.push((proto::REC_OPS, r.ops as f64));
+            if let Some((n, b)) = r.alloc {
+                records.push((proto::REC_ALLOC_COUNT, n as f64));
+                records.push((proto::REC_ALLOC_BYTES, b as f64));
+            }
+            if let Some(bytes) = r.retained {
+                records.push((proto::REC_RETAINED, bytes));
+            }
+            records.push(("region.events", region.perf_events() as f64));
+        }
+        proto::MODE_TIME => {
+            let config = TimeConfig {
+                samples: options.samples,
+                warmup: options.warmup,
+                max_iterations: options.max_iterations,
+                cov: options.cov,
+                batch_time: options.batch_time,
+            };
+            let r = bench.time(&params, &config)?;
+            records.push((proto::REC_TIME_OP, r.mean()));
+            records.push((proto::REC_SAMPLES, r.kept.len() as f64));
+            records.push((proto::REC_BATCH, r.batch as f64));
+            records.push((proto::REC_WARMUP, r.warmup as f64));
+            if let Some(c) = r.steady_cov {
+                records.push((proto::REC_STEADY_COV, c));
+            }
+            records.push((proto::REC_NOT_STEADY, f64::from(u8::from(r.not_steady))));
+        }
+        other => {
+            return Err(HarnessError::Usage(format!(
+                "{}={other}: expected `{}` or `{}`",
+                proto::ENV_MODE,
+                proto::MODE_TIME,
+                proto::MODE_COUNT
+            )))
+        }
+    }
+    write_records(&records)
+}
+
+fn write_records(records: &[(&str, f64)]) -> Result<(), HarnessError> {
+    let text: String = records
+        .iter()
+        .map(|(k, v)| format!("{k} {v:e}\n"))
+        .collect();
+    match std::env::var_os(proto::ENV_OUT) {
+        Some(path) => {
+            let shown = std::path::Path::new(&path).display().to_string();
+            let mut file = OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .map_err(|e| HarnessError::io(format!("opening the record file {shown}"), e))?;
+            file.write_all(text.as_bytes())
+                .map_err(|e| HarnessError::io(format!("writing the record file {shown}"), e))
+        }
+        None => std::io::stdout()
+            .write_all(text.as_bytes())
+            .map_err(|e| HarnessError::io("writing records to stdout", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(warmup: Warmup) -> TimeConfig {
+        TimeConfig {
+            samples: 4,
+            warmup,
+            max_iterations: 200,
+            cov: 0.5,
+            batch_time: Duration::from_micros(200),
+        }
+    }
+
+    #[test]
+    fn batches_reach_the_target_time_and_keep_k_samples() {
+        let mut calls = 0u64;
+        let mut state = 0u64;
+        let mut op = |s: &mut u64| {
+            calls += 1;
+            *s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+            *s
+        };
+        let r = time(
+            &mut state,
+            &mut op,
+            None::<&mut fn(&mut u64)>,
+            &config(Warmup::Fixed(2)),
+        )
+        .unwrap();
+        assert_eq!(r.kept.len(), 4);
+        assert!(r.batch > 1, "a tiny op is batched: {}", r.batch);
+        assert!(r.kept.iter().all(|&t| t > 0.0 && t < 1e-5), "{:?}", r.kept);
+        // Calibration + 2 warm-up + 4 kept measurements, each `batch` ops long at the end.
+        assert!(calls >= 6 * r.batch);
+        assert!(!r.not_steady);
+    }
+
+    #[test]
+    fn with_a_reset_each_measurement_is_one_operation() {
+        let mut state: Vec<u64> = Vec::new();
+        let mut resets = 0;
+        let mut reset = |v: &mut Vec<u64>| {
+            resets += 1;
+            v.clear();
+        };
+        let mut op = |v: &mut Vec<u64>| {
+            assert!(
+                v.is_empty(),
+                "reset runs before every operation but the first"
+            );
+            v.push(1);
+        };
+        let r = time(
+            &mut state,
+            &mut op,
+            Some(&mut reset),
+            &config(Warmup::Steady),
+        )
+        .unwrap();
+        assert_eq!(r.batch, 1);
+        assert_eq!(r.kept.len(), 4);
+        assert_eq!(resets, r.warmup + r.kept.len() - 1);
+    }
+
+    #[test]
+    fn count_without_collector_runs_ops_and_resets_between() {
+        let mut state = 0u32;
+        let mut ops = 0;
+        let mut op = |s: &mut u32| {
+            assert_eq!(*s, 0);
+            *s += 1;
+            ops += 1;
+        };
+        let mut reset = |s: &mut u32| *s = 0;
+        let r = count(&mut state, &mut op, Some(&mut reset), 7, &Region::default()).unwrap();
+        assert_eq!(r.ops, 7);
+        assert_eq!(ops, 7);
+        assert_eq!(r.alloc, None);
+    }
+}

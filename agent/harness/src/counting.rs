@@ -1,0 +1,276 @@
+//! In-process allocation counting for Rust benchmarks: the path for programs the preload
+//! agent cannot see into (a custom `#[global_allocator]` such as jemalloc or mimalloc, a
+//! statically linked binary).
+//!
+//! Wrap the program's allocator and run it under `sbs-profile --alloc --alloc-harness`:
+//!
+//! ```no_run
+//! use std::alloc::System;
+//! use sbs_harness::CountingAlloc;
+//!
+//! #[global_allocator]
+//! static GLOBAL: CountingAlloc<System> = CountingAlloc::new(System);
+//! # fn main() {}
+//! ```
+//!
+//! The wrapper counts into the same report region, with the same slot layout and update
+//! rules (`sbs_agent_abi::counters`), as the agent: blocks, requested bytes (from the
+//! `Layout`, so no block header is needed), resizes, live and peak bytes, per process
+//! image, forks included. Outside `sbs-profile` (no region announced) it only forwards.
+//! What it cannot see: allocations that do not go through the Rust global allocator
+//! (C libraries calling `malloc`). The collector reports its numbers with source
+//! `harness`, never mixed with the agent's.
+//!
+//! Like `stats_alloc`'s `StatsAlloc`, it is a `GlobalAlloc` wrapper; unlike it, it keeps
+//! the peak and reports across process boundaries.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::ffi::c_char;
+use std::ptr::null_mut;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8};
+
+use sbs_agent_abi::counters::{self, Access, ForkSnapshot, Target};
+use sbs_agent_abi::{
+    parse_fd, parse_token, slot_offset, HeaderValues, Origin, RegionHeader, Slot, ENV_HARNESS_FD_C,
+    ENV_HARNESS_TOKEN_C, HEADER_SIZE, REGION_SIZE, SLOT_COUNT,
+};
+
+/// A `GlobalAlloc` that forwards to `A` and counts into sbs-profile's report region.
+#[derive(Debug, Default)]
+pub struct CountingAlloc<A> {
+    inner: A,
+}
+
+impl<A> CountingAlloc<A> {
+    /// Wrap `inner`.
+    pub const fn new(inner: A) -> Self {
+        CountingAlloc { inner }
+    }
+}
+
+static SLOT: AtomicPtr<Slot> = AtomicPtr::new(null_mut());
+static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+const UNINIT: u8 = 0;
+const RUNNING: u8 = 1;
+const DONE: u8 = 2;
+static FORK_ALLOCS: AtomicU64 = AtomicU64::new(0);
+static FORK_BYTES: AtomicU64 = AtomicU64::new(0);
+static FORK_LIVE: AtomicU64 = AtomicU64::new(0);
+static FORK_PEAK: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(target_env = "gnu")]
+extern "C" {
+    /// Non-zero while the process has a single thread (glibc 2.32+).
+    static __libc_single_threaded: c_char;
+}
+
+fn access() -> Access {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: a plain read of the `char` glibc exports for this purpose; only this
+        // thread could change it (by creating a thread), not during this read.
+        if unsafe { std::ptr::addr_of!(__libc_single_threaded).read() } != 0 {
+            return Access::Exclusive;
+        }
+    }
+    Access::Shared
+}
+
+fn target(slot: &Slot) -> Target<'_> {
+    let access = access();
+    let stripe = match access {
+        Access::Exclusive => &slot.stripes[0],
+        // SAFETY: pthread_self has no preconditions.
+        Access::Shared => counters::stripe_of(slot, unsafe { libc::pthread_self() } as usize),
+    };
+    Target {
+        slot,
+        stripe,
+        access,
+    }
+}
+
+/// This image's slot, starting on first use.
+fn slot() -> Option<&'static Slot> {
+    if STATE.load(Acquire) != DONE {
+        start();
+    }
+    // SAFETY: a non-null SLOT points into the region mapping, which is never unmapped.
+    unsafe { SLOT.load(Acquire).as_ref() }
+}
+
+fn start() {
+    if STATE
+        .compare_exchange(UNINIT, RUNNING, Acquire, Relaxed)
+        .is_err()
+    {
+        return; // another thread is starting, or this is a re-entrant call: uncounted
+    }
+    if let Some(region) = find_region() {
+        REGION.store(region, Release);
+        claim(Origin::Load, None);
+        // SAFETY: registering plain `extern "C"` functions without arguments.
+        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(in_fork_child)) };
+    }
+    STATE.store(DONE, Release);
+}
+
+/// The value of env var `name` (NUL-terminated), read without allocating.
+fn env_bytes(name: &[u8]) -> Option<&'static [u8]> {
+    // SAFETY: `name` is NUL-terminated (the abi's *_C constants).
+    let value = unsafe { libc::getenv(name.as_ptr().cast::<c_char>()) };
+    if value.is_null() {
+        return None;
+    }
+    // SAFETY: getenv's result is a NUL-terminated string in the environment.
+    Some(unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes())
+}
+
+fn find_region() -> Option<*mut RegionHeader> {
+    let fd = parse_fd(env_bytes(ENV_HARNESS_FD_C)?)?;
+    let token = parse_token(env_bytes(ENV_HARNESS_TOKEN_C)?)?;
+    let mut raw = [0u8; HEADER_SIZE];
+    // SAFETY: reads at most raw.len() bytes into a stack buffer.
+    let got = unsafe { libc::pread(fd, raw.as_mut_ptr().cast(), raw.len(), 0) };
+    if got != raw.len() as isize || !HeaderValues::from_bytes(&raw)?.matches(token) {
+        return None;
+    }
+    // SAFETY: a fresh shared mapping of the collector's region (header checked above).
+    let map = unsafe {
+        libc::mmap(
+            null_mut(),
+            REGION_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED || map.is_null() {
+        return None;
+    }
+    Some(map.cast())
+}
+
+fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
+    let region = REGION.load(Acquire);
+    if region.is_null() {
+        return;
+    }
+    // SAFETY: REGION is a live mapping of REGION_SIZE bytes starting with the header.
+    let head = unsafe { &*region };
+    let index = head.claims.fetch_add(1, Relaxed) as usize;
+    if index >= SLOT_COUNT {
+        SLOT.store(null_mut(), Release);
+        return;
+    }
+    // SAFETY: slot `index` lies inside the mapping and is 64-byte aligned; claimed by the
+    // atomic increment, so it is ours alone.
+    let slot = unsafe { region.cast::<u8>().add(slot_offset(index)).cast::<Slot>() };
+    // SAFETY: getpid/getppid have no preconditions.
+    let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
+    // SAFETY: as above.
+    counters::start(
+        unsafe { &*slot },
+        origin,
+        pid as u64,
+        ppid as u64,
+        inherited,
+    );
+    SLOT.store(slot, Release);
+}
+
+extern "C" fn before_fork() {
+    // SAFETY: a non-null SLOT points into the live mapping.
+    if let Some(slot) = unsafe { SLOT.load(Acquire).as_ref() } {
+        let snap = counters::snapshot(slot);
+        FORK_ALLOCS.store(snap.allocs, Relaxed);
+        FORK_BYTES.store(snap.bytes, Relaxed);
+        FORK_LIVE.store(snap.live, Relaxed);
+        FORK_PEAK.store(snap.peak, Relaxed);
+    }
+}
+
+extern "C" fn in_fork_child() {
+    if SLOT.load(Acquire).is_null() {
+        return;
+    }
+    claim(
+        Origin::Fork,
+        Some(ForkSnapshot {
+            allocs: FORK_ALLOCS.load(Relaxed),
+            bytes: FORK_BYTES.load(Relaxed),
+            live: FORK_LIVE.load(Relaxed),
+            peak: FORK_PEAK.load(Relaxed),
+        }),
+    );
+}
+
+// SAFETY: every method forwards to `A` with the caller's arguments unchanged and only
+// adds counting, which neither allocates nor touches the blocks.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is passed on.
+        let p = unsafe { self.inner.alloc(layout) };
+        if !p.is_null() {
+            if let Some(slot) = slot() {
+                counters::on_alloc(target(slot), layout.size() as u64);
+            }
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is passed on.
+        let p = unsafe { self.inner.alloc_zeroed(layout) };
+        if !p.is_null() {
+            if let Some(slot) = slot() {
+                counters::on_alloc(target(slot), layout.size() as u64);
+            }
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract is passed on.
+        unsafe { self.inner.dealloc(ptr, layout) };
+        if let Some(slot) = slot() {
+            counters::on_free(target(slot), layout.size() as u64);
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract is passed on.
+        let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if let Some(slot) = slot() {
+                counters::on_realloc(target(slot), Some(layout.size() as u64), new_size as u64);
+            }
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::alloc::System;
+
+    #[test]
+    fn forwards_without_a_region() {
+        let a = CountingAlloc::new(System);
+        let layout = Layout::from_size_align(64, 8).unwrap();
+        // SAFETY: a valid non-zero layout; the block is freed with the same layout.
+        unsafe {
+            let p = a.alloc(layout);
+            assert!(!p.is_null());
+            let q = a.realloc(p, layout, 128);
+            assert!(!q.is_null());
+            a.dealloc(q, Layout::from_size_align(128, 8).unwrap());
+        }
+        // The test process has no region: nothing was claimed.
+        assert!(SLOT.load(Relaxed).is_null());
+    }
+}

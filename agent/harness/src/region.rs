@@ -1,0 +1,189 @@
+//! The measured region inside the child: perf-event descriptors the collector passed
+//! (turned on around each operation) and the allocation agent's report slot (read before
+//! and after each operation).
+
+use std::fs::File;
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+use sbs_agent_abi::harness::REGION_SOCKET_ENVS;
+use sbs_agent_abi::{
+    parse_fd, parse_token, slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD,
+    ENV_HARNESS_TOKEN, ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE, SLOT_COUNT, SLOT_SIZE,
+};
+
+use crate::error::HarnessError;
+use crate::sys;
+
+/// The allocation agent's counters of this process at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HeapSnapshot {
+    pub allocs: u64,
+    pub bytes: u64,
+    /// Live requested bytes (stored wrapping by the agent, read signed).
+    pub live: i64,
+}
+
+/// This process's slot in the agent's report region.
+#[derive(Debug)]
+pub(crate) struct AgentSlot {
+    file: File,
+    offset: u64,
+}
+
+impl AgentSlot {
+    /// The slot of this process, if the agent is loaded (its env vars are set and a slot
+    /// carries our pid).
+    fn find() -> Result<Option<AgentSlot>, HarnessError> {
+        // The preload agent's region, or (`--alloc-harness`) the one `CountingAlloc` counts
+        // into: the same layout.
+        let announced = |fd_var: &str, token_var: &str| {
+            Some((std::env::var(fd_var).ok()?, std::env::var(token_var).ok()?))
+        };
+        let Some((fd, token)) = announced(ENV_REGION_FD, ENV_REGION_TOKEN)
+            .or_else(|| announced(ENV_HARNESS_FD, ENV_HARNESS_TOKEN))
+        else {
+            return Ok(None);
+        };
+        let (Some(fd), Some(token)) = (parse_fd(fd.as_bytes()), parse_token(token.as_bytes()))
+        else {
+            return Ok(None);
+        };
+        let region_err = |what, source| HarnessError::Region { what, fd, source };
+        // Reopening through /proc gives a descriptor of our own; the agent keeps its own.
+        let file = File::open(format!("/proc/self/fd/{fd}"))
+            .map_err(|e| region_err("opening the allocation report region", e))?;
+        let mut head = [0u8; HEADER_SIZE];
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| region_err("reading the allocation report region", e))?;
+        let Some(header) = HeaderValues::from_bytes(&head).filter(|h| h.matches(token)) else {
+            return Ok(None);
+        };
+        let me = u64::from(std::process::id());
+        let claimed = (header.claims as usize).min(SLOT_COUNT);
+        let mut found = None;
+        for index in 0..claimed {
+            let mut raw = [0u8; SLOT_SIZE];
+            let offset = slot_offset(index) as u64;
+            file.read_exact_at(&mut raw, offset)
+                .map_err(|e| region_err("reading the allocation report region", e))?;
+            if let Some(s) = SlotValues::from_bytes(&raw) {
+                if s.pid == me && s.origin() == Some(Origin::Load) {
+                    found = Some(offset);
+                }
+            }
+        }
+        Ok(found.map(|offset| AgentSlot { file, offset }))
+    }
+
+    /// Read the counters now. Allocates nothing.
+    #[inline]
+    pub(crate) fn snapshot(&self) -> Result<HeapSnapshot, HarnessError> {
+        let mut raw = [0u8; SLOT_SIZE];
+        self.file
+            .read_exact_at(&mut raw, self.offset)
+            .map_err(|e| HarnessError::io("reading the allocation agent's slot", e))?;
+        let s = SlotValues::from_bytes(&raw).unwrap_or_default();
+        Ok(HeapSnapshot {
+            allocs: s.allocs,
+            bytes: s.bytes,
+            live: s.live as i64,
+        })
+    }
+}
+
+/// Everything that marks the measured region in this process.
+#[derive(Debug, Default)]
+pub(crate) struct Region {
+    perf: Vec<OwnedFd>,
+    pub agent: Option<AgentSlot>,
+}
+
+impl Region {
+    /// Receive the descriptors the collector sends and find the agent's slot.
+    pub(crate) fn from_env() -> Result<Region, HarnessError> {
+        let mut region = Region {
+            perf: Vec::new(),
+            agent: AgentSlot::find()?,
+        };
+        for (var, _) in REGION_SOCKET_ENVS {
+            let Some(fd) = std::env::var(var).ok().and_then(|v| parse_fd(v.as_bytes())) else {
+                continue;
+            };
+            let socket = sys::take_inherited_fd(fd).map_err(|source| HarnessError::Region {
+                what: "socket",
+                fd,
+                source,
+            })?;
+            region.perf.extend(receive_fds(&socket, fd)?);
+        }
+        Ok(region)
+    }
+
+    /// Number of perf-event descriptors switched around each operation.
+    pub(crate) fn perf_events(&self) -> usize {
+        self.perf.len()
+    }
+
+    /// Switch every perf event on (`true`) or off.
+    #[inline]
+    pub(crate) fn switch(&self, on: bool) -> Result<(), HarnessError> {
+        for fd in &self.perf {
+            sys::perf_switch(fd.as_raw_fd(), on).map_err(|source| HarnessError::Region {
+                what: if on {
+                    "PERF_EVENT_IOC_ENABLE"
+                } else {
+                    "PERF_EVENT_IOC_DISABLE"
+                },
+                fd: fd.as_raw_fd(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Read `SCM_RIGHTS` messages until the collector closes its end.
+fn receive_fds(socket: &OwnedFd, number: i32) -> Result<Vec<OwnedFd>, HarnessError> {
+    let mut out = Vec::new();
+    loop {
+        let mut byte = [0u8; 1];
+        let mut iov = [IoSliceMut::new(&mut byte)];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 253]);
+        let msg = recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| HarnessError::Region {
+            what: "receiving perf events",
+            fd: number,
+            source: e.into(),
+        })?;
+        let got = msg.bytes;
+        let cmsgs = msg.cmsgs().map_err(|e| HarnessError::Region {
+            what: "receiving perf events",
+            fd: number,
+            source: e.into(),
+        })?;
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for fd in fds {
+                    out.push(sys::take_inherited_fd(fd).map_err(|source| {
+                        HarnessError::Region {
+                            what: "perf event",
+                            fd,
+                            source,
+                        }
+                    })?);
+                }
+            }
+        }
+        if got == 0 {
+            return Ok(out);
+        }
+    }
+}

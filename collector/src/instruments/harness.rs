@@ -1,0 +1,379 @@
+//! The harness instrument: the last instrument of every group of a harnessed benchmark
+//! (`--bench`, `--harness`). It tells the harness in the child what the run is for
+//! (timing, or counting inside the measured region), reads the records the harness wrote,
+//! and turns them, and the region counts of the instruments before it, into metrics per
+//! operation: `time.op`, `alloc.count/op`, `alloc.bytes/op`, `heap.retained`,
+//! `invocations.X/op`. See `docs/harness.md`.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
+
+use anyhow::Context;
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+use sbs_agent_abi::harness as proto;
+use sbs_reports::model::Unit;
+
+use crate::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+
+/// Suffix of per-operation metric ids.
+pub const PER_OP: &str = "/op";
+
+/// What the harness in the child does in this group's runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HarnessMode {
+    /// Time the operation (the timing group).
+    Time,
+    /// Run `ops` operations inside the region.
+    Count {
+        /// Operations per run.
+        ops: u64,
+    },
+}
+
+/// Reads the harness's records and reports per-operation metrics.
+#[derive(Debug)]
+pub struct HarnessRecords {
+    benchmark: String,
+    mode: HarnessMode,
+    /// Metric id prefixes of the instruments before this one that counted inside the
+    /// region only (`invocations.`): they get a `/op` metric too.
+    region_prefixes: Vec<String>,
+    file: Option<File>,
+    runs: usize,
+    not_steady: usize,
+    /// Source of the allocation metrics: `agent`, or `harness` (`--alloc-harness`).
+    alloc_source: &'static str,
+}
+
+impl HarnessRecords {
+    /// The instrument for `benchmark`'s runs in `mode`.
+    pub fn new(benchmark: &str, mode: HarnessMode, region_prefixes: Vec<String>) -> Self {
+        HarnessRecords {
+            benchmark: benchmark.to_string(),
+            mode,
+            region_prefixes,
+            file: None,
+            runs: 0,
+            not_steady: 0,
+            alloc_source: "agent",
+        }
+    }
+
+    /// Allocations come from the program's `CountingAlloc` (`--alloc-harness`).
+    pub fn counting_alloc(mut self, yes: bool) -> Self {
+        if yes {
+            self.alloc_source = "harness";
+        }
+        self
+    }
+
+    fn records(&self, text: &str) -> Vec<(String, f64)> {
+        text.lines()
+            .filter_map(proto::parse_record)
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+}
+
+fn get(records: &[(String, f64)], key: &str) -> Option<f64> {
+    records
+        .iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| *v)
+}
+
+impl Instrument for HarnessRecords {
+    fn name(&self) -> &str {
+        "harness"
+    }
+
+    fn needs_start_gate(&self) -> bool {
+        false
+    }
+
+    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        let file = File::from(
+            memfd_create(c"sbs-harness-records", MemFdCreateFlag::MFD_CLOEXEC)
+                .context("cannot create the harness record file (memfd_create)")?,
+        );
+        let child: OwnedFd = file
+            .try_clone()
+            .context("cannot pass the harness record file to the child")?
+            .into();
+        setup.pass_fds.push((child, proto::OUT_FD));
+        setup.env.push((
+            proto::ENV_OUT.into(),
+            format!("/proc/self/fd/{}", proto::OUT_FD).into(),
+        ));
+        match self.mode {
+            HarnessMode::Time => setup
+                .env
+                .push((proto::ENV_MODE.into(), proto::MODE_TIME.into())),
+            HarnessMode::Count { ops } => {
+                setup
+                    .env
+                    .push((proto::ENV_MODE.into(), proto::MODE_COUNT.into()));
+                setup
+                    .env
+                    .push((proto::ENV_OPS.into(), ops.to_string().into()));
+            }
+        }
+        self.file = Some(file);
+        Ok(())
+    }
+
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        let file = self
+            .file
+            .take()
+            .context("internal error: harness collect without prepare")?;
+        let mut text = String::new();
+        // From the start, whichever descriptor of this file the child wrote through (its
+        // own open of /proc/self/fd/1017, or the inherited one, which shares our offset).
+        (&file)
+            .seek(SeekFrom::Start(0))
+            .context("cannot read the harness record file")?;
+        (&file)
+            .read_to_string(&mut text)
+            .context("cannot read the harness record file")?;
+        let records = self.records(&text);
+        if records.is_empty() {
+            if !outcome.exit.success() {
+                // The failure itself is reported by the scheduler.
+                return Ok(());
+            }
+            anyhow::bail!(
+                "`{}` wrote no harness records: is it a benchmark of a binary built with \
+                 sbs-harness (its main must call Suite::main)? Run the binary with --list to see \
+                 its benchmarks",
+                self.benchmark
+            );
+        }
+        self.runs += 1;
+        let missing = |key: &str| {
+            anyhow::anyhow!(
+                "the harness of `{}` reported no `{key}` record; sbs-harness and sbs-profile \
+                 versions may differ",
+                self.benchmark
+            )
+        };
+        match self.mode {
+            HarnessMode::Time => {
+                let t = get(&records, proto::REC_TIME_OP).ok_or_else(|| missing("time.op"))?;
+                out.push(Sample::new(
+                    MetricSpec::new("time.op", Unit::Seconds, "harness", false),
+                    t,
+                ));
+                if get(&records, proto::REC_NOT_STEADY).unwrap_or(0.0) != 0.0 {
+                    self.not_steady += 1;
+                }
+            }
+            HarnessMode::Count { .. } => {
+                let ops = get(&records, proto::REC_OPS).ok_or_else(|| missing("ops"))?;
+                if ops <= 0.0 {
+                    anyhow::bail!("the harness of `{}` ran no operation", self.benchmark);
+                }
+                let events = get(&records, "region.events").unwrap_or(0.0);
+                let mut per_op = Vec::new();
+                for s in out.iter() {
+                    if !self
+                        .region_prefixes
+                        .iter()
+                        .any(|p| s.metric.id.starts_with(p))
+                    {
+                        continue;
+                    }
+                    if events == 0.0 {
+                        anyhow::bail!(
+                            "the harness of `{}` received no region descriptors, so {} would \
+                             count the whole process; sbs-harness and sbs-profile versions may \
+                             differ",
+                            self.benchmark,
+                            s.metric.id
+                        );
+                    }
+                    let mut metric = s.metric.clone();
+                    metric.id.push_str(PER_OP);
+                    per_op.push(Sample {
+                        metric,
+                        value: s.value / ops,
+                        details: s
+                            .details
+                            .iter()
+                            .map(|(l, v)| (l.clone(), v / ops))
+                            .collect(),
+                    });
+                }
+                out.extend(per_op);
+                let agent = |id: &str, unit| MetricSpec::new(id, unit, self.alloc_source, true);
+                if let Some(n) = get(&records, proto::REC_ALLOC_COUNT) {
+                    out.push(Sample::new(agent("alloc.count/op", Unit::Count), n / ops));
+                }
+                if let Some(b) = get(&records, proto::REC_ALLOC_BYTES) {
+                    out.push(Sample::new(agent("alloc.bytes/op", Unit::Bytes), b / ops));
+                }
+                if let Some(r) = get(&records, proto::REC_RETAINED) {
+                    out.push(Sample::new(agent("heap.retained", Unit::Bytes), r));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.file = None;
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        if self.not_steady == 0 {
+            return Vec::new();
+        }
+        vec![format!(
+            "time.op: no steady state in {} of {} processes, warm-up runs included (their last measurements were kept); \
+             pass --harness-arg=--max-iterations=N or --harness-arg=--cov=X, or quiet the machine",
+            self.not_steady, self.runs
+        )]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instrument::ExitKind;
+    use std::io::Write;
+
+    fn outcome(exit: ExitKind) -> RunOutcome {
+        RunOutcome {
+            pid: nix::unistd::Pid::from_raw(1),
+            wall: std::time::Duration::from_millis(1),
+            user: std::time::Duration::ZERO,
+            sys: std::time::Duration::ZERO,
+            max_rss: 0,
+            exit,
+        }
+    }
+
+    /// Prepare a run, write `records` as the child would, and collect after `earlier`
+    /// samples of the instruments before this one.
+    fn run(
+        inst: &mut HarnessRecords,
+        records: &str,
+        earlier: Vec<Sample>,
+        exit: ExitKind,
+    ) -> anyhow::Result<Vec<Sample>> {
+        let mut setup = ChildSetup::default();
+        inst.prepare(&mut setup)?;
+        assert_eq!(setup.pass_fds[0].1, proto::OUT_FD);
+        assert!(setup
+            .env
+            .iter()
+            .any(|(k, v)| k == proto::ENV_OUT && v == "/proc/self/fd/1017"));
+        // The child appends through its own descriptor.
+        let mut child = File::from(setup.pass_fds.remove(0).0);
+        child.write_all(records.as_bytes()).unwrap();
+        let mut out = earlier;
+        inst.collect(&outcome(exit), &mut out)?;
+        Ok(out)
+    }
+
+    fn find<'a>(out: &'a [Sample], id: &str) -> &'a Sample {
+        out.iter()
+            .find(|s| s.metric.id == id)
+            .unwrap_or_else(|| panic!("no {id} in {out:?}"))
+    }
+
+    #[test]
+    fn timing_runs_report_time_per_operation_and_unsteady_processes() {
+        let mut inst = HarnessRecords::new("b", HarnessMode::Time, Vec::new());
+        let out = run(
+            &mut inst,
+            "time.op 2.5e-6\nnot_steady 0e0\n",
+            vec![],
+            ExitKind::Code(0),
+        )
+        .unwrap();
+        let t = find(&out, "time.op");
+        assert_eq!(
+            (t.value, t.metric.unit, t.metric.exact),
+            (2.5e-6, Unit::Seconds, false)
+        );
+        assert!(inst.warnings().is_empty());
+        run(
+            &mut inst,
+            "time.op 3e-6\nnot_steady 1\n",
+            vec![],
+            ExitKind::Code(0),
+        )
+        .unwrap();
+        let w = inst.warnings();
+        assert!(
+            w[0].contains("no steady state in 1 of 2 processes"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn counting_runs_divide_region_counts_and_report_allocations() {
+        let mut inst = HarnessRecords::new(
+            "b",
+            HarnessMode::Count { ops: 4 },
+            vec!["invocations.".into()],
+        );
+        let mut probe = Sample::new(
+            MetricSpec::new("invocations.f", Unit::Count, "uprobe", true),
+            4000.0,
+        );
+        probe.details = vec![("f".into(), 4000.0)];
+        let whole = Sample::new(
+            MetricSpec::new("alloc.count", Unit::Count, "agent", true),
+            1234.0,
+        );
+        let out = run(
+            &mut inst,
+            "ops 4\nalloc.count 20\nalloc.bytes 1984\nheap.retained 496\nregion.events 1\n",
+            vec![probe, whole],
+            ExitKind::Code(0),
+        )
+        .unwrap();
+        let per_op = find(&out, "invocations.f/op");
+        assert_eq!(per_op.value, 1000.0);
+        assert_eq!(per_op.details, vec![("f".to_string(), 1000.0)]);
+        assert_eq!(per_op.metric.source, "uprobe");
+        // Whole-process metrics are not region counts: no per-op version of them.
+        assert!(out.iter().all(|s| s.metric.id != "alloc.count/op/op"));
+        assert_eq!(find(&out, "alloc.count/op").value, 5.0);
+        assert_eq!(find(&out, "alloc.bytes/op").value, 496.0);
+        assert_eq!(find(&out, "heap.retained").value, 496.0);
+        assert_eq!(find(&out, "alloc.count").value, 1234.0);
+    }
+
+    #[test]
+    fn missing_records_and_descriptors_are_errors_that_say_why() {
+        let mut inst = HarnessRecords::new("b", HarnessMode::Time, Vec::new());
+        let e = run(&mut inst, "", vec![], ExitKind::Code(0)).unwrap_err();
+        assert!(e.to_string().contains("wrote no harness records"), "{e}");
+        // A failed child: the scheduler reports the failure, not a missing record.
+        assert!(run(&mut inst, "", vec![], ExitKind::Code(2))
+            .unwrap()
+            .is_empty());
+        let mut inst =
+            HarnessRecords::new("b", HarnessMode::Count { ops: 1 }, vec!["counter.".into()]);
+        let c = Sample::new(
+            MetricSpec::new("counter.page-faults", Unit::Count, "perf-sw", false),
+            80.0,
+        );
+        let e = run(
+            &mut inst,
+            "ops 1\nregion.events 0\n",
+            vec![c],
+            ExitKind::Code(0),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("received no region descriptors"),
+            "{e}"
+        );
+    }
+}
