@@ -416,9 +416,12 @@ fn valgrind_counts_children_and_keeps_the_benchmarks_stderr() {
         ours.iter().all(|&v| v > 2.0 * one_true),
         "the two children's instructions are included",
     );
+    // The fake summary went to the benchmark's own stderr (shown with --show-output),
+    // not to the parser, which reads valgrind's log from a private descriptor: had it
+    // been parsed, the count would be 5, below the two children's.
     run.check(
-        ours.iter().all(|&v| v as u64 % 10 != 5),
-        "fake line ignored",
+        run.stderr().contains("==1== I   refs: 5"),
+        "the benchmark's stderr is left to the benchmark",
     );
 }
 
