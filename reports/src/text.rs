@@ -38,11 +38,26 @@ fn row(label: String, unit: Unit, source: &str, exact: bool, s: &Summary) -> [St
     ]
 }
 
+fn blank() -> [String; 8] {
+    Default::default()
+}
+
 fn metric_rows(m: &MetricResult, rows: &mut Vec<[String; 8]>) {
     rows.push(row(m.id.clone(), m.unit, &m.source, m.exact, &m.summary));
-    let last = m.details.len().saturating_sub(1);
-    for (i, d) in m.details.iter().enumerate() {
-        let branch = if i == last { "└ " } else { "├ " };
+    // A breakdown line that is 0 in every run (a matched function never called) says
+    // nothing in a table; it is counted in one line instead (JSON keeps every line).
+    let shown: Vec<_> = m
+        .details
+        .iter()
+        .filter(|d| d.summary.max != 0.0 || d.summary.min != 0.0)
+        .collect();
+    let hidden = m.details.len() - shown.len();
+    for (i, d) in shown.iter().enumerate() {
+        let branch = if i + 1 == shown.len() && hidden == 0 {
+            "└ "
+        } else {
+            "├ "
+        };
         rows.push(row(
             format!("  {branch}{}", d.label),
             m.unit,
@@ -50,6 +65,11 @@ fn metric_rows(m: &MetricResult, rows: &mut Vec<[String; 8]>) {
             m.exact,
             &d.summary,
         ));
+    }
+    if hidden > 0 {
+        let mut line = blank();
+        line[0] = format!("  └ {hidden} more, 0 in every run (listed in the JSON report)");
+        rows.push(line);
     }
 }
 

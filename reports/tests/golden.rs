@@ -251,3 +251,32 @@ fn html_is_self_contained_with_one_plot_per_metric() {
     let points = 3 + 3 + 3 + 1;
     assert!(page.matches("<circle").count() >= points);
 }
+
+#[test]
+fn text_folds_breakdown_lines_that_are_always_zero() {
+    let mut r = report();
+    let calls = &mut r.benchmarks[0].metrics[2];
+    calls.details.push(Detail {
+        label: "never::called".into(),
+        samples: vec![0.0; 3],
+        summary: Summary {
+            sd: 0.0,
+            cov: Some(0.0),
+            ..summary(&[0.0; 3], Some((0.0, 0.0)))
+        },
+    });
+    let mut out = Vec::new();
+    sbs_reports::text::Text::default()
+        .render(&r, &mut out)
+        .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.contains("never::called"), "{text}");
+    assert!(text.contains("├ <alloc::vec::Vec<u32>>::push"), "{text}");
+    assert!(
+        text.contains("└ 1 more, 0 in every run (listed in the JSON report)"),
+        "{text}"
+    );
+    let mut json = Vec::new();
+    sbs_reports::json::Json.render(&r, &mut json).unwrap();
+    assert!(String::from_utf8(json).unwrap().contains("never::called"));
+}
