@@ -359,18 +359,25 @@ fn zero_variance(m: &Moments, exact: bool) -> bool {
 /// The verdict for a difference (positive = worse) of relative size `relative`.
 ///
 /// Not significant: [`Verdict::NoChange`]. Significant and larger than `threshold` in
-/// relative terms (or any change from a reference mean of 0): [`Verdict::Regressed`] or
-/// [`Verdict::Improved`]. Significant but within the threshold: [`Verdict::BelowThreshold`].
+/// relative terms: [`Verdict::Regressed`] or [`Verdict::Improved`]. Significant but within
+/// the threshold: [`Verdict::BelowThreshold`]. A change from a reference mean of 0 has no
+/// relative size: for an exact count it is past any threshold (a count appeared), for a
+/// measured metric it is [`Verdict::Inconclusive`] (a time of 0 is below the clock's
+/// resolution, not a value a relative threshold can be applied to).
 pub fn verdict(
     significant: bool,
     difference: f64,
     relative: Option<f64>,
-    threshold: f64,
+    policy: &Policy,
 ) -> Verdict {
     if !significant || difference == 0.0 {
         return Verdict::NoChange;
     }
-    let past = relative.is_none_or(|r| r.abs() > threshold);
+    let past = match relative {
+        Some(r) => r.abs() > policy.threshold,
+        None if policy.exact => true,
+        None => return Verdict::Inconclusive,
+    };
     match (past, difference > 0.0) {
         (false, _) => Verdict::BelowThreshold,
         (true, true) => Verdict::Regressed,
@@ -556,7 +563,7 @@ pub fn compare(
             significant && pair.significant,
             difference,
             relative,
-            policy.threshold,
+            policy,
         );
         result.anova = Some(AnovaSummary {
             groups: kept.iter().map(|s| s.label.to_string()).collect(),
@@ -590,7 +597,7 @@ pub fn compare(
         result.method = ComparisonMethod::Exact;
         result.confidence = 1.0;
         set_interval(&mut result, difference, difference);
-        result.verdict = verdict(difference != 0.0, difference, relative, policy.threshold);
+        result.verdict = verdict(difference != 0.0, difference, relative, policy);
         return Ok(result);
     }
     let interval = welch_interval(&ref_m, &cand_m, policy.confidence)?;
@@ -602,12 +609,7 @@ pub fn compare(
     set_interval(&mut result, interval.low, interval.high);
     result.df = interval.df;
     result.p_value = Some(interval.p_value);
-    result.verdict = verdict(
-        interval.significant(),
-        difference,
-        relative,
-        policy.threshold,
-    );
+    result.verdict = verdict(interval.significant(), difference, relative, policy);
     Ok(result)
 }
 
@@ -645,12 +647,7 @@ fn between_sessions(
     result.df = Some(k - 1.0);
     result.p_value = Some((2.0 * t.sf((difference / se).abs())).min(1.0));
     result.anova = None;
-    result.verdict = verdict(
-        low > 0.0 || high < 0.0,
-        difference,
-        relative,
-        policy.threshold,
-    );
+    result.verdict = verdict(low > 0.0 || high < 0.0, difference, relative, policy);
     Ok(result)
 }
 
@@ -1288,23 +1285,45 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_metric_leaving_zero_is_inconclusive_not_a_regression() {
+        // time.user of a very short program: 0 in every baseline run (below the tick),
+        // a few milliseconds in some later runs.
+        let series = [
+            Series {
+                label: "baseline",
+                samples: &[0.0; 5],
+            },
+            Series {
+                label: "now",
+                samples: &[0.004, 0.0, 0.004, 0.004, 0.004],
+            },
+        ];
+        let c = compare(&series, 0, 1, &policy(0.02, false)).unwrap();
+        assert_eq!((c.relative, c.verdict), (None, Verdict::Inconclusive));
+    }
+
+    #[test]
     fn verdict_rules() {
-        assert_eq!(verdict(false, 5.0, Some(0.5), 0.02), Verdict::NoChange);
-        assert_eq!(verdict(true, 5.0, Some(0.5), 0.02), Verdict::Regressed);
-        assert_eq!(verdict(true, -5.0, Some(-0.5), 0.02), Verdict::Improved);
+        let p = policy(0.02, false);
+        assert_eq!(verdict(false, 5.0, Some(0.5), &p), Verdict::NoChange);
+        assert_eq!(verdict(true, 5.0, Some(0.5), &p), Verdict::Regressed);
+        assert_eq!(verdict(true, -5.0, Some(-0.5), &p), Verdict::Improved);
+        assert_eq!(verdict(true, 0.1, Some(0.01), &p), Verdict::BelowThreshold);
         assert_eq!(
-            verdict(true, 0.1, Some(0.01), 0.02),
+            verdict(true, -0.1, Some(-0.01), &p),
             Verdict::BelowThreshold
         );
+        assert_eq!(verdict(true, 0.1, Some(0.02), &p), Verdict::BelowThreshold);
+        // From a reference of 0: a count that appears is past any threshold; a measured
+        // value that leaves 0 (below the clock's resolution before) cannot be judged.
         assert_eq!(
-            verdict(true, -0.1, Some(-0.01), 0.02),
-            Verdict::BelowThreshold
+            verdict(true, 1.0, None, &policy(10.0, true)),
+            Verdict::Regressed
         );
         assert_eq!(
-            verdict(true, 0.1, Some(0.02), 0.02),
-            Verdict::BelowThreshold
+            verdict(true, 1.0, None, &policy(10.0, false)),
+            Verdict::Inconclusive
         );
-        assert_eq!(verdict(true, 1.0, None, 10.0), Verdict::Regressed);
     }
 
     #[test]
