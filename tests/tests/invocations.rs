@@ -187,12 +187,42 @@ fn text_report_has_one_row_per_symbol_and_the_inlined_warning() {
         "two generic_step rows told apart by their generic arguments",
     );
     // std's Display impls exist also as inlined copies: those with code of their own are
-    // probed at their entries (a `[inlined, N sites]` row), the others are named in a
-    // warning.
-    run.check(out.contains("[inlined, "), "inlined row");
+    // probed at their entries (a `[inlined, N sites]` row; the ones never called here are
+    // folded into one line of the table and listed in the JSON), the others are named in
+    // a warning.
+    run.check(
+        out.contains("more, 0 in every run (listed in the JSON report)"),
+        "rows that are 0 in every run are folded",
+    );
     run.check(
         out.contains("inlined instance(s) are not counted"),
         "inlined warning",
+    );
+    let json = sbs([
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "-f",
+        "json",
+        "--invocations",
+        "Display::fmt",
+        "--",
+        fixture!("calls"),
+        "10",
+        "1",
+    ])
+    .success()
+    .json();
+    let labels: Vec<String> = json["benchmarks"][0]["metrics"][0]["details"]
+        .as_array()
+        .expect("details")
+        .iter()
+        .map(|d| d["label"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        labels.iter().any(|l| l.contains("[inlined, ")),
+        "an inlined row in the JSON details: {labels:?}"
     );
 }
 
