@@ -135,10 +135,18 @@ pub fn build(args: &ReportArgs) -> anyhow::Result<(Report, Vec<Regressed>)> {
     let regressions = regression.apply(&references, &mut report)?;
     // The latest entry is "this run" to the comparison; name it by its time instead.
     for (bench, label) in report.benchmarks.iter_mut().zip(latest_labels) {
+        let rename = |l: &mut String| {
+            if l == THIS_RUN {
+                *l = label.clone();
+            }
+        };
         for m in bench.metrics.iter_mut() {
-            if let Some(last) = m.trend.last_mut() {
-                if last.label == THIS_RUN {
-                    last.label = label.clone();
+            m.trend.iter_mut().for_each(|p| rename(&mut p.label));
+            if let Some(anova) = m.comparison.as_mut().and_then(|c| c.anova.as_mut()) {
+                anova.groups.iter_mut().for_each(rename);
+                for pair in anova.differing.iter_mut() {
+                    rename(&mut pair.a);
+                    rename(&mut pair.b);
                 }
             }
         }

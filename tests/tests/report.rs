@@ -77,6 +77,16 @@ fn report_compares_the_latest_entry_and_draws_trends() {
         "trend figure present"
     );
 
+    // The latest entry is named by its time, never "this run", in every part of the text.
+    let text = sbs(["report", "--history", history]);
+    assert_eq!(text.code(), Some(1));
+    assert!(
+        text.stdout().contains("3 series of exact values: means differ"),
+        "{}",
+        text.stdout()
+    );
+    assert!(!text.stdout().contains("this run"), "{}", text.stdout());
+
     // Markdown for a pull request.
     let md = sbs([
         "report",
