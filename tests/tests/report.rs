@@ -81,7 +81,8 @@ fn report_compares_the_latest_entry_and_draws_trends() {
     let text = sbs(["report", "--history", history]);
     assert_eq!(text.code(), Some(1));
     assert!(
-        text.stdout().contains("3 series of exact values: means differ"),
+        text.stdout()
+            .contains("3 series of exact values: means differ"),
         "{}",
         text.stdout()
     );
