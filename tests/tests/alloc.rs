@@ -440,9 +440,7 @@ fn cli_refuses_a_static_binary_instead_of_reporting_zeros() {
 
 #[test]
 fn boxing_counts_each_box_new() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: --boxing uses uprobes, which need root");
+    if util::skip_unless_root("--boxing uses uprobes, which") {
         return;
     }
     let count = |n: &str| {
@@ -478,9 +476,7 @@ fn boxing_refuses_a_program_without_box_entry_points() {
     let Some((_dir, exe)) = every_alloc() else {
         return;
     };
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: --boxing uses uprobes, which need root");
+    if util::skip_unless_root("--boxing uses uprobes, which") {
         return;
     }
     sbs([

@@ -5,14 +5,9 @@ mod util;
 
 use std::process::Command;
 
-use util::{metric, samples, sbs};
+use util::{is_root, metric, samples, sbs};
 
 const FIXTURE: &str = fixture!("harness_fixture");
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 fn all_equal(values: &[f64], expected: f64) -> bool {
     !values.is_empty() && values.iter().all(|&v| v == expected)

@@ -8,16 +8,7 @@ mod util;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use util::{metric, samples, sbs};
-
-fn skip_unless_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: uprobes need root");
-        return true;
-    }
-    false
-}
+use util::{metric, samples, sbs, skip_unless_root};
 
 fn build_fixture(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/inlined.rs");
@@ -76,7 +67,7 @@ fn at_line(m: &serde_json::Value, line: u32) -> f64 {
 
 #[test]
 fn inlined_vec_push_and_inline_always_are_counted_exactly() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -130,7 +121,7 @@ fn inlined_vec_push_and_inline_always_are_counted_exactly() {
 
 #[test]
 fn default_report_has_one_inlined_row_per_function() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -171,7 +162,7 @@ int main(int argc, char **argv) {
 
 #[test]
 fn out_of_line_and_inlined_copies_are_counted_apart() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -222,7 +213,7 @@ fn out_of_line_and_inlined_copies_are_counted_apart() {
 
 #[test]
 fn inlined_cpp_push_back_is_counted_exactly() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -8,18 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use util::{metric, samples, sbs};
+use util::{metric, samples, sbs, skip_unless_root};
 
 const UPROBE_EVENTS: &str = "/sys/kernel/tracing/uprobe_events";
-
-fn skip_unless_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: uprobes need root");
-        return true;
-    }
-    false
-}
 
 /// Details (label -> samples) of a metric.
 fn details(m: &serde_json::Value) -> Vec<(String, Vec<f64>)> {
@@ -66,7 +57,7 @@ fn sbs_with_pid(args: &[&str]) -> (u32, std::process::Output) {
 
 #[test]
 fn counts_are_exact_from_main_thread_threads_and_forked_child() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     for (n, threads) in [(1000u64, 3u64), (250, 0), (4000, 1)] {
@@ -111,7 +102,7 @@ fn counts_are_exact_from_main_thread_threads_and_forked_child() {
 
 #[test]
 fn trait_methods_generics_and_malloc_of_glibc() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let n = 500.0;
@@ -165,7 +156,7 @@ fn trait_methods_generics_and_malloc_of_glibc() {
 
 #[test]
 fn text_report_has_one_row_per_symbol_and_the_inlined_warning() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let run = sbs([
@@ -246,7 +237,7 @@ fn build_cpp(dir: &Path) -> Option<PathBuf> {
 
 #[test]
 fn cpp_overloads_templates_and_operators() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -294,7 +285,7 @@ fn cpp_overloads_templates_and_operators() {
 /// Debian's `perf probe` + `perf stat` on the same function and command: equal counts.
 #[test]
 fn equals_perf_probe_and_perf_stat() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     if Command::new("perf").arg("--version").output().is_err() {
@@ -362,7 +353,7 @@ fn equals_perf_probe_and_perf_stat() {
 
 #[test]
 fn bad_input_is_a_one_line_error_with_exit_2() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let calls = fixture!("calls");
@@ -421,7 +412,7 @@ fn make_executable(p: &Path) {
 
 #[test]
 fn scripts_and_static_binaries_are_probed() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -492,7 +483,7 @@ fn scripts_and_static_binaries_are_probed() {
 
 #[test]
 fn probes_are_removed_after_success_crash_and_ctrl_c() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     let (pid, out) = sbs_with_pid(&[
@@ -567,7 +558,7 @@ fn probes_are_removed_after_success_crash_and_ctrl_c() {
 
 #[test]
 fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     // A pid that surely is dead: a child we started and reaped.
@@ -620,7 +611,7 @@ fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
 
 #[test]
 fn without_root_the_error_says_what_is_needed() {
-    if skip_unless_root() {
+    if skip_unless_root("uprobes") {
         return;
     }
     // Drop to `nobody` for one sbs-profile run (needs util-linux's setpriv and binaries

@@ -13,6 +13,21 @@ macro_rules! fixture {
     };
 }
 
+/// Whether the tests run as root (uprobes and some perf events need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Print why a test that needs root is skipped; `true` when it must skip.
+pub fn skip_unless_root(what: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    eprintln!("skipped: {what} need root (CAP_SYS_ADMIN)");
+    true
+}
+
 /// The `sbs-profile` binary, built by `cargo test --workspace` into the same target dir.
 pub fn sbs_profile() -> PathBuf {
     let dir = PathBuf::from(fixture!("exit_with"));
