@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::unistd::Pid;
-use sbs_reports::model::Unit;
+use sbs_reports::model::{MetricResult, Unit};
 
 /// What a metric is: its id, unit, mechanism and kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +35,24 @@ impl MetricSpec {
             unit,
             source: source.into(),
             exact,
+        }
+    }
+
+    /// The metric's result for a report: its samples and their summary, with no
+    /// breakdown, comparison or trend yet.
+    pub fn result(self, group: String, samples: Vec<f64>, confidence: f64) -> MetricResult {
+        MetricResult {
+            summary: crate::stats::summarize(&samples, confidence),
+            id: self.id,
+            unit: self.unit,
+            source: self.source,
+            exact: self.exact,
+            group,
+            samples,
+            details: Vec::new(),
+            notes: Vec::new(),
+            comparison: None,
+            trend: Vec::new(),
         }
     }
 }

@@ -9,8 +9,8 @@ use clap::Args;
 use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
 
 use crate::history::{self, History};
+use crate::instrument::MetricSpec;
 use crate::regression::{Mode, Reference, Regressed, Regression, RegressionArgs, THIS_RUN};
-use crate::stats::summarize;
 
 /// Options of `sbs-profile report`.
 #[derive(Debug, Args)]
@@ -91,19 +91,11 @@ pub fn build(args: &ReportArgs) -> anyhow::Result<(Report, Vec<Regressed>)> {
             .iter()
             .map(|m| {
                 max_n = max_n.max(m.samples.len());
-                MetricResult {
-                    id: m.id.clone(),
-                    unit: m.unit,
-                    source: m.source.clone(),
-                    exact: m.exact,
-                    group: String::new(),
-                    samples: m.samples.clone(),
-                    summary: summarize(&m.samples, args.confidence),
-                    details: Vec::new(),
-                    notes: Vec::new(),
-                    comparison: None,
-                    trend: Vec::new(),
-                }
+                MetricSpec::new(m.id.clone(), m.unit, m.source.clone(), m.exact).result(
+                    String::new(),
+                    m.samples.clone(),
+                    args.confidence,
+                )
             })
             .collect();
         benchmarks.push(BenchmarkResult {

@@ -214,9 +214,8 @@ fn execute_inner(
             metrics: c
                 .series
                 .into_iter()
-                .map(|s| MetricResult {
-                    summary: summarize(&s.samples, confidence),
-                    details: s
+                .map(|s| {
+                    let details = s
                         .details
                         .into_iter()
                         .map(|(label, samples)| Detail {
@@ -224,16 +223,11 @@ fn execute_inner(
                             label,
                             samples,
                         })
-                        .collect(),
-                    id: s.spec.id,
-                    unit: s.spec.unit,
-                    source: s.spec.source,
-                    exact: s.spec.exact,
-                    group: s.group,
-                    samples: s.samples,
-                    notes: Vec::new(),
-                    comparison: None,
-                    trend: Vec::new(),
+                        .collect();
+                    MetricResult {
+                        details,
+                        ..s.spec.result(s.group, s.samples, confidence)
+                    }
                 })
                 .collect(),
             warnings: c.warnings,
