@@ -635,3 +635,73 @@ fn without_root_the_error_says_what_is_needed() {
     assert!(err.contains("perf_event_paranoid is"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+/// Run sbs-profile in a private mount namespace after `setup` (shell commands) has run
+/// there, so unmounting tracefs cannot disturb probes of tests running concurrently.
+fn sbs_in_mount_namespace(setup: &str, args: &[&str]) -> Option<util::Finished> {
+    let unshare = ["/usr/bin/unshare", "/bin/unshare"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    let Some(unshare) = unshare else {
+        eprintln!("skipped: no `unshare` (util-linux) to make a private mount namespace");
+        return None;
+    };
+    let output = Command::new(unshare)
+        .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
+        .arg(format!("{setup} && exec \"$0\" \"$@\""))
+        .arg(util::sbs_profile())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    Some(util::Finished {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        output,
+    })
+}
+
+#[test]
+fn missing_tracefs_is_mounted_or_a_clear_error() {
+    if skip_unless_root("uprobes and mount namespaces") {
+        return;
+    }
+    let args = [
+        "--runs",
+        "2",
+        "--format",
+        "json",
+        "--invocations",
+        "calls::work",
+        "--",
+        fixture!("calls"),
+        "100",
+        "0",
+    ];
+    // No tracefs mounted anywhere: sbs-profile mounts it (as root) and counts exactly.
+    let unmount = "umount -l /sys/kernel/tracing 2>/dev/null; \
+                   umount -l /sys/kernel/debug 2>/dev/null; \
+                   ! grep -q ' tracefs ' /proc/self/mounts";
+    let Some(run) = sbs_in_mount_namespace(unmount, &args) else {
+        return;
+    };
+    let run = run.success();
+    assert_eq!(
+        samples(metric(&run.json(), "invocations.calls::work")),
+        vec![200.0; 2]
+    );
+    // Nowhere to mount it (a read-only /sys/kernel without the mount point): one line that
+    // says what failed and the command that fixes it.
+    let no_mount_point = format!("{unmount} && mount -t tmpfs -o ro none /sys/kernel");
+    let Some(run) = sbs_in_mount_namespace(&no_mount_point, &args) else {
+        return;
+    };
+    let run = run.fails_with(
+        2,
+        "tracefs is not mounted and mounting it at /sys/kernel/tracing failed",
+    );
+    run.check(
+        run.stderr()
+            .contains("run `mount -t tracefs nodev /sys/kernel/tracing` as root"),
+        "the error names the command that fixes it",
+    );
+}
