@@ -410,17 +410,17 @@ fn build_groups(
         });
     }
     if args.memory {
-        // With --alloc, heap.peak comes from the alloc group and the memory runs stay
-        // free of the agent (whose block headers add to RSS). A program the agent cannot
-        // load into (static, setuid) still gets its RSS, and a warning instead of heap.peak.
-        let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> = Vec::new();
-        let mut memory = Memory::new(false);
+        // RSS is measured in runs without the agent (its bookkeeping adds to the resident
+        // size it would measure). heap.peak comes from the alloc runs with --alloc, else
+        // from agent runs of their own (group `heap`), or, with --alloc-harness, from the
+        // program's own counting allocator in the memory runs (it adds nothing to RSS). A
+        // program the agent cannot load into (static, setuid) still gets its RSS, and a
+        // warning instead of heap.peak.
+        let mut memory = Memory::default();
+        let mut heap = None;
         if !args.alloc {
             match AllocAgent::new(AllocMetrics::HeapPeak, alloc_path, &run.program, &run.env) {
-                Ok(agent) => {
-                    memory = Memory::new(alloc_path == AllocPath::Agent);
-                    instruments.push(Box::new(agent));
-                }
+                Ok(agent) => heap = Some(agent),
                 Err(e) => match e.downcast_ref::<AgentError>() {
                     Some(AgentError::Unsupported { .. }) => {
                         memory.note(format!("heap.peak not measured: {e}"));
@@ -429,11 +429,25 @@ fn build_groups(
                 },
             }
         }
-        instruments.insert(0, Box::new(memory));
+        let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> = vec![Box::new(memory)];
+        let mut heap_group = None;
+        match heap {
+            Some(counting) if alloc_path == AllocPath::Harness => {
+                instruments.push(Box::new(counting))
+            }
+            Some(agent) => {
+                heap_group = Some(Group {
+                    name: "heap".into(),
+                    instruments: vec![Box::new(agent)],
+                })
+            }
+            None => {}
+        }
         groups.push(Group {
             name: "memory".into(),
             instruments,
         });
+        groups.extend(heap_group);
     }
     groups.extend(crate::counters_plan::groups_for(args, harness.is_some())?);
     let others_requested = !groups.is_empty();

@@ -378,7 +378,30 @@ fn cli_memory_reports_rss_and_heap_peak() {
         "{tree:?} {rss:?}"
     );
     assert_eq!(metric(&report, "rss.tree_peak")["source"], "procfs");
-    assert_eq!(metric(&report, "heap.peak")["group"], "memory");
+    // heap.peak comes from agent runs of its own; the memory runs stay agent-free.
+    assert_eq!(metric(&report, "heap.peak")["group"], "heap");
+    assert_eq!(metric(&report, "rss.peak")["group"], "memory");
+}
+
+#[test]
+fn memory_runs_measure_the_rss_of_the_program_without_the_agent() {
+    // An allocation-heavy program with ~640k small blocks live at its peak: any per-block
+    // bookkeeping of the agent would show in its RSS. The footprint --memory reports must
+    // be the program's own, as timing runs (no instrument at all) see it.
+    let args = ["--", fixture!("alloc"), "churn", "150000"];
+    let rss_of = |group: &str| {
+        let mut all = vec!["--runs", "3", "--warmup", "0", "-f", "json", group];
+        all.extend(args);
+        let report = sbs(all).success().json();
+        metric(&report, "rss.peak")["summary"]["mean"]
+            .as_f64()
+            .unwrap()
+    };
+    let (bare, memory) = (rss_of("--time"), rss_of("--memory"));
+    assert!(
+        (memory / bare - 1.0).abs() < 0.02,
+        "rss.peak under --memory {memory} B differs from the bare program's {bare} B"
+    );
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! for); `rss.tree_peak` is the largest sum of the resident sizes of all processes in
 //! the benchmark's process group, sampled from `/proc` (procfs) every
 //! [`SAMPLE_INTERVAL`] while the run lasts, so it can miss a spike shorter than that.
-//! `heap.peak` comes from the allocation agent in the same runs (see `alloc.rs`).
+//! The memory runs never carry the allocation agent: `heap.peak` comes from runs of its
+//! own (see `cli::build_groups` and `alloc.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,21 +25,12 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
 /// Peak RSS of the main process (rusage) and of the process tree (procfs sampling).
 #[derive(Debug, Default)]
 pub struct Memory {
-    with_agent: bool,
     notes: Vec<String>,
     sampler: Option<Sampler>,
     short_runs: usize,
 }
 
 impl Memory {
-    /// `with_agent`: the allocation agent is loaded in the same runs (for `heap.peak`).
-    pub fn new(with_agent: bool) -> Self {
-        Memory {
-            with_agent,
-            ..Memory::default()
-        }
-    }
-
     /// Add a warning for the report (e.g. why heap.peak is missing).
     pub fn note(&mut self, note: String) {
         self.notes.push(note);
@@ -150,13 +142,6 @@ impl Instrument for Memory {
             "rss.tree_peak samples the process group every {} ms (a shorter spike can be missed)",
             SAMPLE_INTERVAL.as_millis()
         ));
-        if self.with_agent {
-            w.push(
-                "the memory runs carry the allocation agent (for heap.peak), whose 16-byte block \
-                 headers add to RSS; add --alloc to take heap.peak from agent runs of their own"
-                    .into(),
-            );
-        }
         if self.short_runs > 0 {
             w.push(format!(
                 "{} runs ended before the first procfs sample; their rss.tree_peak is rusage's single-process peak",
