@@ -190,9 +190,10 @@ pub struct RunArgs {
     #[arg(long, exclusive = true)]
     pub list_counters: bool,
 
-    /// Name of the benchmark in reports (default: the command line).
-    #[arg(long, value_name = "NAME")]
-    pub name: Option<String>,
+    /// Name of the benchmark in reports (default: the command line). `compare` takes one
+    /// per command, in the order of the commands (`-n old -n new`), for short labels
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: Vec<String>,
 
     /// History, baselines, thresholds.
     #[command(flatten)]
@@ -536,7 +537,13 @@ pub fn build_plan(args: RunArgs) -> anyhow::Result<Plan> {
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_os_str());
     let resolved = resolve_program(program, path_var)?;
-    let name = args.name.clone().unwrap_or_else(|| {
+    if args.name.len() > 1 {
+        bail!(
+            "--name was given {} times; a run names its one benchmark once (compare takes one per command)",
+            args.name.len()
+        );
+    }
+    let name = args.name.first().cloned().unwrap_or_else(|| {
         args.command
             .iter()
             .map(|a| a.to_string_lossy())

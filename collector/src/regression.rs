@@ -437,12 +437,24 @@ pub fn build_compare_plan(args: RunArgs) -> anyhow::Result<Plan> {
              sbs-profile compare './old --n 100' './new --n 100'"
         );
     }
-    if args.name.is_some() {
-        bail!("--name names one command; compare names each benchmark after its command");
+    if !args.name.is_empty() && args.name.len() != args.command.len() {
+        bail!(
+            "compare got {} --name for {} commands: name every command, in order, or none",
+            args.name.len(),
+            args.command.len()
+        );
+    }
+    if let Some(dup) = args
+        .name
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| args.name[..i].contains(n).then_some(n))
+    {
+        bail!("compare got the name `{dup}` twice; each command needs its own name");
     }
     let mut texts: Vec<&str> = Vec::new();
     let mut plan: Option<Plan> = None;
-    for command in &args.command {
+    for (i, command) in args.command.iter().enumerate() {
         let text = command.to_str().with_context(|| {
             format!("command {command:?} is not valid UTF-8; compare takes commands as text")
         })?;
@@ -453,14 +465,16 @@ pub fn build_compare_plan(args: RunArgs) -> anyhow::Result<Plan> {
         // The same command twice (an A/A test) gets distinct names.
         let earlier = texts.iter().filter(|t| **t == text).count();
         texts.push(text);
-        let name = if earlier == 0 {
+        let name = if let Some(name) = args.name.get(i) {
+            name.clone()
+        } else if earlier == 0 {
             text.to_string()
         } else {
             format!("{text} #{}", earlier + 1)
         };
         let mut one = args.clone();
         one.command = words.into_iter().map(OsString::from).collect();
-        one.name = Some(name);
+        one.name = vec![name];
         let built = build_plan(one)?;
         match &mut plan {
             None => plan = Some(built),

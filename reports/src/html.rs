@@ -232,10 +232,11 @@ impl Render for Html {
             if c.aslr_disabled { "off" } else { "on" },
             if c.clean_env { "clean" } else { "caller's" }
         );
+        let mut anovas = crate::verdicts::Written::default();
         for b in &report.benchmarks {
             let _ = writeln!(page, "<section><h2>{}</h2>", escape(&b.name));
             summary_table(&mut page, &b.metrics);
-            page.push_str(&crate::verdicts::html_table(b));
+            page.push_str(&crate::verdicts::html_table(b, &mut anovas));
             for w in &b.warnings {
                 let _ = writeln!(page, "<p class=warning>warning: {}</p>", escape(w));
             }

@@ -112,6 +112,7 @@ fn width(s: &str) -> usize {
 
 impl Render for Text {
     fn render(&self, report: &Report, out: &mut dyn io::Write) -> io::Result<()> {
+        let mut anovas = crate::verdicts::Written::default();
         for (i, b) in report.benchmarks.iter().enumerate() {
             if i > 0 {
                 writeln!(out)?;
@@ -144,7 +145,7 @@ impl Render for Text {
                 }
                 writeln!(out, "{}", line.trim_end())?;
             }
-            for line in crate::verdicts::styled_lines(b, self.color) {
+            for line in crate::verdicts::styled_lines(b, self.color, &mut anovas) {
                 writeln!(out, "{line}")?;
             }
             for m in &b.metrics {

@@ -1,6 +1,8 @@
 //! The comparison section of the text report: per metric, the change against its
 //! reference with its interval, the verdict, the threshold and the method.
 
+use std::collections::HashSet;
+
 use crate::human;
 use crate::model::{BenchmarkResult, Comparison, ComparisonMethod, Verdict};
 
@@ -99,8 +101,15 @@ fn cells(b: &BenchmarkResult) -> Vec<([String; 6], Verdict)> {
         .collect()
 }
 
-/// The ANOVA lines (one per metric compared by an ANOVA), without indentation.
-fn anova_lines(b: &BenchmarkResult) -> Vec<String> {
+/// The ANOVA lines of one benchmark's metrics already written in a report. An ANOVA
+/// covers all the series compared: in a `compare` report every benchmark after the first
+/// carries the same one, so it is written once, under the first benchmark that has it.
+#[derive(Debug, Default)]
+pub struct Written(HashSet<String>);
+
+/// The ANOVA lines (one per metric compared by an ANOVA) not yet in `written`, without
+/// indentation.
+fn anova_lines(b: &BenchmarkResult, written: &mut Written) -> Vec<String> {
     let mut lines = Vec::new();
     for m in &b.metrics {
         let Some(c) = &m.comparison else { continue };
@@ -132,14 +141,16 @@ fn anova_lines(b: &BenchmarkResult) -> Vec<String> {
                 .collect();
             line.push_str(&format!("; {} finds: {}", a.post_hoc, pairs.join(", ")));
         }
-        lines.push(line);
+        if written.0.insert(line.clone()) {
+            lines.push(line);
+        }
     }
     lines
 }
 
 /// The comparison section of one benchmark as an HTML table (empty when nothing was
-/// compared); regressions in bold red.
-pub fn html_table(b: &BenchmarkResult) -> String {
+/// compared); regressions in bold red. ANOVA lines already in `written` are left out.
+pub fn html_table(b: &BenchmarkResult, written: &mut Written) -> String {
     use crate::html::escape;
     let rows = cells(b);
     if rows.is_empty() {
@@ -163,7 +174,7 @@ pub fn html_table(b: &BenchmarkResult) -> String {
         out.push_str("</tr>\n");
     }
     out.push_str("</tbody></table>\n");
-    for line in anova_lines(b) {
+    for line in anova_lines(b, written) {
         out.push_str(&format!("<p>{}</p>\n", escape(&line)));
     }
     out
@@ -171,7 +182,7 @@ pub fn html_table(b: &BenchmarkResult) -> String {
 
 /// Lines of the comparison section of one benchmark; empty when nothing was compared.
 pub fn text_lines(b: &BenchmarkResult) -> Vec<String> {
-    styled_lines(b, false)
+    styled_lines(b, false, &mut Written::default())
 }
 
 /// ANSI colour of a verdict cell: red for a regression, green for an improvement.
@@ -183,8 +194,9 @@ fn paint(verdict: Verdict, text: &str) -> String {
     }
 }
 
-/// Like [`text_lines`], with the verdicts coloured when `color` is set.
-pub fn styled_lines(b: &BenchmarkResult, color: bool) -> Vec<String> {
+/// Like [`text_lines`], with the verdicts coloured when `color` is set, and the ANOVA lines
+/// already in `written` left out.
+pub fn styled_lines(b: &BenchmarkResult, color: bool, written: &mut Written) -> Vec<String> {
     let compared = cells(b);
     let verdicts: Vec<Verdict> = compared.iter().map(|(_, v)| *v).collect();
     if compared.is_empty() {
@@ -221,7 +233,11 @@ pub fn styled_lines(b: &BenchmarkResult, color: bool) -> Vec<String> {
         }
         lines.push(line.trim_end().to_string());
     }
-    lines.extend(anova_lines(b).into_iter().map(|l| format!("  {l}")));
+    lines.extend(
+        anova_lines(b, written)
+            .into_iter()
+            .map(|l| format!("  {l}")),
+    );
     lines
 }
 
@@ -329,5 +345,40 @@ mod tests {
             ..b
         };
         assert!(text_lines(&none).is_empty());
+    }
+
+    #[test]
+    fn an_anova_shared_by_benchmarks_is_written_once_per_report() {
+        let mut c = comparison(ComparisonMethod::Anova, Verdict::NoChange);
+        c.anova = Some(AnovaSummary {
+            groups: vec!["old".into(), "new".into(), "newer".into()],
+            f: Some(1.5),
+            df_between: 2.0,
+            df_within: 27.0,
+            p_value: 0.24,
+            significant: false,
+            post_hoc: "bonferroni-welch".into(),
+            differing: vec![],
+        });
+        let bench = |name: &str| BenchmarkResult {
+            name: name.into(),
+            command: vec![],
+            metrics: vec![metric("time.wall", Unit::Seconds, Some(c.clone()))],
+            warnings: vec![],
+        };
+        let (new, newer) = (bench("new"), bench("newer"));
+        let mut written = Written::default();
+        let first = styled_lines(&new, false, &mut written).join("\n");
+        let second = styled_lines(&newer, false, &mut written).join("\n");
+        assert!(first.contains("time.wall: ANOVA over 3 series"), "{first}");
+        assert!(!second.contains("ANOVA"), "{second}");
+        // Each benchmark still has its own comparison table.
+        assert!(
+            second.contains("Comparison (smaller is better)"),
+            "{second}"
+        );
+        let mut html_written = Written::default();
+        assert!(html_table(&new, &mut html_written).contains("ANOVA over 3 series"));
+        assert!(!html_table(&newer, &mut html_written).contains("ANOVA"));
     }
 }

@@ -329,15 +329,41 @@ fn compare_runs_commands_interleaved_and_judges_against_the_first() {
         .fails_with(2, "compare needs at least two commands");
     sbs(common.iter().copied().chain([base.as_str(), "'unbalanced"]))
         .fails_with(2, "check its quotes");
+
+    // Short names, one per command in order; the text report names the ANOVA's series by
+    // them and writes the ANOVA once, not under every benchmark.
+    let mut named: Vec<&str> = common.to_vec();
+    named.retain(|a| !["--format", "json"].contains(a));
+    named.extend(["-n", "base", "-n", "less", "--name", "more"]);
+    let text = sbs(named
+        .iter()
+        .copied()
+        .chain([base.as_str(), less.as_str(), more.as_str()]));
+    assert_eq!(text.code(), Some(1), "{}", text.stderr());
+    let out = text.stdout();
+    text.check(
+        out.contains("Benchmark: less"),
+        "the benchmark takes its name",
+    );
+    text.check(
+        out.matches("rss.peak: 3 series").count() + out.matches("rss.peak: ANOVA").count() == 1,
+        "one ANOVA line for rss.peak",
+    );
+    text.check(
+        out.contains("base vs more") && !out.contains(&format!("{base} vs")),
+        "post-hoc pairs by name",
+    );
+    let mut wrong = named.clone();
+    wrong.truncate(wrong.len() - 2);
+    sbs(wrong
+        .iter()
+        .copied()
+        .chain([base.as_str(), less.as_str(), more.as_str()]))
+    .fails_with(2, "compare got 2 --name for 3 commands");
 }
 
 #[test]
 fn allocation_count_regression_when_the_alloc_group_exists() {
-    let help = sbs(["--help"]);
-    if !help.stdout().contains("--alloc") {
-        eprintln!("skipped: this build has no --alloc group (allocation agent not merged yet)");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let h = dir.path().join("hist");
     for _ in 0..3 {
