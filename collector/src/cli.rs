@@ -411,7 +411,7 @@ fn build_groups(
     }
     if args.memory {
         // With --alloc, heap.peak comes from the alloc group and the memory runs stay
-        // free of the agent (whose block headers add to RSS). A program the agent cannot
+        // free of the agent (whose block trailers add to RSS). A program the agent cannot
         // load into (static, setuid) still gets its RSS, and a warning instead of heap.peak.
         let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> = Vec::new();
         let mut memory = Memory::new(false);

@@ -152,8 +152,8 @@ impl Instrument for Memory {
         ));
         if self.with_agent {
             w.push(
-                "the memory runs carry the allocation agent (for heap.peak), whose 16-byte block \
-                 headers add to RSS; add --alloc to take heap.peak from agent runs of their own"
+                "the memory runs carry the allocation agent (for heap.peak), whose 8-byte block \
+                 trailers add to RSS; add --alloc to take heap.peak from agent runs of their own"
                     .into(),
             );
         }
