@@ -1,5 +1,5 @@
 //! The interposed malloc family, the start-up that finds the report region, and the fork
-//! handler. Every function here is a thin shim: block headers are in [`crate::header`],
+//! handler. Every function here is a thin shim: block trailers are in [`crate::trailer`],
 //! counting in `sbs_agent_abi::counters`.
 //!
 //! Rules kept throughout: nothing here allocates through `malloc` (only the `__libc_*`
@@ -7,7 +7,7 @@
 //! handler aborts; arithmetic on sizes is checked).
 
 use core::ffi::{c_char, c_int, c_void};
-use core::ptr::{self, null_mut};
+use core::ptr::null_mut;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize};
 
@@ -16,8 +16,8 @@ use sbs_agent_abi::{
     ENV_REGION_TOKEN_C, HEADER_SIZE as REGION_HEADER_SIZE, REGION_SIZE, SLOT_COUNT,
 };
 
-use crate::header::{self, Block, HEADER_SIZE, MAX_OFFSET};
 use crate::sys;
+use crate::trailer::{self, Block, MAX_SIZE, TRAILER_SIZE};
 use sbs_agent_abi::counters::{self, Access, ForkSnapshot, Target};
 
 /// The report slot of this process image, or null (no region, or all slots taken).
@@ -244,41 +244,80 @@ fn page_size() -> usize {
     size
 }
 
-/// Header of a user pointer, if the agent made it.
+/// Usable bytes of a live glibc block: what glibc's `malloc_usable_size` returns,
+/// computed inline from the chunk size word in front of the pointer (see
+/// [`trailer::usable_size`] for the layout this assumes). 0 if the word is impossible for
+/// a block in use.
 ///
 /// # Safety
-/// `user` must be non-null and come from a glibc allocation function or from the agent:
-/// both keep at least 16 readable, 8-aligned bytes in front of the pointer.
-unsafe fn block_of(user: *mut c_void) -> Option<Block> {
+/// `ptr` is non-null and a live block of glibc's allocator (every block the agent hands
+/// out is one): glibc keeps its 8-byte, 8-aligned chunk size word just in front of it.
+#[inline(always)]
+unsafe fn usable_size(ptr: *mut c_void) -> usize {
     // SAFETY: see the function's contract.
-    let words = unsafe { ptr::read(user.cast::<[u64; 2]>().sub(1)) };
-    header::decode(words)
+    let word = unsafe { ptr.cast::<usize>().sub(1).read() };
+    trailer::usable_size(word)
 }
 
-/// Write the header of a new block and count it.
+/// Where the trailer of a live glibc block lies: its last 8 usable bytes.
 ///
 /// # Safety
-/// `real` is null or a glibc block of at least `offset + size` bytes, aligned so that
-/// `real + offset` is 16-aligned; `offset` is in `HEADER_SIZE..=MAX_OFFSET`.
-unsafe fn finish(
-    real: *mut c_void,
-    offset: usize,
-    size: usize,
-    realloc_of: Option<Block>,
-) -> *mut c_void {
-    if real.is_null() {
+/// As for [`usable_size`].
+#[inline(always)]
+unsafe fn trailer_at(ptr: *mut c_void) -> Option<*mut u64> {
+    // SAFETY: contract.
+    let usable = unsafe { usable_size(ptr) };
+    if usable < TRAILER_SIZE {
+        return None;
+    }
+    // SAFETY: usable >= TRAILER_SIZE, so the address lies inside the block.
+    Some(unsafe { ptr.cast::<u8>().add(usable - TRAILER_SIZE) }.cast())
+}
+
+/// The trailer of a live block, and where it lies, if the agent made the block.
+///
+/// # Safety
+/// As for [`usable_size`].
+#[inline(always)]
+unsafe fn block_of(ptr: *mut c_void) -> Option<(Block, *mut u64)> {
+    // SAFETY: contract.
+    let at = unsafe { trailer_at(ptr) }?;
+    // SAFETY: 8 bytes inside the block; the block's alignment is not assumed.
+    let block = trailer::decode(unsafe { at.read_unaligned() })?;
+    Some((block, at))
+}
+
+/// Write the trailer of a new block and count it. `realloc_of` is the old block's
+/// trailer for a resize. Always inlined: it is most of the cost of a hook, and a call
+/// with its register saves costs as much again.
+///
+/// # Safety
+/// `ptr` is null or a live glibc block that was asked for at least `size + TRAILER_SIZE`
+/// bytes, with `size <= MAX_SIZE`.
+#[inline(always)]
+unsafe fn finish(ptr: *mut c_void, size: usize, realloc_of: Option<Block>) -> *mut c_void {
+    if ptr.is_null() {
         return null_mut();
     }
-    // SAFETY: the block holds offset + size bytes.
-    let user = unsafe { real.cast::<u8>().add(offset) };
+    // SAFETY: a live glibc block (contract).
+    let usable = unsafe { usable_size(ptr) };
+    if usable < size + TRAILER_SIZE {
+        // Not what glibc's layout promises: hand the block out untracked rather than
+        // write over the program's bytes.
+        return ptr;
+    }
     let slot = current_slot();
-    let words = header::encode(Block {
+    let word = trailer::encode(Block {
         size,
-        offset,
         counted: slot.is_some(),
     });
-    // SAFETY: offset >= 16, so the header lies inside the block; user is 16-aligned.
-    unsafe { ptr::write(user.cast::<[u64; 2]>().sub(1), words) };
+    // SAFETY: usable >= size + 8: the 8 bytes lie inside the block, after the program's.
+    unsafe {
+        ptr.cast::<u8>()
+            .add(usable - TRAILER_SIZE)
+            .cast::<u64>()
+            .write_unaligned(word);
+    }
     if let Some(slot) = slot {
         match realloc_of {
             None => counters::on_alloc(target(slot), size as u64),
@@ -289,56 +328,36 @@ unsafe fn finish(
             ),
         }
     }
-    user.cast()
+    ptr
 }
 
 /// A block of `size` bytes with malloc's alignment, or null with errno set.
+#[inline(always)]
 fn plain(size: usize) -> *mut c_void {
-    let Some(total) = size.checked_add(HEADER_SIZE) else {
-        set_errno(sys::ENOMEM);
-        return null_mut();
-    };
-    // SAFETY: forwarding to glibc.
-    let real = unsafe { sys::__libc_malloc(total) };
-    // SAFETY: real is null or a 16-aligned block of total bytes.
-    unsafe { finish(real, HEADER_SIZE, size, None) }
+    if size > MAX_SIZE {
+        // Too large for a trailer (and for any real address space): glibc's answer,
+        // untracked.
+        // SAFETY: forwarding to glibc.
+        return unsafe { sys::__libc_malloc(size) };
+    }
+    // SAFETY: forwarding to glibc; no overflow (size <= MAX_SIZE).
+    let ptr = unsafe { sys::__libc_malloc(size + TRAILER_SIZE) };
+    // SAFETY: null or a glibc block of size + 8 bytes.
+    unsafe { finish(ptr, size, None) }
 }
 
-/// A block of `size` bytes aligned to `align` (a power of two), or null.
+/// A block of `size` bytes aligned to `align`, or null with errno set. glibc's
+/// `memalign` rules: an alignment up to 16 is malloc's, a non-power of two is rounded up,
+/// one above half the address space is `EINVAL`.
 fn aligned(align: usize, size: usize) -> *mut c_void {
-    if align <= HEADER_SIZE {
-        return plain(size);
-    }
-    if align > MAX_OFFSET {
-        // Too far apart for the header: hand it out untracked (free passes it through).
-        // SAFETY: forwarding to glibc.
+    if size > MAX_SIZE {
+        // SAFETY: forwarding to glibc (untracked, as in `plain`).
         return unsafe { sys::__libc_memalign(align, size) };
     }
-    let Some(total) = size.checked_add(align) else {
-        set_errno(sys::ENOMEM);
-        return null_mut();
-    };
-    // SAFETY: forwarding to glibc.
-    let real = unsafe { sys::__libc_memalign(align, total) };
-    // SAFETY: real is null or an `align`-aligned block of size + align bytes; align >= 32.
-    unsafe { finish(real, align, size, None) }
-}
-
-/// Release a block the agent made (its header already decoded).
-///
-/// # Safety
-/// `user` carries the header `block`.
-unsafe fn release(user: *mut c_void, block: Block) {
-    if block.counted {
-        if let Some(slot) = current_slot() {
-            counters::on_free(target(slot), block.size as u64);
-        }
-    }
-    // SAFETY: the header lies in the block (contract); clearing it means stale memory never
-    // looks like one of our blocks.
-    unsafe { ptr::write(user.cast::<[u64; 2]>().sub(1), header::CLEARED) };
-    // SAFETY: user - offset is the start of the glibc block.
-    unsafe { sys::__libc_free(user.cast::<u8>().sub(block.offset).cast()) };
+    // SAFETY: forwarding to glibc; no overflow (size <= MAX_SIZE).
+    let ptr = unsafe { sys::__libc_memalign(align, size + TRAILER_SIZE) };
+    // SAFETY: null or a glibc block of size + 8 bytes.
+    unsafe { finish(ptr, size, None) }
 }
 
 /// # Safety
@@ -352,17 +371,18 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// The C `calloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
-    let Some(total) = count
-        .checked_mul(size)
-        .and_then(|n| n.checked_add(HEADER_SIZE))
-    else {
+    let Some(total) = count.checked_mul(size) else {
         set_errno(sys::ENOMEM);
         return null_mut();
     };
-    // SAFETY: forwarding to glibc; one zeroed block of total bytes.
-    let real = unsafe { sys::__libc_calloc(1, total) };
-    // SAFETY: real is null or a 16-aligned block of total bytes.
-    unsafe { finish(real, HEADER_SIZE, total - HEADER_SIZE, None) }
+    if total > MAX_SIZE {
+        // SAFETY: forwarding to glibc (untracked, as in `plain`).
+        return unsafe { sys::__libc_calloc(1, total) };
+    }
+    // SAFETY: forwarding to glibc; one zeroed block (total <= MAX_SIZE: no overflow).
+    let ptr = unsafe { sys::__libc_calloc(1, total + TRAILER_SIZE) };
+    // SAFETY: null or a glibc block of total + 8 bytes.
+    unsafe { finish(ptr, total, None) }
 }
 
 /// # Safety
@@ -372,13 +392,20 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
-    // SAFETY: ptr is a live allocation (contract).
-    match unsafe { block_of(ptr) } {
-        // SAFETY: the header says it is ours.
-        Some(block) => unsafe { release(ptr, block) },
-        // SAFETY: not ours (made before interposition or by glibc itself): glibc's.
-        None => unsafe { sys::__libc_free(ptr) },
+    // SAFETY: ptr is a live block (contract), so a glibc block.
+    if let Some((block, at)) = unsafe { block_of(ptr) } {
+        if block.counted {
+            if let Some(slot) = current_slot() {
+                counters::on_free(target(slot), block.size as u64);
+            }
+        }
+        // SAFETY: the trailer lies inside the block; cleared, stale memory never looks
+        // like one of our blocks.
+        unsafe { at.write_unaligned(trailer::CLEARED) };
     }
+    // SAFETY: ours or not, the program's pointer is glibc's pointer: the trailer never
+    // decides what is freed.
+    unsafe { sys::__libc_free(ptr) };
 }
 
 /// # Safety
@@ -394,45 +421,29 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
         unsafe { free(ptr) };
         return null_mut();
     }
-    // SAFETY: ptr is a live block (contract).
-    let Some(old) = (unsafe { block_of(ptr) }) else {
+    // SAFETY: ptr is a live block (contract), so a glibc block.
+    let Some((old, at)) = (unsafe { block_of(ptr) }) else {
         // SAFETY: not ours: glibc's own block, left to glibc.
         return unsafe { sys::__libc_realloc(ptr, size) };
     };
-    let Some(total) = size.checked_add(HEADER_SIZE) else {
+    if size > MAX_SIZE {
         set_errno(sys::ENOMEM);
         return null_mut();
-    };
-    if old.offset == HEADER_SIZE {
-        // SAFETY: ptr - 16 is the glibc block's start.
-        let real = unsafe { ptr.cast::<u8>().sub(HEADER_SIZE) };
-        // SAFETY: forwarding to glibc; on failure the old block is untouched.
-        let new_real = unsafe { sys::__libc_realloc(real.cast(), total) };
-        // SAFETY: null or a 16-aligned block of total bytes; its header bytes are the old
-        // header, overwritten now.
-        return unsafe { finish(new_real, HEADER_SIZE, size, Some(old)) };
     }
-    // An over-aligned block: a new plain block, copy, release the old one uncounted.
-    // SAFETY: forwarding to glibc.
-    let new_real = unsafe { sys::__libc_malloc(total) };
-    if new_real.is_null() {
+    // The old trailer ends up inside the grown block, or in memory glibc takes back:
+    // cleared first, so that it never looks like one of ours.
+    // SAFETY: the trailer lies inside the live block.
+    unsafe { at.write_unaligned(trailer::CLEARED) };
+    // SAFETY: forwarding to glibc; no overflow (size <= MAX_SIZE).
+    let new = unsafe { sys::__libc_realloc(ptr, size + TRAILER_SIZE) };
+    if new.is_null() {
+        // glibc left the old block as it was (errno is set): so is its trailer.
+        // SAFETY: the old block is still live; the trailer lies inside it.
+        unsafe { at.write_unaligned(trailer::encode(old)) };
         return null_mut();
     }
-    // SAFETY: both blocks hold at least min(old.size, size) bytes and do not overlap.
-    unsafe {
-        ptr::copy_nonoverlapping(
-            ptr.cast::<u8>(),
-            new_real.cast::<u8>().add(HEADER_SIZE),
-            old.size.min(size),
-        );
-    }
-    // SAFETY: clear and free the old block without counting (the realloc counts it).
-    unsafe {
-        ptr::write(ptr.cast::<[u64; 2]>().sub(1), header::CLEARED);
-        sys::__libc_free(ptr.cast::<u8>().sub(old.offset).cast());
-    }
-    // SAFETY: a 16-aligned block of total bytes.
-    unsafe { finish(new_real, HEADER_SIZE, size, Some(old)) }
+    // SAFETY: a glibc block of size + 8 bytes; the trailer goes at its new usable end.
+    unsafe { finish(new, size, Some(old)) }
 }
 
 /// # Safety
@@ -449,30 +460,19 @@ pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, count: usize, size: usiz
     }
 }
 
-/// glibc's rule for `memalign`/`aligned_alloc`: a non-power-of-two alignment is rounded up.
-fn round_align(align: usize) -> Option<usize> {
-    align.max(1).checked_next_power_of_two()
-}
-
 /// # Safety
 /// The C `memalign` contract.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    match round_align(align) {
-        Some(align) => aligned(align, size),
-        None => {
-            set_errno(sys::EINVAL);
-            null_mut()
-        }
-    }
+    aligned(align, size)
 }
 
 /// # Safety
 /// The C `aligned_alloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    // SAFETY: glibc 2.36 treats aligned_alloc as memalign.
-    unsafe { memalign(align, size) }
+    // glibc 2.36 treats aligned_alloc as memalign.
+    aligned(align, size)
 }
 
 /// # Safety
@@ -499,23 +499,23 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 }
 
 /// # Safety
-/// The C `pvalloc` contract. Counted with the size asked for; the block is rounded up to
-/// whole pages as glibc does.
+/// The C `pvalloc` contract. Counted with the size asked for; the program may use the
+/// size rounded up to whole pages, as glibc gives it, and the trailer goes after that.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     let page = page_size();
-    let Some(rounded) = size.max(1).checked_next_multiple_of(page) else {
+    let Some(rounded) = size
+        .max(1)
+        .checked_next_multiple_of(page)
+        .filter(|&r| r <= MAX_SIZE)
+    else {
         set_errno(sys::ENOMEM);
         return null_mut();
     };
-    let Some(total) = rounded.checked_add(page) else {
-        set_errno(sys::ENOMEM);
-        return null_mut();
-    };
-    // SAFETY: forwarding to glibc.
-    let real = unsafe { sys::__libc_memalign(page, total) };
-    // SAFETY: null or a page-aligned block of rounded + page bytes.
-    unsafe { finish(real, page, size, None) }
+    // SAFETY: forwarding to glibc; no overflow (rounded <= MAX_SIZE).
+    let ptr = unsafe { sys::__libc_memalign(page, rounded + TRAILER_SIZE) };
+    // SAFETY: null or a glibc block of rounded + 8 >= size + 8 bytes.
+    unsafe { finish(ptr, size, None) }
 }
 
 /// glibc's own `malloc_usable_size`, looked up once.
@@ -542,17 +542,14 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
     if ptr.is_null() {
         return 0;
     }
-    let Some(real_usable) = real_usable_size() else {
-        return 0;
-    };
-    // SAFETY: ptr is a live block (contract).
-    match unsafe { block_of(ptr) } {
-        Some(block) => {
-            // SAFETY: ptr - offset is the glibc block's start.
-            let usable = unsafe { real_usable(ptr.cast::<u8>().sub(block.offset).cast()) };
-            usable.saturating_sub(block.offset)
-        }
+    // SAFETY: ptr is a live block (contract), so a glibc block.
+    if let Some((_, at)) = unsafe { block_of(ptr) } {
+        // The program may use everything up to the trailer.
+        return at as usize - ptr as usize;
+    }
+    match real_usable_size() {
         // SAFETY: a glibc block.
-        None => unsafe { real_usable(ptr) },
+        Some(real) => unsafe { real(ptr) },
+        None => 0,
     }
 }

@@ -226,13 +226,18 @@ fn underscore_exit_still_reports_live_blocks() {
 
 /// Compile the C fixture with gcc at -O0 (so that gcc keeps malloc/free pairs).
 fn every_alloc() -> Option<(tempfile::TempDir, PathBuf)> {
+    c_fixture("every_alloc")
+}
+
+/// Compile `fixtures/c/NAME.c` with gcc at -O0, or `None` (with the reason printed).
+fn c_fixture(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
     if which("gcc").is_none() {
         eprintln!("skipped: gcc is not installed");
         return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let exe = dir.path().join("every_alloc");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/every_alloc.c");
+    let exe = dir.path().join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/c/{name}.c"));
     let out = Command::new("gcc")
         .args(["-O0", "-Wall", "-o"])
         .arg(&exe)
@@ -277,6 +282,32 @@ fn c_every_allocation_function_matches_dhat_and_the_known_totals() {
         return;
     };
     assert_same(&main, dhat_main(&oracle), "every_alloc.c");
+}
+
+/// The trailer sits at the end of each block: large alignments, `malloc_usable_size`
+/// bytes all written, in-place shrink and grow, failing calls, and the agent's reading of
+/// glibc's chunk layout checked against glibc's own `malloc_usable_size`.
+#[test]
+fn block_trailers_survive_alignment_usable_size_and_in_place_resizes() {
+    let Some((_dir, exe)) = c_fixture("trailer_cases") else {
+        return;
+    };
+    let counts = |v: SlotValues| (v.allocs, v.bytes, v.reallocs, v.frees, v.peak, v.live);
+    // The numbers written in the fixture's header comment.
+    let main = main_image(&agent(&exe, &[]));
+    assert_eq!(counts(main), (206, 35296, 2, 205, 9096, 4096), "{main:#?}");
+    let strict = main_image(&agent(&exe, &["strict"]));
+    assert_eq!(
+        counts(strict),
+        (207, 35396, 2, 206, 9096, 4096),
+        "{strict:#?}"
+    );
+    // Exits non-zero if glibc's own malloc_usable_size is not the agent's answer + 8.
+    agent(&exe, &["layout"]);
+    let Some(oracle) = dhat(&exe, &[]) else {
+        return;
+    };
+    assert_same(&main, dhat_main(&oracle), "trailer_cases.c");
 }
 
 #[test]
