@@ -162,6 +162,15 @@ pub trait Instrument {
         Vec::new()
     }
 
+    /// Notes for the report's metrics, gathered once after the group's runs: each
+    /// `(prefix, note)` is attached to every metric of the benchmark whose id starts with
+    /// `prefix` and is a per-run total (no `/` after the prefix, so not a `/op` metric).
+    /// For what a reader could otherwise misread, e.g. a total that covers only part of
+    /// the run.
+    fn metric_notes(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// After the group's last run, also after an error: release what the instrument holds
     /// (probe definitions, temporary files). May be called more than once.
     fn finish(&mut self) {}

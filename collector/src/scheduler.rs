@@ -25,6 +25,8 @@ struct Series {
 struct Collected {
     series: Vec<Series>,
     warnings: Vec<String>,
+    /// `(id prefix, note)` from [`Instrument::metric_notes`].
+    notes: Vec<(String, String)>,
 }
 
 impl Collected {
@@ -192,6 +194,7 @@ fn execute_inner(
         for (b, bench) in plan.benchmarks.iter_mut().enumerate() {
             for i in bench.groups[g].instruments.iter_mut() {
                 collected[b].warnings.extend(i.warnings());
+                collected[b].notes.extend(i.metric_notes());
                 i.finish();
             }
         }
@@ -224,8 +227,20 @@ fn execute_inner(
                             samples,
                         })
                         .collect();
+                    let notes = c
+                        .notes
+                        .iter()
+                        .filter(|(prefix, _)| {
+                            s.spec
+                                .id
+                                .strip_prefix(prefix.as_str())
+                                .is_some_and(|rest| !rest.contains('/'))
+                        })
+                        .map(|(_, note)| note.clone())
+                        .collect();
                     MetricResult {
                         details,
+                        notes,
                         ..s.spec.result(s.group, s.samples, confidence)
                     }
                 })

@@ -81,6 +81,12 @@ fn allocations_per_operation_are_exact_and_exclude_the_set_up() {
     // The whole process made far more: the set-up's 1000 boxes at least.
     let whole = samples(metric_of(b, "alloc.count"));
     assert!(whole.iter().all(|&n| n > 1000.0 + 7.0 * 5.0), "{whole:?}");
+    // The report says which span each total covers.
+    let note = metric_of(b, "alloc.count")["notes"].to_string();
+    assert!(
+        note.contains("the whole process, set-up included"),
+        "{note}"
+    );
     // Timing per operation, one sample per process.
     let t = samples(metric_of(b, "time.op"));
     assert_eq!(t.len(), 3);
@@ -136,8 +142,17 @@ fn invocations_per_operation_are_exact_and_exclude_the_set_up() {
     let per_op = samples(metric(&report, "invocations.harness_fixture::push_one/op"));
     assert!(all_equal(&per_op, 1000.0), "{per_op:?}");
     // The run's total counts the 4 operations only, not the set-up's 10000 calls.
-    let total = samples(metric(&report, "invocations.harness_fixture::push_one"));
-    assert!(all_equal(&total, 4000.0), "{total:?}");
+    let total = metric(&report, "invocations.harness_fixture::push_one");
+    assert!(all_equal(&samples(total), 4000.0), "{total:?}");
+    // ... and the report says so, on the total and not on the per-operation metric.
+    assert_eq!(
+        total["notes"][0],
+        "the measured region only: the 4 operations of each run, set-up excluded"
+    );
+    assert!(
+        metric(&report, "invocations.harness_fixture::push_one/op")["notes"].is_null(),
+        "no note on the per-operation metric"
+    );
     // Threads started inside the operation are counted (inherited, switched with it).
     let out = sbs([
         "--harness",

@@ -44,6 +44,8 @@ pub struct HarnessRecords {
     not_steady: usize,
     /// Source of the allocation metrics: `agent`, or `harness` (`--alloc-harness`).
     alloc_source: &'static str,
+    /// Whether the runs reported per-operation allocations (the group counts them).
+    saw_alloc: bool,
 }
 
 impl HarnessRecords {
@@ -57,6 +59,7 @@ impl HarnessRecords {
             runs: 0,
             not_steady: 0,
             alloc_source: "agent",
+            saw_alloc: false,
         }
     }
 
@@ -209,6 +212,7 @@ impl Instrument for HarnessRecords {
                 out.extend(per_op);
                 let agent = |id: &str, unit| MetricSpec::new(id, unit, self.alloc_source, true);
                 if let Some(n) = get(&records, proto::REC_ALLOC_COUNT) {
+                    self.saw_alloc = true;
                     out.push(Sample::new(agent("alloc.count/op", Unit::Count), n / ops));
                 }
                 if let Some(b) = get(&records, proto::REC_ALLOC_BYTES) {
@@ -224,6 +228,34 @@ impl Instrument for HarnessRecords {
 
     fn abort_run(&mut self) {
         self.file = None;
+    }
+
+    fn metric_notes(&self) -> Vec<(String, String)> {
+        // The per-run totals of one harnessed report cover two different spans; say which.
+        let HarnessMode::Count { ops } = self.mode else {
+            return Vec::new();
+        };
+        let mut notes: Vec<(String, String)> = self
+            .region_prefixes
+            .iter()
+            .map(|p| {
+                (
+                    p.clone(),
+                    format!(
+                        "the measured region only: the {ops} operations of each run, set-up excluded"
+                    ),
+                )
+            })
+            .collect();
+        if self.saw_alloc {
+            notes.push((
+                "alloc.count".into(),
+                "the whole process, set-up included (alloc.* totals); the operations alone: \
+                 alloc.count/op"
+                    .into(),
+            ));
+        }
+        notes
     }
 
     fn warnings(&self) -> Vec<String> {
