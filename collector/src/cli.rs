@@ -401,13 +401,15 @@ fn build_groups(
             .iter()
             .find(|(k, _)| k == "LD_LIBRARY_PATH")
             .map(|(_, v)| v.as_os_str());
+        let boxing = Boxing::new(&run.program, ld_library_path, args.max_probes)?;
+        let boxing = if harness.is_some() {
+            boxing.in_region()
+        } else {
+            boxing
+        };
         groups.push(Group {
             name: "boxing".into(),
-            instruments: vec![Box::new(Boxing::new(
-                &run.program,
-                ld_library_path,
-                args.max_probes,
-            )?)],
+            instruments: vec![Box::new(boxing)],
         });
     }
     if args.memory {
@@ -469,6 +471,10 @@ fn build_groups(
                 "invocations" => (
                     HarnessMode::Count { ops: args.ops },
                     vec!["invocations.".to_string()],
+                ),
+                "boxing" => (
+                    HarnessMode::Count { ops: args.ops },
+                    vec!["boxing.".to_string()],
                 ),
                 n if n.starts_with("counters") => (
                     HarnessMode::Count { ops: args.ops },

@@ -118,6 +118,34 @@ fn parameters_reach_the_set_up() {
 }
 
 #[test]
+fn boxing_per_operation_is_exact_and_excludes_the_set_up() {
+    if !is_root() {
+        eprintln!("skipped: uprobes need root");
+        return;
+    }
+    let out = sbs([
+        "--harness",
+        "--boxing",
+        "--runs",
+        "2",
+        "--ops",
+        "3",
+        "-f",
+        "json",
+        "--",
+        FIXTURE,
+        "boxes",
+    ])
+    .success();
+    let report = out.json();
+    // 7 boxes per operation; the set-up's 1000 are outside the region.
+    let per_op = samples(metric(&report, "boxing.count/op"));
+    assert!(all_equal(&per_op, 7.0), "{per_op:?}");
+    let total = samples(metric(&report, "boxing.count"));
+    assert!(all_equal(&total, 21.0), "{total:?}");
+}
+
+#[test]
 fn invocations_per_operation_are_exact_and_exclude_the_set_up() {
     if !is_root() {
         eprintln!("skipped: uprobes need root");

@@ -69,6 +69,16 @@ impl Boxing {
     }
 }
 
+impl Boxing {
+    /// Count only inside the measured region of a harnessed benchmark, as
+    /// [`Invocations::in_region`] does.
+    pub fn in_region(self) -> Self {
+        Boxing {
+            inner: self.inner.in_region(),
+        }
+    }
+}
+
 impl Instrument for Boxing {
     fn name(&self) -> &str {
         "boxing"

@@ -5,6 +5,8 @@
 //!   so the result retains exactly [`RESULT_BYTES`]. The set-up calls `push_one`
 //!   10 × [`PUSHES`] times and makes 1000 allocations; the reset clears the vector (keeping
 //!   its capacity) so pushes never reallocate.
+//! - `boxes`: each operation boxes exactly [`BOXES`] values (`Box::new`); the set-up
+//!   boxes 1000.
 //! - `sized`: one allocation of `bytes` (a parameter, default 1000) per operation.
 //! - `spin`: a fixed amount of arithmetic, no allocation: for timing.
 //! - `threaded`: each operation starts 2 threads that call `push_one` 500 times each
@@ -16,6 +18,8 @@ const PUSHES: u64 = 1000;
 const ALLOCS: usize = 5;
 /// 4 × 24 bytes of the outer vector + 4 × 100.
 const RESULT_BYTES: usize = 4 * 24 + 4 * 100;
+/// Values boxed by one operation of `boxes`.
+const BOXES: u64 = 7;
 
 #[inline(never)]
 fn push_one(v: &mut Vec<u64>, x: u64) {
@@ -45,6 +49,16 @@ fn main() {
             }
             debug_assert_eq!(RESULT_BYTES, 496);
             out
+        });
+    // Boxes exactly BOXES values per operation, behind a set-up that boxes 1000.
+    suite
+        .bench("boxes", |_| {
+            let kept: Vec<Box<u64>> = (0..1000).map(Box::new).collect();
+            black_box(kept)
+        })
+        .run(|_| {
+            let boxed: Vec<Box<u64>> = (0..BOXES).map(|i| Box::new(black_box(i))).collect();
+            boxed
         });
     suite
         .bench("sized", |p| p.get::<usize>("bytes"))
