@@ -25,7 +25,7 @@ th:first-child,td:first-child{text-align:left}td.src{text-align:left;color:#666}
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(20rem,1fr));gap:1rem}
 figure{margin:0;border:1px solid #e4e4e4;padding:.4rem}figcaption{font-size:.85rem;color:#333;margin-bottom:.2rem}
 figure svg{width:100%;height:auto;display:block}
-.warning{color:#8a4b00}
+.warning{color:#8a4b00}.note{color:#444;font-size:.9rem}
 @media print{body{margin:0;max-width:none}.plots{grid-template-columns:1fr 1fr}figure{break-inside:avoid}}
 ";
 
@@ -237,6 +237,16 @@ impl Render for Html {
             let _ = writeln!(page, "<section><h2>{}</h2>", escape(&b.name));
             summary_table(&mut page, &b.metrics);
             page.push_str(&crate::verdicts::html_table(b, &mut anovas));
+            for m in &b.metrics {
+                for n in &m.notes {
+                    let _ = writeln!(
+                        page,
+                        "<p class=note>note ({}): {}</p>",
+                        escape(&m.id),
+                        escape(n)
+                    );
+                }
+            }
             for w in &b.warnings {
                 let _ = writeln!(page, "<p class=warning>warning: {}</p>", escape(w));
             }

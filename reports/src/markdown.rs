@@ -94,6 +94,11 @@ impl Render for Markdown {
             for m in &b.metrics {
                 writeln!(out, "| {} |", row(m).join(" | "))?;
             }
+            for m in &b.metrics {
+                for n in &m.notes {
+                    writeln!(out, "\n> note ({}): {}", cell(&m.id), cell(n))?;
+                }
+            }
             for w in &b.warnings {
                 writeln!(out, "\n> warning: {}", cell(w))?;
             }

@@ -107,6 +107,8 @@ pub fn report() -> Report {
         verdict: Verdict::Regressed,
         anova: None,
     });
+    calls.notes =
+        vec!["the measured region only: the 3 operations of each run, set-up excluded".into()];
     calls.comparison = Some(Comparison {
         method: ComparisonMethod::Exact,
         reference: "baseline main".into(),
@@ -247,6 +249,9 @@ fn html_is_self_contained_with_one_plot_per_metric() {
     // Names are escaped.
     assert!(page.contains("./bench &lt;fast&gt; &amp; &quot;quoted&quot;"));
     assert!(page.contains("warning: Vec::push also has 37 inlined instances"));
+    assert!(page.contains(
+        "<p class=note>note (invocations.Vec::push): the measured region only: the 3 operations"
+    ));
     // Every plot has the CI band and the samples.
     let points = 3 + 3 + 3 + 1;
     assert!(page.matches("<circle").count() >= points);
