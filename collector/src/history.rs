@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_DIR: &str = ".sbs";
 
 /// Version of the history file format; changes only for incompatible changes.
-pub const HISTORY_SCHEMA: u32 = 1;
+pub const HISTORY_SCHEMA: u32 = 2;
 
 /// Name of the first CSV column: marks a file as ours.
 const MARKER: &str = "sbs_history_schema";
@@ -112,6 +112,10 @@ struct Row {
     git_commit: String,
     host: String,
     metric: String,
+    /// Empty for the metric's own value; a breakdown label (e.g. one probed symbol) for
+    /// a row of its details. Schema 1 files have no such column.
+    #[serde(default)]
+    detail: String,
     unit: Unit,
     source: String,
     exact: bool,
@@ -119,7 +123,8 @@ struct Row {
     value: f64,
 }
 
-const COLUMNS: [&str; 14] = [
+/// The columns of schema 1 (before details were saved); still read.
+const COLUMNS_V1: [&str; 14] = [
     MARKER,
     "entry",
     "time",
@@ -129,6 +134,24 @@ const COLUMNS: [&str; 14] = [
     "git_commit",
     "host",
     "metric",
+    "unit",
+    "source",
+    "exact",
+    "run",
+    "value",
+];
+
+const COLUMNS: [&str; 15] = [
+    MARKER,
+    "entry",
+    "time",
+    "benchmark",
+    "command",
+    "tool_version",
+    "git_commit",
+    "host",
+    "metric",
+    "detail",
     "unit",
     "source",
     "exact",
@@ -217,6 +240,9 @@ pub struct SavedMetric {
     pub exact: bool,
     /// One value per run, in run order.
     pub samples: Vec<f64>,
+    /// Breakdown (label, one value per run), e.g. per probed symbol; empty for entries
+    /// saved before schema 2.
+    pub details: Vec<(String, Vec<f64>)>,
 }
 
 /// A saved entry (or baseline) of one benchmark.
@@ -508,16 +534,21 @@ pub fn slug(benchmark: &str) -> String {
 
 fn rows(result: &BenchmarkResult, meta: &EntryMeta) -> Result<Vec<Row>, HistoryError> {
     let command = shell_words(&result.command);
+    // Each metric's own rows, then its details' rows, label by label.
     let rows: Vec<Row> = result
         .metrics
         .iter()
         .flat_map(|m| {
-            m.samples
-                .iter()
-                .enumerate()
-                .map(move |(run, &value)| (m, run, value))
+            let own = std::iter::once(("", &m.samples));
+            let details = m.details.iter().map(|d| (d.label.as_str(), &d.samples));
+            own.chain(details).flat_map(move |(detail, samples)| {
+                samples
+                    .iter()
+                    .enumerate()
+                    .map(move |(run, &value)| (m, detail, run, value))
+            })
         })
-        .map(|(m, run, value)| Row {
+        .map(|(m, detail, run, value)| Row {
             schema: HISTORY_SCHEMA,
             entry: meta.id.clone(),
             time: meta.time.clone(),
@@ -527,6 +558,7 @@ fn rows(result: &BenchmarkResult, meta: &EntryMeta) -> Result<Vec<Row>, HistoryE
             git_commit: meta.git_commit.clone().unwrap_or_default(),
             host: meta.host.clone(),
             metric: m.id.clone(),
+            detail: detail.to_string(),
             unit: m.unit,
             source: m.source.clone(),
             exact: m.exact,
@@ -638,7 +670,9 @@ fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
                 });
             }
         }
-        if headers.iter().ne(COLUMNS.iter().copied()) {
+        if headers.iter().ne(COLUMNS.iter().copied())
+            && headers.iter().ne(COLUMNS_V1.iter().copied())
+        {
             return Err(corrupt(
                 1,
                 format!("expected the columns {}", COLUMNS.join(",")),
@@ -669,8 +703,50 @@ fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
                 "rows of different entries or benchmarks in one file".to_string(),
             ));
         }
+        if !row.detail.is_empty() {
+            // A detail row belongs to the metric whose own rows came just before.
+            let Some(metric) = e
+                .metrics
+                .last_mut()
+                .filter(|m| m.id == row.metric && m.source == row.source)
+            else {
+                return Err(corrupt(
+                    line,
+                    format!(
+                        "detail `{}` of metric `{}` does not follow the metric's own rows",
+                        row.detail, row.metric
+                    ),
+                ));
+            };
+            let detail = match metric.details.last_mut() {
+                Some(d) if d.0 == row.detail => d,
+                _ => {
+                    if metric.details.iter().any(|d| d.0 == row.detail) {
+                        return Err(corrupt(
+                            line,
+                            format!("rows of detail `{}` are not contiguous", row.detail),
+                        ));
+                    }
+                    metric.details.push((row.detail.clone(), Vec::new()));
+                    metric.details.last_mut().expect("just pushed")
+                }
+            };
+            if row.run != detail.1.len() {
+                return Err(corrupt(
+                    line,
+                    format!(
+                        "detail `{}` of metric `{}`: expected run {}",
+                        row.detail,
+                        row.metric,
+                        detail.1.len()
+                    ),
+                ));
+            }
+            detail.1.push(row.value);
+            continue;
+        }
         let metric = match e.metrics.last_mut() {
-            Some(m) if m.id == row.metric && m.source == row.source => m,
+            Some(m) if m.id == row.metric && m.source == row.source && m.details.is_empty() => m,
             _ => {
                 if e.metrics
                     .iter()
@@ -687,6 +763,7 @@ fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
                     source: row.source.clone(),
                     exact: row.exact,
                     samples: Vec::new(),
+                    details: Vec::new(),
                 });
                 e.metrics.last_mut().expect("just pushed")
             }
@@ -709,7 +786,7 @@ fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sbs_reports::model::{MetricResult, Summary};
+    use sbs_reports::model::{Detail, MetricResult, Summary};
 
     fn metric(id: &str, unit: Unit, source: &str, exact: bool, samples: &[f64]) -> MetricResult {
         MetricResult {
@@ -826,10 +903,85 @@ mod tests {
         assert_eq!(lines[0], COLUMNS.join(","));
         assert_eq!(
             lines[1],
-            "1,id1,2026-11-21T10:00:00.000000000Z,b,./fixture --size 'a b',0.1.0,\
-             0123456789abcdef,testhost,time.wall,seconds,rusage,false,0,1.5"
+            "2,id1,2026-11-21T10:00:00.000000000Z,b,./fixture --size 'a b',0.1.0,\
+             0123456789abcdef,testhost,time.wall,,seconds,rusage,false,0,1.5"
         );
         assert_eq!(lines.len(), 4);
+    }
+
+    #[test]
+    fn details_are_saved_after_their_metric_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        let mut b = bench("b", &[1.5, 2.5], 7.0);
+        let summary = b.metrics[1].summary.clone();
+        b.metrics[1].details = ["Vec<u8>::push", "Vec<u32>::push"]
+            .iter()
+            .zip([[3.0, 3.0], [4.0, 4.0]])
+            .map(|(label, samples)| Detail {
+                label: label.to_string(),
+                samples: samples.to_vec(),
+                summary: summary.clone(),
+            })
+            .collect();
+        let path = h
+            .save(&b, &meta("id1", "2026-11-21T10:00:00.000000000Z"))
+            .unwrap();
+        let text = fs::read_to_string(path).unwrap();
+        assert!(
+            text.contains(",alloc.count,Vec<u32>::push,count,agent,true,1,4.0\n"),
+            "{text}"
+        );
+        let e = &h.entries("b").unwrap()[0];
+        let allocs = e.metric("alloc.count", Unit::Count, "agent").unwrap();
+        assert_eq!(allocs.samples, [7.0, 7.0]);
+        assert_eq!(
+            allocs.details,
+            [
+                ("Vec<u8>::push".to_string(), vec![3.0, 3.0]),
+                ("Vec<u32>::push".to_string(), vec![4.0, 4.0])
+            ]
+        );
+        assert!(e
+            .metric("time.wall", Unit::Seconds, "rusage")
+            .unwrap()
+            .details
+            .is_empty());
+
+        // A detail row away from its metric, or a metric resumed after its details, is
+        // corrupt.
+        let d = h.entries_dir("b");
+        let lines: Vec<&str> = text.lines().collect();
+        let mut moved = lines.clone();
+        let detail = moved.remove(lines.len() - 1);
+        moved.insert(1, detail);
+        fs::write(d.join("id1.csv"), moved.join("\n") + "\n").unwrap();
+        let err = h.entries("b").unwrap_err().to_string();
+        assert!(
+            err.contains("does not follow the metric's own rows"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn schema_1_files_without_details_are_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        let d = h.entries_dir("b");
+        fs::create_dir_all(&d).unwrap();
+        fs::write(
+            d.join("old.csv"),
+            format!(
+                "{}\n1,old,2026-11-20T10:00:00Z,b,./b,0.1.0,,host,time.wall,seconds,clock,false,0,0.5\n\
+                 1,old,2026-11-20T10:00:00Z,b,./b,0.1.0,,host,time.wall,seconds,clock,false,1,0.25\n",
+                COLUMNS_V1.join(",")
+            ),
+        )
+        .unwrap();
+        let e = &h.entries("b").unwrap()[0];
+        let wall = e.metric("time.wall", Unit::Seconds, "clock").unwrap();
+        assert_eq!(wall.samples, [0.5, 0.25]);
+        assert!(wall.details.is_empty());
     }
 
     #[test]
@@ -901,8 +1053,8 @@ mod tests {
             ("z.csv", "sbs_history_schema,entry\n1,id\n", |e| {
                 matches!(e, HistoryError::Corrupt { line: 1, .. })
             }),
-            ("w.csv", "sbs_history_schema,whatever\n2,id\n", |e| {
-                matches!(e, HistoryError::NewerSchema { found: 2, .. })
+            ("w.csv", "sbs_history_schema,whatever\n3,id\n", |e| {
+                matches!(e, HistoryError::NewerSchema { found: 3, .. })
             }),
         ];
         for (name, content, is_expected) in cases {

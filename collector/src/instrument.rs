@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::unistd::Pid;
-use sbs_reports::model::{MetricResult, Unit};
+use sbs_reports::model::{Detail, MetricResult, Unit};
 
 /// What a metric is: its id, unit, mechanism and kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,18 +38,32 @@ impl MetricSpec {
         }
     }
 
-    /// The metric's result for a report: its samples and their summary, with no
-    /// breakdown, comparison or trend yet.
-    pub fn result(self, group: String, samples: Vec<f64>, confidence: f64) -> MetricResult {
+    /// The metric's result for a report: its samples, its breakdown (label, samples) and
+    /// their summaries, with no comparison or trend yet.
+    pub fn result(
+        self,
+        group: String,
+        samples: Vec<f64>,
+        details: Vec<(String, Vec<f64>)>,
+        confidence: f64,
+    ) -> MetricResult {
+        let summarize = |samples: &[f64]| crate::stats::summarize(samples, confidence);
         MetricResult {
-            summary: crate::stats::summarize(&samples, confidence),
+            summary: summarize(&samples),
             id: self.id,
             unit: self.unit,
             source: self.source,
             exact: self.exact,
             group,
             samples,
-            details: Vec::new(),
+            details: details
+                .into_iter()
+                .map(|(label, samples)| Detail {
+                    summary: summarize(&samples),
+                    label,
+                    samples,
+                })
+                .collect(),
             notes: Vec::new(),
             comparison: None,
             trend: Vec::new(),

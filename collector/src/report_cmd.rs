@@ -94,6 +94,7 @@ pub fn build(args: &ReportArgs) -> anyhow::Result<(Report, Vec<Regressed>)> {
                 MetricSpec::new(m.id.clone(), m.unit, m.source.clone(), m.exact).result(
                     String::new(),
                     m.samples.clone(),
+                    m.details.clone(),
                     args.confidence,
                 )
             })

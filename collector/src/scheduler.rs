@@ -3,14 +3,11 @@
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use sbs_reports::model::{
-    BenchmarkResult, Conditions, Detail, MetricResult, Report, SCHEMA_VERSION,
-};
+use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
 
 use crate::instrument::{ExitKind, MetricSpec, RunOutcome, Sample};
 use crate::plan::{FailurePolicy, Plan};
 use crate::runner::{run_once, Cancel, RunConfig, RunError};
-use crate::stats::summarize;
 
 /// All values of one metric of one benchmark.
 #[derive(Debug)]
@@ -218,15 +215,6 @@ fn execute_inner(
                 .series
                 .into_iter()
                 .map(|s| {
-                    let details = s
-                        .details
-                        .into_iter()
-                        .map(|(label, samples)| Detail {
-                            summary: summarize(&samples, confidence),
-                            label,
-                            samples,
-                        })
-                        .collect();
                     let notes = c
                         .notes
                         .iter()
@@ -239,9 +227,8 @@ fn execute_inner(
                         .map(|(_, note)| note.clone())
                         .collect();
                     MetricResult {
-                        details,
                         notes,
-                        ..s.spec.result(s.group, s.samples, confidence)
+                        ..s.spec.result(s.group, s.samples, s.details, confidence)
                     }
                 })
                 .collect(),

@@ -117,3 +117,45 @@ fn report_without_history_says_what_to_do() {
     ])
     .fails_with(2, "--name other: no such benchmark");
 }
+
+#[test]
+fn report_keeps_the_saved_breakdown_of_a_metric() {
+    // A shell that runs two programs: alloc.count has a breakdown by process role.
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h");
+    let history = history.to_str().unwrap();
+    let allocate = fixture!("allocate");
+    let script = format!("{allocate} 10 1024; {allocate} 20 1024");
+    let run = sbs([
+        "--history",
+        history,
+        "--save",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--alloc",
+        "-f",
+        "json",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .success();
+    let details = |report: &serde_json::Value| -> Vec<(String, Vec<f64>)> {
+        util::metric(report, "alloc.count")["details"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| (d["label"].as_str().unwrap().to_string(), util::samples(d)))
+            .collect()
+    };
+    let measured = details(&run.json());
+    assert!(
+        measured.iter().any(|(label, _)| label == "exec'd programs"),
+        "{measured:?}"
+    );
+    let report = sbs(["report", "--history", history, "-f", "json"]).success();
+    assert_eq!(details(&report.json()), measured);
+}
