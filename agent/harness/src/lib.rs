@@ -41,6 +41,7 @@ mod params;
 mod region;
 mod standalone;
 mod sys;
+mod valgrind;
 
 use std::io::Write;
 
@@ -66,6 +67,7 @@ trait Runnable {
     fn count(
         &mut self,
         params: &Params,
+        warmup: u64,
         ops: u64,
         region: &region::Region,
     ) -> Result<child::CountReport, HarnessError>;
@@ -103,6 +105,7 @@ impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<S, R, F> {
     fn count(
         &mut self,
         params: &Params,
+        warmup: u64,
         ops: u64,
         region: &region::Region,
     ) -> Result<child::CountReport, HarnessError> {
@@ -111,6 +114,7 @@ impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<S, R, F> {
             &mut state,
             &mut self.op,
             self.reset.as_deref_mut(),
+            warmup,
             ops,
             region,
         )
