@@ -23,9 +23,10 @@
 //! Put it in a `[[bench]] harness = false` target (`cargo bench` measures it) or in any
 //! binary. Under `sbs-profile --bench NAME` each benchmark runs in its own fresh child
 //! processes; the collector passes perf-event descriptors that the harness switches on
-//! just around each operation, and reads the allocation agent's counters before and after
-//! it, so invocation counts, allocations and counters come out per operation with the
-//! set-up excluded. The protocol is in `sbs_agent_abi::harness`.
+//! just around each operation (and, under valgrind, toggles callgrind's collection around
+//! it), and reads the allocation agent's counters before and after it, so invocation
+//! counts, allocations, counters and instructions come out per operation with the set-up
+//! excluded. The protocol is in `sbs_agent_abi::harness`.
 //!
 //! Timing: warm-up until steady state (the CoV window of `sbs-steady`) or a fixed count,
 //! then `--samples` measurements per process; the interval is over per-process means.
