@@ -360,8 +360,8 @@ fn available_cpus() -> Vec<usize> {
 /// The metric groups of one benchmark, in run order. Every benchmark of a plan gets the
 /// same list (interleaved runs rely on it).
 ///
-/// For a harnessed benchmark (`harness` is its name) uprobes count inside the measured
-/// region only, and every group ends with the harness instrument that reports metrics per
+/// For a harnessed benchmark (`harness` is its name) uprobes, perf counters and valgrind
+/// count inside the measured region only, and every group ends with the harness instrument that reports metrics per
 /// operation.
 fn build_groups(
     args: &RunArgs,
@@ -476,7 +476,7 @@ fn build_groups(
                     HarnessMode::Count { ops: args.ops },
                     vec!["boxing.".to_string()],
                 ),
-                n if n.starts_with("counters") => (
+                n if n.starts_with("counters") || n == "valgrind" => (
                     HarnessMode::Count { ops: args.ops },
                     vec!["counter.".to_string()],
                 ),

@@ -142,7 +142,8 @@ pub fn resolve(
 /// The counter groups the command line asks for (none without counter options).
 /// Plan-time warnings (dropped events, the mechanism `auto` chose) travel with the first
 /// counter instrument into the report.
-/// For a harnessed benchmark (`region`), perf counters count inside its measured region.
+/// For a harnessed benchmark (`region`), perf counters and valgrind count inside its
+/// measured region.
 pub fn groups_for(args: &crate::cli::RunArgs, region: bool) -> anyhow::Result<Vec<Group>> {
     let opts = CounterOptions {
         counters: args.counters.clone(),
@@ -223,8 +224,11 @@ pub fn counter_groups(
         });
     }
     if instructions == Some(InstructionSource::Valgrind) {
-        let inst =
+        let mut inst =
             ValgrindInstructions::new()?.with_plan_warnings(notes.take().unwrap_or_default());
+        if opts.region {
+            inst = inst.in_region();
+        }
         groups.push(Group {
             name: "valgrind".into(),
             instruments: vec![Box::new(inst)],

@@ -5,6 +5,11 @@
 //! report goes to a private descriptor and never mixes with the benchmark's stderr.
 //! `--trace-children=yes` follows exec'd children; each process (forked or exec'd) writes
 //! its own `I refs` summary, and the total is their sum, like inherited perf counters.
+//!
+//! For the measured region of a harnessed benchmark the benchmark runs under callgrind
+//! instead, with collection off at start ([`callgrind_wrapper`]): the harness toggles it
+//! on and off around each operation with a client request, and callgrind's summary (the
+//! same `I refs` line, which there counts only what was collected) is the region's count.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -64,6 +69,25 @@ pub fn wrapper(valgrind: &Path, log_fd: i32) -> Vec<OsString> {
     v
 }
 
+/// The wrapper command for a measured region: callgrind with collection off until the
+/// program toggles it (`CALLGRIND_TOGGLE_COLLECT`), no out-file (`/dev/null`), its report on
+/// descriptor `log_fd`. Its cache and branch simulations are off by default.
+pub fn callgrind_wrapper(valgrind: &Path, log_fd: i32) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![valgrind.into()];
+    v.extend(
+        [
+            "--tool=callgrind".to_string(),
+            "--collect-atstart=no".to_string(),
+            "--callgrind-out-file=/dev/null".to_string(),
+            "--trace-children=yes".to_string(),
+            format!("--log-fd={log_fd}"),
+        ]
+        .into_iter()
+        .map(OsString::from),
+    );
+    v
+}
+
 /// The instruction count of one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstructionCount {
@@ -80,8 +104,9 @@ fn parse_number(text: &str) -> Result<u64, ValgrindError> {
     })
 }
 
-/// Parse valgrind's log: every `==PID== I refs: N` line (cachegrind's summary; 3.19 writes
-/// `I   refs:`, newer versions `I refs:`).
+/// Parse valgrind's log: every `==PID== I refs: N` line (cachegrind's and callgrind's
+/// summary; 3.19 writes `I   refs:`, newer versions `I refs:`; callgrind's equals its
+/// `Collected :` line, the events collected while collection was on).
 pub fn parse_log(log: &str) -> Result<InstructionCount, ValgrindError> {
     let mut per_process = Vec::new();
     for line in log.lines() {
@@ -173,6 +198,32 @@ mod tests {
         let text = "desc: I1 cache: ...\ncmd: ./x\nevents: Ir\nfl=a.c\n1 3\nsummary: 160944\n";
         assert_eq!(parse_out_file_summary(text).unwrap(), 160_944);
         assert!(parse_out_file_summary("events: Ir\n").is_err());
+    }
+
+    const CALLGRIND_LOG_3_19: &str = "\
+==27906== Callgrind, a call-graph generating cache profiler
+==27906== Command: ./t 2 1000
+==27906== For interactive control, run 'callgrind_control -h'.
+==27906== 
+==27906== Events    : Ir
+==27906== Collected : 16037
+==27906== 
+==27906== I   refs:      16,037
+";
+
+    #[test]
+    fn reads_callgrinds_summary_and_its_wrapper_starts_with_collection_off() {
+        assert_eq!(parse_log(CALLGRIND_LOG_3_19).unwrap().total, 16_037);
+        let w = callgrind_wrapper(Path::new("/usr/bin/valgrind"), 61);
+        let w: Vec<String> = w.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        for opt in [
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            "--trace-children=yes",
+            "--log-fd=61",
+        ] {
+            assert!(w.iter().any(|a| a == opt), "{opt} missing in {w:?}");
+        }
     }
 
     #[test]

@@ -405,3 +405,109 @@ fn allocations_per_operation_from_the_counting_allocator() {
     ));
     assert!(all_equal(&samples(metric(&report, "heap.retained")), 192.0));
 }
+
+fn valgrind_installed() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `counter.instructions/op` of the fixture's `mix` under `--instructions valgrind`
+/// (callgrind, collection toggled by the harness), every run's sample, and the run totals.
+fn mix_instructions(ops: &str, params: &[&str]) -> (Vec<f64>, Vec<f64>) {
+    let mut args = vec![
+        "--harness",
+        "--instructions",
+        "valgrind",
+        "--runs",
+        "3",
+        "--ops",
+        ops,
+        "-f",
+        "json",
+    ];
+    for p in params {
+        args.extend(["--param", p]);
+    }
+    args.extend(["--", FIXTURE, "mix"]);
+    let out = sbs(args).success();
+    let report = out.json();
+    let total = metric(&report, "counter.instructions");
+    assert_eq!(total["source"], "valgrind");
+    assert_eq!(
+        total["notes"][0],
+        format!("the measured region only: the {ops} operations of each run, set-up excluded")
+    );
+    (
+        samples(metric(&report, "counter.instructions/op")),
+        samples(total),
+    )
+}
+
+/// The whole process's count of the same benchmark process (set-up included), from a plain
+/// `--instructions valgrind` run of the binary in counting mode.
+fn mix_whole_process(params: &[&str]) -> f64 {
+    let mut args = vec![
+        "--instructions",
+        "valgrind",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "-e",
+        "SBS_HARNESS_MODE=count",
+        "-e",
+        "SBS_HARNESS_OPS=4",
+        "-f",
+        "json",
+        "--",
+        FIXTURE,
+        "--sbs-run",
+        "mix",
+    ];
+    for p in params {
+        args.extend(["--param", p]);
+    }
+    samples(metric(&sbs(args).success().json(), "counter.instructions"))[0]
+}
+
+#[test]
+fn instructions_per_operation_under_valgrind_are_exact_and_exclude_the_set_up() {
+    if !valgrind_installed() {
+        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        return;
+    }
+    let (per_op, total) = mix_instructions("4", &[]);
+    let p = per_op[0];
+    assert!(
+        p > 1000.0 && per_op.iter().all(|&v| v == p),
+        "the same count in every run: {per_op:?}"
+    );
+    assert!(
+        total.iter().all(|&t| t == 4.0 * p),
+        "the run total is 4 operations of {p}: {total:?}"
+    );
+    // Ten times the set-up: the same count per operation, while the whole process grows.
+    let (big_setup, _) = mix_instructions("4", &["setup=1000000"]);
+    assert!(
+        big_setup.iter().all(|&v| v == p),
+        "per operation {big_setup:?} vs {p} with the default set-up"
+    );
+    let (whole, whole_big) = (
+        mix_whole_process(&[]),
+        mix_whole_process(&["setup=1000000"]),
+    );
+    assert!(
+        whole_big - whole > 100.0 * p,
+        "the set-up's 900,000 extra rounds show in the whole process: {whole} -> {whole_big} \
+         (one operation: {p})"
+    );
+    // Twice the operation's work: about twice the count.
+    let (double, _) = mix_instructions("2", &["work=2000"]);
+    let ratio = double[0] / p;
+    assert!(
+        (1.9..=2.1).contains(&ratio) && double.iter().all(|&v| v == double[0]),
+        "work=2000: {double:?}, {ratio} times work=1000's {p}"
+    );
+}

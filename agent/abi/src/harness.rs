@@ -13,6 +13,10 @@
 //!   child it sends its perf-event descriptors over it (`SCM_RIGHTS`); the harness receives
 //!   them before the set-up and turns them on (`PERF_EVENT_IOC_ENABLE`) just before each
 //!   operation and off just after it.
+//! - When the run is under valgrind's callgrind with collection off at start, the collector
+//!   sets [`ENV_REGION_CALLGRIND`]; the harness then toggles callgrind's collection on just
+//!   before each operation and off just after it (a client request), and reports
+//!   [`REC_REGION_VALGRIND`].
 
 /// Env var: path of the file the harness writes its records to.
 pub const ENV_OUT: &str = "SBS_HARNESS_OUT";
@@ -34,6 +38,10 @@ pub const REGION_SOCKET_COUNTERS: (&str, i32) = ("SBS_REGION_COUNTERS", 1015);
 /// Every region socket the harness looks for.
 pub const REGION_SOCKET_ENVS: [(&str, i32); 2] = [REGION_SOCKET_UPROBES, REGION_SOCKET_COUNTERS];
 
+/// Env var: set (to `1`) when the run is under callgrind started with collection off; the
+/// harness toggles collection around each operation.
+pub const ENV_REGION_CALLGRIND: &str = "SBS_REGION_CALLGRIND";
+
 /// Command-line flag of a harness binary: list the benchmarks, one per line.
 pub const ARG_LIST: &str = "--list";
 /// Command-line flag of a harness binary: run this one benchmark in this process.
@@ -47,6 +55,11 @@ pub const REC_ALLOC_COUNT: &str = "alloc.count";
 pub const REC_ALLOC_BYTES: &str = "alloc.bytes";
 /// Record: live heap bytes retained by one result, averaged over the operations.
 pub const REC_RETAINED: &str = "heap.retained";
+/// Record: perf-event descriptors received and switched around each operation.
+pub const REC_REGION_EVENTS: &str = "region.events";
+/// Record: with [`ENV_REGION_CALLGRIND`], what `RUNNING_ON_VALGRIND` answered in the child
+/// (0 natively: the toggles reached no valgrind); absent without it.
+pub const REC_REGION_VALGRIND: &str = "region.valgrind";
 /// Record: mean seconds per operation of this process's kept measurements.
 pub const REC_TIME_OP: &str = "time.op";
 /// Record: measurements kept (each a batch of operations).

@@ -23,9 +23,10 @@
 //! Put it in a `[[bench]] harness = false` target (`cargo bench` measures it) or in any
 //! binary. Under `sbs-profile --bench NAME` each benchmark runs in its own fresh child
 //! processes; the collector passes perf-event descriptors that the harness switches on
-//! just around each operation, and reads the allocation agent's counters before and after
-//! it, so invocation counts, allocations and counters come out per operation with the
-//! set-up excluded. The protocol is in `sbs_agent_abi::harness`.
+//! just around each operation (and, under valgrind, toggles callgrind's collection around
+//! it), and reads the allocation agent's counters before and after it, so invocation
+//! counts, allocations, counters and instructions come out per operation with the set-up
+//! excluded. The protocol is in `sbs_agent_abi::harness`.
 //!
 //! Timing: warm-up until steady state (the CoV window of `sbs-steady`) or a fixed count,
 //! then `--samples` measurements per process; the interval is over per-process means.
@@ -41,6 +42,7 @@ mod params;
 mod region;
 mod standalone;
 mod sys;
+mod valgrind;
 
 use std::io::Write;
 
@@ -66,6 +68,7 @@ trait Runnable {
     fn count(
         &mut self,
         params: &Params,
+        warmup: u64,
         ops: u64,
         region: &region::Region,
     ) -> Result<child::CountReport, HarnessError>;
@@ -103,6 +106,7 @@ impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<S, R, F> {
     fn count(
         &mut self,
         params: &Params,
+        warmup: u64,
         ops: u64,
         region: &region::Region,
     ) -> Result<child::CountReport, HarnessError> {
@@ -111,6 +115,7 @@ impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<S, R, F> {
             &mut state,
             &mut self.op,
             self.reset.as_deref_mut(),
+            warmup,
             ops,
             region,
         )

@@ -1,5 +1,6 @@
 //! The measured region inside the child: perf-event descriptors the collector passed
-//! (turned on around each operation) and the allocation agent's report slot (read before
+//! (turned on around each operation), callgrind's event collection (toggled around each
+//! operation when the collector asks) and the allocation agent's report slot (read before
 //! and after each operation).
 
 use std::fs::File;
@@ -8,7 +9,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-use sbs_agent_abi::harness::REGION_SOCKET_ENVS;
+use sbs_agent_abi::harness::{ENV_REGION_CALLGRIND, REGION_SOCKET_ENVS};
 use sbs_agent_abi::{
     parse_fd, parse_token, slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD,
     ENV_HARNESS_TOKEN, ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE, SLOT_COUNT, SLOT_SIZE,
@@ -16,6 +17,7 @@ use sbs_agent_abi::{
 
 use crate::error::HarnessError;
 use crate::sys;
+use crate::valgrind;
 
 /// The allocation agent's counters of this process at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -98,6 +100,8 @@ impl AgentSlot {
 #[derive(Debug, Default)]
 pub(crate) struct Region {
     perf: Vec<OwnedFd>,
+    /// Toggle callgrind's collection around each operation ([`ENV_REGION_CALLGRIND`]).
+    callgrind: bool,
     pub agent: Option<AgentSlot>,
 }
 
@@ -106,6 +110,7 @@ impl Region {
     pub(crate) fn from_env() -> Result<Region, HarnessError> {
         let mut region = Region {
             perf: Vec::new(),
+            callgrind: std::env::var_os(ENV_REGION_CALLGRIND).is_some_and(|v| v == "1"),
             agent: AgentSlot::find()?,
         };
         for (var, _) in REGION_SOCKET_ENVS {
@@ -127,9 +132,18 @@ impl Region {
         self.perf.len()
     }
 
-    /// Switch every perf event on (`true`) or off.
+    /// With callgrind asked for: what `RUNNING_ON_VALGRIND` answers here (0 natively).
+    pub(crate) fn callgrind(&self) -> Option<u64> {
+        self.callgrind.then(valgrind::running_on_valgrind)
+    }
+
+    /// Switch every perf event, and callgrind's collection, on (`true`) or off. Callgrind
+    /// is switched innermost: on last, off first.
     #[inline]
     pub(crate) fn switch(&self, on: bool) -> Result<(), HarnessError> {
+        if !on && self.callgrind {
+            valgrind::toggle_collect();
+        }
         for fd in &self.perf {
             sys::perf_switch(fd.as_raw_fd(), on).map_err(|source| HarnessError::Region {
                 what: if on {
@@ -140,6 +154,9 @@ impl Region {
                 fd: fd.as_raw_fd(),
                 source,
             })?;
+        }
+        if on && self.callgrind {
+            valgrind::toggle_collect();
         }
         Ok(())
     }

@@ -158,7 +158,7 @@ pub(crate) fn smoke(
     let mut out = std::io::stdout().lock();
     for b in benches.iter_mut() {
         let params = Params::resolve(b.name(), b.defaults(), &options.params);
-        b.count(&params, 1, &Region::default())?;
+        b.count(&params, 0, 1, &Region::default())?;
         let _ = writeln!(
             out,
             "test {} ... ok (one operation; measure with --bench)",

@@ -3,7 +3,7 @@
 //! (timing, or counting inside the measured region), reads the records the harness wrote,
 //! and turns them, and the region counts of the instruments before it, into metrics per
 //! operation: `time.op`, `alloc.count/op`, `alloc.bytes/op`, `heap.retained`,
-//! `invocations.X/op`. See `docs/harness.md`.
+//! `invocations.X/op`, `counter.X/op` (perf events, and valgrind's instructions). See `docs/harness.md`.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -178,7 +178,8 @@ impl Instrument for HarnessRecords {
                 if ops <= 0.0 {
                     anyhow::bail!("the harness of `{}` ran no operation", self.benchmark);
                 }
-                let events = get(&records, "region.events").unwrap_or(0.0);
+                let events = get(&records, proto::REC_REGION_EVENTS).unwrap_or(0.0);
+                let valgrind = get(&records, proto::REC_REGION_VALGRIND);
                 let mut per_op = Vec::new();
                 for s in out.iter() {
                     if !self
@@ -188,7 +189,27 @@ impl Instrument for HarnessRecords {
                     {
                         continue;
                     }
-                    if events == 0.0 {
+                    if s.metric.source == sbs_probes::valgrind::SOURCE {
+                        // No descriptors: the harness toggles callgrind's collection.
+                        match valgrind {
+                            Some(n) if n > 0.0 => {}
+                            Some(_) => anyhow::bail!(
+                                "the harness of `{}` toggled callgrind's collection but reports \
+                                 that it does not run under valgrind, so {} is not the region's \
+                                 count; is valgrind's client-request support available on this \
+                                 architecture (x86-64 Linux only)?",
+                                self.benchmark,
+                                s.metric.id
+                            ),
+                            None => anyhow::bail!(
+                                "the harness of `{}` did not toggle callgrind's collection, so \
+                                 {} would count nothing; sbs-harness and sbs-profile versions \
+                                 may differ",
+                                self.benchmark,
+                                s.metric.id
+                            ),
+                        }
+                    } else if events == 0.0 {
                         anyhow::bail!(
                             "the harness of `{}` received no region descriptors, so {} would \
                              count the whole process; sbs-harness and sbs-profile versions may \
@@ -407,5 +428,47 @@ mod tests {
             e.to_string().contains("received no region descriptors"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn valgrind_counts_need_the_harness_to_have_toggled_callgrind_not_descriptors() {
+        let instructions = || {
+            Sample::new(
+                MetricSpec::new("counter.instructions", Unit::Count, "valgrind", true),
+                3000.0,
+            )
+        };
+        let mut inst =
+            HarnessRecords::new("b", HarnessMode::Count { ops: 3 }, vec!["counter.".into()]);
+        // No descriptors (valgrind has none), but the harness ran under valgrind.
+        let out = run(
+            &mut inst,
+            "ops 3\nregion.events 0\nregion.valgrind 1\n",
+            vec![instructions()],
+            ExitKind::Code(0),
+        )
+        .unwrap();
+        let per_op = find(&out, "counter.instructions/op");
+        assert_eq!(
+            (per_op.value, per_op.metric.source.as_str()),
+            (1000.0, "valgrind")
+        );
+        assert_eq!(
+            inst.metric_notes()[0],
+            (
+                "counter.".to_string(),
+                "the measured region only: the 3 operations of each run, set-up excluded".into()
+            )
+        );
+        for (records, needle) in [
+            ("ops 3\nregion.events 0\n", "did not toggle callgrind"),
+            (
+                "ops 3\nregion.events 0\nregion.valgrind 0\n",
+                "does not run under valgrind",
+            ),
+        ] {
+            let e = run(&mut inst, records, vec![instructions()], ExitKind::Code(0)).unwrap_err();
+            assert!(e.to_string().contains(needle), "{e}");
+        }
     }
 }

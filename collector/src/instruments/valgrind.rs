@@ -5,6 +5,12 @@
 //! [`LOG_FD`] (`--log-fd`): it never mixes with the benchmark's own stderr, and unlike a
 //! pipe it cannot fill up and block the child. The metric is `counter.instructions` with
 //! source `valgrind`, never compared with `perf-hw` counts of the same name.
+//!
+//! In a harnessed benchmark's counting runs ([`ValgrindInstructions::in_region`]) the
+//! benchmark runs under callgrind with collection off at start instead, and the harness
+//! toggles collection on just before each operation and off just after it
+//! (`SBS_REGION_CALLGRIND`): the count is then the measured region's (all operations of
+//! the run), and the harness instrument divides it into `counter.instructions/op`.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -12,6 +18,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use sbs_agent_abi::harness::ENV_REGION_CALLGRIND;
 use sbs_probes::valgrind;
 use sbs_reports::model::Unit;
 
@@ -30,6 +37,8 @@ pub struct ValgrindInstructions {
     log: Option<File>,
     processes: Option<(usize, usize)>,
     plan_warnings: Vec<String>,
+    /// Count only inside a harness's measured region (callgrind, toggled by the harness).
+    region: bool,
 }
 
 impl ValgrindInstructions {
@@ -41,7 +50,16 @@ impl ValgrindInstructions {
             log: None,
             processes: None,
             plan_warnings: Vec::new(),
+            region: false,
         })
+    }
+
+    /// Count only inside the measured region of a harnessed benchmark: run it under
+    /// callgrind with collection off at start and ask the harness to toggle collection
+    /// around each operation.
+    pub fn in_region(mut self) -> Self {
+        self.region = true;
+        self
     }
 
     /// Warnings from planning (e.g. why `auto` chose valgrind) to report with this
@@ -75,7 +93,12 @@ impl Instrument for ValgrindInstructions {
             .context("duplicating valgrind's log descriptor")?
             .into();
         setup.pass_fds.push((child_copy, LOG_FD));
-        setup.wrapper = valgrind::wrapper(&self.valgrind, LOG_FD);
+        if self.region {
+            setup.wrapper = valgrind::callgrind_wrapper(&self.valgrind, LOG_FD);
+            setup.env.push((ENV_REGION_CALLGRIND.into(), "1".into()));
+        } else {
+            setup.wrapper = valgrind::wrapper(&self.valgrind, LOG_FD);
+        }
         self.log = Some(file);
         Ok(())
     }

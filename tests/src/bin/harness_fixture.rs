@@ -11,6 +11,10 @@
 //! - `spin`: a fixed amount of arithmetic, no allocation: for timing.
 //! - `threaded`: each operation starts 2 threads that call `push_one` 500 times each
 //!   ([`PUSHES`] in all): region markers must follow the work into new threads.
+//! - `mix`: each operation runs `work` (a parameter, default 1000) rounds of [`mix`], a
+//!   fixed instruction sequence, and allocates nothing; the set-up runs `setup` rounds
+//!   (default 100,000): the instruction count per operation is deterministic and scales
+//!   with `work` only.
 use sbs_harness::{black_box, Suite};
 
 const PUSHES: u64 = 1000;
@@ -24,6 +28,17 @@ const BOXES: u64 = 7;
 #[inline(never)]
 fn push_one(v: &mut Vec<u64>, x: u64) {
     v.push(black_box(x));
+}
+
+/// `rounds` rounds of a multiply-add chain the optimizer cannot fold (the round count and
+/// the seed pass through `black_box`).
+#[inline(never)]
+fn mix(seed: u64, rounds: u64) -> u64 {
+    let mut s = black_box(seed);
+    for i in 0..black_box(rounds) {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(i) ^ (s >> 7);
+    }
+    s
 }
 
 fn main() {
@@ -83,5 +98,13 @@ fn main() {
             }
         })
     });
+    suite
+        .bench("mix", |p| {
+            let seed = mix(1, p.get::<u64>("setup"));
+            (seed, p.get::<u64>("work"))
+        })
+        .param("work", 1000)
+        .param("setup", 100_000)
+        .run(|(seed, work)| mix(*seed, *work));
     suite.main();
 }
