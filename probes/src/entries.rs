@@ -69,9 +69,9 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
         points: Vec::new(),
         uncertain: Some(why),
     };
-    let Some(&(low, _)) = ranges.first() else {
+    if ranges.is_empty() {
         return none(String::new(), "it has no code".into());
-    };
+    }
     // The function holding most of its code (a split-off cold part may come first).
     let mut holders: Vec<(&crate::elf::Function, u64)> = Vec::new();
     for &(b, e) in ranges {
@@ -87,10 +87,20 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
         .max_by_key(|(f, bytes)| (*bytes, std::cmp::Reverse(f.address)))
         .map(|(f, _)| *f)
     else {
-        return none(
-            String::new(),
-            format!("its code at {low:#x} lies in no function symbol (stripped?)"),
+        // No address in the reason: instances with the same cause are summed in the
+        // report's warning.
+        let file = image.path.file_name().map_or_else(
+            || image.path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
         );
+        let why = if image.stripped {
+            format!(
+                "its code lies in no exported function of {file}, whose symbol table is stripped"
+            )
+        } else {
+            format!("its code lies in no function symbol of {file}")
+        };
+        return none(String::new(), why);
     };
     let caller = crate::demangle::demangle(&function.name).label;
     let Some(code) = image.code_of(function) else {
