@@ -124,8 +124,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub boxing: bool,
 
-    /// Measure the footprint (its own group of runs): rss.peak (rusage), rss.tree_peak
-    /// (procfs, whole process group) and heap.peak (agent).
+    /// Measure the footprint (its own group of runs, without the agent): rss.peak
+    /// (rusage), rss.tree_peak (procfs, whole process group); and heap.peak (agent, from
+    /// the --alloc runs or from agent runs of its own)
     #[arg(long)]
     pub memory: bool,
 
