@@ -46,6 +46,10 @@ fn malformed_numbers_are_rejected() {
             "strictly between 0 and 100",
         ),
         (vec!["--env", "NOEQUALS", "--", "true"], "is not KEY=VALUE"),
+        (
+            vec!["-n", "a", "--name", "b", "--", "true"],
+            "--name was given 2 times",
+        ),
     ];
     for (args, needle) in cases {
         let (code, err) = sbs(&args);

@@ -360,6 +360,10 @@ fn compare_runs_commands_interleaved_and_judges_against_the_first() {
         .copied()
         .chain([base.as_str(), less.as_str(), more.as_str()]))
     .fails_with(2, "compare got 2 --name for 3 commands");
+    let mut twice: Vec<&str> = common.to_vec();
+    twice.extend(["-n", "same", "-n", "same"]);
+    sbs(twice.iter().copied().chain([base.as_str(), more.as_str()]))
+        .fails_with(2, "compare got the name `same` twice");
 }
 
 #[test]
