@@ -13,6 +13,15 @@ fn all_equal(values: &[f64], expected: f64) -> bool {
     !values.is_empty() && values.iter().all(|&v| v == expected)
 }
 
+/// Run `sbs-profile --harness OPTIONS -f json -- FIXTURE BENCH`, which must succeed, and
+/// return its JSON report.
+fn harnessed(options: &[&str], bench: &str) -> serde_json::Value {
+    let mut args = vec!["--harness"];
+    args.extend(options);
+    args.extend(["-f", "json", "--", FIXTURE, bench]);
+    sbs(args).success().json()
+}
+
 fn bench_named<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     report["benchmarks"]
         .as_array()
@@ -49,21 +58,7 @@ fn list_shows_benchmarks_and_parameters() {
 
 #[test]
 fn allocations_per_operation_are_exact_and_exclude_the_set_up() {
-    let out = sbs([
-        "--harness",
-        "--alloc",
-        "--runs",
-        "3",
-        "--ops",
-        "7",
-        "-f",
-        "json",
-        "--",
-        FIXTURE,
-        "pushes",
-    ])
-    .success();
-    let report = out.json();
+    let report = harnessed(&["--alloc", "--runs", "3", "--ops", "7"], "pushes");
     let b = bench_named(&report, "pushes");
     assert!(
         all_equal(&samples(metric_of(b, "alloc.count/op")), 5.0),
@@ -95,21 +90,10 @@ fn allocations_per_operation_are_exact_and_exclude_the_set_up() {
 
 #[test]
 fn parameters_reach_the_set_up() {
-    let out = sbs([
-        "--harness",
-        "--alloc",
-        "--runs",
-        "2",
-        "--param",
-        "bytes=3000",
-        "-f",
-        "json",
-        "--",
-        FIXTURE,
+    let report = harnessed(
+        &["--alloc", "--runs", "2", "--param", "bytes=3000"],
         "sized",
-    ])
-    .success();
-    let report = out.json();
+    );
     let m = metric(&report, "alloc.bytes/op");
     assert!(all_equal(&samples(m), 3000.0), "{m:#}");
     assert!(all_equal(&samples(metric(&report, "alloc.count/op")), 1.0));
@@ -123,21 +107,7 @@ fn boxing_per_operation_is_exact_and_excludes_the_set_up() {
         eprintln!("skipped: uprobes need root");
         return;
     }
-    let out = sbs([
-        "--harness",
-        "--boxing",
-        "--runs",
-        "2",
-        "--ops",
-        "3",
-        "-f",
-        "json",
-        "--",
-        FIXTURE,
-        "boxes",
-    ])
-    .success();
-    let report = out.json();
+    let report = harnessed(&["--boxing", "--runs", "2", "--ops", "3"], "boxes");
     // 7 boxes per operation; the set-up's 1000 are outside the region.
     let per_op = samples(metric(&report, "boxing.count/op"));
     assert!(all_equal(&per_op, 7.0), "{per_op:?}");
@@ -151,22 +121,17 @@ fn invocations_per_operation_are_exact_and_exclude_the_set_up() {
         eprintln!("skipped: uprobes need root");
         return;
     }
-    let out = sbs([
-        "--harness",
-        "--invocations",
-        "harness_fixture::push_one",
-        "--runs",
-        "2",
-        "--ops",
-        "4",
-        "-f",
-        "json",
-        "--",
-        FIXTURE,
+    let report = harnessed(
+        &[
+            "--invocations",
+            "harness_fixture::push_one",
+            "--runs",
+            "2",
+            "--ops",
+            "4",
+        ],
         "pushes",
-    ])
-    .success();
-    let report = out.json();
+    );
     let per_op = samples(metric(&report, "invocations.harness_fixture::push_one/op"));
     assert!(all_equal(&per_op, 1000.0), "{per_op:?}");
     // The run's total counts the 4 operations only, not the set-up's 10000 calls.
@@ -182,22 +147,17 @@ fn invocations_per_operation_are_exact_and_exclude_the_set_up() {
         "no note on the per-operation metric"
     );
     // Threads started inside the operation are counted (inherited, switched with it).
-    let out = sbs([
-        "--harness",
-        "--invocations",
-        "harness_fixture::push_one",
-        "--runs",
-        "2",
-        "--ops",
-        "3",
-        "-f",
-        "json",
-        "--",
-        FIXTURE,
+    let report = harnessed(
+        &[
+            "--invocations",
+            "harness_fixture::push_one",
+            "--runs",
+            "2",
+            "--ops",
+            "3",
+        ],
         "threaded",
-    ])
-    .success();
-    let report = out.json();
+    );
     let per_op = samples(metric(&report, "invocations.harness_fixture::push_one/op"));
     assert!(all_equal(&per_op, 1000.0), "{per_op:?}");
 }
@@ -271,35 +231,23 @@ fn perf_counters_count_inside_the_region_only() {
     }
     let whole = whole.success();
     let whole_faults = samples(metric(&whole.json(), "counter.page-faults"));
-    let out = sbs([
-        "--harness",
-        "--counters",
-        "page-faults",
-        "--runs",
-        "2",
-        "--ops",
-        "5",
-        "-f",
-        "json",
-        "--",
-        FIXTURE,
+    let report = harnessed(
+        &["--counters", "page-faults", "--runs", "2", "--ops", "5"],
         "spin",
-    ])
-    .success();
-    let report = out.json();
+    );
     let region = samples(metric(&report, "counter.page-faults"));
     let per_op = samples(metric(&report, "counter.page-faults/op"));
-    out.check(
+    assert!(
         whole_faults.iter().all(|&f| f > 50.0),
-        &format!("whole process faults: {whole_faults:?}"),
+        "whole process faults: {whole_faults:?}"
     );
-    out.check(
+    assert!(
         region.iter().all(|&f| f < 10.0),
-        &format!("region faults: {region:?} vs whole {whole_faults:?}"),
+        "region faults: {region:?} vs whole {whole_faults:?}"
     );
-    out.check(
+    assert!(
         per_op.iter().zip(&region).all(|(p, r)| *p == r / 5.0),
-        "per-op is the region total over 5 operations",
+        "per-op {per_op:?} is the region total {region:?} over 5 operations"
     );
 }
 
