@@ -123,24 +123,10 @@ struct Row {
     value: f64,
 }
 
-/// The columns of schema 1 (before details were saved); still read.
-const COLUMNS_V1: [&str; 14] = [
-    MARKER,
-    "entry",
-    "time",
-    "benchmark",
-    "command",
-    "tool_version",
-    "git_commit",
-    "host",
-    "metric",
-    "unit",
-    "source",
-    "exact",
-    "run",
-    "value",
-];
+/// The column schema 2 added: a breakdown label, empty on a metric's own rows.
+const DETAIL: &str = "detail";
 
+/// The columns of schema 2. Schema 1 (still read) had the same without [`DETAIL`].
 const COLUMNS: [&str; 15] = [
     MARKER,
     "entry",
@@ -151,7 +137,7 @@ const COLUMNS: [&str; 15] = [
     "git_commit",
     "host",
     "metric",
-    "detail",
+    DETAIL,
     "unit",
     "source",
     "exact",
@@ -631,6 +617,11 @@ fn sync_dir(dir: &Path) -> Result<(), HistoryError> {
         .map_err(io_error("sync directory", dir))
 }
 
+/// The columns of schema 1.
+fn columns_v1() -> impl Iterator<Item = &'static str> {
+    COLUMNS.into_iter().filter(|c| *c != DETAIL)
+}
+
 /// Read and check one history file.
 fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
     let corrupt = |line: u64, reason: String| HistoryError::Corrupt {
@@ -670,9 +661,7 @@ fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
                 });
             }
         }
-        if headers.iter().ne(COLUMNS.iter().copied())
-            && headers.iter().ne(COLUMNS_V1.iter().copied())
-        {
+        if headers.iter().ne(COLUMNS.iter().copied()) && headers.iter().ne(columns_v1()) {
             return Err(corrupt(
                 1,
                 format!("expected the columns {}", COLUMNS.join(",")),
@@ -974,7 +963,7 @@ mod tests {
             format!(
                 "{}\n1,old,2026-11-20T10:00:00Z,b,./b,0.1.0,,host,time.wall,seconds,clock,false,0,0.5\n\
                  1,old,2026-11-20T10:00:00Z,b,./b,0.1.0,,host,time.wall,seconds,clock,false,1,0.25\n",
-                COLUMNS_V1.join(",")
+                columns_v1().collect::<Vec<_>>().join(",")
             ),
         )
         .unwrap();
