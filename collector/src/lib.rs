@@ -1,19 +1,16 @@
-//! sbs-profile's collector: the plan, the child-process runner, statistics and history.
+//! sbs-profile's collector, in layers that only import downwards:
+//!
+//! - [`cli`]: the command line (clap) and one module per subcommand; it turns arguments
+//!   into the plain values below and is the only layer that knows clap.
+//! - [`plan`]: the validated request: benchmarks, their groups of runs, the controls.
+//! - [`run`]: the scheduler, the child-process runner and the instruments.
+//! - [`judge`]: summaries, comparisons, thresholds and verdicts, and the regression gate
+//!   against saved history.
+//! - [`history`]: the saved runs and baselines on disk.
+//! - [`output`]: where a finished report goes.
 pub mod cli;
-pub mod compare;
-pub mod counters_plan;
-pub mod harness;
 pub mod history;
-pub mod instrument;
-pub mod instruments;
+pub mod judge;
 pub mod output;
 pub mod plan;
-pub mod region;
-pub mod regression;
-pub mod report_cmd;
-pub mod runner;
-pub mod scheduler;
-pub mod sources;
-pub mod stats;
-pub mod steady;
-mod sys;
+pub mod run;

@@ -5,12 +5,12 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use sbs_collector::cli::{build_plan, Cli, OutputArgs, Subcommand};
-use sbs_collector::output::Output;
-use sbs_collector::plan::Format;
-use sbs_collector::regression::{build_compare_plan, Mode, Regression};
-use sbs_collector::runner::{Cancel, RunError};
-use sbs_collector::scheduler::execute;
+use sbs_profile::cli::{build_plan, Cli, OutputArgs, Subcommand};
+use sbs_profile::judge::regression::{build_compare_plan, Mode, Regression};
+use sbs_profile::output::Output;
+use sbs_profile::plan::Format;
+use sbs_profile::run::runner::{Cancel, RunError};
+use sbs_profile::run::scheduler::execute;
 use sbs_reports::Render;
 
 fn renderer(format: Format, to_terminal: bool) -> Box<dyn Render> {
@@ -28,16 +28,16 @@ fn renderer(format: Format, to_terminal: bool) -> Box<dyn Render> {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if cli.run.list_counters {
-        let table = sbs_collector::counters_plan::list_counters();
+        let table = sbs_profile::plan::counters::list_counters();
         std::io::stdout()
             .write_all(table.as_bytes())
             .context("cannot write the counter list")?;
         return Ok(ExitCode::SUCCESS);
     }
     if cli.run.list {
-        let (exe, filters) = sbs_collector::cli::harness_target(&cli.run)?;
+        let (exe, filters) = sbs_profile::cli::harness_target(&cli.run)?;
         let mut text = String::new();
-        for l in sbs_collector::harness::list(&exe, &filters)? {
+        for l in sbs_profile::plan::bench_binary::list(&exe, &filters)? {
             text.push_str(&l.name);
             if !l.params.is_empty() {
                 text.push_str(&format!("  ({})", l.params));
@@ -113,7 +113,7 @@ impl Sinks {
     }
 }
 
-fn exit_for(regressions: &[sbs_collector::regression::Regressed]) -> ExitCode {
+fn exit_for(regressions: &[sbs_profile::judge::regression::Regressed]) -> ExitCode {
     if regressions.is_empty() {
         return ExitCode::SUCCESS;
     }
@@ -124,9 +124,9 @@ fn exit_for(regressions: &[sbs_collector::regression::Regressed]) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn report_from_history(args: &sbs_collector::report_cmd::ReportArgs) -> anyhow::Result<ExitCode> {
+fn report_from_history(args: &sbs_profile::cli::report::ReportArgs) -> anyhow::Result<ExitCode> {
     let sinks = Sinks::open(&args.report)?;
-    let (report, regressions) = sbs_collector::report_cmd::build(args)?;
+    let (report, regressions) = sbs_profile::cli::report::build(args)?;
     sinks.write(&report)?;
     Ok(exit_for(&regressions))
 }

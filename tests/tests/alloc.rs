@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sbs_agent_abi::{Origin, SlotValues};
-use sbs_collector::instruments::alloc::{run_with_agent, Reports};
+use sbs_profile::run::instruments::alloc::{run_with_agent, Reports};
 use util::{metric, samples, sbs};
 
 const TIMEOUT: Duration = Duration::from_secs(120);

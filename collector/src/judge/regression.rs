@@ -1,6 +1,6 @@
 //! Regression checks of a run: the history and baseline options, loading the references
 //! before the runs, comparing every metric after them, saving, and the verdict that picks
-//! the exit code. The statistics are in [`crate::compare`], the files in [`crate::history`].
+//! the exit code. The statistics are in [`crate::judge::compare`], the files in [`crate::history`].
 //!
 //! - `sbs-profile -- CMD`: each metric is compared with the latest saved entries of the
 //!   same benchmark (Welch with one entry, ANOVA from two on, the reference being the most
@@ -18,10 +18,10 @@ use clap::Args;
 use sbs_reports::model::{BenchmarkResult, MetricResult, Report, TrendPoint};
 
 use crate::cli::{build_plan, RunArgs};
-use crate::compare::{compare, Policy, Series, Thresholds};
 use crate::history::{self, Entry, EntryMeta, History};
+use crate::judge::compare::{compare, Policy, Series, Thresholds};
+use crate::judge::sources::ensure_same_source;
 use crate::plan::Plan;
-use crate::sources::ensure_same_source;
 
 /// Label of the current run's series in comparisons.
 pub const THIS_RUN: &str = "this run";
@@ -300,7 +300,7 @@ impl Regression {
         let policy = self.policy(metric);
         let mut points = Vec::with_capacity(runs.len());
         for (i, &(label, samples)) in runs.iter().enumerate() {
-            let summary = crate::stats::summarize(samples, self.confidence);
+            let summary = crate::judge::summary::summarize(samples, self.confidence);
             let verdict = match i {
                 0 => None,
                 _ => {

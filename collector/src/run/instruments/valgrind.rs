@@ -22,7 +22,7 @@ use sbs_agent_abi::harness::ENV_REGION_CALLGRIND;
 use sbs_probes::valgrind;
 use sbs_reports::model::Unit;
 
-use crate::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
 
 /// Descriptor number of valgrind's log in the child.
 pub const LOG_FD: i32 = 61;

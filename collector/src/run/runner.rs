@@ -12,8 +12,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use crate::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
-use crate::sys;
+use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
+use crate::run::sys;
 
 /// Everything about how to start the child, the same for every run.
 #[derive(Debug, Clone)]
@@ -412,7 +412,7 @@ impl Drop for ChildGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::instrument::MetricSpec;
+    use crate::run::instrument::MetricSpec;
     use sbs_reports::model::Unit;
     use std::sync::{Arc, Mutex};
 

@@ -47,7 +47,7 @@ impl MetricSpec {
         details: Vec<(String, Vec<f64>)>,
         confidence: f64,
     ) -> MetricResult {
-        let summarize = |samples: &[f64]| crate::stats::summarize(samples, confidence);
+        let summarize = |samples: &[f64]| crate::judge::summary::summarize(samples, confidence);
         MetricResult {
             summary: summarize(&samples),
             id: self.id,

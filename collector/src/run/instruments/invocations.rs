@@ -19,8 +19,8 @@ use sbs_probes::tracefs::{ProbeSet, Tracefs};
 use sbs_probes::ProbeError;
 use sbs_reports::model::Unit;
 
-use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
-use crate::region::RegionSocket;
+use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::region_fds::RegionSocket;
 
 /// One pattern's metric and its rows: (label, indices of the probes summed in it).
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub struct Invocations {
     set: Option<ProbeSet>,
     anchors: Option<Anchors>,
     counters: Option<RunCounters>,
-    /// Count only inside a harness's measured region (see [`crate::region`]).
+    /// Count only inside a harness's measured region (see [`crate::run::region_fds`]).
     region: Option<RegionSocket>,
 }
 
@@ -208,7 +208,7 @@ impl Instrument for Invocations {
         "uprobes"
     }
 
-    fn prepare(&mut self, setup: &mut crate::instrument::ChildSetup) -> anyhow::Result<()> {
+    fn prepare(&mut self, setup: &mut crate::run::instrument::ChildSetup) -> anyhow::Result<()> {
         self.define()?;
         if let Some(region) = &mut self.region {
             region.prepare(setup)?;

@@ -22,8 +22,8 @@ use anyhow::Context;
 use nix::unistd::Pid;
 use sbs_reports::model::Unit;
 
-use crate::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
-use crate::instruments::invocations::Invocations;
+use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instruments::invocations::Invocations;
 
 /// The functions every `Box::new` goes through (current and older compilers).
 pub const BOX_ENTRY_POINTS: &[&str] = &[

@@ -17,7 +17,7 @@ use anyhow::Context;
 use nix::unistd::Pid;
 use sbs_reports::model::Unit;
 
-use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 
 /// How often the process tree's resident size is sampled.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(5);

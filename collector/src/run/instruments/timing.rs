@@ -3,7 +3,7 @@
 
 use sbs_reports::model::Unit;
 
-use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 
 /// Records `time.wall`, `time.user`, `time.sys` and, unless the memory group owns it,
 /// `rss.peak` of every run.

@@ -1,11 +1,11 @@
 //! The instruments, one module per mechanism. Each plugs into the runner through
-//! [`crate::instrument::Instrument`].
+//! [`crate::run::instrument::Instrument`].
 
 pub mod alloc;
 pub mod boxing;
 pub mod counters;
-pub mod harness;
 pub mod invocations;
 pub mod memory;
+pub mod per_op;
 pub mod timing;
 pub mod valgrind;

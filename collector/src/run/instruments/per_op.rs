@@ -14,7 +14,7 @@ use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use sbs_agent_abi::harness as proto;
 use sbs_reports::model::Unit;
 
-use crate::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
 
 /// Suffix of per-operation metric ids.
 pub const PER_OP: &str = "/op";
@@ -294,7 +294,7 @@ impl Instrument for HarnessRecords {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::instrument::ExitKind;
+    use crate::run::instrument::ExitKind;
     use std::io::Write;
 
     fn outcome(exit: ExitKind) -> RunOutcome {

@@ -5,9 +5,9 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
 
-use crate::instrument::{ExitKind, MetricSpec, RunOutcome, Sample};
 use crate::plan::{FailurePolicy, Plan};
-use crate::runner::{run_once, Cancel, RunConfig, RunError};
+use crate::run::instrument::{ExitKind, MetricSpec, RunOutcome, Sample};
+use crate::run::runner::{run_once, Cancel, RunConfig, RunError};
 
 /// All values of one metric of one benchmark.
 #[derive(Debug)]
@@ -94,7 +94,7 @@ pub trait Executor {
     fn run(
         &mut self,
         config: &RunConfig,
-        instruments: &mut [Box<dyn crate::instrument::Instrument>],
+        instruments: &mut [Box<dyn crate::run::instrument::Instrument>],
         cancel: &Cancel,
     ) -> Result<(RunOutcome, Vec<Sample>), RunError>;
 }
@@ -107,7 +107,7 @@ impl Executor for Processes {
     fn run(
         &mut self,
         config: &RunConfig,
-        instruments: &mut [Box<dyn crate::instrument::Instrument>],
+        instruments: &mut [Box<dyn crate::run::instrument::Instrument>],
         cancel: &Cancel,
     ) -> Result<(RunOutcome, Vec<Sample>), RunError> {
         run_once(config, instruments, cancel)
@@ -274,7 +274,7 @@ mod tests {
         fn run(
             &mut self,
             config: &RunConfig,
-            instruments: &mut [Box<dyn crate::instrument::Instrument>],
+            instruments: &mut [Box<dyn crate::run::instrument::Instrument>],
             _cancel: &Cancel,
         ) -> Result<(RunOutcome, Vec<Sample>), RunError> {
             let n = self.calls.len();
@@ -301,8 +301,8 @@ mod tests {
     }
 
     fn plan(names: &[&str], runs: usize, warmup: usize, failure: FailurePolicy) -> Plan {
-        use crate::instrument::Group;
-        use crate::instruments::timing::Timing;
+        use crate::run::instrument::Group;
+        use crate::run::instruments::timing::Timing;
         Plan {
             benchmarks: names
                 .iter()

@@ -1,8 +1,11 @@
 //! The validated request: what to run, how often, under which controls, measuring what.
 //! Built in one place (`cli.rs`); everything after it trusts it.
 
-use crate::instrument::Group;
-use crate::runner::RunConfig;
+pub mod bench_binary;
+pub mod counters;
+
+use crate::run::instrument::Group;
+use crate::run::runner::RunConfig;
 
 /// One command to measure, with its groups of runs.
 #[derive(Debug)]

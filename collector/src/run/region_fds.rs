@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
-use crate::instrument::ChildSetup;
+use crate::run::instrument::ChildSetup;
 
 /// Descriptors per `SCM_RIGHTS` message (the kernel's limit is 253).
 const CHUNK: usize = 200;

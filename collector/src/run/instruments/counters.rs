@@ -16,8 +16,8 @@ use sbs_probes::counters::{
 };
 use sbs_reports::model::Unit;
 
-use crate::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
-use crate::region::RegionSocket;
+use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::region_fds::RegionSocket;
 
 /// Label of the breakdown line carrying a hardware counter's running fraction.
 pub const RUNNING_FRACTION: &str = "running fraction";
@@ -30,7 +30,7 @@ pub struct PerfCounters {
     /// a running-fraction metric is reported for it).
     scaled: BTreeMap<String, (usize, f64, bool)>,
     plan_warnings: Vec<String>,
-    /// Count only inside a harness's measured region (see [`crate::region`]).
+    /// Count only inside a harness's measured region (see [`crate::run::region_fds`]).
     region: Option<RegionSocket>,
 }
 
@@ -92,7 +92,7 @@ impl Instrument for PerfCounters {
         "counters"
     }
 
-    fn prepare(&mut self, setup: &mut crate::instrument::ChildSetup) -> anyhow::Result<()> {
+    fn prepare(&mut self, setup: &mut crate::run::instrument::ChildSetup) -> anyhow::Result<()> {
         if let Some(region) = &mut self.region {
             region.prepare(setup)?;
         }
@@ -159,7 +159,7 @@ mod tests {
     };
     use std::time::Duration;
 
-    use crate::instrument::ExitKind;
+    use crate::run::instrument::ExitKind;
 
     /// Every group reads `values` (one per member, cycled) with the given times.
     struct Fixed {

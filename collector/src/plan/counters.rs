@@ -17,9 +17,9 @@ use sbs_probes::counters::{
 };
 use sbs_probes::valgrind;
 
-use crate::instrument::Group;
-use crate::instruments::counters::PerfCounters;
-use crate::instruments::valgrind::ValgrindInstructions;
+use crate::run::instrument::Group;
+use crate::run::instruments::counters::PerfCounters;
+use crate::run::instruments::valgrind::ValgrindInstructions;
 
 /// How instruction counts are obtained (`--instructions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -339,7 +339,7 @@ mod tests {
     use nix::unistd::Pid;
     use sbs_probes::counters::{CounterError, EventClass, GroupReading, OpenGroup};
 
-    use crate::instrument::{ExitKind, RunOutcome, Sample};
+    use crate::run::instrument::{ExitKind, RunOutcome, Sample};
 
     fn no_pmu(r: &CounterRequest) -> Support {
         match r.event.class() {

@@ -1,5 +1,7 @@
 //! The command line (clap derive) and its conversion into a validated [`Plan`].
 
+pub mod report;
+
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
 use std::os::unix::fs::PermissionsExt;
@@ -9,15 +11,15 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Parser};
 
-use crate::instrument::Group;
-use crate::instruments::alloc::{AgentError, AllocAgent, AllocMetrics, AllocPath};
-use crate::instruments::boxing::Boxing;
-use crate::instruments::harness::{HarnessMode, HarnessRecords};
-use crate::instruments::invocations::Invocations;
-use crate::instruments::memory::Memory;
-use crate::instruments::timing::Timing;
 use crate::plan::{Benchmark, FailurePolicy, Format, Plan};
-use crate::runner::RunConfig;
+use crate::run::instrument::Group;
+use crate::run::instruments::alloc::{AgentError, AllocAgent, AllocMetrics, AllocPath};
+use crate::run::instruments::boxing::Boxing;
+use crate::run::instruments::invocations::Invocations;
+use crate::run::instruments::memory::Memory;
+use crate::run::instruments::per_op::{HarnessMode, HarnessRecords};
+use crate::run::instruments::timing::Timing;
+use crate::run::runner::RunConfig;
 
 /// `PATH` of a clean environment (`--clean-env`).
 pub const CLEAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -66,7 +68,7 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
     Compare(Box<RunArgs>),
     /// Render a report from the saved history without running anything: per benchmark,
     /// its latest entry compared with the ones before, and every metric's trend.
-    Report(crate::report_cmd::ReportArgs),
+    Report(crate::cli::report::ReportArgs),
 }
 
 /// Where the report goes and in which format (a run, `compare` and `report` share them).
@@ -184,7 +186,7 @@ pub struct RunArgs {
     /// Count instructions: `perf` (the PMU), `valgrind` (cachegrind, no PMU needed) or
     /// `auto` (the PMU if it works here, otherwise valgrind). The two are never compared.
     #[arg(long, value_name = "MODE", value_enum)]
-    pub instructions: Option<crate::counters_plan::InstructionsMode>,
+    pub instructions: Option<crate::plan::counters::InstructionsMode>,
 
     /// List the perf events this machine can count, and why not and how to fix it for the
     /// others; then exit.
@@ -198,7 +200,7 @@ pub struct RunArgs {
 
     /// History, baselines, thresholds.
     #[command(flatten)]
-    pub regression: crate::regression::RegressionArgs,
+    pub regression: crate::judge::regression::RegressionArgs,
 
     /// Count calls of the functions a PATTERN names, through uprobes (repeatable; needs
     /// root). Exact, across threads and child processes; these runs carry no timing.
@@ -433,7 +435,8 @@ fn build_groups(
                 },
             }
         }
-        let mut instruments: Vec<Box<dyn crate::instrument::Instrument>> = vec![Box::new(memory)];
+        let mut instruments: Vec<Box<dyn crate::run::instrument::Instrument>> =
+            vec![Box::new(memory)];
         let mut heap_group = None;
         match heap {
             Some(counting) if alloc_path == AllocPath::Harness => {
@@ -453,7 +456,7 @@ fn build_groups(
         });
         groups.extend(heap_group);
     }
-    groups.extend(crate::counters_plan::groups_for(args, harness.is_some())?);
+    groups.extend(crate::plan::counters::groups_for(args, harness.is_some())?);
     let others_requested = !groups.is_empty();
     // A harnessed benchmark is always timed: time.op is what it is for.
     if args.time || !others_requested || harness.is_some() {
@@ -519,7 +522,7 @@ fn invocations_group(args: &RunArgs, run: &RunConfig, region: bool) -> anyhow::R
 /// The harness binary and the name filters of `--bench`/`--harness`/`--list`.
 pub fn harness_target(args: &RunArgs) -> anyhow::Result<(PathBuf, Vec<OsString>)> {
     if let Some(bench) = &args.bench {
-        let exe = crate::harness::build_bench(bench, &args.cargo_args)?;
+        let exe = crate::plan::bench_binary::build_bench(bench, &args.cargo_args)?;
         return Ok((exe, args.command.clone()));
     }
     let Some(program) = args.command.first() else {
@@ -572,12 +575,12 @@ fn build_harness_plan(args: RunArgs) -> anyhow::Result<Plan> {
         );
     }
     let (exe, filters) = harness_target(&args)?;
-    let listed = crate::harness::list(&exe, &filters)?;
-    crate::harness::check_params(&args.params, &listed)?;
+    let listed = crate::plan::bench_binary::list(&exe, &filters)?;
+    crate::plan::bench_binary::check_params(&args.params, &listed)?;
     let env = child_env(&args);
     let mut benchmarks = Vec::new();
     for l in listed {
-        let child_args = crate::harness::child_args(
+        let child_args = crate::plan::bench_binary::child_args(
             &exe,
             &l.name,
             &args.params,

@@ -25,7 +25,7 @@ use sbs_agent_abi::{
 };
 use sbs_reports::model::Unit;
 
-use crate::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
 
 /// The agent library, built by `build.rs` from `agent/` and embedded in this binary.
 pub static AGENT_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsbs_agent.so"));

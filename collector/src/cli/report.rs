@@ -9,8 +9,8 @@ use clap::Args;
 use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
 
 use crate::history::{self, History};
-use crate::instrument::MetricSpec;
-use crate::regression::{Mode, Reference, Regressed, Regression, RegressionArgs, THIS_RUN};
+use crate::judge::regression::{Mode, Reference, Regressed, Regression, RegressionArgs, THIS_RUN};
+use crate::run::instrument::MetricSpec;
 
 /// Options of `sbs-profile report`.
 #[derive(Debug, Args)]

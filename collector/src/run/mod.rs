@@ -1,0 +1,8 @@
+//! Running the plan: the scheduler drives groups of runs, the runner starts, holds,
+//! releases and reaps one child per sample, and the instruments measure it.
+pub mod instrument;
+pub mod instruments;
+pub mod region_fds;
+pub mod runner;
+pub mod scheduler;
+mod sys;

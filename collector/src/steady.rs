@@ -1,2 +1,0 @@
-//! Steady-state detection, shared with the benchmark harness: see the `sbs-steady` crate.
-pub use sbs_steady::*;
