@@ -6,8 +6,8 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use crate::steady::{Detector, SteadyConfig, Step};
 use sbs_agent_abi::harness as proto;
-use sbs_steady::{Detector, SteadyConfig, Step};
 
 use crate::error::HarnessError;
 use crate::options::{Options, Warmup};

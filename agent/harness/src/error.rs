@@ -92,7 +92,7 @@ pub enum HarnessError {
     },
     /// The steady-state configuration cannot work.
     #[error(transparent)]
-    Steady(#[from] sbs_steady::SteadyConfigError),
+    Steady(#[from] crate::steady::SteadyConfigError),
 }
 
 impl HarnessError {

@@ -28,7 +28,7 @@
 //! counts, allocations, counters and instructions come out per operation with the set-up
 //! excluded. The protocol is in `sbs_agent_abi::harness`.
 //!
-//! Timing: warm-up until steady state (the CoV window of `sbs-steady`) or a fixed count,
+//! Timing: warm-up until steady state (the CoV window of the `steady` module) or a fixed count,
 //! then `--samples` measurements per process; the interval is over per-process means.
 //!
 //! The crate also has [`CountingAlloc`], a counting `#[global_allocator]` wrapper for
@@ -41,6 +41,7 @@ mod options;
 mod params;
 mod region;
 mod standalone;
+mod steady;
 mod sys;
 mod valgrind;
 

@@ -1,7 +1,7 @@
 //! Steady-state detection for benchmarks that iterate inside one process (harnessed).
 //!
-//! One copy for both sides: the benchmark harness (`sbs-harness`) runs it inside the
-//! child, the collector re-exports it as `sbs_collector::steady`.
+//! It runs inside the child, in the harness's timing loop; the collector only reads the
+//! outcome from the harness's records.
 //!
 //! After Georges, Buytaert and Eeckhout (OOPSLA 2007): a sliding window of the last `k`
 //! measurements whose coefficient of variation (sd / |mean|) falls under a threshold marks
@@ -9,7 +9,6 @@
 //! iterations ends a benchmark that never settles, and says so.
 //!
 //! Pure logic over numbers: the harness feeds measurements in and asks what to do next.
-#![forbid(unsafe_code)]
 
 /// Default window size.
 pub const DEFAULT_WINDOW: usize = 10;
@@ -97,6 +96,7 @@ pub fn cov(values: &[f64]) -> Option<f64> {
 }
 
 /// Where steady state was found in a complete series.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SteadyState {
     /// Index of the first measurement of the steady window.
@@ -109,7 +109,9 @@ pub struct SteadyState {
 
 /// The first window of `config.window` consecutive values with CoV under
 /// `config.max_cov`, provided `config.window` values follow it to be kept. `None` if the
-/// series never settles that early.
+/// series never settles that early. The offline reference the tests hold the online
+/// [`Detector`] to.
+#[cfg(test)]
 pub fn detect(values: &[f64], config: &SteadyConfig) -> Option<SteadyState> {
     let k = config.window.max(2);
     if values.len() < 2 * k {
