@@ -1,16 +1,16 @@
-//! `sbs-profile report`: a report from the saved history, without running anything.
-//! Each benchmark's latest entry is compared with the entries before it, exactly as a run
-//! with `--history` would have been, and every metric carries its trend.
+//! `sbs-profile report`: a report from the saved history, without running anything (the
+//! work is [`crate::judge::from_history`]).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
-use anyhow::bail;
 use clap::Args;
-use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
 
-use crate::history::{self, History};
-use crate::judge::regression::{Mode, Reference, Regressed, Regression, RegressionArgs, THIS_RUN};
-use crate::run::instrument::MetricSpec;
+use super::args::{parse_confidence, OutputArgs};
+use super::exit_for;
+use crate::history;
+use crate::judge::from_history;
+use crate::output::Sinks;
 
 /// Options of `sbs-profile report`.
 #[derive(Debug, Args)]
@@ -25,7 +25,7 @@ pub struct ReportArgs {
 
     /// Report format and destinations.
     #[command(flatten)]
-    pub report: crate::cli::OutputArgs,
+    pub report: OutputArgs,
 
     /// Practical threshold(s) in percent, as for a run (`PCT`, `METRIC=PCT`, `PREFIX*=PCT`).
     #[arg(long, value_name = "[METRIC=]PCT")]
@@ -36,113 +36,20 @@ pub struct ReportArgs {
     pub history_depth: u64,
 
     /// Confidence level of the intervals, as a percentage or a fraction.
-    #[arg(long, value_name = "LEVEL", default_value = "95", value_parser = crate::cli::parse_confidence)]
+    #[arg(long, value_name = "LEVEL", default_value = "95", value_parser = parse_confidence)]
     pub confidence: f64,
 }
 
-/// Build the report and the regressions of the latest entries.
-pub fn build(args: &ReportArgs) -> anyhow::Result<(Report, Vec<Regressed>)> {
-    let store = History::new(&args.history);
-    let all = store.benchmarks()?;
-    if all.is_empty() {
-        bail!(
-            "no saved history in {}: save runs first with `sbs-profile --save -- COMMAND`, or \
-             point --history at the right directory",
-            args.history.display()
-        );
-    }
-    let names: Vec<String> = if args.name.is_empty() {
-        all
-    } else {
-        for n in &args.name {
-            if !all.contains(n) {
-                bail!(
-                    "--name {n}: no such benchmark in {}; saved benchmarks: {}",
-                    args.history.display(),
-                    all.join(", ")
-                );
-            }
-        }
-        args.name.clone()
-    };
-    let regression = Regression::new(
-        &RegressionArgs {
-            history: args.history.clone(),
-            save: false,
-            save_baseline: None,
-            baseline: None,
-            threshold: args.threshold.clone(),
-            history_depth: args.history_depth,
-        },
-        args.confidence,
-        Mode::Run,
-    )?;
-    let mut benchmarks = Vec::new();
-    let mut references = Vec::new();
-    let mut latest_labels = Vec::new();
-    let mut max_n = 0;
-    for name in &names {
-        let mut entries = store.entries(name)?;
-        let Some(latest) = entries.pop() else {
-            continue;
-        };
-        let metrics: Vec<MetricResult> = latest
-            .metrics
-            .iter()
-            .map(|m| {
-                max_n = max_n.max(m.samples.len());
-                MetricSpec::new(m.id.clone(), m.unit, m.source.clone(), m.exact).result(
-                    String::new(),
-                    m.samples.clone(),
-                    m.details.clone(),
-                    args.confidence,
-                )
-            })
-            .collect();
-        benchmarks.push(BenchmarkResult {
-            name: name.clone(),
-            command: vec![latest.command.clone()],
-            metrics,
-            warnings: Vec::new(),
-        });
-        references.push(if entries.is_empty() {
-            Reference::Nothing
-        } else {
-            Reference::History(entries)
-        });
-        latest_labels.push(latest.meta.label());
-    }
-    let mut report = Report {
-        schema_version: SCHEMA_VERSION,
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        conditions: Conditions {
-            runs: max_n,
-            warmup: 0,
-            aslr_disabled: false,
-            pinned_cpus: Vec::new(),
-            clean_env: false,
-        },
-        benchmarks,
-        from_history: Some(args.history.display().to_string()),
-    };
-    let regressions = regression.apply(&references, &mut report)?;
-    // The latest entry is "this run" to the comparison; name it by its time instead.
-    for (bench, label) in report.benchmarks.iter_mut().zip(latest_labels) {
-        let rename = |l: &mut String| {
-            if l == THIS_RUN {
-                *l = label.clone();
-            }
-        };
-        for m in bench.metrics.iter_mut() {
-            m.trend.iter_mut().for_each(|p| rename(&mut p.label));
-            if let Some(anova) = m.comparison.as_mut().and_then(|c| c.anova.as_mut()) {
-                anova.groups.iter_mut().for_each(rename);
-                for pair in anova.differing.iter_mut() {
-                    rename(&mut pair.a);
-                    rename(&mut pair.b);
-                }
-            }
-        }
-    }
-    Ok((report, regressions))
+/// Render the report of the saved history.
+pub(super) fn execute(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    let sinks = Sinks::open(&args.report.destinations())?;
+    let (report, regressions) = from_history::build(&from_history::Request {
+        history: args.history.clone(),
+        names: args.name.clone(),
+        thresholds: args.threshold.clone(),
+        depth: usize::try_from(args.history_depth).unwrap_or(usize::MAX),
+        confidence: args.confidence,
+    })?;
+    sinks.write(&report)?;
+    Ok(exit_for(&regressions))
 }

@@ -1,6 +1,7 @@
-//! Regression checks of a run: the history and baseline options, loading the references
+//! Regression checks of a run: the history and baseline settings, loading the references
 //! before the runs, comparing every metric after them, saving, and the verdict that picks
-//! the exit code. The statistics are in [`crate::judge::compare`], the files in [`crate::history`].
+//! the exit code. The statistics are in [`crate::judge::compare`], the files in
+//! [`crate::history`].
 //!
 //! - `sbs-profile -- CMD`: each metric is compared with the latest saved entries of the
 //!   same benchmark (Welch with one entry, ANOVA from two on, the reference being the most
@@ -10,50 +11,33 @@
 //!
 //! Series are compared only when metric id, unit and source all match.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use clap::Args;
 use sbs_reports::model::{BenchmarkResult, MetricResult, Report, TrendPoint};
 
-use crate::cli::{build_plan, RunArgs};
-use crate::history::{self, Entry, EntryMeta, History};
+use crate::history::{Entry, EntryMeta, History};
 use crate::judge::compare::{compare, Policy, Series, Thresholds};
 use crate::judge::sources::ensure_same_source;
-use crate::plan::Plan;
 
 /// Label of the current run's series in comparisons.
 pub const THIS_RUN: &str = "this run";
 
-/// Options of the regression machinery, shared by a plain run and `compare`.
-#[derive(Debug, Clone, Args)]
-pub struct RegressionArgs {
+/// The regression settings of a run, as asked for (validated by [`Regression::new`]).
+#[derive(Debug, Clone)]
+pub struct Settings {
     /// Directory of the saved history and baselines.
-    #[arg(long, value_name = "DIR", default_value = history::DEFAULT_DIR)]
     pub history: PathBuf,
-
-    /// Save this run's samples as a new history entry (compared with by later runs).
-    #[arg(long)]
+    /// Save this run's samples as a new history entry.
     pub save: bool,
-
-    /// Save this run's samples as baseline NAME, replacing the previous one.
-    #[arg(long, value_name = "NAME")]
+    /// Save this run's samples as this baseline, replacing the previous one.
     pub save_baseline: Option<String>,
-
-    /// Compare with baseline NAME instead of the latest history entries.
-    #[arg(long, value_name = "NAME")]
+    /// Compare with this baseline instead of the latest history entries.
     pub baseline: Option<String>,
-
-    /// Practical threshold in percent: a significant change within it is reported but does
-    /// not fail. `PCT` for every metric, `METRIC=PCT` or `PREFIX*=PCT` for some
-    /// (repeatable; default 2).
-    #[arg(long, value_name = "[METRIC=]PCT")]
-    pub threshold: Vec<String>,
-
-    /// Compare with at most this many of the latest history entries (ANOVA from 2 on).
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
-    pub history_depth: u64,
+    /// Practical thresholds: `PCT`, `METRIC=PCT` or `PREFIX*=PCT`.
+    pub thresholds: Vec<String>,
+    /// Compare with at most this many of the latest history entries.
+    pub depth: usize,
 }
 
 /// Whether the benchmarks are compared with saved data or with each other.
@@ -122,8 +106,8 @@ impl std::fmt::Display for Regressed {
 
 impl Regression {
     /// Validate the options. `confidence` is the plan's.
-    pub fn new(args: &RegressionArgs, confidence: f64, mode: Mode) -> anyhow::Result<Regression> {
-        let thresholds = Thresholds::from_args(&args.threshold)?;
+    pub fn new(args: &Settings, confidence: f64, mode: Mode) -> anyhow::Result<Regression> {
+        let thresholds = Thresholds::from_args(&args.thresholds)?;
         let history = History::new(&args.history);
         for name in [&args.baseline, &args.save_baseline].into_iter().flatten() {
             // Checks the name (the benchmark part is irrelevant here).
@@ -142,7 +126,7 @@ impl Regression {
             save_baseline: args.save_baseline.clone(),
             baseline: args.baseline.clone(),
             thresholds,
-            depth: usize::try_from(args.history_depth).unwrap_or(usize::MAX),
+            depth: args.depth,
             confidence,
         })
     }
@@ -426,127 +410,4 @@ pub fn regressions(report: &Report) -> Vec<Regressed> {
             })
         })
         .collect()
-}
-
-/// Build the plan of `sbs-profile compare`: every positional argument is one command,
-/// split into words the way a shell would (no shell runs it); they run interleaved.
-pub fn build_compare_plan(args: RunArgs) -> anyhow::Result<Plan> {
-    if args.command.len() < 2 {
-        bail!(
-            "compare needs at least two commands, each one quoted argument, e.g. \
-             sbs-profile compare './old --n 100' './new --n 100'"
-        );
-    }
-    if !args.name.is_empty() && args.name.len() != args.command.len() {
-        bail!(
-            "compare got {} --name for {} commands: name every command, in order, or none",
-            args.name.len(),
-            args.command.len()
-        );
-    }
-    if let Some(dup) = args
-        .name
-        .iter()
-        .enumerate()
-        .find_map(|(i, n)| args.name[..i].contains(n).then_some(n))
-    {
-        bail!("compare got the name `{dup}` twice; each command needs its own name");
-    }
-    let mut texts: Vec<&str> = Vec::new();
-    let mut plan: Option<Plan> = None;
-    for (i, command) in args.command.iter().enumerate() {
-        let text = command.to_str().with_context(|| {
-            format!("command {command:?} is not valid UTF-8; compare takes commands as text")
-        })?;
-        let words = shlex::split(text)
-            .filter(|w| !w.is_empty())
-            .with_context(|| format!("cannot split `{text}` into words: check its quotes"))?;
-        let text = text.trim();
-        // The same command twice (an A/A test) gets distinct names.
-        let earlier = texts.iter().filter(|t| **t == text).count();
-        texts.push(text);
-        let name = if let Some(name) = args.name.get(i) {
-            name.clone()
-        } else if earlier == 0 {
-            text.to_string()
-        } else {
-            format!("{text} #{}", earlier + 1)
-        };
-        let mut one = args.clone();
-        one.command = words.into_iter().map(OsString::from).collect();
-        one.name = vec![name];
-        let built = build_plan(one)?;
-        match &mut plan {
-            None => plan = Some(built),
-            Some(p) => p.benchmarks.extend(built.benchmarks),
-        }
-    }
-    plan.context("compare needs at least two commands")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cli::{Cli, Subcommand};
-    use clap::Parser;
-
-    #[test]
-    fn compare_subcommand_and_regression_options_parse() {
-        let cli = Cli::try_parse_from([
-            "sbs-profile",
-            "compare",
-            "--runs",
-            "3",
-            "--threshold",
-            "rss.peak=10",
-            "./a 1",
-            "./b 1",
-        ])
-        .unwrap();
-        let Some(Subcommand::Compare(args)) = cli.subcommand else {
-            panic!("expected compare");
-        };
-        assert_eq!(args.runs, 3);
-        assert_eq!(args.command, ["./a 1", "./b 1"]);
-        assert_eq!(args.regression.threshold, ["rss.peak=10"]);
-
-        let cli = Cli::try_parse_from([
-            "sbs-profile",
-            "--save",
-            "--baseline",
-            "main",
-            "--history",
-            "/tmp/h",
-            "--threshold",
-            "5",
-            "--",
-            "prog",
-            "--save",
-        ])
-        .unwrap();
-        assert!(cli.subcommand.is_none());
-        let r = &cli.run.regression;
-        assert!(r.save);
-        assert_eq!(r.baseline.as_deref(), Some("main"));
-        assert_eq!(r.history, PathBuf::from("/tmp/h"));
-        assert_eq!(r.history_depth, 5);
-        assert_eq!(cli.run.command, ["prog", "--save"]);
-        assert!(Cli::try_parse_from(["sbs-profile", "--history-depth", "0", "--", "p"]).is_err());
-    }
-
-    #[test]
-    fn invalid_settings_are_rejected_with_the_fix() {
-        let cli = Cli::try_parse_from(["sbs-profile", "--threshold", "lots", "--", "p"]).unwrap();
-        let e = Regression::new(&cli.run.regression, 0.95, Mode::Run).unwrap_err();
-        assert!(e.to_string().contains("invalid threshold `lots`"), "{e}");
-        let cli = Cli::try_parse_from(["sbs-profile", "--save-baseline", ".x", "--", "p"]).unwrap();
-        let e = Regression::new(&cli.run.regression, 0.95, Mode::Run).unwrap_err();
-        assert!(
-            e.to_string().contains("baseline name `.x` is invalid"),
-            "{e}"
-        );
-        let cli = Cli::try_parse_from(["sbs-profile", "--baseline", "m", "--", "p"]).unwrap();
-        let e = Regression::new(&cli.run.regression, 0.95, Mode::Compare).unwrap_err();
-        assert!(e.to_string().contains("drop --baseline"), "{e}");
-    }
 }

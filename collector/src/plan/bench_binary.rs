@@ -1,6 +1,6 @@
-//! Harnessed benchmarks (`--bench NAME`, `--harness`, `--list`): build a cargo bench
-//! target, ask a harness binary for its benchmarks, and the arguments that run one of
-//! them in a child process. The per-run side is `instruments::harness`.
+//! Binaries built with sbs-harness (`--bench NAME`, `--harness`, `--list`): build a cargo
+//! bench target, ask the binary for its benchmarks, and the arguments that run one of
+//! them in a child process. The per-run side is `run::instruments::per_op`.
 
 use std::ffi::OsString;
 use std::io::BufRead;
@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 use sbs_agent_abi::harness::{ARG_LIST, ARG_RUN};
+
+use super::HarnessBinary;
 
 /// One benchmark a harness binary lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,9 +120,21 @@ pub fn child_args(
     args
 }
 
+/// The harness binary itself: built from its cargo bench target, or found as `execvp`
+/// would find it (in the collector's own `PATH`).
+pub fn locate(binary: &HarnessBinary) -> anyhow::Result<PathBuf> {
+    match binary {
+        HarnessBinary::Bench { name, cargo_args } => build_bench(name, cargo_args),
+        HarnessBinary::Path(program) => {
+            let path_var = std::env::var_os("PATH");
+            super::resolve_program(program, path_var.as_deref())
+        }
+    }
+}
+
 /// Build cargo bench target `name` (release, debug info and symbols kept so probes find
 /// functions) and return its executable. `cargo_args` go to cargo as they are.
-pub fn build_bench(name: &str, cargo_args: &[String]) -> anyhow::Result<PathBuf> {
+fn build_bench(name: &str, cargo_args: &[String]) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut child = Command::new(&cargo)
         .args([

@@ -22,7 +22,7 @@ use crate::run::instruments::counters::PerfCounters;
 use crate::run::instruments::valgrind::ValgrindInstructions;
 
 /// How instruction counts are obtained (`--instructions`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InstructionsMode {
     /// The PMU's `instructions` event (source `perf-hw`).
     Perf,
@@ -32,7 +32,8 @@ pub enum InstructionsMode {
     Auto,
 }
 
-/// The counter options of the command line.
+/// The counter options (`--counters`, `--no-multiplex`, `--counters-best-effort`,
+/// `--instructions`).
 #[derive(Debug, Clone, Default)]
 pub struct CounterOptions {
     /// `--counters LIST`.
@@ -139,26 +140,19 @@ pub fn resolve(
     Ok((kept, instructions))
 }
 
-/// The counter groups the command line asks for (none without counter options).
+/// The counter groups the options ask for (none without counter options).
 /// Plan-time warnings (dropped events, the mechanism `auto` chose) travel with the first
 /// counter instrument into the report.
-/// For a harnessed benchmark (`region`), perf counters and valgrind count inside its
+/// For a harnessed benchmark (`opts.region`), perf counters and valgrind count inside its
 /// measured region.
-pub fn groups_for(args: &crate::cli::RunArgs, region: bool) -> anyhow::Result<Vec<Group>> {
-    let opts = CounterOptions {
-        counters: args.counters.clone(),
-        no_multiplex: args.no_multiplex,
-        best_effort: args.counters_best_effort,
-        instructions: args.instructions,
-        region,
-    };
+pub fn groups(opts: &CounterOptions) -> anyhow::Result<Vec<Group>> {
     if opts.counters.is_none() && opts.instructions.is_none() {
         if opts.no_multiplex || opts.best_effort {
             bail!("--no-multiplex and --counters-best-effort apply to --counters: add --counters LIST");
         }
         return Ok(Vec::new());
     }
-    let CounterGroups { groups, warnings } = build_groups(&opts)?;
+    let CounterGroups { groups, warnings } = probed_groups(opts)?;
     if groups.is_empty() {
         bail!(
             "none of the requested counter events can be counted on this machine ({}); run \
@@ -170,7 +164,7 @@ pub fn groups_for(args: &crate::cli::RunArgs, region: bool) -> anyhow::Result<Ve
 }
 
 /// Build the groups of runs for the counter options, probing this machine.
-pub fn build_groups(opts: &CounterOptions) -> anyhow::Result<CounterGroups> {
+pub fn probed_groups(opts: &CounterOptions) -> anyhow::Result<CounterGroups> {
     let facts = MachineFacts::read();
     let mut warnings = Vec::new();
     let installed = valgrind::find_valgrind().is_ok();

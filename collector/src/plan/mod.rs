@@ -1,34 +1,21 @@
 //! The validated request: what to run, how often, under which controls, measuring what.
-//! Built in one place (`cli.rs`); everything after it trusts it.
+//! Built in one place ([`build`], from a [`Request`] of plain values that the command
+//! line fills in); everything after it trusts it.
 
 pub mod bench_binary;
+mod build;
 pub mod counters;
+mod groups;
+mod request;
 
-use crate::run::instrument::Group;
-use crate::run::runner::RunConfig;
+use std::path::PathBuf;
 
-/// One command to measure, with its groups of runs.
-#[derive(Debug)]
-pub struct Benchmark {
-    /// Display name (by default the command line).
-    pub name: String,
-    /// How to start it.
-    pub run: RunConfig,
-    /// Groups of runs, in order; each its own series of child processes.
-    pub groups: Vec<Group>,
-}
+pub use crate::run::scheduler::{Benchmark, FailurePolicy, Schedule};
+pub use build::{build, resolve_program, CLEAN_PATH};
+pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, Target};
 
-/// What to do with a run whose child fails.
+/// The format of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailurePolicy {
-    /// A non-zero exit, a signal or a timeout aborts with an error.
-    Fail,
-    /// Keep the run's samples anyway.
-    Ignore,
-}
-
-/// Where and how to write the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// An aligned table for people.
     Text,
@@ -42,23 +29,24 @@ pub enum Format {
     Markdown,
 }
 
+/// Where the report goes and in which format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destinations {
+    /// Format of the main report.
+    pub format: Format,
+    /// A file for the main report (stdout when `None`).
+    pub output: Option<PathBuf>,
+    /// A file for the HTML page, if one is asked for.
+    pub html: Option<PathBuf>,
+}
+
 /// The whole validated request.
 #[derive(Debug)]
 pub struct Plan {
     /// The benchmarks; several are run interleaved (A B A B ...).
     pub benchmarks: Vec<Benchmark>,
-    /// Measured runs per group.
-    pub runs: usize,
-    /// Discarded runs before each group's measured runs.
-    pub warmup: usize,
-    /// Confidence level of the intervals, in (0, 1).
-    pub confidence: f64,
-    /// What a failing child means.
-    pub failure: FailurePolicy,
-    /// Whether the child started from a clean environment.
-    pub clean_env: bool,
+    /// How often each group runs, and what a failing child means.
+    pub schedule: Schedule,
     /// Report format and destinations.
-    pub report: crate::cli::OutputArgs,
-    /// Show a progress bar (stderr is a terminal).
-    pub progress: bool,
+    pub destinations: Destinations,
 }

@@ -1,13 +1,49 @@
-//! Drives the plan: for each group, warm-up runs then measured runs, benchmarks
+//! Drives the runs of a plan: for each group, warm-up runs then measured runs, benchmarks
 //! interleaved (A B A B ...), and gathers the samples into series per metric.
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
 
-use crate::plan::{FailurePolicy, Plan};
-use crate::run::instrument::{ExitKind, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{ExitKind, Group, MetricSpec, RunOutcome, Sample};
 use crate::run::runner::{run_once, Cancel, RunConfig, RunError};
+
+/// One command to measure, with its groups of runs.
+#[derive(Debug)]
+pub struct Benchmark {
+    /// Display name (by default the command line).
+    pub name: String,
+    /// How to start it.
+    pub run: RunConfig,
+    /// Groups of runs, in order; each its own series of child processes.
+    pub groups: Vec<Group>,
+}
+
+/// What to do with a run whose child fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// A non-zero exit, a signal or a timeout aborts with an error.
+    Fail,
+    /// Keep the run's samples anyway.
+    Ignore,
+}
+
+/// How the groups of runs are repeated, and what the report says of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    /// Measured runs per group.
+    pub runs: usize,
+    /// Discarded runs before each group's measured runs.
+    pub warmup: usize,
+    /// Confidence level of the intervals, in (0, 1).
+    pub confidence: f64,
+    /// What a failing child means.
+    pub failure: FailurePolicy,
+    /// Whether the child started from a clean environment (for the report).
+    pub clean_env: bool,
+    /// Show a progress bar.
+    pub progress: bool,
+}
 
 /// All values of one metric of one benchmark.
 #[derive(Debug)]
@@ -114,59 +150,72 @@ impl Executor for Processes {
     }
 }
 
-/// Run the whole plan with real child processes and build the report.
-pub fn execute(plan: &mut Plan, cancel: &Cancel) -> anyhow::Result<Report> {
-    execute_with(plan, cancel, &mut Processes)
+/// Run every benchmark's groups with real child processes and build the report.
+pub fn execute(
+    benchmarks: &mut [Benchmark],
+    schedule: &Schedule,
+    cancel: &Cancel,
+) -> anyhow::Result<Report> {
+    execute_with(benchmarks, schedule, cancel, &mut Processes)
 }
 
-/// Run the whole plan through `executor` and build the report. Every instrument's
-/// `finish` runs before this returns, whatever happened.
+/// Run every benchmark's groups through `executor` and build the report. Every
+/// instrument's `finish` runs before this returns, whatever happened.
 pub fn execute_with(
-    plan: &mut Plan,
+    benchmarks: &mut [Benchmark],
+    schedule: &Schedule,
     cancel: &Cancel,
     executor: &mut dyn Executor,
 ) -> anyhow::Result<Report> {
-    let result = execute_inner(plan, cancel, executor);
-    for bench in plan.benchmarks.iter_mut() {
+    let result = run_all(benchmarks, schedule, cancel, executor);
+    for bench in benchmarks.iter_mut() {
         for group in bench.groups.iter_mut() {
             for i in group.instruments.iter_mut() {
                 i.finish();
             }
         }
     }
-    result
+    let collected = result?;
+    Ok(report(benchmarks, collected, schedule))
 }
 
-fn execute_inner(
-    plan: &mut Plan,
+/// The progress bar of `total` runs, hidden unless asked for.
+fn progress_bar(total: u64, show: bool) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg:24} [{bar:30}] {pos}/{len} runs, {elapsed} elapsed, ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Every run of every group, benchmarks interleaved: the samples of the measured runs.
+fn run_all(
+    benchmarks: &mut [Benchmark],
+    schedule: &Schedule,
     cancel: &Cancel,
     executor: &mut dyn Executor,
-) -> anyhow::Result<Report> {
-    let group_count = plan.benchmarks.first().map(|b| b.groups.len()).unwrap_or(0);
-    let total = (group_count * (plan.warmup + plan.runs) * plan.benchmarks.len()) as u64;
-    let bar = if plan.progress {
-        let bar = ProgressBar::new(total);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {msg:24} [{bar:30}] {pos}/{len} runs, {elapsed} elapsed, ETA {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-    let mut collected: Vec<Collected> = plan
-        .benchmarks
-        .iter()
-        .map(|_| Collected::default())
-        .collect();
-    let (runs, warmup, failure) = (plan.runs, plan.warmup, plan.failure);
+) -> anyhow::Result<Vec<Collected>> {
+    let group_count = benchmarks.first().map(|b| b.groups.len()).unwrap_or(0);
+    let Schedule {
+        runs,
+        warmup,
+        failure,
+        ..
+    } = *schedule;
+    let total = (group_count * (warmup + runs) * benchmarks.len()) as u64;
+    let bar = progress_bar(total, schedule.progress);
+    let mut collected: Vec<Collected> = benchmarks.iter().map(|_| Collected::default()).collect();
     for g in 0..group_count {
         for round in 0..warmup + runs {
             let measured = round >= warmup;
-            for (b, bench) in plan.benchmarks.iter_mut().enumerate() {
+            for (b, bench) in benchmarks.iter_mut().enumerate() {
                 let group = &mut bench.groups[g];
                 bar.set_message(format!(
                     "{} {}",
@@ -188,7 +237,7 @@ fn execute_inner(
                 bar.inc(1);
             }
         }
-        for (b, bench) in plan.benchmarks.iter_mut().enumerate() {
+        for (b, bench) in benchmarks.iter_mut().enumerate() {
             for i in bench.groups[g].instruments.iter_mut() {
                 collected[b].warnings.extend(i.warnings());
                 collected[b].notes.extend(i.metric_notes());
@@ -197,10 +246,13 @@ fn execute_inner(
         }
     }
     bar.finish_and_clear();
+    Ok(collected)
+}
 
-    let confidence = plan.confidence;
-    let benchmarks = plan
-        .benchmarks
+/// The report of the collected series: each metric summarized, with the notes that
+/// instruments attached to its id prefix.
+fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedule) -> Report {
+    let results = benchmarks
         .iter()
         .zip(collected)
         .map(|(bench, c)| BenchmarkResult {
@@ -228,27 +280,28 @@ fn execute_inner(
                         .collect();
                     MetricResult {
                         notes,
-                        ..s.spec.result(s.group, s.samples, s.details, confidence)
+                        ..s.spec
+                            .result(s.group, s.samples, s.details, schedule.confidence)
                     }
                 })
                 .collect(),
             warnings: c.warnings,
         })
         .collect();
-    let first = plan.benchmarks.first().map(|b| &b.run);
-    Ok(Report {
+    let first = benchmarks.first().map(|b| &b.run);
+    Report {
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         conditions: Conditions {
-            runs,
-            warmup,
+            runs: schedule.runs,
+            warmup: schedule.warmup,
             aslr_disabled: first.is_some_and(|r| r.disable_aslr),
             pinned_cpus: first.map(|r| r.cpus.clone()).unwrap_or_default(),
-            clean_env: plan.clean_env,
+            clean_env: schedule.clean_env,
         },
-        benchmarks,
+        benchmarks: results,
         from_history: None,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -300,39 +353,36 @@ mod tests {
         }
     }
 
-    fn plan(names: &[&str], runs: usize, warmup: usize, failure: FailurePolicy) -> Plan {
-        use crate::run::instrument::Group;
+    fn benchmarks(names: &[&str]) -> Vec<Benchmark> {
         use crate::run::instruments::timing::Timing;
-        Plan {
-            benchmarks: names
-                .iter()
-                .map(|n| crate::plan::Benchmark {
-                    name: n.to_string(),
-                    run: RunConfig {
-                        program: n.into(),
-                        args: vec![n.into()],
-                        env: Vec::new(),
-                        show_output: false,
-                        disable_aslr: true,
-                        cpus: Vec::new(),
-                        timeout: None,
-                    },
-                    groups: vec![Group {
-                        name: "timing".into(),
-                        instruments: vec![Box::new(Timing { rss: true })],
-                    }],
-                })
-                .collect(),
+        names
+            .iter()
+            .map(|n| Benchmark {
+                name: n.to_string(),
+                run: RunConfig {
+                    program: n.into(),
+                    args: vec![n.into()],
+                    env: Vec::new(),
+                    show_output: false,
+                    disable_aslr: true,
+                    cpus: Vec::new(),
+                    timeout: None,
+                },
+                groups: vec![Group {
+                    name: "timing".into(),
+                    instruments: vec![Box::new(Timing { rss: true })],
+                }],
+            })
+            .collect()
+    }
+
+    fn schedule(runs: usize, warmup: usize, failure: FailurePolicy) -> Schedule {
+        Schedule {
             runs,
             warmup,
             confidence: 0.95,
             failure,
             clean_env: false,
-            report: crate::cli::OutputArgs {
-                format: crate::plan::Format::Text,
-                output: None,
-                html: None,
-            },
             progress: false,
         }
     }
@@ -344,8 +394,14 @@ mod tests {
             exits: Vec::new(),
             calls: Vec::new(),
         };
-        let mut p = plan(&["a", "b"], 3, 1, FailurePolicy::Fail);
-        let report = execute_with(&mut p, &cancel, &mut script).unwrap();
+        let mut b = benchmarks(&["a", "b"]);
+        let report = execute_with(
+            &mut b,
+            &schedule(3, 1, FailurePolicy::Fail),
+            &cancel,
+            &mut script,
+        )
+        .unwrap();
         assert_eq!(script.calls, ["a", "b", "a", "b", "a", "b", "a", "b"]);
         let wall = |b: usize| report.benchmarks[b].metrics[0].samples.clone();
         // Run n has wall 10 + n ms; runs 0 and 1 were the warm-ups.
@@ -362,8 +418,14 @@ mod tests {
             exits: exits.clone(),
             calls: Vec::new(),
         };
-        let mut p = plan(&["x"], 3, 0, FailurePolicy::Fail);
-        let err = execute_with(&mut p, &cancel, &mut script).unwrap_err();
+        let mut b = benchmarks(&["x"]);
+        let err = execute_with(
+            &mut b,
+            &schedule(3, 0, FailurePolicy::Fail),
+            &cancel,
+            &mut script,
+        )
+        .unwrap_err();
         assert!(
             format!("{err:#}").contains("`x` was killed by SIGKILL in a timing run"),
             "{err:#}"
@@ -372,8 +434,14 @@ mod tests {
             exits,
             calls: Vec::new(),
         };
-        let mut p = plan(&["x"], 3, 0, FailurePolicy::Ignore);
-        let report = execute_with(&mut p, &cancel, &mut script).unwrap();
+        let mut b = benchmarks(&["x"]);
+        let report = execute_with(
+            &mut b,
+            &schedule(3, 0, FailurePolicy::Ignore),
+            &cancel,
+            &mut script,
+        )
+        .unwrap();
         assert_eq!(report.benchmarks[0].metrics[0].samples.len(), 3);
     }
 

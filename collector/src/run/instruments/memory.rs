@@ -6,7 +6,7 @@
 //! the benchmark's process group, sampled from `/proc` (procfs) every
 //! [`SAMPLE_INTERVAL`] while the run lasts, so it can miss a spike shorter than that.
 //! The memory runs never carry the allocation agent: `heap.peak` comes from runs of its
-//! own (see `cli::build_groups` and `alloc.rs`).
+//! own (see `plan::groups` and `alloc.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

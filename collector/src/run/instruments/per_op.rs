@@ -21,7 +21,7 @@ pub const PER_OP: &str = "/op";
 
 /// What the harness in the child does in this group's runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HarnessMode {
+pub enum PerOpMode {
     /// Time the operation (the timing group).
     Time,
     /// Run `ops` operations inside the region.
@@ -33,9 +33,9 @@ pub enum HarnessMode {
 
 /// Reads the harness's records and reports per-operation metrics.
 #[derive(Debug)]
-pub struct HarnessRecords {
+pub struct PerOpRecords {
     benchmark: String,
-    mode: HarnessMode,
+    mode: PerOpMode,
     /// Metric id prefixes of the instruments before this one that counted inside the
     /// region only (`invocations.`): they get a `/op` metric too.
     region_prefixes: Vec<String>,
@@ -48,10 +48,10 @@ pub struct HarnessRecords {
     saw_alloc: bool,
 }
 
-impl HarnessRecords {
+impl PerOpRecords {
     /// The instrument for `benchmark`'s runs in `mode`.
-    pub fn new(benchmark: &str, mode: HarnessMode, region_prefixes: Vec<String>) -> Self {
-        HarnessRecords {
+    pub fn new(benchmark: &str, mode: PerOpMode, region_prefixes: Vec<String>) -> Self {
+        PerOpRecords {
             benchmark: benchmark.to_string(),
             mode,
             region_prefixes,
@@ -87,7 +87,7 @@ fn get(records: &[(String, f64)], key: &str) -> Option<f64> {
         .map(|(_, v)| *v)
 }
 
-impl Instrument for HarnessRecords {
+impl Instrument for PerOpRecords {
     fn name(&self) -> &str {
         "harness"
     }
@@ -111,10 +111,10 @@ impl Instrument for HarnessRecords {
             format!("/proc/self/fd/{}", proto::OUT_FD).into(),
         ));
         match self.mode {
-            HarnessMode::Time => setup
+            PerOpMode::Time => setup
                 .env
                 .push((proto::ENV_MODE.into(), proto::MODE_TIME.into())),
-            HarnessMode::Count { ops } => {
+            PerOpMode::Count { ops } => {
                 setup
                     .env
                     .push((proto::ENV_MODE.into(), proto::MODE_COUNT.into()));
@@ -163,7 +163,7 @@ impl Instrument for HarnessRecords {
             )
         };
         match self.mode {
-            HarnessMode::Time => {
+            PerOpMode::Time => {
                 let t = get(&records, proto::REC_TIME_OP).ok_or_else(|| missing("time.op"))?;
                 out.push(Sample::new(
                     MetricSpec::new("time.op", Unit::Seconds, "harness", false),
@@ -173,7 +173,7 @@ impl Instrument for HarnessRecords {
                     self.not_steady += 1;
                 }
             }
-            HarnessMode::Count { .. } => {
+            PerOpMode::Count { .. } => {
                 let ops = get(&records, proto::REC_OPS).ok_or_else(|| missing("ops"))?;
                 if ops <= 0.0 {
                     anyhow::bail!("the harness of `{}` ran no operation", self.benchmark);
@@ -253,7 +253,7 @@ impl Instrument for HarnessRecords {
 
     fn metric_notes(&self) -> Vec<(String, String)> {
         // The per-run totals of one harnessed report cover two different spans; say which.
-        let HarnessMode::Count { ops } = self.mode else {
+        let PerOpMode::Count { ops } = self.mode else {
             return Vec::new();
         };
         let mut notes: Vec<(String, String)> = self
@@ -311,7 +311,7 @@ mod tests {
     /// Prepare a run, write `records` as the child would, and collect after `earlier`
     /// samples of the instruments before this one.
     fn run(
-        inst: &mut HarnessRecords,
+        inst: &mut PerOpRecords,
         records: &str,
         earlier: Vec<Sample>,
         exit: ExitKind,
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn timing_runs_report_time_per_operation_and_unsteady_processes() {
-        let mut inst = HarnessRecords::new("b", HarnessMode::Time, Vec::new());
+        let mut inst = PerOpRecords::new("b", PerOpMode::Time, Vec::new());
         let out = run(
             &mut inst,
             "time.op 2.5e-6\nnot_steady 0e0\n",
@@ -369,9 +369,9 @@ mod tests {
 
     #[test]
     fn counting_runs_divide_region_counts_and_report_allocations() {
-        let mut inst = HarnessRecords::new(
+        let mut inst = PerOpRecords::new(
             "b",
-            HarnessMode::Count { ops: 4 },
+            PerOpMode::Count { ops: 4 },
             vec!["invocations.".into()],
         );
         let mut probe = Sample::new(
@@ -404,15 +404,14 @@ mod tests {
 
     #[test]
     fn missing_records_and_descriptors_are_errors_that_say_why() {
-        let mut inst = HarnessRecords::new("b", HarnessMode::Time, Vec::new());
+        let mut inst = PerOpRecords::new("b", PerOpMode::Time, Vec::new());
         let e = run(&mut inst, "", vec![], ExitKind::Code(0)).unwrap_err();
         assert!(e.to_string().contains("wrote no harness records"), "{e}");
         // A failed child: the scheduler reports the failure, not a missing record.
         assert!(run(&mut inst, "", vec![], ExitKind::Code(2))
             .unwrap()
             .is_empty());
-        let mut inst =
-            HarnessRecords::new("b", HarnessMode::Count { ops: 1 }, vec!["counter.".into()]);
+        let mut inst = PerOpRecords::new("b", PerOpMode::Count { ops: 1 }, vec!["counter.".into()]);
         let c = Sample::new(
             MetricSpec::new("counter.page-faults", Unit::Count, "perf-sw", false),
             80.0,
@@ -438,8 +437,7 @@ mod tests {
                 3000.0,
             )
         };
-        let mut inst =
-            HarnessRecords::new("b", HarnessMode::Count { ops: 3 }, vec!["counter.".into()]);
+        let mut inst = PerOpRecords::new("b", PerOpMode::Count { ops: 3 }, vec!["counter.".into()]);
         // No descriptors (valgrind has none), but the harness ran under valgrind.
         let out = run(
             &mut inst,

@@ -1,0 +1,441 @@
+//! The options of the measuring commands (a run, `compare`) and of `report`'s output, as
+//! clap parses them, and their conversion into the plain values of [`crate::plan`] and
+//! [`crate::judge`]. Nothing below the command layer sees these types.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::history;
+use crate::judge::regression::Settings;
+use crate::plan::counters::{CounterOptions, InstructionsMode};
+use crate::plan::{Controls, Destinations, FailurePolicy, Format, Measures};
+
+/// `--format`: the report formats, as the command line names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    /// An aligned table for people.
+    Text,
+    /// The JSON schema of `docs/schema.md`.
+    Json,
+    /// One row per metric.
+    Csv,
+    /// Bencher Metric Format JSON (bencher.dev, github-action-benchmark).
+    Bmf,
+    /// A Markdown table for pull-request comments.
+    Markdown,
+}
+
+impl From<FormatArg> for Format {
+    fn from(f: FormatArg) -> Format {
+        match f {
+            FormatArg::Text => Format::Text,
+            FormatArg::Json => Format::Json,
+            FormatArg::Csv => Format::Csv,
+            FormatArg::Bmf => Format::Bmf,
+            FormatArg::Markdown => Format::Markdown,
+        }
+    }
+}
+
+/// `--instructions`: how instructions are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum InstructionsArg {
+    /// The PMU's `instructions` event (source `perf-hw`).
+    Perf,
+    /// valgrind's cachegrind (source `valgrind`).
+    Valgrind,
+    /// The PMU if it works here, otherwise valgrind.
+    Auto,
+}
+
+impl From<InstructionsArg> for InstructionsMode {
+    fn from(m: InstructionsArg) -> InstructionsMode {
+        match m {
+            InstructionsArg::Perf => InstructionsMode::Perf,
+            InstructionsArg::Valgrind => InstructionsMode::Valgrind,
+            InstructionsArg::Auto => InstructionsMode::Auto,
+        }
+    }
+}
+
+/// Where the report goes and in which format (a run, `compare` and `report` share them).
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Report format.
+    #[arg(short = 'f', long, value_enum, default_value_t = FormatArg::Text)]
+    pub format: FormatArg,
+
+    /// Write the report to FILE (atomically) instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Also write a self-contained HTML page with plots (and trends, with a history) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+/// Options of a measuring run.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Measured runs per metric group.
+    #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs, allow_negative_numbers = true)]
+    pub runs: u64,
+
+    /// Discarded warm-up runs before each group's measured runs.
+    #[arg(
+        short = 'w',
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub warmup: u64,
+
+    /// Measure wall, user and system time and peak RSS (the default when no other group
+    /// is asked for).
+    #[arg(long)]
+    pub time: bool,
+
+    /// Count allocations through the preloaded agent (its own group of runs): alloc.count,
+    /// alloc.bytes, alloc.frees, alloc.reallocs, heap.peak, heap.live_at_exit.
+    #[arg(long)]
+    pub alloc: bool,
+
+    /// Take --alloc and --memory's heap numbers from the program itself instead of the
+    /// preloaded agent: for Rust programs whose #[global_allocator] is wrapped in
+    /// sbs_harness::CountingAlloc (custom allocators, static binaries). Source `harness`.
+    #[arg(long)]
+    pub alloc_harness: bool,
+
+    /// Count the values a Rust program boxes (`Box::new`) as boxing.count (its own group
+    /// of runs; uprobes, needs root). Exact for out-of-line calls; inlined ones (release
+    /// builds) are reported in a warning, not counted. See docs/alloc.md.
+    #[arg(long)]
+    pub boxing: bool,
+
+    /// Measure the footprint (its own group of runs, without the agent): rss.peak
+    /// (rusage), rss.tree_peak (procfs, whole process group); and heap.peak (agent, from
+    /// the --alloc runs or from agent runs of its own)
+    #[arg(long)]
+    pub memory: bool,
+
+    /// Kill a run's whole process group after this long: seconds, or with a unit
+    /// (`500ms`, `2s`, `1m`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_negative_numbers = true)]
+    pub timeout: Option<Duration>,
+
+    /// Report format and destinations.
+    #[command(flatten)]
+    pub report: OutputArgs,
+
+    /// Show the child's stdout and stderr (discarded by default).
+    #[arg(long)]
+    pub show_output: bool,
+
+    /// Keep measuring when the child exits non-zero, dies from a signal or times out.
+    #[arg(short = 'i', long)]
+    pub ignore_failure: bool,
+
+    /// Confidence level of the intervals, as a percentage or a fraction (95, 99, 0.9).
+    #[arg(long, value_name = "LEVEL", default_value = "95", value_parser = parse_confidence)]
+    pub confidence: f64,
+
+    /// Pin the child to these CPUs (comma-separated list, e.g. `1` or `0,1`).
+    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    pub pin: Vec<usize>,
+
+    /// Keep address-space layout randomisation on (by default it is off in the child).
+    #[arg(long)]
+    pub aslr: bool,
+
+    /// Start the child from an empty environment (plus a fixed PATH and any --env).
+    #[arg(long)]
+    pub clean_env: bool,
+
+    /// Set an environment variable in the child (repeatable).
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(OsString, OsString)>,
+
+    /// Count perf events (comma-separated, perf's names, optional `:u`/`:k`/`:uk` scope),
+    /// e.g. `instructions,cycles,page-faults,context-switches`. See --list-counters.
+    #[arg(long, value_name = "LIST")]
+    pub counters: Option<String>,
+
+    /// Never let the kernel time-share (multiplex) hardware counters: measure each group of
+    /// hardware events in runs of its own.
+    #[arg(long)]
+    pub no_multiplex: bool,
+
+    /// Skip counter events this machine cannot count (with a warning) instead of failing.
+    #[arg(long)]
+    pub counters_best_effort: bool,
+
+    /// Count instructions: `perf` (the PMU), `valgrind` (cachegrind, no PMU needed) or
+    /// `auto` (the PMU if it works here, otherwise valgrind). The two are never compared.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub instructions: Option<InstructionsArg>,
+
+    /// List the perf events this machine can count, and why not and how to fix it for the
+    /// others; then exit.
+    #[arg(long, exclusive = true)]
+    pub list_counters: bool,
+
+    /// Name of the benchmark in reports (default: the command line). `compare` takes one
+    /// per command, in the order of the commands (`-n old -n new`), for short labels
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: Vec<String>,
+
+    /// History, baselines, thresholds.
+    #[command(flatten)]
+    pub regression: RegressionArgs,
+
+    /// Count calls of the functions a PATTERN names, through uprobes (repeatable; needs
+    /// root). Exact, across threads and child processes; these runs carry no timing.
+    ///
+    /// Names are compared by path segments, with generic arguments, C++ parameter lists
+    /// and return types dropped; the pattern must equal the last whole segments:
+    /// `Vec::push` matches `alloc::vec::Vec<T,A>::push` and `<alloc::vec::Vec<u32>>::push`
+    /// but not `String::push_str` nor `Vec::push_mut`. Trait methods match through the
+    /// type or the trait: `Widget::fmt` and `Display::fmt` both match
+    /// `<app::Widget as core::fmt::Display>::fmt`. C++: `Widget::draw` matches every
+    /// overload of `ns::Widget::draw(...)`. A raw symbol name (`malloc`, `_ZN2ns1fEv`) or
+    /// a full demangled name matches exactly. Functions of the shared libraries the
+    /// program loads are included (`malloc` finds glibc's); each matched function is its
+    /// own row in the report. Calls inlined into their callers are counted too, from the
+    /// debug info (in the file or a separate debug file under /usr/lib/debug): a probe on
+    /// each place where control enters an inlined copy; their row is labelled
+    /// `[inlined, N sites]`. Inlined copies that cannot be probed are counted in a warning.
+    #[arg(long = "invocations", value_name = "PATTERN", verbatim_doc_comment)]
+    pub invocations: Vec<String>,
+
+    /// With --invocations: one row per inlined site, with the function it was inlined
+    /// into and its call site (file:line), and `uncertain` where the entry analysis is.
+    #[arg(long)]
+    pub invocations_detail: bool,
+
+    /// Build cargo bench target NAME (release, with debug info and symbols kept) and
+    /// measure each of its sbs-harness benchmarks in its own child processes, per
+    /// operation; arguments after `--` are name filters.
+    #[arg(long = "bench", value_name = "NAME", conflicts_with = "harness")]
+    pub bench: Option<String>,
+
+    /// COMMAND is a binary built with sbs-harness: measure each of its benchmarks (its
+    /// further arguments are name filters) in its own child processes, per operation.
+    #[arg(long)]
+    pub harness: bool,
+
+    /// List the benchmarks of the harness binary (COMMAND, or the --bench target) and exit.
+    #[arg(long)]
+    pub list: bool,
+
+    /// Override a harness benchmark parameter (repeatable).
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+
+    /// Harness: operations per counting run (invocations, allocations, counters).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
+    pub ops: u64,
+
+    /// Harness: measurements kept per timing process (also the steady-state window).
+    #[arg(long, value_name = "K", default_value_t = 10)]
+    pub samples: usize,
+
+    /// Harness: pass ARG to the benchmark binary as it is (repeatable), e.g.
+    /// `--harness-arg=--warmup=50` or `--harness-arg=--cov=0.05`.
+    #[arg(long = "harness-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub harness_args: Vec<String>,
+
+    /// With --bench: pass ARG to `cargo bench` (repeatable), e.g. `--cargo-arg=-p
+    /// --cargo-arg=mypackage`.
+    #[arg(long = "cargo-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub cargo_args: Vec<String>,
+
+    /// Refuse a --invocations pattern that matches more functions than this.
+    #[arg(long, value_name = "N", default_value_t = sbs_probes::resolve::DEFAULT_MAX_PROBES)]
+    pub max_probes: usize,
+
+    /// The benchmark command and its arguments (after `--`).
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
+    pub command: Vec<OsString>,
+}
+
+/// Options of the regression machinery, shared by a plain run and `compare`.
+#[derive(Debug, Clone, Args)]
+pub struct RegressionArgs {
+    /// Directory of the saved history and baselines.
+    #[arg(long, value_name = "DIR", default_value = history::DEFAULT_DIR)]
+    pub history: PathBuf,
+
+    /// Save this run's samples as a new history entry (compared with by later runs).
+    #[arg(long)]
+    pub save: bool,
+
+    /// Save this run's samples as baseline NAME, replacing the previous one.
+    #[arg(long, value_name = "NAME")]
+    pub save_baseline: Option<String>,
+
+    /// Compare with baseline NAME instead of the latest history entries.
+    #[arg(long, value_name = "NAME")]
+    pub baseline: Option<String>,
+
+    /// Practical threshold in percent: a significant change within it is reported but does
+    /// not fail. `PCT` for every metric, `METRIC=PCT` or `PREFIX*=PCT` for some
+    /// (repeatable; default 2).
+    #[arg(long, value_name = "[METRIC=]PCT")]
+    pub threshold: Vec<String>,
+
+    /// Compare with at most this many of the latest history entries (ANOVA from 2 on).
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub history_depth: u64,
+}
+
+impl OutputArgs {
+    /// Where the report goes.
+    pub fn destinations(&self) -> Destinations {
+        Destinations {
+            format: self.format.into(),
+            output: self.output.clone(),
+            html: self.html.clone(),
+        }
+    }
+}
+
+impl RegressionArgs {
+    /// The regression settings.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            history: self.history.clone(),
+            save: self.save,
+            save_baseline: self.save_baseline.clone(),
+            baseline: self.baseline.clone(),
+            thresholds: self.threshold.clone(),
+            depth: usize::try_from(self.history_depth).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+impl RunArgs {
+    /// The metric groups asked for.
+    pub fn measures(&self) -> Measures {
+        Measures {
+            time: self.time,
+            alloc: self.alloc,
+            alloc_harness: self.alloc_harness,
+            boxing: self.boxing,
+            memory: self.memory,
+            invocations: self.invocations.clone(),
+            invocations_detail: self.invocations_detail,
+            max_probes: self.max_probes,
+            counters: CounterOptions {
+                counters: self.counters.clone(),
+                no_multiplex: self.no_multiplex,
+                best_effort: self.counters_best_effort,
+                instructions: self.instructions.map(Into::into),
+                region: false,
+            },
+            ops: self.ops,
+        }
+    }
+
+    /// How runs are started and repeated.
+    pub fn controls(&self) -> Controls {
+        Controls {
+            runs: self.runs as usize,
+            warmup: self.warmup as usize,
+            confidence: self.confidence,
+            failure: if self.ignore_failure {
+                FailurePolicy::Ignore
+            } else {
+                FailurePolicy::Fail
+            },
+            clean_env: self.clean_env,
+            env: self.env.clone(),
+            pin: self.pin.clone(),
+            aslr: self.aslr,
+            timeout: self.timeout,
+            show_output: self.show_output,
+            progress: std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+fn parse_runs(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a whole number of runs")),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let value: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration; write seconds (2.5) or 500ms, 2s, 1m"))?;
+    let secs = value * scale;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("'{s}' must be a positive duration"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("'{s}': {e}"))
+}
+
+pub(super) fn parse_confidence(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('%');
+    let v: f64 = t
+        .parse()
+        .map_err(|_| format!("'{s}' is not a confidence level; write 95 or 0.95"))?;
+    let v = if v >= 1.0 { v / 100.0 } else { v };
+    if v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' must lie strictly between 0 and 100 percent"))
+    }
+}
+
+fn parse_env(s: &str) -> Result<(OsString, OsString), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
+        _ => Err(format!("'{s}' is not KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("abc").is_err());
+    }
+
+    #[test]
+    fn confidence_levels() {
+        assert_eq!(parse_confidence("95"), Ok(0.95));
+        assert_eq!(parse_confidence("0.99"), Ok(0.99));
+        assert_eq!(parse_confidence("90%"), Ok(0.9));
+        assert!(parse_confidence("100").is_err());
+        assert!(parse_confidence("0").is_err());
+    }
+}

@@ -1,0 +1,40 @@
+//! A measuring command (a plain run, `compare`): build the plan, load what it is compared
+//! with, run it, judge it, write the report and save the history.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use super::{exit_for, RunArgs};
+use crate::judge::regression::{Mode, Regression};
+use crate::output::Sinks;
+use crate::plan::{self, Request, Target};
+use crate::run::runner::Cancel;
+use crate::run::scheduler::execute;
+
+/// Measure `targets` with the options of `args`, judged as `mode` says.
+pub(super) fn measure(
+    args: &RunArgs,
+    targets: Vec<Target>,
+    mode: Mode,
+) -> anyhow::Result<ExitCode> {
+    let mut plan = plan::build(Request {
+        targets,
+        measures: args.measures(),
+        controls: args.controls(),
+        destinations: args.report.destinations(),
+    })?;
+    let regression = Regression::new(&args.regression.settings(), plan.schedule.confidence, mode)?;
+    // Read the history first: a missing baseline or a corrupt file fails before the runs.
+    let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
+    let references = regression.load(&names)?;
+    // Open the destinations first: an unwritable path fails before minutes of runs.
+    let sinks = Sinks::open(&plan.destinations)?;
+    let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
+    let mut report = execute(&mut plan.benchmarks, &plan.schedule, &cancel)?;
+    let regressions = regression.apply(&references, &mut report)?;
+    sinks.write(&report)?;
+    // After the report is out: a history that cannot be written loses no measurements.
+    regression.save(&report)?;
+    Ok(exit_for(&regressions))
+}

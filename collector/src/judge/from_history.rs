@@ -1,0 +1,134 @@
+//! A report from the saved history, without running anything (`sbs-profile report`).
+//! Each benchmark's latest entry is compared with the entries before it, exactly as a run
+//! with `--history` would have been, and every metric carries its trend.
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
+
+use crate::history::History;
+use crate::judge::regression::{Mode, Reference, Regressed, Regression, Settings, THIS_RUN};
+use crate::run::instrument::MetricSpec;
+
+/// What to report on.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Directory of the saved history.
+    pub history: PathBuf,
+    /// Only these benchmarks (all in the history when empty).
+    pub names: Vec<String>,
+    /// Practical thresholds, as for a run.
+    pub thresholds: Vec<String>,
+    /// Compare the latest entry with at most this many entries before it.
+    pub depth: usize,
+    /// Confidence level of the intervals, in (0, 1).
+    pub confidence: f64,
+}
+
+/// Build the report and the regressions of the latest entries.
+pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
+    let store = History::new(&args.history);
+    let all = store.benchmarks()?;
+    if all.is_empty() {
+        bail!(
+            "no saved history in {}: save runs first with `sbs-profile --save -- COMMAND`, or \
+             point --history at the right directory",
+            args.history.display()
+        );
+    }
+    let names: Vec<String> = if args.names.is_empty() {
+        all
+    } else {
+        for n in &args.names {
+            if !all.contains(n) {
+                bail!(
+                    "--name {n}: no such benchmark in {}; saved benchmarks: {}",
+                    args.history.display(),
+                    all.join(", ")
+                );
+            }
+        }
+        args.names.clone()
+    };
+    let regression = Regression::new(
+        &Settings {
+            history: args.history.clone(),
+            save: false,
+            save_baseline: None,
+            baseline: None,
+            thresholds: args.thresholds.clone(),
+            depth: args.depth,
+        },
+        args.confidence,
+        Mode::Run,
+    )?;
+    let mut benchmarks = Vec::new();
+    let mut references = Vec::new();
+    let mut latest_labels = Vec::new();
+    let mut max_n = 0;
+    for name in &names {
+        let mut entries = store.entries(name)?;
+        let Some(latest) = entries.pop() else {
+            continue;
+        };
+        let metrics: Vec<MetricResult> = latest
+            .metrics
+            .iter()
+            .map(|m| {
+                max_n = max_n.max(m.samples.len());
+                MetricSpec::new(m.id.clone(), m.unit, m.source.clone(), m.exact).result(
+                    String::new(),
+                    m.samples.clone(),
+                    m.details.clone(),
+                    args.confidence,
+                )
+            })
+            .collect();
+        benchmarks.push(BenchmarkResult {
+            name: name.clone(),
+            command: vec![latest.command.clone()],
+            metrics,
+            warnings: Vec::new(),
+        });
+        references.push(if entries.is_empty() {
+            Reference::Nothing
+        } else {
+            Reference::History(entries)
+        });
+        latest_labels.push(latest.meta.label());
+    }
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        conditions: Conditions {
+            runs: max_n,
+            warmup: 0,
+            aslr_disabled: false,
+            pinned_cpus: Vec::new(),
+            clean_env: false,
+        },
+        benchmarks,
+        from_history: Some(args.history.display().to_string()),
+    };
+    let regressions = regression.apply(&references, &mut report)?;
+    // The latest entry is "this run" to the comparison; name it by its time instead.
+    for (bench, label) in report.benchmarks.iter_mut().zip(latest_labels) {
+        let rename = |l: &mut String| {
+            if l == THIS_RUN {
+                *l = label.clone();
+            }
+        };
+        for m in bench.metrics.iter_mut() {
+            m.trend.iter_mut().for_each(|p| rename(&mut p.label));
+            if let Some(anova) = m.comparison.as_mut().and_then(|c| c.anova.as_mut()) {
+                anova.groups.iter_mut().for_each(rename);
+                for pair in anova.differing.iter_mut() {
+                    rename(&mut pair.a);
+                    rename(&mut pair.b);
+                }
+            }
+        }
+    }
+    Ok((report, regressions))
+}

@@ -1,0 +1,170 @@
+//! From a [`Request`] to a [`Plan`]: find the programs, list harness benchmarks, check
+//! the controls, and give every benchmark its groups of runs.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+use super::groups::benchmark_groups;
+use super::{bench_binary, Benchmark, Controls, HarnessTarget, Plan, Request, Schedule, Target};
+use crate::run::runner::RunConfig;
+
+/// `PATH` of a clean environment (`--clean-env`).
+pub const CLEAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Validate the request and build the plan.
+pub fn build(request: Request) -> anyhow::Result<Plan> {
+    let mut benchmarks = Vec::new();
+    for target in &request.targets {
+        match target {
+            Target::Command { argv, name } => {
+                benchmarks.push(command_benchmark(&request, argv, name.as_deref())?)
+            }
+            Target::Harness(h) => benchmarks.extend(harness_benchmarks(&request, h)?),
+        }
+    }
+    let Request {
+        controls,
+        destinations,
+        ..
+    } = request;
+    Ok(Plan {
+        benchmarks,
+        schedule: Schedule {
+            runs: controls.runs,
+            warmup: controls.warmup,
+            confidence: controls.confidence,
+            failure: controls.failure,
+            clean_env: controls.clean_env,
+            progress: controls.progress,
+        },
+        destinations,
+    })
+}
+
+fn command_benchmark(
+    request: &Request,
+    argv: &[OsString],
+    name: Option<&str>,
+) -> anyhow::Result<Benchmark> {
+    let Some(program) = argv.first() else {
+        bail!("no command given; usage: sbs-profile [OPTIONS] -- COMMAND [ARGS...]");
+    };
+    let env = child_env(&request.controls);
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let resolved = resolve_program(program, path_var)?;
+    let name = name.map(str::to_string).unwrap_or_else(|| {
+        argv.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let run = run_config(&request.controls, resolved, argv.to_vec(), env)?;
+    let groups = benchmark_groups(&request.measures, &run, None)?;
+    Ok(Benchmark { name, run, groups })
+}
+
+/// One benchmark per harness benchmark selected, each in its own child processes
+/// (`BINARY --sbs-run NAME`), run interleaved like commands of `compare`.
+fn harness_benchmarks(request: &Request, h: &HarnessTarget) -> anyhow::Result<Vec<Benchmark>> {
+    if h.samples < 2 {
+        bail!(
+            "--samples {}: at least 2 measurements are needed",
+            h.samples
+        );
+    }
+    let exe = bench_binary::locate(&h.binary)?;
+    let listed = bench_binary::list(&exe, &h.filters)?;
+    bench_binary::check_params(&h.params, &listed)?;
+    let env = child_env(&request.controls);
+    let mut benchmarks = Vec::new();
+    for l in listed {
+        let child_args =
+            bench_binary::child_args(&exe, &l.name, &h.params, h.samples, &h.harness_args);
+        let run = run_config(&request.controls, exe.clone(), child_args, env.clone())?;
+        let groups = benchmark_groups(&request.measures, &run, Some(&l.name))?;
+        benchmarks.push(Benchmark {
+            name: l.name,
+            run,
+            groups,
+        });
+    }
+    Ok(benchmarks)
+}
+
+/// Find the program the way `execvp` would, with a message that says what to fix.
+pub fn resolve_program(program: &OsStr, path_var: Option<&OsStr>) -> anyhow::Result<PathBuf> {
+    let shown = Path::new(program).display().to_string();
+    if program.as_encoded_bytes().contains(&b'/') {
+        let path = PathBuf::from(program);
+        let meta = std::fs::metadata(&path).with_context(|| {
+            format!("command not found: '{shown}' does not exist; check the path")
+        })?;
+        if meta.is_dir() {
+            bail!("'{shown}' is a directory, not a program");
+        }
+        if meta.permissions().mode() & 0o111 == 0 {
+            bail!(
+                "'{shown}' is not executable (mode {:o}); run `chmod +x {shown}`",
+                meta.permissions().mode() & 0o777
+            );
+        }
+        return Ok(path);
+    }
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    which::which_in(program, path_var, cwd).map_err(|_| {
+        anyhow::anyhow!(
+            "command not found: '{shown}' is not an executable in PATH; give its path (e.g. ./{shown}) or fix PATH"
+        )
+    })
+}
+
+fn available_cpus() -> Vec<usize> {
+    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..nix::sched::CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn child_env(controls: &Controls) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = if controls.clean_env {
+        vec![("PATH".into(), CLEAN_PATH.into())]
+    } else {
+        std::env::vars_os().collect()
+    };
+    for (k, v) in &controls.env {
+        env.retain(|(ek, _)| ek != k);
+        env.push((k.clone(), v.clone()));
+    }
+    env
+}
+
+fn run_config(
+    controls: &Controls,
+    program: PathBuf,
+    argv: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+) -> anyhow::Result<RunConfig> {
+    if !controls.pin.is_empty() {
+        let cpus = available_cpus();
+        if let Some(bad) = controls.pin.iter().find(|c| !cpus.contains(c)) {
+            bail!("--pin {bad}: no such CPU available to this process (available: {cpus:?})");
+        }
+    }
+    Ok(RunConfig {
+        program,
+        args: argv,
+        env,
+        show_output: controls.show_output,
+        disable_aslr: !controls.aslr,
+        cpus: controls.pin.clone(),
+        timeout: controls.timeout,
+    })
+}

@@ -1,0 +1,184 @@
+//! The groups of runs of one benchmark, from the metric groups a [`Measures`] asks for.
+//! Every benchmark of a plan gets the same list, in the same order (interleaved runs rely
+//! on it).
+
+use std::ffi::OsStr;
+
+use anyhow::bail;
+
+use super::counters::{self, CounterOptions};
+use super::Measures;
+use crate::run::instrument::{Group, Instrument};
+use crate::run::instruments::alloc::{AgentError, AllocAgent, AllocMetrics, AllocPath};
+use crate::run::instruments::boxing::Boxing;
+use crate::run::instruments::invocations::Invocations;
+use crate::run::instruments::memory::Memory;
+use crate::run::instruments::per_op::{PerOpMode, PerOpRecords};
+use crate::run::instruments::timing::Timing;
+use crate::run::runner::RunConfig;
+
+/// The groups of one benchmark, in run order.
+///
+/// For a harnessed benchmark (`harness` is its name) uprobes, perf counters and valgrind
+/// count inside the measured region only, and every group ends with the instrument that
+/// reads the harness's records and reports metrics per operation.
+pub(super) fn benchmark_groups(
+    measures: &Measures,
+    run: &RunConfig,
+    harness: Option<&str>,
+) -> anyhow::Result<Vec<Group>> {
+    let region = harness.is_some();
+    let mut groups = Vec::new();
+    if !measures.invocations.is_empty() {
+        groups.push(invocations_group(measures, run, region)?);
+    } else if measures.invocations_detail {
+        bail!("--invocations-detail details the rows of --invocations; add --invocations PATTERN");
+    }
+    let alloc_path = if measures.alloc_harness {
+        AllocPath::Harness
+    } else {
+        AllocPath::Agent
+    };
+    if measures.alloc_harness && !measures.alloc && !measures.memory {
+        bail!(
+            "--alloc-harness changes where --alloc and --memory get their numbers; add one of them"
+        );
+    }
+    if measures.alloc {
+        groups.push(Group {
+            name: "alloc".into(),
+            instruments: vec![Box::new(AllocAgent::new(
+                AllocMetrics::All,
+                alloc_path,
+                &run.program,
+                &run.env,
+            )?)],
+        });
+    }
+    if measures.boxing {
+        groups.push(boxing_group(measures, run, region)?);
+    }
+    if measures.memory {
+        groups.extend(memory_groups(measures, run, alloc_path)?);
+    }
+    groups.extend(counters::groups(&CounterOptions {
+        region,
+        ..measures.counters.clone()
+    })?);
+    let others_requested = !groups.is_empty();
+    // A harnessed benchmark is always timed: time.op is what it is for.
+    if measures.time || !others_requested || region {
+        groups.insert(
+            0,
+            Group {
+                name: "timing".into(),
+                instruments: vec![Box::new(Timing {
+                    rss: !measures.memory,
+                })],
+            },
+        );
+    }
+    if let Some(name) = harness {
+        for g in groups.iter_mut() {
+            g.instruments
+                .push(Box::new(per_op_records(name, &g.name, measures)));
+        }
+    }
+    Ok(groups)
+}
+
+/// The child's `LD_LIBRARY_PATH`, where probes look for the libraries it loads.
+fn ld_library_path(run: &RunConfig) -> Option<&OsStr> {
+    run.env
+        .iter()
+        .find(|(k, _)| k == "LD_LIBRARY_PATH")
+        .map(|(_, v)| v.as_os_str())
+}
+
+/// All `--invocations` patterns share one group of runs.
+fn invocations_group(measures: &Measures, run: &RunConfig, region: bool) -> anyhow::Result<Group> {
+    let instrument = Invocations::new(
+        &run.program,
+        ld_library_path(run),
+        &measures.invocations,
+        measures.max_probes,
+        measures.invocations_detail,
+    )?;
+    let instrument = if region {
+        instrument.in_region()
+    } else {
+        instrument
+    };
+    Ok(Group {
+        name: "invocations".into(),
+        instruments: vec![Box::new(instrument)],
+    })
+}
+
+fn boxing_group(measures: &Measures, run: &RunConfig, region: bool) -> anyhow::Result<Group> {
+    let boxing = Boxing::new(&run.program, ld_library_path(run), measures.max_probes)?;
+    let boxing = if region { boxing.in_region() } else { boxing };
+    Ok(Group {
+        name: "boxing".into(),
+        instruments: vec![Box::new(boxing)],
+    })
+}
+
+/// The `memory` group, and the `heap` group when heap.peak needs agent runs of its own.
+///
+/// RSS is measured in runs without the agent (its bookkeeping adds to the resident size it
+/// would measure). heap.peak comes from the alloc runs with --alloc, else from agent runs
+/// of their own (group `heap`), or, with --alloc-harness, from the program's own counting
+/// allocator in the memory runs (it adds nothing to RSS). A program the agent cannot load
+/// into (static, setuid) still gets its RSS, and a warning instead of heap.peak.
+fn memory_groups(
+    measures: &Measures,
+    run: &RunConfig,
+    alloc_path: AllocPath,
+) -> anyhow::Result<Vec<Group>> {
+    let mut memory = Memory::default();
+    let mut heap = None;
+    if !measures.alloc {
+        match AllocAgent::new(AllocMetrics::HeapPeak, alloc_path, &run.program, &run.env) {
+            Ok(agent) => heap = Some(agent),
+            Err(e) => match e.downcast_ref::<AgentError>() {
+                Some(AgentError::Unsupported { .. }) => {
+                    memory.note(format!("heap.peak not measured: {e}"));
+                }
+                _ => return Err(e),
+            },
+        }
+    }
+    let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(memory)];
+    let mut heap_group = None;
+    match heap {
+        Some(counting) if alloc_path == AllocPath::Harness => instruments.push(Box::new(counting)),
+        Some(agent) => {
+            heap_group = Some(Group {
+                name: "heap".into(),
+                instruments: vec![Box::new(agent)],
+            })
+        }
+        None => {}
+    }
+    let mut groups = vec![Group {
+        name: "memory".into(),
+        instruments,
+    }];
+    groups.extend(heap_group);
+    Ok(groups)
+}
+
+/// The last instrument of each group of a harnessed benchmark: what the group's runs are
+/// for (timing, or counting inside the region) and which metrics it turns per operation.
+fn per_op_records(benchmark: &str, group: &str, measures: &Measures) -> PerOpRecords {
+    let count = PerOpMode::Count { ops: measures.ops };
+    let (mode, prefixes) = match group {
+        "timing" => (PerOpMode::Time, Vec::new()),
+        "invocations" => (count, vec!["invocations.".to_string()]),
+        "boxing" => (count, vec!["boxing.".to_string()]),
+        n if n.starts_with("counters") || n == "valgrind" => (count, vec!["counter.".to_string()]),
+        _ => (count, Vec::new()),
+    };
+    PerOpRecords::new(benchmark, mode, prefixes).counting_alloc(measures.alloc_harness)
+}
