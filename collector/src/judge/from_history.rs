@@ -9,7 +9,7 @@ use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHE
 
 use crate::history::History;
 use crate::judge::regression::{Mode, Reference, Regressed, Regression, Settings, THIS_RUN};
-use crate::run::instrument::MetricSpec;
+use crate::judge::summary::metric_result;
 
 /// What to report on.
 #[derive(Debug, Clone)]
@@ -77,8 +77,11 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
             .iter()
             .map(|m| {
                 max_n = max_n.max(m.samples.len());
-                MetricSpec::new(m.id.clone(), m.unit, m.source.clone(), m.exact).result(
-                    String::new(),
+                metric_result(
+                    m.id.clone(),
+                    m.unit,
+                    m.source.clone(),
+                    m.exact,
                     m.samples.clone(),
                     m.details.clone(),
                     args.confidence,

@@ -1,7 +1,10 @@
-//! Summary statistics shared by every metric: pure functions over numbers.
+//! Summary statistics shared by every metric: pure functions over numbers. The moments
+//! (mean, variance) and the median come from `statrs`; this is the one place that computes
+//! them for the collector.
 
-use sbs_reports::model::Summary;
+use sbs_reports::model::{Detail, MetricResult, Summary, Unit};
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+use statrs::statistics::{Data, Median, Statistics};
 
 /// From this many samples on, the normal distribution replaces Student's t.
 pub const LARGE_SAMPLE: usize = 30;
@@ -24,13 +27,78 @@ pub fn critical_value(confidence: f64, n: usize) -> f64 {
     }
 }
 
+/// Sample size, mean and sample variance (n - 1 denominator; 0 for one sample).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Moments {
+    /// Number of samples.
+    pub n: usize,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Sample variance.
+    pub var: f64,
+}
+
+impl Moments {
+    /// Moments of `samples`. `None` when empty. Exactly equal values (an exact counter)
+    /// have their value as mean and variance 0, with no rounding residue.
+    pub fn of(samples: &[f64]) -> Option<Moments> {
+        let (&first, rest) = samples.split_first()?;
+        let n = samples.len();
+        if rest.iter().all(|&x| x == first) {
+            return Some(Moments {
+                n,
+                mean: first,
+                var: 0.0,
+            });
+        }
+        Some(Moments {
+            n,
+            mean: samples.mean(),
+            var: if n < 2 { 0.0 } else { samples.variance() },
+        })
+    }
+}
+
+/// A metric's result for a report: its samples and breakdown (label, samples) with their
+/// summaries, in no group, with no comparison or trend yet.
+pub fn metric_result(
+    id: String,
+    unit: Unit,
+    source: String,
+    exact: bool,
+    samples: Vec<f64>,
+    details: Vec<(String, Vec<f64>)>,
+    confidence: f64,
+) -> MetricResult {
+    MetricResult {
+        summary: summarize(&samples, confidence),
+        id,
+        unit,
+        source,
+        exact,
+        group: String::new(),
+        samples,
+        details: details
+            .into_iter()
+            .map(|(label, samples)| Detail {
+                summary: summarize(&samples, confidence),
+                label,
+                samples,
+            })
+            .collect(),
+        notes: Vec::new(),
+        comparison: None,
+        trend: Vec::new(),
+    }
+}
+
 /// Summarise `samples` with a `confidence` interval for the mean (e.g. 0.95).
 ///
 /// Never produces NaN: an empty series gives zeros, a single sample has no interval, and a
 /// zero-variance series (an exact counter) has sd 0, CoV 0 and an interval of zero width.
 pub fn summarize(samples: &[f64], confidence: f64) -> Summary {
     let n = samples.len();
-    if n == 0 {
+    let Some(moments) = Moments::of(samples) else {
         return Summary {
             n: 0,
             mean: 0.0,
@@ -43,17 +111,8 @@ pub fn summarize(samples: &[f64], confidence: f64) -> Summary {
             ci_high: None,
             confidence,
         };
-    }
-    let mean = samples.iter().sum::<f64>() / n as f64;
-    let sd = if n > 1 {
-        let ss: f64 = samples.iter().map(|x| (x - mean) * (x - mean)).sum();
-        (ss / (n - 1) as f64).sqrt()
-    } else {
-        0.0
     };
-    // Identical values can leave a rounding residue in `ss`; an exact series has sd 0.
-    let all_equal = samples.iter().all(|&x| x == samples[0]);
-    let sd = if all_equal { 0.0 } else { sd };
+    let (mean, sd) = (moments.mean, moments.var.sqrt());
     let cov = if sd == 0.0 {
         Some(0.0)
     } else if mean == 0.0 {
@@ -61,13 +120,7 @@ pub fn summarize(samples: &[f64], confidence: f64) -> Summary {
     } else {
         Some(sd / mean.abs())
     };
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    };
+    let median = Data::new(samples.to_vec()).median();
     let (ci_low, ci_high) = if n < 2 {
         (None, None)
     } else if sd == 0.0 {
@@ -82,8 +135,8 @@ pub fn summarize(samples: &[f64], confidence: f64) -> Summary {
         sd,
         cov,
         median,
-        min: sorted[0],
-        max: sorted[n - 1],
+        min: samples.min(),
+        max: samples.max(),
         ci_low,
         ci_high,
         confidence,

@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::unistd::Pid;
-use sbs_reports::model::{Detail, MetricResult, Unit};
+use sbs_reports::model::{MetricResult, Unit};
 
 /// What a metric is: its id, unit, mechanism and kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,26 +47,17 @@ impl MetricSpec {
         details: Vec<(String, Vec<f64>)>,
         confidence: f64,
     ) -> MetricResult {
-        let summarize = |samples: &[f64]| crate::judge::summary::summarize(samples, confidence);
         MetricResult {
-            summary: summarize(&samples),
-            id: self.id,
-            unit: self.unit,
-            source: self.source,
-            exact: self.exact,
             group,
-            samples,
-            details: details
-                .into_iter()
-                .map(|(label, samples)| Detail {
-                    summary: summarize(&samples),
-                    label,
-                    samples,
-                })
-                .collect(),
-            notes: Vec::new(),
-            comparison: None,
-            trend: Vec::new(),
+            ..crate::judge::summary::metric_result(
+                self.id,
+                self.unit,
+                self.source,
+                self.exact,
+                samples,
+                details,
+                confidence,
+            )
         }
     }
 }

@@ -1,0 +1,366 @@
+//! Comparisons between series of samples, after Georges, Buytaert and Eeckhout,
+//! "Statistically Rigorous Java Performance Evaluation" (OOPSLA 2007).
+//!
+//! Pure functions over numbers: no I/O, no knowledge of where the numbers came from.
+//!
+//! - Two series: the confidence interval of the difference of means (Welch), Student t with
+//!   the Welch-Satterthwaite degrees of freedom, or the normal distribution when both
+//!   series have [`LARGE_SAMPLE`] samples or more. A difference is significant when the
+//!   interval excludes zero.
+//! - Three or more series: a one-way ANOVA (F test). When it rejects "all means equal",
+//!   a post-hoc test says which pairs differ: Welch intervals for every pair at the
+//!   Bonferroni-adjusted level `1 - alpha / m`, `m = k (k - 1) / 2` (conservative, robust
+//!   to unequal variances; Tukey-Kramer and Games-Howell need the studentized range
+//!   distribution, which statrs lacks).
+//! - Zero variance on every side (exact counters): equal is "no change", anything else an
+//!   exact change judged by the threshold alone. For a measured metric compared with saved
+//!   sessions that disagree among themselves, the candidate is judged against the
+//!   between-session spread instead ([`ComparisonMethod::Sessions`]).
+//! - A practical threshold: a significant change whose relative size is within it is
+//!   reported ([`Verdict::BelowThreshold`]) but never fails. For every metric, smaller is
+//!   better.
+
+mod anova;
+mod sessions;
+#[cfg(test)]
+mod tests;
+mod thresholds;
+mod verdict;
+mod welch;
+
+use sbs_reports::model::{AnovaSummary, Comparison, ComparisonMethod, PairDifference, Verdict};
+
+pub use crate::judge::summary::{Moments, LARGE_SAMPLE};
+pub use anova::{anova, bonferroni_pairs, Anova, PairTest};
+pub use thresholds::{ThresholdError, Thresholds};
+pub use verdict::verdict;
+pub use welch::{welch_df, welch_interval, DiffInterval};
+
+use anova::zero_variance;
+use sessions::between_sessions;
+use welch::check_confidence;
+
+/// Name of the post-hoc test reported with an ANOVA.
+pub const POST_HOC: &str = "bonferroni-welch";
+
+/// Default practical threshold, as a fraction (2%).
+pub const DEFAULT_THRESHOLD: f64 = 0.02;
+
+/// Why a comparison could not be made.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CompareError {
+    /// A series is too small for the requested computation.
+    #[error("a series has {n} sample(s) but this computation needs at least {needed}: measure more runs (--runs)")]
+    TooFewSamples {
+        /// Samples in the offending series.
+        n: usize,
+        /// Samples needed.
+        needed: usize,
+    },
+    /// Fewer series than the method needs.
+    #[error("{got} series given, at least {needed} needed")]
+    TooFewSeries {
+        /// Series given.
+        got: usize,
+        /// Series needed.
+        needed: usize,
+    },
+    /// A sample is NaN or infinite.
+    #[error("series `{label}` contains a non-finite value ({value}); the instrument that produced it is broken, please report it")]
+    NonFinite {
+        /// Label of the series.
+        label: String,
+        /// The value.
+        value: f64,
+    },
+    /// The confidence level is not in (0, 1).
+    #[error("confidence level {0} is outside (0, 1); use e.g. 0.95")]
+    BadConfidence(f64),
+    /// Welch's interval is undefined when both variances are zero.
+    #[error("both series have zero variance: compare them exactly instead")]
+    ZeroVariance,
+    /// An index does not name a series.
+    #[error("series index {index} out of range ({len} series)")]
+    BadIndex {
+        /// The index.
+        index: usize,
+        /// Number of series.
+        len: usize,
+    },
+}
+
+/// A labelled series of samples.
+#[derive(Debug, Clone, Copy)]
+pub struct Series<'a> {
+    /// Shown in reports, e.g. `baseline main` or `history 2026-11-21T23:40:01Z`.
+    pub label: &'a str,
+    /// The raw samples.
+    pub samples: &'a [f64],
+}
+
+/// What the comparison needs to know besides the numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Confidence level, e.g. 0.95.
+    pub confidence: f64,
+    /// Practical threshold, as a fraction (0.02 = 2%).
+    pub threshold: f64,
+    /// Whether the metric is an exact count (one sample suffices, zero variance expected).
+    pub exact: bool,
+    /// Whether the series other than the candidate are saved sessions of the same
+    /// benchmark (history), rather than different commands. Only then is a measured metric
+    /// with zero variance within each session but different values between sessions
+    /// judged against the spread between sessions ([`ComparisonMethod::Sessions`]).
+    pub sessions: bool,
+}
+
+/// Compare series `candidate` with series `reference` among `series`.
+///
+/// Two usable series: Welch (or exact). Three or more: one-way ANOVA over all of them, and
+/// the verdict comes from the post-hoc pair (reference, candidate), significant only if
+/// the ANOVA is. Series with fewer than 2 samples of a measured (not exact) metric are left
+/// out; if that hits the reference or the candidate, the verdict is
+/// [`Verdict::Inconclusive`].
+pub fn compare(
+    series: &[Series<'_>],
+    reference: usize,
+    candidate: usize,
+    policy: &Policy,
+) -> Result<Comparison, CompareError> {
+    validate(series, reference, candidate, policy)?;
+    let ref_m = Moments::of(series[reference].samples)
+        .ok_or(CompareError::TooFewSamples { n: 0, needed: 1 })?;
+    let cand_m = Moments::of(series[candidate].samples)
+        .ok_or(CompareError::TooFewSamples { n: 0, needed: 1 })?;
+    let result = unjudged(series[reference].label, &ref_m, &cand_m, policy);
+    let usable = |s: &Series<'_>| s.samples.len() >= 2 || (policy.exact && !s.samples.is_empty());
+    if !usable(&series[reference]) || !usable(&series[candidate]) {
+        return Ok(result);
+    }
+    // The usable series, with reference and candidate re-indexed.
+    let mut kept: Vec<&Series<'_>> = Vec::new();
+    let (mut r, mut c) = (0, 0);
+    for (i, s) in series.iter().enumerate() {
+        if i == reference {
+            r = kept.len();
+        }
+        if i == candidate {
+            c = kept.len();
+        }
+        if i == reference || i == candidate || usable(s) {
+            kept.push(s);
+        }
+    }
+    let all_zero = kept
+        .iter()
+        .all(|s| Moments::of(s.samples).is_some_and(|m| zero_variance(&m, policy.exact)));
+    if all_zero && !policy.exact && policy.sessions && kept.len() >= 3 {
+        let others: Vec<f64> = kept
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != c)
+            .map(|(_, s)| s.samples[0])
+            .collect();
+        if others.iter().any(|&v| v != others[0]) {
+            return between_sessions(&others, cand_m.mean, policy, result);
+        }
+    }
+    if kept.len() >= 3 {
+        return many_series(&kept, (r, c), all_zero, policy, result);
+    }
+    two_series(&ref_m, &cand_m, all_zero, policy, result)
+}
+
+/// Refuse what no comparison can be made of: a bad level, bad indices, non-finite values.
+fn validate(
+    series: &[Series<'_>],
+    reference: usize,
+    candidate: usize,
+    policy: &Policy,
+) -> Result<(), CompareError> {
+    check_confidence(policy.confidence)?;
+    for index in [reference, candidate] {
+        if index >= series.len() {
+            return Err(CompareError::BadIndex {
+                index,
+                len: series.len(),
+            });
+        }
+    }
+    if series.len() < 2 || reference == candidate {
+        return Err(CompareError::TooFewSeries {
+            got: series.len(),
+            needed: 2,
+        });
+    }
+    for s in series {
+        if let Some(&value) = s.samples.iter().find(|v| !v.is_finite()) {
+            return Err(CompareError::NonFinite {
+                label: s.label.to_string(),
+                value,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The comparison before any test: the difference of means and what the comparison would
+/// use; an inconclusive one stays so.
+fn unjudged(reference: &str, ref_m: &Moments, cand_m: &Moments, policy: &Policy) -> Comparison {
+    let difference = cand_m.mean - ref_m.mean;
+    Comparison {
+        method: if policy.exact {
+            ComparisonMethod::Exact
+        } else {
+            ComparisonMethod::WelchT
+        },
+        reference: reference.to_string(),
+        reference_n: ref_m.n,
+        reference_mean: ref_m.mean,
+        difference,
+        ci_low: None,
+        ci_high: None,
+        confidence: policy.confidence,
+        relative: relative_to(difference, ref_m.mean),
+        relative_ci_low: None,
+        relative_ci_high: None,
+        df: None,
+        p_value: None,
+        threshold: policy.threshold,
+        verdict: Verdict::Inconclusive,
+        anova: None,
+    }
+}
+
+/// Record the interval of the difference, absolute and relative to the reference mean.
+fn set_interval(result: &mut Comparison, low: f64, high: f64) {
+    result.ci_low = Some(low);
+    result.ci_high = Some(high);
+    result.relative_ci_low = relative_to(low, result.reference_mean);
+    result.relative_ci_high = relative_to(high, result.reference_mean);
+}
+
+/// Two series: exact when both have zero variance, otherwise Welch.
+fn two_series(
+    ref_m: &Moments,
+    cand_m: &Moments,
+    all_zero: bool,
+    policy: &Policy,
+    mut result: Comparison,
+) -> Result<Comparison, CompareError> {
+    let (difference, relative) = (result.difference, result.relative);
+    if all_zero {
+        result.method = ComparisonMethod::Exact;
+        result.confidence = 1.0;
+        set_interval(&mut result, difference, difference);
+        result.verdict = verdict(difference != 0.0, difference, relative, policy);
+        return Ok(result);
+    }
+    let interval = welch_interval(ref_m, cand_m, policy.confidence)?;
+    result.method = if interval.df.is_some() {
+        ComparisonMethod::WelchT
+    } else {
+        ComparisonMethod::WelchZ
+    };
+    set_interval(&mut result, interval.low, interval.high);
+    result.df = interval.df;
+    result.p_value = Some(interval.p_value);
+    result.verdict = verdict(interval.significant(), difference, relative, policy);
+    Ok(result)
+}
+
+/// Three or more series: the ANOVA over all of them (or, all exact, whether any pair
+/// differs), and the verdict from the post-hoc pair (reference, candidate).
+fn many_series(
+    kept: &[&Series<'_>],
+    (r, c): (usize, usize),
+    all_zero: bool,
+    policy: &Policy,
+    mut result: Comparison,
+) -> Result<Comparison, CompareError> {
+    let groups: Vec<&[f64]> = kept.iter().map(|s| s.samples).collect();
+    let pairs = bonferroni_pairs(&groups, policy.confidence, policy.exact)?;
+    let (f, p_value, df_between, df_within) = if all_zero {
+        let differ = pairs.iter().any(|p| p.significant);
+        (
+            None,
+            if differ { 0.0 } else { 1.0 },
+            (kept.len() - 1) as f64,
+            0.0,
+        )
+    } else {
+        let a = anova(&groups)?;
+        (a.f, a.p_value, a.df_between, a.df_within)
+    };
+    let significant = p_value < 1.0 - policy.confidence;
+    let pair = pairs
+        .iter()
+        .find(|p| (p.a, p.b) == (r.min(c), r.max(c)))
+        .copied()
+        .ok_or(CompareError::BadIndex {
+            index: c,
+            len: kept.len(),
+        })?;
+    // Pairs are stored as mean(b) - mean(a); orient as candidate - reference.
+    let (low, high) = if r < c {
+        (pair.low, pair.high)
+    } else {
+        (-pair.high, -pair.low)
+    };
+    let m = (kept.len() * (kept.len() - 1) / 2) as f64;
+    result.confidence = if all_zero {
+        1.0
+    } else {
+        1.0 - (1.0 - policy.confidence) / m
+    };
+    set_interval(&mut result, low, high);
+    result.p_value = pair.p_value;
+    result.method = if all_zero {
+        ComparisonMethod::Exact
+    } else {
+        ComparisonMethod::Anova
+    };
+    result.verdict = verdict(
+        significant && pair.significant,
+        result.difference,
+        result.relative,
+        policy,
+    );
+    let differing = if significant {
+        pairs
+            .iter()
+            .filter(|p| p.significant)
+            .map(|p| PairDifference {
+                a: kept[p.a].label.to_string(),
+                b: kept[p.b].label.to_string(),
+                difference: p.difference,
+                ci_low: p.low,
+                ci_high: p.high,
+                p_value: p.p_value,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    result.anova = Some(AnovaSummary {
+        groups: kept.iter().map(|s| s.label.to_string()).collect(),
+        f,
+        df_between,
+        df_within,
+        p_value,
+        significant,
+        post_hoc: POST_HOC.to_string(),
+        differing,
+    });
+    Ok(result)
+}
+
+fn relative_to(value: f64, reference_mean: f64) -> Option<f64> {
+    if value == 0.0 {
+        Some(0.0)
+    } else if reference_mean == 0.0 {
+        None
+    } else {
+        Some(value / reference_mean.abs())
+    }
+}

@@ -1,0 +1,106 @@
+//! Two series: the confidence interval of the difference of means after Welch, with
+//! Student's t (Welch-Satterthwaite degrees of freedom) or the normal distribution for
+//! large samples.
+
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+
+use super::{CompareError, Moments, LARGE_SAMPLE};
+
+/// The interval of a difference of means.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiffInterval {
+    /// `mean(candidate) - mean(reference)`.
+    pub difference: f64,
+    /// Standard error of the difference.
+    pub std_error: f64,
+    /// Welch-Satterthwaite degrees of freedom; `None` when the normal distribution was used.
+    pub df: Option<f64>,
+    /// Critical value (t or z quantile at `1 - alpha / 2`).
+    pub critical: f64,
+    /// Lower bound.
+    pub low: f64,
+    /// Upper bound.
+    pub high: f64,
+    /// Two-sided p-value of "no difference".
+    pub p_value: f64,
+    /// Confidence level of the interval.
+    pub confidence: f64,
+}
+
+impl DiffInterval {
+    /// Whether the interval excludes zero.
+    pub fn significant(&self) -> bool {
+        self.low > 0.0 || self.high < 0.0
+    }
+}
+
+/// `Ok` for a confidence level strictly between 0 and 1.
+pub(super) fn check_confidence(confidence: f64) -> Result<(), CompareError> {
+    if confidence > 0.0 && confidence < 1.0 {
+        Ok(())
+    } else {
+        Err(CompareError::BadConfidence(confidence))
+    }
+}
+
+/// Welch-Satterthwaite degrees of freedom of the difference of two means.
+///
+/// Requires `n >= 2` on both sides and at least one non-zero variance.
+pub fn welch_df(a: &Moments, b: &Moments) -> Result<f64, CompareError> {
+    for m in [a, b] {
+        if m.n < 2 {
+            return Err(CompareError::TooFewSamples { n: m.n, needed: 2 });
+        }
+    }
+    let (qa, qb) = (a.var / a.n as f64, b.var / b.n as f64);
+    if qa == 0.0 && qb == 0.0 {
+        return Err(CompareError::ZeroVariance);
+    }
+    let denominator = qa * qa / (a.n - 1) as f64 + qb * qb / (b.n - 1) as f64;
+    Ok((qa + qb).powi(2) / denominator)
+}
+
+/// Welch's confidence interval for `mean(candidate) - mean(reference)`.
+///
+/// Uses Student's t with [`welch_df`] degrees of freedom, or the normal distribution when
+/// both sides have [`LARGE_SAMPLE`] samples or more.
+pub fn welch_interval(
+    reference: &Moments,
+    candidate: &Moments,
+    confidence: f64,
+) -> Result<DiffInterval, CompareError> {
+    check_confidence(confidence)?;
+    let df = welch_df(reference, candidate)?;
+    let std_error =
+        (reference.var / reference.n as f64 + candidate.var / candidate.n as f64).sqrt();
+    let difference = candidate.mean - reference.mean;
+    let statistic = difference / std_error;
+    let upper_quantile = 1.0 - (1.0 - confidence) / 2.0;
+    let large = reference.n >= LARGE_SAMPLE && candidate.n >= LARGE_SAMPLE;
+    let (critical, p_value, df) = if large {
+        let normal = Normal::standard();
+        (
+            normal.inverse_cdf(upper_quantile),
+            2.0 * normal.sf(statistic.abs()),
+            None,
+        )
+    } else {
+        // df > 0 is guaranteed by welch_df, so the distribution is always valid.
+        let t = StudentsT::new(0.0, 1.0, df).map_err(|_| CompareError::ZeroVariance)?;
+        (
+            t.inverse_cdf(upper_quantile),
+            2.0 * t.sf(statistic.abs()),
+            Some(df),
+        )
+    };
+    Ok(DiffInterval {
+        difference,
+        std_error,
+        df,
+        critical,
+        low: difference - critical * std_error,
+        high: difference + critical * std_error,
+        p_value: p_value.min(1.0),
+        confidence,
+    })
+}
