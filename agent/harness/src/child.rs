@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::steady::{Detector, SteadyConfig, Step};
 use sbs_agent_abi::harness as proto;
+use statrs::statistics::Statistics;
 
 use crate::error::HarnessError;
 use crate::options::{Options, Warmup};
@@ -49,7 +50,10 @@ pub(crate) struct TimeReport {
 impl TimeReport {
     /// Mean seconds per operation.
     pub fn mean(&self) -> f64 {
-        self.kept.iter().sum::<f64>() / self.kept.len().max(1) as f64
+        if self.kept.is_empty() {
+            return 0.0;
+        }
+        self.kept.iter().mean()
     }
 }
 

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 
 use sbs_agent_abi::harness as proto;
 use statrs::distribution::{ContinuousCDF, StudentsT};
+use statrs::statistics::Statistics;
 
 use crate::error::HarnessError;
 use crate::options::Options;
@@ -27,11 +28,11 @@ pub(crate) struct ProcessResult {
 /// Mean and half-width of the 95% interval of `means` (Student's t); no interval for one.
 pub(crate) fn interval(means: &[f64]) -> (f64, Option<f64>) {
     let n = means.len() as f64;
-    let mean = means.iter().sum::<f64>() / n;
+    let mean = means.mean();
     if means.len() < 2 {
         return (mean, None);
     }
-    let var = means.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let var = means.variance();
     let t = StudentsT::new(0.0, 1.0, n - 1.0)
         .map(|d| d.inverse_cdf(0.975))
         .unwrap_or(f64::NAN);

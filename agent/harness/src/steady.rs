@@ -10,6 +10,8 @@
 //!
 //! Pure logic over numbers: the harness feeds measurements in and asks what to do next.
 
+use statrs::statistics::Statistics;
+
 /// Default window size.
 pub const DEFAULT_WINDOW: usize = 10;
 /// Default CoV threshold (2%).
@@ -83,10 +85,8 @@ pub fn cov(values: &[f64]) -> Option<f64> {
     if values.len() < 2 {
         return None;
     }
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let var = values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    if var == 0.0 {
+    let (mean, var) = (values.mean(), values.variance());
+    if var == 0.0 || values.iter().all(|&v| v == values[0]) {
         Some(0.0)
     } else if mean == 0.0 {
         None
