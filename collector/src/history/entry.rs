@@ -1,0 +1,119 @@
+//! What a saved entry is: its samples per metric and who, when and where measured them.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::SystemTime;
+
+use sbs_reports::model::Unit;
+
+/// Who, when and where a saved entry was measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryMeta {
+    /// Unique id, starts with the UTC time so that ids sort by time.
+    pub id: String,
+    /// UTC time, RFC 3339 with nanoseconds.
+    pub time: String,
+    /// `sbs-profile` version.
+    pub tool_version: String,
+    /// `git rev-parse HEAD` of the current directory, if it is in a repository.
+    pub git_commit: Option<String>,
+    /// Host name.
+    pub host: String,
+}
+
+impl EntryMeta {
+    /// Metadata for an entry measured now, in the current directory.
+    pub fn now() -> EntryMeta {
+        let now = SystemTime::now();
+        let time = humantime::format_rfc3339_nanos(now).to_string();
+        EntryMeta {
+            id: entry_id(&time),
+            time,
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            git_commit: git_commit(),
+            host: host_name(),
+        }
+    }
+
+    /// A short label for reports: the time to the millisecond, and the commit if known.
+    pub fn label(&self) -> String {
+        let time = match self.time.split_once('.') {
+            Some((secs, frac)) => format!("{secs}.{}Z", frac.get(..3).unwrap_or("000")),
+            None => self.time.clone(),
+        };
+        match &self.git_commit {
+            Some(c) => format!("{time} @{}", &c[..c.len().min(10)]),
+            None => time,
+        }
+    }
+}
+
+/// `20261121T233645.123456789Z-4242`: sorts by time, unique per process and instant.
+fn entry_id(time: &str) -> String {
+    let compact: String = time.chars().filter(|c| *c != '-' && *c != ':').collect();
+    format!("{compact}-{}", std::process::id())
+}
+
+fn git_commit() -> Option<String> {
+    let out = Command::new("git")
+        .args(["rev-parse", "--verify", "HEAD"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let commit = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (out.status.success() && !commit.is_empty()).then_some(commit)
+}
+
+fn host_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// One metric of a saved entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedMetric {
+    /// Metric id, e.g. `alloc.count`.
+    pub id: String,
+    /// Unit of the samples.
+    pub unit: Unit,
+    /// The mechanism that measured it.
+    pub source: String,
+    /// Whether it is an exact count.
+    pub exact: bool,
+    /// One value per run, in run order.
+    pub samples: Vec<f64>,
+    /// Breakdown (label, one value per run), e.g. per probed symbol; empty for entries
+    /// saved before schema 2.
+    pub details: Vec<(String, Vec<f64>)>,
+}
+
+/// A saved entry (or baseline) of one benchmark.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Benchmark name.
+    pub benchmark: String,
+    /// The command, as saved (for people; not parsed).
+    pub command: String,
+    /// Metadata.
+    pub meta: EntryMeta,
+    /// Metrics, in file order.
+    pub metrics: Vec<SavedMetric>,
+}
+
+impl Entry {
+    /// The metric with this id, unit and source (series from different sources or in
+    /// different units are never compared).
+    pub fn metric(&self, id: &str, unit: Unit, source: &str) -> Option<&SavedMetric> {
+        self.metrics
+            .iter()
+            .find(|m| m.id == id && m.unit == unit && m.source == source)
+    }
+}

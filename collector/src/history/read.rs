@@ -1,0 +1,292 @@
+//! Reading the history: the benchmarks saved, their entries, baselines, and the checks
+//! that refuse a foreign or corrupt file with its path instead of guessing.
+
+use std::fs::{self, File};
+use std::io;
+use std::path::Path;
+
+use super::{
+    columns_v1, io_error, Entry, EntryMeta, History, HistoryError, Row, SavedMetric, COLUMNS,
+    HISTORY_SCHEMA, MARKER,
+};
+
+impl History {
+    /// Names of the benchmarks with saved entries, sorted. A missing store has none.
+    pub fn benchmarks(&self) -> Result<Vec<String>, HistoryError> {
+        let dir = self.root.join("history");
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("list", &dir)(e)),
+        };
+        let mut names = Vec::new();
+        for item in listing {
+            let item = item.map_err(io_error("list", &dir))?;
+            let path = item.path();
+            if item.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if !path.is_dir() {
+                return Err(HistoryError::Foreign {
+                    path,
+                    reason: "not a benchmark directory".to_string(),
+                });
+            }
+            // The name lives in the files; any entry tells it (`entries` checks the rest).
+            let first = fs::read_dir(&path)
+                .map_err(io_error("list", &path))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "csv")
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .min();
+            if let Some(file) = first {
+                let entry = read_entry(&file)?;
+                if self.entries_dir(&entry.benchmark) != path {
+                    return Err(HistoryError::Foreign {
+                        path: file,
+                        reason: format!(
+                            "it holds benchmark `{}`, which belongs in another directory",
+                            entry.benchmark
+                        ),
+                    });
+                }
+                names.push(entry.benchmark);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// All saved entries of `benchmark`, oldest first. A missing directory is no history.
+    pub fn entries(&self, benchmark: &str) -> Result<Vec<Entry>, HistoryError> {
+        self.read_entries(benchmark, usize::MAX)
+    }
+
+    /// The `n` latest saved entries of `benchmark`, oldest first. Only those files are
+    /// read (entry file names start with their UTC time, so they sort by time); the other
+    /// names in the directory are still checked.
+    pub fn latest_entries(&self, benchmark: &str, n: usize) -> Result<Vec<Entry>, HistoryError> {
+        self.read_entries(benchmark, n)
+    }
+
+    fn read_entries(&self, benchmark: &str, latest: usize) -> Result<Vec<Entry>, HistoryError> {
+        let dir = self.entries_dir(benchmark);
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("list", &dir)(e)),
+        };
+        let mut paths = Vec::new();
+        for item in listing {
+            let item = item.map_err(io_error("list", &dir))?;
+            let name = item.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') {
+                continue; // temporaries of an interrupted writer, lock files
+            }
+            let path = item.path();
+            if !name.ends_with(".csv") || !path.is_file() {
+                return Err(HistoryError::Foreign {
+                    path,
+                    reason: "not a .csv file".to_string(),
+                });
+            }
+            paths.push(path);
+        }
+        paths.sort();
+        let paths = paths.split_off(paths.len().saturating_sub(latest));
+        let mut entries = Vec::with_capacity(paths.len());
+        for path in paths {
+            let entry = read_entry(&path)?;
+            if entry.benchmark != benchmark {
+                return Err(HistoryError::Foreign {
+                    path,
+                    reason: format!("it holds benchmark `{}`", entry.benchmark),
+                });
+            }
+            entries.push(entry);
+        }
+        entries.sort_by(|a, b| (&a.meta.time, &a.meta.id).cmp(&(&b.meta.time, &b.meta.id)));
+        Ok(entries)
+    }
+
+    /// Baseline `name` of `benchmark`, if saved.
+    pub fn baseline(&self, name: &str, benchmark: &str) -> Result<Option<Entry>, HistoryError> {
+        let path = self.baseline_path(name, benchmark)?;
+        if !path.exists() {
+            return Ok(None);
+        }
+        let entry = read_entry(&path)?;
+        if entry.benchmark != benchmark {
+            return Err(HistoryError::Foreign {
+                path,
+                reason: format!("it holds benchmark `{}`", entry.benchmark),
+            });
+        }
+        Ok(Some(entry))
+    }
+}
+
+/// Read and check one history file.
+pub(super) fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
+    let corrupt = |line: u64, reason: String| HistoryError::Corrupt {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    };
+    let foreign = |reason: &str| HistoryError::Foreign {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let file = File::open(path).map_err(io_error("open", path))?;
+    let mut reader = csv::Reader::from_reader(io::BufReader::new(file));
+    let headers = match reader.headers() {
+        Ok(h) => h.clone(),
+        Err(e) if matches!(e.kind(), csv::ErrorKind::Io(_)) => {
+            return Err(io_error("read", path)(io::Error::other(e.to_string())))
+        }
+        Err(_) => return Err(foreign("its first line is not a CSV header")),
+    };
+    if headers.get(0) != Some(MARKER) {
+        return Err(foreign(&format!("its first column is not `{MARKER}`")));
+    }
+    let mut entry: Option<Entry> = None;
+    for record in reader.records() {
+        let record = record.map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line());
+            corrupt(line, e.to_string())
+        })?;
+        let line = record.position().map_or(0, |p| p.line());
+        // A newer schema may have other columns: check the version before the layout.
+        if let Some(found) = record.get(0).and_then(|v| v.trim().parse::<u32>().ok()) {
+            if found > HISTORY_SCHEMA {
+                return Err(HistoryError::NewerSchema {
+                    path: path.to_path_buf(),
+                    found,
+                });
+            }
+        }
+        if headers.iter().ne(COLUMNS.iter().copied()) && headers.iter().ne(columns_v1()) {
+            return Err(corrupt(
+                1,
+                format!("expected the columns {}", COLUMNS.join(",")),
+            ));
+        }
+        let row: Row = record
+            .deserialize(Some(&headers))
+            .map_err(|e| corrupt(line, e.to_string()))?;
+        let e = entry.get_or_insert_with(|| first_row_entry(path, &row));
+        add_row(e, row).map_err(|reason| corrupt(line, reason))?;
+    }
+    entry.ok_or_else(|| corrupt(1, "no samples".to_string()))
+}
+
+/// The entry a file's first row opens.
+fn first_row_entry(path: &Path, row: &Row) -> Entry {
+    Entry {
+        path: path.to_path_buf(),
+        benchmark: row.benchmark.clone(),
+        command: row.command.clone(),
+        meta: EntryMeta {
+            id: row.entry.clone(),
+            time: row.time.clone(),
+            tool_version: row.tool_version.clone(),
+            git_commit: (!row.git_commit.is_empty()).then(|| row.git_commit.clone()),
+            host: row.host.clone(),
+        },
+        metrics: Vec::new(),
+    }
+}
+
+/// Add one row to its entry, or say why it does not belong there.
+fn add_row(e: &mut Entry, row: Row) -> Result<(), String> {
+    if !row.value.is_finite() {
+        return Err(format!("value {} is not finite", row.value));
+    }
+    if row.entry != e.meta.id || row.benchmark != e.benchmark || row.time != e.meta.time {
+        return Err("rows of different entries or benchmarks in one file".to_string());
+    }
+    if row.detail.is_empty() {
+        add_metric_row(e, row)
+    } else {
+        add_detail_row(e, row)
+    }
+}
+
+/// A metric's own row: the next run of the metric, whose rows are contiguous.
+fn add_metric_row(e: &mut Entry, row: Row) -> Result<(), String> {
+    let metric = match e.metrics.last_mut() {
+        Some(m) if m.id == row.metric && m.source == row.source && m.details.is_empty() => m,
+        _ => {
+            if e.metrics
+                .iter()
+                .any(|m| m.id == row.metric && m.source == row.source)
+            {
+                return Err(format!(
+                    "rows of metric `{}` are not contiguous",
+                    row.metric
+                ));
+            }
+            e.metrics.push(SavedMetric {
+                id: row.metric.clone(),
+                unit: row.unit,
+                source: row.source.clone(),
+                exact: row.exact,
+                samples: Vec::new(),
+                details: Vec::new(),
+            });
+            e.metrics.last_mut().expect("just pushed")
+        }
+    };
+    if row.run != metric.samples.len() || row.unit != metric.unit || row.exact != metric.exact {
+        return Err(format!(
+            "metric `{}`: expected run {} with the unit and kind of the earlier rows",
+            row.metric,
+            metric.samples.len()
+        ));
+    }
+    metric.samples.push(row.value);
+    Ok(())
+}
+
+/// A detail row belongs to the metric whose own rows came just before.
+fn add_detail_row(e: &mut Entry, row: Row) -> Result<(), String> {
+    let Some(metric) = e
+        .metrics
+        .last_mut()
+        .filter(|m| m.id == row.metric && m.source == row.source)
+    else {
+        return Err(format!(
+            "detail `{}` of metric `{}` does not follow the metric's own rows",
+            row.detail, row.metric
+        ));
+    };
+    let detail = match metric.details.last_mut() {
+        Some(d) if d.0 == row.detail => d,
+        _ => {
+            if metric.details.iter().any(|d| d.0 == row.detail) {
+                return Err(format!(
+                    "rows of detail `{}` are not contiguous",
+                    row.detail
+                ));
+            }
+            metric.details.push((row.detail.clone(), Vec::new()));
+            metric.details.last_mut().expect("just pushed")
+        }
+    };
+    if row.run != detail.1.len() {
+        return Err(format!(
+            "detail `{}` of metric `{}`: expected run {}",
+            row.detail,
+            row.metric,
+            detail.1.len()
+        ));
+    }
+    detail.1.push(row.value);
+    Ok(())
+}
