@@ -8,6 +8,7 @@ use std::io;
 use plotters::prelude::*;
 
 use crate::human;
+use crate::markup::escape;
 use crate::model::{MetricResult, Report};
 use crate::Render;
 
@@ -28,22 +29,6 @@ figure svg{width:100%;height:auto;display:block}
 .warning{color:#8a4b00}.note{color:#444;font-size:.9rem}
 @media print{body{margin:0;max-width:none}.plots{grid-template-columns:1fr 1fr}figure{break-inside:avoid}}
 ";
-
-/// `s` with the HTML special characters escaped.
-pub(crate) fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// A deterministic jitter in [0.2, 0.8] so overlapping samples stay visible.
 fn jitter(i: usize) -> f64 {

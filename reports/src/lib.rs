@@ -11,6 +11,7 @@ pub mod html;
 pub mod human;
 pub mod json;
 pub mod markdown;
+mod markup;
 pub mod model;
 pub mod text;
 pub mod verdicts;

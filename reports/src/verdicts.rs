@@ -151,7 +151,7 @@ fn anova_lines(b: &BenchmarkResult, written: &mut Written) -> Vec<String> {
 /// The comparison section of one benchmark as an HTML table (empty when nothing was
 /// compared); regressions in bold red. ANOVA lines already in `written` are left out.
 pub fn html_table(b: &BenchmarkResult, written: &mut Written) -> String {
-    use crate::html::escape;
+    use crate::markup::escape;
     let rows = cells(b);
     if rows.is_empty() {
         return String::new();

@@ -1,4 +1,8 @@
-//! Raw process primitives for the runner: the only unsafe code of the collector.
+//! Raw process primitives for the runner: fork, the start gate, exec, and what the child
+//! does in between. Most of the collector's unsafe code is here; the rest is two small
+//! blocks with their own `SAFETY` notes (taking ownership of descriptors received over
+//! the region socket in `region_fds.rs`, and the `dup2` of `run_with_agent` in
+//! `instruments/alloc.rs`).
 //!
 //! Everything the child does between `fork` and `execve` lives here and uses only
 //! async-signal-safe system calls on memory prepared before the fork: the collector may

@@ -289,8 +289,10 @@ pub fn preflight(program: &Path) -> Result<Vec<String>, AgentError> {
         source,
     };
     let meta = std::fs::metadata(program).map_err(inspect)?;
-    // SAFETY: geteuid and getegid cannot fail and have no preconditions.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (euid, egid) = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
     // The loader's secure mode (which drops LD_PRELOAD) starts when the ids change.
     let secure = (meta.mode() & 0o4000 != 0 && meta.uid() != euid)
         || (meta.mode() & 0o2000 != 0 && meta.gid() != egid);

@@ -162,8 +162,7 @@ mod tests {
 
     #[test]
     fn group_rss_of_our_own_group_is_positive() {
-        // SAFETY: getpgrp has no preconditions.
-        let pgrp = unsafe { libc::getpgrp() };
+        let pgrp = nix::unistd::getpgrp().as_raw();
         assert!(group_rss(pgrp, procfs::page_size()) > 0);
         assert_eq!(group_rss(i32::MAX, procfs::page_size()), 0);
     }
