@@ -573,6 +573,34 @@ pub trait CounterBackend {
     ) -> Result<Box<dyn OpenGroup>, CounterError>;
 }
 
+/// A backend whose groups read what a function decides, for the pid and members opened:
+/// the kernel stood in for, in tests of everything above it.
+pub struct ScriptedBackend<F>(pub F)
+where
+    F: FnMut(i32, &[CounterRequest]) -> GroupReading;
+
+/// A group of [`ScriptedBackend`]: reads the same values every time.
+struct ScriptedGroup(GroupReading);
+
+impl OpenGroup for ScriptedGroup {
+    fn read(&mut self) -> Result<GroupReading, CounterError> {
+        Ok(self.0.clone())
+    }
+}
+
+impl<F> CounterBackend for ScriptedBackend<F>
+where
+    F: FnMut(i32, &[CounterRequest]) -> GroupReading,
+{
+    fn open_group(
+        &mut self,
+        pid: i32,
+        members: &[CounterRequest],
+    ) -> Result<Box<dyn OpenGroup>, CounterError> {
+        Ok(Box::new(ScriptedGroup((self.0)(pid, members))))
+    }
+}
+
 /// One counter's value from one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterValue {
@@ -1003,29 +1031,6 @@ mod tests {
 
     type OpenLog = std::rc::Rc<std::cell::RefCell<Vec<(i32, Vec<String>)>>>;
 
-    /// A scripted kernel: each opened group pops its next reading.
-    struct Script {
-        readings: VecDeque<GroupReading>,
-        opened: OpenLog,
-    }
-    struct ScriptGroup(GroupReading);
-    impl OpenGroup for ScriptGroup {
-        fn read(&mut self) -> Result<GroupReading, CounterError> {
-            Ok(self.0.clone())
-        }
-    }
-    impl CounterBackend for Script {
-        fn open_group(
-            &mut self,
-            pid: i32,
-            members: &[CounterRequest],
-        ) -> Result<Box<dyn OpenGroup>, CounterError> {
-            self.opened.borrow_mut().push((pid, names(members)));
-            let r = self.readings.pop_front().expect("script exhausted");
-            Ok(Box::new(ScriptGroup(r)))
-        }
-    }
-
     #[test]
     fn counter_set_scales_each_group_by_its_own_running_time() {
         let l = parse_counter_list("instructions,cycles,branches,page-faults").unwrap();
@@ -1037,27 +1042,29 @@ mod tests {
             },
         );
         assert_eq!(plan.len(), 1);
-        let opened = std::rc::Rc::default();
-        let script = Script {
-            readings: VecDeque::from(vec![
-                GroupReading {
-                    time_enabled: 100,
-                    time_running: 50,
-                    values: vec![10, 20],
-                },
-                GroupReading {
-                    time_enabled: 100,
-                    time_running: 100,
-                    values: vec![30],
-                },
-                GroupReading {
-                    time_enabled: 100,
-                    time_running: 100,
-                    values: vec![40],
-                },
-            ]),
-            opened: std::rc::Rc::clone(&opened),
-        };
+        let opened: OpenLog = std::rc::Rc::default();
+        let mut readings = VecDeque::from(vec![
+            GroupReading {
+                time_enabled: 100,
+                time_running: 50,
+                values: vec![10, 20],
+            },
+            GroupReading {
+                time_enabled: 100,
+                time_running: 100,
+                values: vec![30],
+            },
+            GroupReading {
+                time_enabled: 100,
+                time_running: 100,
+                values: vec![40],
+            },
+        ]);
+        let log: OpenLog = std::rc::Rc::clone(&opened);
+        let script = ScriptedBackend(move |pid, members: &[CounterRequest]| {
+            log.borrow_mut().push((pid, names(members)));
+            readings.pop_front().expect("script exhausted")
+        });
         let mut set = CounterSet::new(plan[0].clone(), Box::new(script));
         set.attach(42).unwrap();
         assert_eq!(opened.borrow().len(), 3);

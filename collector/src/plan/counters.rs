@@ -331,7 +331,7 @@ mod tests {
     use std::time::Duration;
 
     use nix::unistd::Pid;
-    use sbs_probes::counters::{CounterError, EventClass, GroupReading, OpenGroup};
+    use sbs_probes::counters::{EventClass, GroupReading, ScriptedBackend};
 
     use crate::run::instrument::{ExitKind, RunOutcome, Sample};
 
@@ -413,33 +413,19 @@ mod tests {
     /// A scripted PMU with room for one hardware group at a time: with
     /// `hw_groups_this_run` groups in a run, each counts that share of the enabled time
     /// (software groups always count); every member reads 100.
-    struct Pmu {
-        hw_groups_this_run: usize,
-    }
-    struct PmuGroup(GroupReading);
-    impl OpenGroup for PmuGroup {
-        fn read(&mut self) -> Result<GroupReading, CounterError> {
-            Ok(self.0.clone())
-        }
-    }
-    impl CounterBackend for Pmu {
-        fn open_group(
-            &mut self,
-            _pid: i32,
-            members: &[CounterRequest],
-        ) -> Result<Box<dyn OpenGroup>, CounterError> {
+    fn pmu(hw_groups_this_run: usize) -> Box<dyn CounterBackend> {
+        Box::new(ScriptedBackend(move |_pid, members: &[CounterRequest]| {
             let hw = members[0].event.class() == EventClass::Hardware;
-            let running = if hw {
-                1000 / self.hw_groups_this_run as u64
-            } else {
-                1000
-            };
-            Ok(Box::new(PmuGroup(GroupReading {
+            GroupReading {
                 time_enabled: 1000,
-                time_running: running,
+                time_running: if hw {
+                    1000 / hw_groups_this_run as u64
+                } else {
+                    1000
+                },
                 values: vec![100; members.len()],
-            })))
-        }
+            }
+        }))
     }
 
     fn drive(groups: &mut [Group]) -> Vec<(String, Vec<Sample>, Vec<String>)> {
@@ -474,12 +460,7 @@ mod tests {
         o.no_multiplex = true;
         let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
         // Each series opens one hardware group: it has the PMU to itself.
-        let mut groups = counter_groups(&o, &reqs, ins, &[], &mut || {
-            Box::new(Pmu {
-                hw_groups_this_run: 1,
-            })
-        })
-        .unwrap();
+        let mut groups = counter_groups(&o, &reqs, ins, &[], &mut || pmu(1)).unwrap();
         let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
         assert_eq!(names, ["counters", "counters-2"]);
         let results = drive(&mut groups);
@@ -508,12 +489,8 @@ mod tests {
         let o = opts(Some(SEVEN));
         let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
         // Two hardware groups in one run: the PMU rotates them, each counts half the time.
-        let mut groups = counter_groups(&o, &reqs, ins, &["planned".into()], &mut || {
-            Box::new(Pmu {
-                hw_groups_this_run: 2,
-            })
-        })
-        .unwrap();
+        let mut groups =
+            counter_groups(&o, &reqs, ins, &["planned".into()], &mut || pmu(2)).unwrap();
         assert_eq!(groups.len(), 1);
         let results = drive(&mut groups);
         let (_, samples, warnings) = &results[0];

@@ -154,37 +154,11 @@ impl Instrument for PerfCounters {
 mod tests {
     use super::*;
     use sbs_probes::counters::{
-        parse_counter_list, plan_series, CounterError, CounterRequest, GroupReading, OpenGroup,
-        PlanOptions,
+        parse_counter_list, plan_series, CounterRequest, GroupReading, PlanOptions, ScriptedBackend,
     };
     use std::time::Duration;
 
     use crate::run::instrument::ExitKind;
-
-    /// Every group reads `values` (one per member, cycled) with the given times.
-    struct Fixed {
-        enabled: u64,
-        running: u64,
-    }
-    struct FixedGroup(GroupReading);
-    impl OpenGroup for FixedGroup {
-        fn read(&mut self) -> Result<GroupReading, CounterError> {
-            Ok(self.0.clone())
-        }
-    }
-    impl CounterBackend for Fixed {
-        fn open_group(
-            &mut self,
-            _pid: i32,
-            members: &[CounterRequest],
-        ) -> Result<Box<dyn OpenGroup>, CounterError> {
-            Ok(Box::new(FixedGroup(GroupReading {
-                time_enabled: self.enabled,
-                time_running: self.running,
-                values: (1..=members.len() as u64).map(|i| i * 100).collect(),
-            })))
-        }
-    }
 
     fn outcome() -> RunOutcome {
         RunOutcome {
@@ -200,7 +174,13 @@ mod tests {
     fn run(list: &str, enabled: u64, running: u64) -> (Vec<Sample>, Vec<String>) {
         let reqs = parse_counter_list(list).unwrap();
         let plan = plan_series(&reqs, PlanOptions::default()).remove(0);
-        let mut inst = PerfCounters::new(plan, Box::new(Fixed { enabled, running }));
+        // Every group reads 100, 200, ... (one per member) with the given times.
+        let backend = ScriptedBackend(move |_pid, members: &[CounterRequest]| GroupReading {
+            time_enabled: enabled,
+            time_running: running,
+            values: (1..=members.len() as u64).map(|i| i * 100).collect(),
+        });
+        let mut inst = PerfCounters::new(plan, Box::new(backend));
         let mut out = Vec::new();
         for _ in 0..2 {
             inst.attach(Pid::from_raw(7)).unwrap();
