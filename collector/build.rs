@@ -1,5 +1,5 @@
 //! Builds the allocation agent (`agent/`) as a preload library and leaves it in `OUT_DIR`,
-//! where `src/instruments/alloc.rs` embeds it with `include_bytes!`. A user who installs
+//! where `src/run/instruments/alloc.rs` embeds it with `include_bytes!`. A user who installs
 //! `sbs-profile` alone (`cargo install --path collector`) so gets a working `--alloc`.
 //!
 //! Why rustc and not a nested `cargo build`: the agent must be a `no_std` cdylib built

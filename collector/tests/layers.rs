@@ -39,14 +39,21 @@ fn layers_import_only_downwards_and_only_the_command_layer_knows_clap() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    assert!(files.len() > 20, "collector/src holds {} files", files.len());
+    assert!(
+        files.len() > 20,
+        "collector/src holds {} files",
+        files.len()
+    );
     let mut problems = Vec::new();
     for path in &files {
         let relative = path.strip_prefix(&src).expect("under src");
         let text = code(path);
         let in_command_layer = relative.starts_with("cli") || relative == Path::new("main.rs");
         if !in_command_layer && text.contains("clap") {
-            problems.push(format!("{}: names clap below the command layer", relative.display()));
+            problems.push(format!(
+                "{}: names clap below the command layer",
+                relative.display()
+            ));
         }
         let Some(own) = layer_of(relative) else {
             continue;

@@ -1,5 +1,3 @@
-//! Checked against scipy where a reference exists (see each test).
-
 //! Reference values computed independently with scipy 1.17 (numpy, Python 3.11):
 //!
 //! ```python
