@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
 
-use crate::history::History;
+use crate::history::{Entry, History};
 use crate::judge::regression::{Mode, Reference, Regressed, Regression, Settings, THIS_RUN};
 use crate::judge::summary::metric_result;
 
@@ -29,28 +29,7 @@ pub struct Request {
 /// Build the report and the regressions of the latest entries.
 pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
     let store = History::new(&args.history);
-    let all = store.benchmarks()?;
-    if all.is_empty() {
-        bail!(
-            "no saved history in {}: save runs first with `sbs-profile --save -- COMMAND`, or \
-             point --history at the right directory",
-            args.history.display()
-        );
-    }
-    let names: Vec<String> = if args.names.is_empty() {
-        all
-    } else {
-        for n in &args.names {
-            if !all.contains(n) {
-                bail!(
-                    "--name {n}: no such benchmark in {}; saved benchmarks: {}",
-                    args.history.display(),
-                    all.join(", ")
-                );
-            }
-        }
-        args.names.clone()
-    };
+    let names = benchmark_names(&store, args)?;
     let regression = Regression::new(
         &Settings {
             history: args.history.clone(),
@@ -66,34 +45,12 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
     let mut benchmarks = Vec::new();
     let mut references = Vec::new();
     let mut latest_labels = Vec::new();
-    let mut max_n = 0;
     for name in &names {
         let mut entries = store.entries(name)?;
         let Some(latest) = entries.pop() else {
             continue;
         };
-        let metrics: Vec<MetricResult> = latest
-            .metrics
-            .iter()
-            .map(|m| {
-                max_n = max_n.max(m.samples.len());
-                metric_result(
-                    m.id.clone(),
-                    m.unit,
-                    m.source.clone(),
-                    m.exact,
-                    m.samples.clone(),
-                    m.details.clone(),
-                    args.confidence,
-                )
-            })
-            .collect();
-        benchmarks.push(BenchmarkResult {
-            name: name.clone(),
-            command: vec![latest.command.clone()],
-            metrics,
-            warnings: Vec::new(),
-        });
+        benchmarks.push(latest_result(name, &latest, args.confidence));
         references.push(if entries.is_empty() {
             Reference::Nothing
         } else {
@@ -101,6 +58,12 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
         });
         latest_labels.push(latest.meta.label());
     }
+    let max_n = benchmarks
+        .iter()
+        .flat_map(|b| &b.metrics)
+        .map(|m| m.samples.len())
+        .max()
+        .unwrap_or(0);
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -115,23 +78,77 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
         from_history: Some(args.history.display().to_string()),
     };
     let regressions = regression.apply(&references, &mut report)?;
-    // The latest entry is "this run" to the comparison; name it by its time instead.
     for (bench, label) in report.benchmarks.iter_mut().zip(latest_labels) {
-        let rename = |l: &mut String| {
-            if l == THIS_RUN {
-                *l = label.clone();
-            }
-        };
-        for m in bench.metrics.iter_mut() {
-            m.trend.iter_mut().for_each(|p| rename(&mut p.label));
-            if let Some(anova) = m.comparison.as_mut().and_then(|c| c.anova.as_mut()) {
-                anova.groups.iter_mut().for_each(rename);
-                for pair in anova.differing.iter_mut() {
-                    rename(&mut pair.a);
-                    rename(&mut pair.b);
-                }
+        name_latest(bench, &label);
+    }
+    Ok((report, regressions))
+}
+
+/// The benchmarks asked for (all saved ones by default), each checked to be saved.
+fn benchmark_names(store: &History, args: &Request) -> anyhow::Result<Vec<String>> {
+    let all = store.benchmarks()?;
+    if all.is_empty() {
+        bail!(
+            "no saved history in {}: save runs first with `sbs-profile --save -- COMMAND`, or \
+             point --history at the right directory",
+            args.history.display()
+        );
+    }
+    if args.names.is_empty() {
+        return Ok(all);
+    }
+    for n in &args.names {
+        if !all.contains(n) {
+            bail!(
+                "--name {n}: no such benchmark in {}; saved benchmarks: {}",
+                args.history.display(),
+                all.join(", ")
+            );
+        }
+    }
+    Ok(args.names.clone())
+}
+
+/// The latest saved entry of a benchmark as a result, as if it had just been measured.
+fn latest_result(name: &str, latest: &Entry, confidence: f64) -> BenchmarkResult {
+    let metrics: Vec<MetricResult> = latest
+        .metrics
+        .iter()
+        .map(|m| {
+            metric_result(
+                m.id.clone(),
+                m.unit,
+                m.source.clone(),
+                m.exact,
+                m.samples.clone(),
+                m.details.clone(),
+                confidence,
+            )
+        })
+        .collect();
+    BenchmarkResult {
+        name: name.to_string(),
+        command: vec![latest.command.clone()],
+        metrics,
+        warnings: Vec::new(),
+    }
+}
+
+/// The latest entry is "this run" to the comparison; name it by its time instead.
+fn name_latest(bench: &mut BenchmarkResult, label: &str) {
+    let rename = |l: &mut String| {
+        if l == THIS_RUN {
+            *l = label.to_string();
+        }
+    };
+    for m in bench.metrics.iter_mut() {
+        m.trend.iter_mut().for_each(|p| rename(&mut p.label));
+        if let Some(anova) = m.comparison.as_mut().and_then(|c| c.anova.as_mut()) {
+            anova.groups.iter_mut().for_each(rename);
+            for pair in anova.differing.iter_mut() {
+                rename(&mut pair.a);
+                rename(&mut pair.b);
             }
         }
     }
-    Ok((report, regressions))
 }
