@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use sbs_probes::hits::RunCounters;
 use sbs_probes::resolve::{match_patterns, Target, DEFAULT_MAX_PROBES};
 use sbs_probes::tracefs::{ProbeSet, Tracefs};
+use sbs_skip::{skip, Need};
 
 const PROGRAM: &str = r#"
 #include <pthread.h>
@@ -37,13 +38,24 @@ int main(int argc, char **argv) {
 }
 "#;
 
-fn skip_reason() -> Option<String> {
+/// What this machine lacks for these tests, if anything.
+fn skip_reason() -> Option<(Need, &'static str)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Some("uprobes need root".into());
+        return Some((Need::Root, "uprobes need root"));
+    }
+    let tracefs = std::fs::read_to_string("/proc/filesystems").is_ok_and(|list| {
+        list.lines()
+            .any(|l| l.split_whitespace().last() == Some("tracefs"))
+    });
+    if !tracefs {
+        return Some((
+            Need::Tracefs,
+            "uprobes need tracefs, absent from /proc/filesystems",
+        ));
     }
     if Command::new("cc").arg("--version").output().is_err() {
-        return Some("no C compiler `cc`".into());
+        return Some((Need::Gcc, "no C compiler `cc`"));
     }
     None
 }
@@ -84,8 +96,8 @@ fn count_run(set: &ProbeSet, exe: &Path, args: &[&str]) -> Vec<u64> {
 
 #[test]
 fn counts_are_exact_across_threads_and_fork() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+    if let Some((need, why)) = skip_reason() {
+        skip!(need, "{why}");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

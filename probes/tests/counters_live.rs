@@ -11,6 +11,7 @@ use sbs_probes::capability::{probe, MachineFacts};
 use sbs_probes::counters::{
     parse_counter_list, plan_series, CounterSet, CounterValue, PerfBackend, PlanOptions,
 };
+use sbs_skip::{skip, Need};
 
 fn gated(program: &str) -> Child {
     Command::new("sh")
@@ -59,7 +60,7 @@ fn value(v: &[CounterValue], name: &str) -> f64 {
 fn software_counters_see_the_child_from_exec() {
     let list = "task-clock,page-faults,minor-faults,major-faults,context-switches,cpu-migrations";
     if let Some(reason) = unavailable(list) {
-        eprintln!("skipped: {reason}");
+        skip!(Need::PerfEvents, "{reason}");
         return;
     }
     let v = count(list, "sleep 0.05");
@@ -87,7 +88,7 @@ fn software_counters_see_the_child_from_exec() {
 #[test]
 fn counters_are_inherited_by_children() {
     if let Some(reason) = unavailable("page-faults") {
-        eprintln!("skipped: {reason}");
+        skip!(Need::PerfEvents, "{reason}");
         return;
     }
     // The shell forks three `true`s: their page faults add to the shell's.
@@ -114,7 +115,10 @@ fn hardware_counters_where_a_pmu_exists() {
         .map(|r| probe(r, &facts))
         .find(|s| !s.is_supported())
     {
-        eprintln!("skipped: hardware counters unavailable on this machine: {s:?}");
+        skip!(
+            Need::Pmu,
+            "hardware counters unavailable on this machine: {s:?}"
+        );
         return;
     }
     let v = count("instructions,cycles", "/bin/true");

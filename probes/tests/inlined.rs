@@ -7,6 +7,7 @@ use std::process::Command;
 
 use sbs_probes::resolve::{match_patterns, PatternMatch, Target, DEFAULT_MAX_PROBES};
 use sbs_probes::ProbeError;
+use sbs_skip::{skip, Need};
 
 const PROGRAM: &str = r#"
 static volatile int sink;
@@ -19,8 +20,8 @@ __attribute__((noinline)) int b(int x) { return twice(x) + thrice(x); }
 int main(int argc, char **argv) { (void)argv; return a(argc) + b(argc) + twice(argc) + thrice_out(argc) + both(argc); }
 "#;
 
-/// Run a build command; `None` (skip) when the tool is missing.
-fn build(cmd: &mut Command) -> Option<()> {
+/// Run a build command; `None` (skip) when the tool, which `need` names, is missing.
+fn build(need: Need, cmd: &mut Command) -> Option<()> {
     match cmd.output() {
         Ok(out) => {
             assert!(
@@ -31,7 +32,7 @@ fn build(cmd: &mut Command) -> Option<()> {
             Some(())
         }
         Err(e) => {
-            eprintln!("skipped: cannot run {:?} ({e})", cmd.get_program());
+            skip!(need, "cannot run {:?} ({e})", cmd.get_program());
             None
         }
     }
@@ -41,7 +42,10 @@ fn build_c(dir: &Path, flags: &[&str]) -> Option<PathBuf> {
     let src = dir.join("inl.c");
     std::fs::write(&src, PROGRAM).unwrap();
     let exe = dir.join("inl");
-    build(Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src))?;
+    build(
+        Need::Gcc,
+        Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src),
+    )?;
     Some(exe)
 }
 
@@ -101,7 +105,12 @@ fn separate_debug_file_is_found_and_its_absence_reported() {
         &["--add-gnu-debuglink=inl.debug", "inl"],
     ];
     for args in steps {
-        if build(Command::new("objcopy").args(args).current_dir(dir.path())).is_none() {
+        if build(
+            Need::Binutils,
+            Command::new("objcopy").args(args).current_dir(dir.path()),
+        )
+        .is_none()
+        {
             return;
         }
     }
@@ -132,6 +141,7 @@ pub fn build_rust_fixture(dir: &Path) -> Option<PathBuf> {
     let exe = dir.join("inlined");
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     build(
+        Need::Rustc,
         Command::new(rustc)
             .args([
                 "--edition",

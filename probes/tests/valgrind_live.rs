@@ -3,13 +3,14 @@
 use std::process::Command;
 
 use sbs_probes::valgrind::{find_valgrind, parse_log, parse_out_file_summary, wrapper};
+use sbs_skip::{skip, Need};
 
 #[test]
 fn wrapper_count_equals_cachegrinds_own_summary() {
     let valgrind = match find_valgrind() {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("skipped: {e}");
+            skip!(Need::Valgrind, "{e}");
             return;
         }
     };

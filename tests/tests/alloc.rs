@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use sbs_agent_abi::{Origin, SlotValues};
 use sbs_profile::run::instruments::alloc::{run_with_agent, Reports};
+use sbs_skip::{skip, Need};
 use util::{metric, samples, sbs};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -41,7 +42,10 @@ fn bytes_and_blocks(rest: &str) -> (u64, u64) {
 /// (with the reason printed) when valgrind is not installed.
 fn dhat(program: &Path, args: &[&str]) -> Option<HashMap<u64, Dhat>> {
     if which("valgrind").is_none() {
-        eprintln!("skipped: valgrind is not installed (apt-get install valgrind)");
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (apt-get install valgrind)"
+        );
         return None;
     }
     let child = Command::new("valgrind")
@@ -232,7 +236,7 @@ fn every_alloc() -> Option<(tempfile::TempDir, PathBuf)> {
 /// Compile `fixtures/c/NAME.c` with gcc at -O0, or `None` (with the reason printed).
 fn c_fixture(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
     if which("gcc").is_none() {
-        eprintln!("skipped: gcc is not installed");
+        skip!(Need::Gcc, "gcc is not installed");
         return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -438,7 +442,7 @@ fn memory_runs_measure_the_rss_of_the_program_without_the_agent() {
 #[test]
 fn cli_refuses_a_static_binary_instead_of_reporting_zeros() {
     if which("gcc").is_none() {
-        eprintln!("skipped: gcc is not installed");
+        skip!(Need::Gcc, "gcc is not installed");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -456,7 +460,10 @@ fn cli_refuses_a_static_binary_instead_of_reporting_zeros() {
         .output()
         .unwrap();
     if !out.status.success() {
-        eprintln!("skipped: gcc cannot link statically here (libc.a missing)");
+        skip!(
+            Need::StaticLibc,
+            "gcc cannot link statically here (libc.a missing: apt-get install libc6-dev)"
+        );
         return;
     }
     let run = sbs([
@@ -494,7 +501,7 @@ fn cli_refuses_a_static_binary_instead_of_reporting_zeros() {
 
 #[test]
 fn boxing_counts_each_box_new() {
-    if util::skip_unless_root("--boxing uses uprobes, which") {
+    if util::skip_without_uprobes("--boxing uses uprobes, which") {
         return;
     }
     let count = |n: &str| {
@@ -530,7 +537,7 @@ fn boxing_refuses_a_program_without_box_entry_points() {
     let Some((_dir, exe)) = every_alloc() else {
         return;
     };
-    if util::skip_unless_root("--boxing uses uprobes, which") {
+    if util::skip_without_uprobes("--boxing uses uprobes, which") {
         return;
     }
     sbs([

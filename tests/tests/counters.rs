@@ -6,6 +6,7 @@ mod util;
 
 use std::process::Command;
 
+use sbs_skip::{skip, Need};
 use util::{metric, samples, sbs};
 
 /// Whether this machine has a CPU PMU that can count `instructions` (asked of the tool).
@@ -37,7 +38,7 @@ fn software_unavailable() -> Option<String> {
 macro_rules! need_software_counters {
     () => {
         if let Some(reason) = software_unavailable() {
-            eprintln!("skipped: software counters unavailable: {reason}");
+            skip!(Need::PerfEvents, "software counters unavailable: {reason}");
             return;
         }
     };
@@ -252,14 +253,17 @@ fn hardware_events_are_unsupported_without_pmu_with_reason() {
             "the skipped event is named in the report",
         );
     } else {
-        eprintln!("note: this machine has a PMU; the no-PMU path is covered by unit tests");
+        skip!(
+            Need::NoPmu,
+            "this machine has a PMU; the no-PMU path is covered by unit tests here"
+        );
     }
 }
 
 #[test]
 fn hardware_counters_where_a_pmu_exists() {
     if let Some(reason) = pmu_reason() {
-        eprintln!("skipped: no hardware counters here: {reason}");
+        skip!(Need::Pmu, "no hardware counters here: {reason}");
         return;
     }
     let run = sbs([
@@ -344,7 +348,10 @@ fn valgrind_own_count(args: &[&str]) -> u64 {
 #[test]
 fn valgrind_count_equals_valgrinds_own_figure() {
     if !valgrind_installed() {
-        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
         return;
     }
     let work = fixture!("work");
@@ -382,7 +389,10 @@ fn valgrind_count_equals_valgrinds_own_figure() {
 #[test]
 fn valgrind_tells_apart_a_one_percent_work_change_in_three_runs() {
     if !valgrind_installed() {
-        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
         return;
     }
     let count = |n: &str| {
@@ -416,7 +426,10 @@ fn valgrind_tells_apart_a_one_percent_work_change_in_three_runs() {
 #[test]
 fn valgrind_counts_children_and_keeps_the_benchmarks_stderr() {
     if !valgrind_installed() {
-        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
         return;
     }
     // A shell that runs two children and writes to stderr itself: all three processes
@@ -457,7 +470,7 @@ fn valgrind_counts_children_and_keeps_the_benchmarks_stderr() {
 #[test]
 fn auto_picks_a_mechanism_and_says_which() {
     if pmu_reason().is_some() && !valgrind_installed() {
-        eprintln!("skipped: neither a PMU nor valgrind");
+        skip!(Need::Valgrind, "neither a PMU nor valgrind");
         return;
     }
     let run = sbs([
@@ -493,7 +506,10 @@ fn auto_picks_a_mechanism_and_says_which() {
 #[test]
 fn counts_from_different_mechanisms_are_never_compared() {
     if !valgrind_installed() {
-        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

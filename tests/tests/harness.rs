@@ -5,7 +5,8 @@ mod util;
 
 use std::process::Command;
 
-use util::{is_root, metric, samples, sbs};
+use sbs_skip::{skip, Need};
+use util::{metric, samples, sbs};
 
 const FIXTURE: &str = fixture!("harness_fixture");
 
@@ -103,8 +104,7 @@ fn parameters_reach_the_set_up() {
 
 #[test]
 fn boxing_per_operation_is_exact_and_excludes_the_set_up() {
-    if !is_root() {
-        eprintln!("skipped: uprobes need root");
+    if util::skip_without_uprobes("uprobes") {
         return;
     }
     let report = harnessed(&["--boxing", "--runs", "2", "--ops", "3"], "boxes");
@@ -117,8 +117,7 @@ fn boxing_per_operation_is_exact_and_excludes_the_set_up() {
 
 #[test]
 fn invocations_per_operation_are_exact_and_exclude_the_set_up() {
-    if !is_root() {
-        eprintln!("skipped: uprobes need root");
+    if util::skip_without_uprobes("uprobes") {
         return;
     }
     let report = harnessed(
@@ -223,8 +222,9 @@ fn perf_counters_count_inside_the_region_only() {
         "spin",
     ]);
     if whole.code() == Some(2) && whole.stderr().contains("perf_event_paranoid") {
-        eprintln!(
-            "skipped: perf events not permitted here: {}",
+        skip!(
+            Need::PerfEvents,
+            "perf events not permitted here: {}",
             whole.stderr()
         );
         return;
@@ -423,7 +423,10 @@ fn mix_whole_process(params: &[&str]) -> f64 {
 #[test]
 fn instructions_per_operation_under_valgrind_are_exact_and_exclude_the_set_up() {
     if !valgrind_installed() {
-        eprintln!("skipped: valgrind is not installed (sudo apt-get install -y valgrind)");
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
         return;
     }
     let (per_op, total) = mix_instructions("4", &[]);

@@ -6,6 +6,7 @@ mod util;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use sbs_skip::{skip, Need};
 use util::sbs;
 
 fn chromium() -> Option<PathBuf> {
@@ -44,8 +45,9 @@ fn headless(browser: &Path, profile: &Path) -> Command {
 #[test]
 fn html_report_renders_its_plots_in_chromium() {
     let Some(browser) = chromium() else {
-        eprintln!(
-            "skipped: no chromium in PATH (apt-get install chromium) to render the HTML report"
+        skip!(
+            Need::Chromium,
+            "no chromium in PATH (apt-get install chromium) to render the HTML report"
         );
         return;
     };

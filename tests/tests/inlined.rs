@@ -8,7 +8,8 @@ mod util;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use util::{metric, samples, sbs, skip_unless_root};
+use sbs_skip::{skip, Need};
+use util::{metric, samples, sbs, skip_without_uprobes};
 
 fn build_fixture(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/inlined.rs");
@@ -30,7 +31,7 @@ fn build_fixture(dir: &Path) -> Option<PathBuf> {
     {
         Ok(out) => out,
         Err(e) => {
-            eprintln!("skipped: cannot run rustc ({e})");
+            skip!(Need::Rustc, "cannot run rustc ({e})");
             return None;
         }
     };
@@ -67,7 +68,7 @@ fn at_line(m: &serde_json::Value, line: u32) -> f64 {
 
 #[test]
 fn inlined_vec_push_and_inline_always_are_counted_exactly() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -121,7 +122,7 @@ fn inlined_vec_push_and_inline_always_are_counted_exactly() {
 
 #[test]
 fn default_report_has_one_inlined_row_per_function() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -162,7 +163,7 @@ int main(int argc, char **argv) {
 
 #[test]
 fn out_of_line_and_inlined_copies_are_counted_apart() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -181,7 +182,7 @@ fn out_of_line_and_inlined_copies_are_counted_apart() {
             String::from_utf8_lossy(&out.stderr)
         ),
         Err(e) => {
-            eprintln!("skipped: no C compiler `cc` ({e})");
+            skip!(Need::Gcc, "no C compiler `cc` ({e})");
             return;
         }
     }
@@ -213,7 +214,7 @@ fn out_of_line_and_inlined_copies_are_counted_apart() {
 
 #[test]
 fn inlined_cpp_push_back_is_counted_exactly() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -231,7 +232,7 @@ fn inlined_cpp_push_back_is_counted_exactly() {
             String::from_utf8_lossy(&out.stderr)
         ),
         Err(e) => {
-            eprintln!("skipped: no C++ compiler `g++` ({e})");
+            skip!(Need::Gxx, "no C++ compiler `g++` ({e})");
             return;
         }
     }

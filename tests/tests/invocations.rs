@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use util::{metric, samples, sbs, skip_unless_root};
+use sbs_skip::{skip, Need};
+use util::{metric, samples, sbs, skip_without_uprobes};
 
 const UPROBE_EVENTS: &str = "/sys/kernel/tracing/uprobe_events";
 
@@ -57,7 +58,7 @@ fn sbs_with_pid(args: &[&str]) -> (u32, std::process::Output) {
 
 #[test]
 fn counts_are_exact_from_main_thread_threads_and_forked_child() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     for (n, threads) in [(1000u64, 3u64), (250, 0), (4000, 1)] {
@@ -102,7 +103,7 @@ fn counts_are_exact_from_main_thread_threads_and_forked_child() {
 
 #[test]
 fn trait_methods_generics_and_malloc_of_glibc() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let n = 500.0;
@@ -156,7 +157,7 @@ fn trait_methods_generics_and_malloc_of_glibc() {
 
 #[test]
 fn text_report_has_one_row_per_symbol_and_the_inlined_warning() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let run = sbs([
@@ -229,7 +230,7 @@ fn build_cpp(dir: &Path) -> Option<PathBuf> {
         Ok(out) if out.status.success() => Some(exe),
         Ok(out) => panic!("g++ failed: {}", String::from_utf8_lossy(&out.stderr)),
         Err(e) => {
-            eprintln!("skipped: g++ not available ({e})");
+            skip!(Need::Gxx, "g++ not available ({e})");
             None
         }
     }
@@ -237,7 +238,7 @@ fn build_cpp(dir: &Path) -> Option<PathBuf> {
 
 #[test]
 fn cpp_overloads_templates_and_operators() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -285,17 +286,17 @@ fn cpp_overloads_templates_and_operators() {
 /// Debian's `perf probe` + `perf stat` on the same function and command: equal counts.
 #[test]
 fn equals_perf_probe_and_perf_stat() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     if Command::new("perf").arg("--version").output().is_err() {
-        eprintln!("skipped: `perf` (linux-perf) is not installed");
+        skip!(Need::Perf, "`perf` (linux-perf) is not installed");
         return;
     }
     let exe = fixture!("calls");
     let nm = Command::new("nm").arg(exe).output();
     let Ok(nm) = nm else {
-        eprintln!("skipped: `nm` (binutils) is not installed");
+        skip!(Need::Binutils, "`nm` (binutils) is not installed");
         return;
     };
     let symbols = String::from_utf8_lossy(&nm.stdout).into_owned();
@@ -353,7 +354,7 @@ fn equals_perf_probe_and_perf_stat() {
 
 #[test]
 fn bad_input_is_a_one_line_error_with_exit_2() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let calls = fixture!("calls");
@@ -401,7 +402,10 @@ fn bad_input_is_a_one_line_error_with_exit_2() {
         ])
         .fails_with(2, "is stripped (no .symtab)");
     } else {
-        eprintln!("skipped (stripped binary case): `strip` is not installed");
+        skip!(
+            Need::Binutils,
+            "the stripped binary case: `strip` (binutils) is not installed"
+        );
     }
 }
 
@@ -412,7 +416,7 @@ fn make_executable(p: &Path) {
 
 #[test]
 fn scripts_and_static_binaries_are_probed() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -454,7 +458,10 @@ fn scripts_and_static_binaries_are_probed() {
         .arg(&src)
         .status();
     if !built.is_ok_and(|s| s.success()) {
-        eprintln!("skipped (static case): `cc -static` does not work here");
+        skip!(
+            Need::StaticLibc,
+            "the static case: `cc -static` does not work here"
+        );
         return;
     }
     let run = sbs([
@@ -483,7 +490,7 @@ fn scripts_and_static_binaries_are_probed() {
 
 #[test]
 fn probes_are_removed_after_success_crash_and_ctrl_c() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     let (pid, out) = sbs_with_pid(&[
@@ -558,7 +565,7 @@ fn probes_are_removed_after_success_crash_and_ctrl_c() {
 
 #[test]
 fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
     // A pid that surely is dead: a child we started and reaped.
@@ -611,23 +618,37 @@ fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
 
 #[test]
 fn without_root_the_error_says_what_is_needed() {
-    if skip_unless_root("uprobes") {
+    if skip_without_uprobes("uprobes") {
         return;
     }
-    // Drop to `nobody` for one sbs-profile run (needs util-linux's setpriv and binaries
-    // that `nobody` may execute).
+    // Drop to `nobody` for one sbs-profile run (needs util-linux's setpriv). The binaries
+    // run from copies in a directory open to everyone: the build directory may not be
+    // (a checkout under /root).
+    let dir = tempfile::tempdir().unwrap();
+    make_executable(dir.path());
+    let (sbs_copy, calls_copy) = (dir.path().join("sbs-profile"), dir.path().join("calls"));
+    std::fs::copy(util::sbs_profile(), &sbs_copy).unwrap();
+    std::fs::copy(fixture!("calls"), &calls_copy).unwrap();
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(util::sbs_profile())
-        .args(["--invocations", "work", "--", fixture!("calls")])
+        .arg(&sbs_copy)
+        .args([
+            "--invocations".as_ref(),
+            "work".as_ref(),
+            "--".as_ref(),
+            calls_copy.as_os_str(),
+        ])
         .output();
     let Ok(out) = out else {
-        eprintln!("skipped: `setpriv` is not installed");
+        skip!(Need::UtilLinux, "`setpriv` (util-linux) is not installed");
         return;
     };
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(126) || out.status.code() == Some(127) {
-        eprintln!("skipped: `nobody` cannot execute the test binaries ({err})");
+        skip!(
+            Need::Nobody,
+            "`nobody` cannot execute the test binaries ({err})"
+        );
         return;
     }
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -643,7 +664,10 @@ fn sbs_in_mount_namespace(setup: &str, args: &[&str]) -> Option<util::Finished> 
         .into_iter()
         .find(|p| Path::new(p).exists());
     let Some(unshare) = unshare else {
-        eprintln!("skipped: no `unshare` (util-linux) to make a private mount namespace");
+        skip!(
+            Need::UtilLinux,
+            "no `unshare` (util-linux) to make a private mount namespace"
+        );
         return None;
     };
     let output = Command::new(unshare)
@@ -662,7 +686,7 @@ fn sbs_in_mount_namespace(setup: &str, args: &[&str]) -> Option<util::Finished> 
 
 #[test]
 fn missing_tracefs_is_mounted_or_a_clear_error() {
-    if skip_unless_root("uprobes and mount namespaces") {
+    if skip_without_uprobes("uprobes and mount namespaces") {
         return;
     }
     let args = [

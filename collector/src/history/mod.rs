@@ -603,7 +603,10 @@ mod tests {
             .status()
             .is_ok_and(|s| s.success());
         if !mounted {
-            eprintln!("skipped: cannot mount a 64 KiB tmpfs to fill (needs root)");
+            sbs_skip::skip!(
+                sbs_skip::Need::Root,
+                "cannot mount a 64 KiB tmpfs to fill (needs root)"
+            );
             return;
         }
         struct Unmount(PathBuf);

@@ -222,11 +222,19 @@ macro_rules! skip {
     };
 }
 
-/// What [`skip!`] calls, with the name of the calling crate.
+/// What [`skip!`] calls, with the name of the calling crate. A failure points at the
+/// caller's line.
+#[track_caller]
 pub fn skip_test(krate: &str, need: Need, reason: &str) {
-    let policy = Policy::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let policy = match Policy::from_env() {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    };
     let skip = Skip::new(test_name(krate), need, reason);
-    let line = policy.judge(&skip).unwrap_or_else(|e| panic!("{e}"));
+    let line = match policy.judge(&skip) {
+        Ok(line) => line,
+        Err(e) => panic!("{e}"),
+    };
     // Shown by libtest only if the test fails later; the summary at exit always is.
     eprintln!("{line}");
     remember(krate, line.clone());

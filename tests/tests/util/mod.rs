@@ -5,6 +5,8 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use sbs_skip::{skip, Need};
+
 /// Path of a fixture binary of this package.
 #[macro_export]
 macro_rules! fixture {
@@ -19,13 +21,30 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Print why a test that needs root is skipped; `true` when it must skip.
-pub fn skip_unless_root(what: &str) -> bool {
-    if is_root() {
-        return false;
+/// Whether the kernel offers tracefs (mounted or not: sbs-profile mounts it as root).
+pub fn kernel_has_tracefs() -> bool {
+    std::fs::read_to_string("/proc/filesystems").is_ok_and(|list| {
+        list.lines()
+            .any(|l| l.split_whitespace().last() == Some("tracefs"))
+    })
+}
+
+/// Skip a test that needs uprobes where they cannot be used (not root, or a kernel
+/// without tracefs); `true` when the caller must return. `what` completes
+/// "... need root".
+pub fn skip_without_uprobes(what: &str) -> bool {
+    if !is_root() {
+        skip!(Need::Root, "{what} need root (CAP_SYS_ADMIN)");
+        return true;
     }
-    eprintln!("skipped: {what} need root (CAP_SYS_ADMIN)");
-    true
+    if !kernel_has_tracefs() {
+        skip!(
+            Need::Tracefs,
+            "{what} need tracefs, absent from /proc/filesystems"
+        );
+        return true;
+    }
+    false
 }
 
 /// The `sbs-profile` binary, built by `cargo test --workspace` into the same target dir.
