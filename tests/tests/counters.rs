@@ -320,7 +320,7 @@ const CLEAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 fn valgrind_own_count(args: &[&str]) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cg.out");
-    let status = Command::new("/usr/bin/setarch")
+    let run = Command::new("/usr/bin/setarch")
         .env_clear()
         .env("PATH", CLEAN_PATH)
         .args([
@@ -333,9 +333,15 @@ fn valgrind_own_count(args: &[&str]) -> u64 {
         ])
         .arg(format!("--cachegrind-out-file={}", out.display()))
         .args(args)
-        .status()
+        .output()
         .expect("run valgrind");
-    assert!(status.success());
+    // Its stderr (cache warnings) is shown only when the run failed.
+    assert!(
+        run.status.success(),
+        "valgrind {args:?}: {}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
     let text = std::fs::read_to_string(&out).unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix("summary:"))

@@ -389,11 +389,12 @@ fn bad_input_is_a_one_line_error_with_exit_2() {
     if Command::new("strip").arg("--version").output().is_ok() {
         let stripped = dir.path().join("calls-stripped");
         std::fs::copy(calls, &stripped).unwrap();
-        assert!(Command::new("strip")
-            .arg(&stripped)
-            .status()
-            .unwrap()
-            .success());
+        let out = Command::new("strip").arg(&stripped).output().unwrap();
+        assert!(
+            out.status.success(),
+            "strip: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         sbs([
             "--invocations".as_ref(),
             "work".as_ref(),
@@ -456,11 +457,16 @@ fn scripts_and_static_binaries_are_probed() {
         .args(["-static", "-O1", "-o"])
         .arg(&exe)
         .arg(&src)
-        .status();
-    if !built.is_ok_and(|s| s.success()) {
+        .output();
+    // The compiler's complaint is part of the skip's reason, not loose test output.
+    if let Some(why) = match &built {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(String::from_utf8_lossy(&out.stderr).into_owned()),
+        Err(e) => Some(e.to_string()),
+    } {
         skip!(
             Need::StaticLibc,
-            "the static case: `cc -static` does not work here"
+            "the static case: `cc -static` does not work here: {why}"
         );
         return;
     }
