@@ -71,6 +71,116 @@ impl PerOpRecords {
         self
     }
 
+    /// The error for a record the harness should have written.
+    fn missing(&self, key: &str) -> anyhow::Error {
+        anyhow::anyhow!(
+            "the harness of `{}` reported no `{key}` record; sbs-harness and sbs-profile \
+             versions may differ",
+            self.benchmark
+        )
+    }
+
+    /// A timing run: seconds per operation.
+    fn time_samples(
+        &mut self,
+        records: &[(String, f64)],
+        out: &mut Vec<Sample>,
+    ) -> anyhow::Result<()> {
+        let t = get(records, proto::REC_TIME_OP).ok_or_else(|| self.missing("time.op"))?;
+        out.push(Sample::new(
+            MetricSpec::new("time.op", Unit::Seconds, "harness", false),
+            t,
+        ));
+        if get(records, proto::REC_NOT_STEADY).unwrap_or(0.0) != 0.0 {
+            self.not_steady += 1;
+        }
+        Ok(())
+    }
+
+    /// A counting run: the region totals of the instruments before this one, per
+    /// operation, and the harness's own allocation counts.
+    fn count_samples(
+        &mut self,
+        records: &[(String, f64)],
+        out: &mut Vec<Sample>,
+    ) -> anyhow::Result<()> {
+        let ops = get(records, proto::REC_OPS).ok_or_else(|| self.missing("ops"))?;
+        if ops <= 0.0 {
+            anyhow::bail!("the harness of `{}` ran no operation", self.benchmark);
+        }
+        let mut per_op = Vec::new();
+        for s in out.iter() {
+            if !self
+                .region_prefixes
+                .iter()
+                .any(|p| s.metric.id.starts_with(p))
+            {
+                continue;
+            }
+            self.check_region_count(records, s)?;
+            let mut metric = s.metric.clone();
+            metric.id.push_str(PER_OP);
+            per_op.push(Sample {
+                metric,
+                value: s.value / ops,
+                details: s
+                    .details
+                    .iter()
+                    .map(|(l, v)| (l.clone(), v / ops))
+                    .collect(),
+            });
+        }
+        out.extend(per_op);
+        let agent = |id: &str, unit| MetricSpec::new(id, unit, self.alloc_source, true);
+        if let Some(n) = get(records, proto::REC_ALLOC_COUNT) {
+            self.saw_alloc = true;
+            out.push(Sample::new(agent("alloc.count/op", Unit::Count), n / ops));
+        }
+        if let Some(b) = get(records, proto::REC_ALLOC_BYTES) {
+            out.push(Sample::new(agent("alloc.bytes/op", Unit::Bytes), b / ops));
+        }
+        if let Some(r) = get(records, proto::REC_RETAINED) {
+            out.push(Sample::new(agent("heap.retained", Unit::Bytes), r));
+        }
+        Ok(())
+    }
+
+    /// A region total counts only the measured region if the harness switched its
+    /// counting on and off: it received the descriptors, or toggled callgrind.
+    fn check_region_count(&self, records: &[(String, f64)], s: &Sample) -> anyhow::Result<()> {
+        if s.metric.source == sbs_probes::valgrind::SOURCE {
+            // No descriptors: the harness toggles callgrind's collection.
+            return match get(records, proto::REC_REGION_VALGRIND) {
+                Some(n) if n > 0.0 => Ok(()),
+                Some(_) => anyhow::bail!(
+                    "the harness of `{}` toggled callgrind's collection but reports \
+                     that it does not run under valgrind, so {} is not the region's \
+                     count; is valgrind's client-request support available on this \
+                     architecture (x86-64 Linux only)?",
+                    self.benchmark,
+                    s.metric.id
+                ),
+                None => anyhow::bail!(
+                    "the harness of `{}` did not toggle callgrind's collection, so \
+                     {} would count nothing; sbs-harness and sbs-profile versions \
+                     may differ",
+                    self.benchmark,
+                    s.metric.id
+                ),
+            };
+        }
+        if get(records, proto::REC_REGION_EVENTS).unwrap_or(0.0) == 0.0 {
+            anyhow::bail!(
+                "the harness of `{}` received no region descriptors, so {} would \
+                 count the whole process; sbs-harness and sbs-profile versions may \
+                 differ",
+                self.benchmark,
+                s.metric.id
+            );
+        }
+        Ok(())
+    }
+
     fn records(&self, text: &str) -> Vec<(String, f64)> {
         text.lines()
             .filter_map(proto::parse_record)
@@ -155,96 +265,10 @@ impl Instrument for PerOpRecords {
             );
         }
         self.runs += 1;
-        let missing = |key: &str| {
-            anyhow::anyhow!(
-                "the harness of `{}` reported no `{key}` record; sbs-harness and sbs-profile \
-                 versions may differ",
-                self.benchmark
-            )
-        };
         match self.mode {
-            PerOpMode::Time => {
-                let t = get(&records, proto::REC_TIME_OP).ok_or_else(|| missing("time.op"))?;
-                out.push(Sample::new(
-                    MetricSpec::new("time.op", Unit::Seconds, "harness", false),
-                    t,
-                ));
-                if get(&records, proto::REC_NOT_STEADY).unwrap_or(0.0) != 0.0 {
-                    self.not_steady += 1;
-                }
-            }
-            PerOpMode::Count { .. } => {
-                let ops = get(&records, proto::REC_OPS).ok_or_else(|| missing("ops"))?;
-                if ops <= 0.0 {
-                    anyhow::bail!("the harness of `{}` ran no operation", self.benchmark);
-                }
-                let events = get(&records, proto::REC_REGION_EVENTS).unwrap_or(0.0);
-                let valgrind = get(&records, proto::REC_REGION_VALGRIND);
-                let mut per_op = Vec::new();
-                for s in out.iter() {
-                    if !self
-                        .region_prefixes
-                        .iter()
-                        .any(|p| s.metric.id.starts_with(p))
-                    {
-                        continue;
-                    }
-                    if s.metric.source == sbs_probes::valgrind::SOURCE {
-                        // No descriptors: the harness toggles callgrind's collection.
-                        match valgrind {
-                            Some(n) if n > 0.0 => {}
-                            Some(_) => anyhow::bail!(
-                                "the harness of `{}` toggled callgrind's collection but reports \
-                                 that it does not run under valgrind, so {} is not the region's \
-                                 count; is valgrind's client-request support available on this \
-                                 architecture (x86-64 Linux only)?",
-                                self.benchmark,
-                                s.metric.id
-                            ),
-                            None => anyhow::bail!(
-                                "the harness of `{}` did not toggle callgrind's collection, so \
-                                 {} would count nothing; sbs-harness and sbs-profile versions \
-                                 may differ",
-                                self.benchmark,
-                                s.metric.id
-                            ),
-                        }
-                    } else if events == 0.0 {
-                        anyhow::bail!(
-                            "the harness of `{}` received no region descriptors, so {} would \
-                             count the whole process; sbs-harness and sbs-profile versions may \
-                             differ",
-                            self.benchmark,
-                            s.metric.id
-                        );
-                    }
-                    let mut metric = s.metric.clone();
-                    metric.id.push_str(PER_OP);
-                    per_op.push(Sample {
-                        metric,
-                        value: s.value / ops,
-                        details: s
-                            .details
-                            .iter()
-                            .map(|(l, v)| (l.clone(), v / ops))
-                            .collect(),
-                    });
-                }
-                out.extend(per_op);
-                let agent = |id: &str, unit| MetricSpec::new(id, unit, self.alloc_source, true);
-                if let Some(n) = get(&records, proto::REC_ALLOC_COUNT) {
-                    self.saw_alloc = true;
-                    out.push(Sample::new(agent("alloc.count/op", Unit::Count), n / ops));
-                }
-                if let Some(b) = get(&records, proto::REC_ALLOC_BYTES) {
-                    out.push(Sample::new(agent("alloc.bytes/op", Unit::Bytes), b / ops));
-                }
-                if let Some(r) = get(&records, proto::REC_RETAINED) {
-                    out.push(Sample::new(agent("heap.retained", Unit::Bytes), r));
-                }
-            }
+            PerOpMode::Time => self.time_samples(&records, out),
+            PerOpMode::Count { .. } => self.count_samples(&records, out),
         }
-        Ok(())
     }
 
     fn abort_run(&mut self) {
