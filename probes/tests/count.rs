@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use sbs_probes::hits::RunCounters;
 use sbs_probes::resolve::{match_patterns, Target, DEFAULT_MAX_PROBES};
 use sbs_probes::tracefs::{ProbeSet, Tracefs};
-use sbs_skip::{skip, Need};
+use sbs_skip::{build, skip, Need};
 
 const PROGRAM: &str = r#"
 #include <pthread.h>
@@ -64,17 +64,15 @@ fn build(dir: &Path) -> PathBuf {
     let src = dir.join("counted.c");
     std::fs::write(&src, PROGRAM).unwrap();
     let exe = dir.join("counted");
-    let out = Command::new("cc")
-        .args(["-O2", "-g", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // The caller checked that `cc` runs.
+    build!(
+        Need::Gcc,
+        Command::new("cc")
+            .args(["-O2", "-g", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(&src)
+    )
+    .expect("cc was found before");
     exe
 }
 

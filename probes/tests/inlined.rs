@@ -7,7 +7,7 @@ use std::process::Command;
 
 use sbs_probes::resolve::{match_patterns, PatternMatch, Target, DEFAULT_MAX_PROBES};
 use sbs_probes::ProbeError;
-use sbs_skip::{skip, Need};
+use sbs_skip::{build, Need};
 
 const PROGRAM: &str = r#"
 static volatile int sink;
@@ -20,31 +20,13 @@ __attribute__((noinline)) int b(int x) { return twice(x) + thrice(x); }
 int main(int argc, char **argv) { (void)argv; return a(argc) + b(argc) + twice(argc) + thrice_out(argc) + both(argc); }
 "#;
 
-/// Run a build command; `None` (skip) when the tool, which `need` names, is missing.
-fn build(need: Need, cmd: &mut Command) -> Option<()> {
-    match cmd.output() {
-        Ok(out) => {
-            assert!(
-                out.status.success(),
-                "{cmd:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Some(())
-        }
-        Err(e) => {
-            skip!(need, "cannot run {:?} ({e})", cmd.get_program());
-            None
-        }
-    }
-}
-
 fn build_c(dir: &Path, flags: &[&str]) -> Option<PathBuf> {
     let src = dir.join("inl.c");
     std::fs::write(&src, PROGRAM).unwrap();
     let exe = dir.join("inl");
-    build(
+    build!(
         Need::Gcc,
-        Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src),
+        Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src)
     )?;
     Some(exe)
 }
@@ -105,9 +87,9 @@ fn separate_debug_file_is_found_and_its_absence_reported() {
         &["--add-gnu-debuglink=inl.debug", "inl"],
     ];
     for args in steps {
-        if build(
+        if build!(
             Need::Binutils,
-            Command::new("objcopy").args(args).current_dir(dir.path()),
+            Command::new("objcopy").args(args).current_dir(dir.path())
         )
         .is_none()
         {
@@ -139,21 +121,9 @@ fn separate_debug_file_is_found_and_its_absence_reported() {
 pub fn build_rust_fixture(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/rust/inlined.rs");
     let exe = dir.join("inlined");
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    build(
+    build!(
         Need::Rustc,
-        Command::new(rustc)
-            .args([
-                "--edition",
-                "2021",
-                "-C",
-                "opt-level=3",
-                "-C",
-                "debuginfo=2",
-                "-o",
-            ])
-            .arg(&exe)
-            .arg(src),
+        sbs_skip::rustc_release().arg("-o").arg(&exe).arg(src)
     )?;
     Some(exe)
 }

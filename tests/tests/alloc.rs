@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use sbs_agent_abi::{Origin, SlotValues};
 use sbs_profile::run::instruments::alloc::{run_with_agent, Reports};
-use sbs_skip::{skip, Need};
+use sbs_skip::{build, skip, Need};
 use util::{metric, samples, sbs};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -235,24 +235,16 @@ fn every_alloc() -> Option<(tempfile::TempDir, PathBuf)> {
 
 /// Compile `fixtures/c/NAME.c` with gcc at -O0, or `None` (with the reason printed).
 fn c_fixture(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
-    if which("gcc").is_none() {
-        skip!(Need::Gcc, "gcc is not installed");
-        return None;
-    }
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = dir.path().join(name);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/c/{name}.c"));
-    let out = Command::new("gcc")
-        .args(["-O0", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("run gcc");
-    assert!(
-        out.status.success(),
-        "gcc failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O0", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(&src)
+    )?;
     Some((dir, exe))
 }
 

@@ -8,38 +8,16 @@ mod util;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sbs_skip::{skip, Need};
+use sbs_skip::{build, Need};
 use util::{metric, samples, sbs, skip_without_uprobes};
 
 fn build_fixture(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/inlined.rs");
     let exe = dir.join("inlined");
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let out = match Command::new(rustc)
-        .args([
-            "--edition",
-            "2021",
-            "-C",
-            "opt-level=3",
-            "-C",
-            "debuginfo=2",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-    {
-        Ok(out) => out,
-        Err(e) => {
-            skip!(Need::Rustc, "cannot run rustc ({e})");
-            return None;
-        }
-    };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    build!(
+        Need::Rustc,
+        sbs_skip::rustc_release().arg("-o").arg(&exe).arg(&src)
+    )?;
     Some(exe)
 }
 
@@ -170,22 +148,15 @@ fn out_of_line_and_inlined_copies_are_counted_apart() {
     let src = dir.path().join("both.c");
     std::fs::write(&src, BOTH).unwrap();
     let exe = dir.path().join("both");
-    match Command::new("cc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-    {
-        Ok(out) => assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) => {
-            skip!(Need::Gcc, "no C compiler `cc` ({e})");
-            return;
-        }
-    }
+    let Some(()) = build!(
+        Need::Gcc,
+        Command::new("cc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&exe)
+            .arg(&src)
+    ) else {
+        return;
+    };
     let run = sbs([
         "--runs".as_ref(),
         "2".as_ref(),
@@ -220,22 +191,15 @@ fn inlined_cpp_push_back_is_counted_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cpp/push_back.cpp");
     let exe = dir.path().join("push_back");
-    match Command::new("g++")
-        .args(["-O2", "-g", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-    {
-        Ok(out) => assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) => {
-            skip!(Need::Gxx, "no C++ compiler `g++` ({e})");
-            return;
-        }
-    }
+    let Some(()) = build!(
+        Need::Gxx,
+        Command::new("g++")
+            .args(["-O2", "-g", "-o"])
+            .arg(&exe)
+            .arg(&src)
+    ) else {
+        return;
+    };
     for n in [1u32, 1000, 3001] {
         let arg = n.to_string();
         let run = sbs([

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sbs_skip::{skip, Need};
+use sbs_skip::{build, skip, Need};
 use util::{metric, samples, sbs, skip_without_uprobes};
 
 const UPROBE_EVENTS: &str = "/sys/kernel/tracing/uprobe_events";
@@ -221,19 +221,14 @@ fn text_report_has_one_row_per_symbol_and_the_inlined_warning() {
 fn build_cpp(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cpp/overloads.cpp");
     let exe = dir.join("overloads");
-    match Command::new("g++")
-        .args(["-O1", "-g", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-    {
-        Ok(out) if out.status.success() => Some(exe),
-        Ok(out) => panic!("g++ failed: {}", String::from_utf8_lossy(&out.stderr)),
-        Err(e) => {
-            skip!(Need::Gxx, "g++ not available ({e})");
-            None
-        }
-    }
+    build!(
+        Need::Gxx,
+        Command::new("g++")
+            .args(["-O1", "-g", "-o"])
+            .arg(&exe)
+            .arg(&src)
+    )?;
+    Some(exe)
 }
 
 #[test]

@@ -12,6 +12,8 @@
 //! - is a failure instead when `SBS_REQUIRE` lists the capability: that machine is supposed
 //!   to have it, so a skip there would hide a broken set-up.
 //!
+//! [`build!`] does the same for a fixture whose compiler may be missing.
+//!
 //! ```no_run
 //! use sbs_skip::{skip, Need};
 //!
@@ -241,6 +243,63 @@ pub fn skip_test(krate: &str, need: Need, reason: &str) {
     if let Some(log) = &policy.log {
         append_line(log, &line).unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// Build a fixture with a tool the machine may lack (a C, C++ or Rust compiler): runs
+/// `cmd` and gives `None` after a skip for `need` when the tool cannot be started, or
+/// panics with the tool's messages when it fails. The test returns on `None`.
+///
+/// ```no_run
+/// use sbs_skip::{build, Need};
+/// let mut cc = std::process::Command::new("cc");
+/// let Some(()) = build!(Need::Gcc, cc.args(["-O2", "-o", "/tmp/x", "x.c"])) else {
+///     return;
+/// };
+/// ```
+#[macro_export]
+macro_rules! build {
+    ($need:expr, $cmd:expr) => {
+        $crate::build_with(env!("CARGO_CRATE_NAME"), $need, $cmd)
+    };
+}
+
+/// What [`build!`] calls, with the name of the calling crate.
+#[track_caller]
+pub fn build_with(krate: &str, need: Need, cmd: &mut std::process::Command) -> Option<()> {
+    match cmd.output() {
+        Ok(out) => {
+            assert!(
+                out.status.success(),
+                "{cmd:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(())
+        }
+        Err(e) => {
+            skip_test(
+                krate,
+                need,
+                &format!("cannot run {:?} ({e})", cmd.get_program()),
+            );
+            None
+        }
+    }
+}
+
+/// `rustc` (or `$RUSTC`) as the release fixtures are built: edition 2021, opt-level 3
+/// (so small functions exist only inlined) and full debug info (to find them).
+pub fn rustc_release() -> std::process::Command {
+    let mut cmd =
+        std::process::Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()));
+    cmd.args([
+        "--edition",
+        "2021",
+        "-C",
+        "opt-level=3",
+        "-C",
+        "debuginfo=2",
+    ]);
+    cmd
 }
 
 /// libtest runs each test on a thread named after it (`module::test`).
