@@ -96,24 +96,43 @@ pub(crate) fn time<S, R, Z: FnMut(&mut S) + ?Sized>(
         }
         start.elapsed()
     };
+    let (batch, warmup) = if has_reset {
+        (1, 0)
+    } else {
+        calibrate(&mut measure, config.batch_time)
+    };
+    keep(&mut measure, config, batch, warmup)
+}
+
+/// The batch size whose measurement lasts `batch_time`, doubling (or more) from one
+/// operation; the measurements taken on the way count as warm-up. Returns the batch and
+/// the number of those measurements.
+fn calibrate(measure: &mut impl FnMut(u64) -> Duration, batch_time: Duration) -> (u64, usize) {
     let mut warmup = 0usize;
     let mut batch = 1u64;
-    if !has_reset {
-        // Calibrate: double until one batch lasts batch_time (these count as warm-up).
-        loop {
-            let took = measure(batch);
-            warmup += 1;
-            if took >= config.batch_time || batch >= 1 << 32 {
-                break;
-            }
-            let factor = if took.is_zero() {
-                16.0
-            } else {
-                (config.batch_time.as_secs_f64() / took.as_secs_f64()).clamp(1.5, 16.0)
-            };
-            batch = ((batch as f64) * factor).ceil() as u64;
+    loop {
+        let took = measure(batch);
+        warmup += 1;
+        if took >= batch_time || batch >= 1 << 32 {
+            return (batch, warmup);
         }
+        let factor = if took.is_zero() {
+            16.0
+        } else {
+            (batch_time.as_secs_f64() / took.as_secs_f64()).clamp(1.5, 16.0)
+        };
+        batch = ((batch as f64) * factor).ceil() as u64;
     }
+}
+
+/// Warm up (a fixed count, or to steady state) and keep `config.samples` measurements of
+/// `batch` operations each, in seconds per operation.
+fn keep(
+    measure: &mut impl FnMut(u64) -> Duration,
+    config: &TimeConfig,
+    batch: u64,
+    warmup: usize,
+) -> Result<TimeReport, HarnessError> {
     let per_op = |d: Duration| d.as_secs_f64() / batch as f64;
     match config.warmup {
         Warmup::Fixed(n) => {

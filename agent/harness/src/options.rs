@@ -130,49 +130,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, HarnessError> {
             f if f == ARG_LIST => list = true,
             "-h" | "--help" => help = true,
             "--exact" => o.exact = true,
-            f if f == ARG_RUN => o.run = Some(take(&mut it)?),
-            "--param" => o.params.push(parse_assignment(&take(&mut it)?)?),
-            "--samples" => {
-                o.samples = number(&take(&mut it)?, flag, "a whole number of measurements")?;
-                if o.samples < 2 {
-                    return Err(HarnessError::Usage(
-                        "--samples must be at least 2 (a variance needs two)".into(),
-                    ));
-                }
-            }
-            "--warmup" => {
-                let v = take(&mut it)?;
-                o.warmup = if v == "steady" {
-                    Warmup::Steady
-                } else {
-                    Warmup::Fixed(number(&v, flag, "`steady` or a number of measurements")?)
-                };
-            }
-            "--cov" => o.cov = number(&take(&mut it)?, flag, "a fraction such as 0.02")?,
-            "--max-iterations" => {
-                o.max_iterations = number(&take(&mut it)?, flag, "a number of measurements")?
-            }
-            "--batch-time" => {
-                let ms: f64 = number(&take(&mut it)?, flag, "milliseconds")?;
-                if !(ms.is_finite() && ms > 0.0) {
-                    return Err(HarnessError::Usage(format!(
-                        "--batch-time {ms}: must be a positive number of milliseconds"
-                    )));
-                }
-                o.batch_time = Duration::from_secs_f64(ms / 1000.0);
-            }
-            "--processes" => {
-                o.processes = number(&take(&mut it)?, flag, "a number of processes")?;
-                if o.processes == 0 {
-                    return Err(HarnessError::Usage("--processes must be at least 1".into()));
-                }
-            }
-            "--ops" => {
-                o.ops = number(&take(&mut it)?, flag, "a number of operations")?;
-                if o.ops == 0 {
-                    return Err(HarnessError::Usage("--ops must be at least 1".into()));
-                }
-            }
+            f if takes_value(f) => set_value(&mut o, f, take(&mut it)?)?,
             // libtest flags cargo may pass along; meaningless here.
             "--nocapture" | "--quiet" | "-q" | "--show-output" => {}
             f if f.starts_with('-') => {
@@ -193,6 +151,70 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, HarnessError> {
         Action::Smoke
     };
     Ok(o)
+}
+
+/// Whether `flag` is an option with a value (`--flag V` or `--flag=V`).
+fn takes_value(flag: &str) -> bool {
+    flag == ARG_RUN
+        || matches!(
+            flag,
+            "--param"
+                | "--samples"
+                | "--warmup"
+                | "--cov"
+                | "--max-iterations"
+                | "--batch-time"
+                | "--processes"
+                | "--ops"
+        )
+}
+
+/// Set the option `flag` (one of [`takes_value`]'s) to `v`, checked.
+fn set_value(o: &mut Options, flag: &str, v: String) -> Result<(), HarnessError> {
+    match flag {
+        f if f == ARG_RUN => o.run = Some(v),
+        "--param" => o.params.push(parse_assignment(&v)?),
+        "--samples" => {
+            o.samples = number(&v, flag, "a whole number of measurements")?;
+            if o.samples < 2 {
+                return Err(HarnessError::Usage(
+                    "--samples must be at least 2 (a variance needs two)".into(),
+                ));
+            }
+        }
+        "--warmup" => {
+            o.warmup = if v == "steady" {
+                Warmup::Steady
+            } else {
+                Warmup::Fixed(number(&v, flag, "`steady` or a number of measurements")?)
+            };
+        }
+        "--cov" => o.cov = number(&v, flag, "a fraction such as 0.02")?,
+        "--max-iterations" => o.max_iterations = number(&v, flag, "a number of measurements")?,
+        "--batch-time" => {
+            let ms: f64 = number(&v, flag, "milliseconds")?;
+            if !(ms.is_finite() && ms > 0.0) {
+                return Err(HarnessError::Usage(format!(
+                    "--batch-time {ms}: must be a positive number of milliseconds"
+                )));
+            }
+            o.batch_time = Duration::from_secs_f64(ms / 1000.0);
+        }
+        "--processes" => {
+            o.processes = number(&v, flag, "a number of processes")?;
+            if o.processes == 0 {
+                return Err(HarnessError::Usage("--processes must be at least 1".into()));
+            }
+        }
+        "--ops" => {
+            o.ops = number(&v, flag, "a number of operations")?;
+            if o.ops == 0 {
+                return Err(HarnessError::Usage("--ops must be at least 1".into()));
+            }
+        }
+        _ => return Err(HarnessError::Usage(format!("unknown option {flag}"))),
+    }
+    Ok(())
 }
 
 impl Options {
