@@ -14,10 +14,10 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use sbs_reports::model::{BenchmarkResult, MetricResult, Report, TrendPoint};
+use sbs_reports::model::{BenchmarkResult, Comparison, MetricResult, Report, TrendPoint};
 
 use crate::history::{Entry, EntryMeta, History};
-use crate::judge::compare::{compare, Policy, Series, Thresholds};
+use crate::judge::compare::{compare, CompareError, Policy, Series, Thresholds};
 use crate::judge::sources::ensure_same_source;
 
 /// Label of the current run's series in comparisons.
@@ -259,17 +259,12 @@ impl Regression {
             runs.push((THIS_RUN, &metric.samples));
             metric.trend = self.trend(&runs, metric)?;
         }
-        let mut series: Vec<Series<'_>> = labels
+        let series: Vec<Series<'_>> = labels
             .iter()
             .zip(&saved)
             .map(|(label, samples)| Series { label, samples })
             .collect();
-        series.push(Series {
-            label: THIS_RUN,
-            samples: &metric.samples,
-        });
-        let candidate = series.len() - 1;
-        let comparison = compare(&series, candidate - 1, candidate, &self.policy(metric))?;
+        let comparison = judge_against_history(&series, &metric.samples, &self.policy(metric))?;
         metric.comparison = Some(comparison);
         Ok(())
     }
@@ -390,6 +385,22 @@ impl Regression {
         }
         Ok(written)
     }
+}
+
+/// The gate of a run with saved history: `current` (this run's samples) judged against
+/// the saved sessions, oldest first (at least one).
+pub fn judge_against_history(
+    saved: &[Series<'_>],
+    current: &[f64],
+    policy: &Policy,
+) -> Result<Comparison, CompareError> {
+    let mut series = saved.to_vec();
+    series.push(Series {
+        label: THIS_RUN,
+        samples: current,
+    });
+    let candidate = series.len() - 1;
+    compare(&series, candidate.saturating_sub(1), candidate, policy)
 }
 
 /// The regressed metrics of a report (verdict [`Verdict::Regressed`](sbs_reports::model::Verdict)).

@@ -4,9 +4,8 @@
 //! Pure functions over numbers: no I/O, no knowledge of where the numbers came from.
 //!
 //! - Two series: the confidence interval of the difference of means (Welch), Student t with
-//!   the Welch-Satterthwaite degrees of freedom, or the normal distribution when both
-//!   series have [`LARGE_SAMPLE`] samples or more. A difference is significant when the
-//!   interval excludes zero.
+//!   the Welch-Satterthwaite degrees of freedom at every sample size. A difference is
+//!   significant when the interval excludes zero.
 //! - Three or more series: a one-way ANOVA (F test). When it rejects "all means equal",
 //!   a post-hoc test says which pairs differ: Welch intervals for every pair at the
 //!   Bonferroni-adjusted level `1 - alpha / m`, `m = k (k - 1) / 2` (conservative, robust
@@ -30,7 +29,7 @@ mod welch;
 
 use sbs_reports::model::{AnovaSummary, Comparison, ComparisonMethod, PairDifference, Verdict};
 
-pub use crate::judge::summary::{Moments, LARGE_SAMPLE};
+pub use crate::judge::summary::Moments;
 pub use anova::{anova, bonferroni_pairs, Anova, PairTest};
 pub use thresholds::{ThresholdError, Thresholds};
 pub use verdict::verdict;
@@ -257,13 +256,9 @@ fn two_series(
         return Ok(result);
     }
     let interval = welch_interval(ref_m, cand_m, policy.confidence)?;
-    result.method = if interval.df.is_some() {
-        ComparisonMethod::WelchT
-    } else {
-        ComparisonMethod::WelchZ
-    };
+    result.method = ComparisonMethod::WelchT;
     set_interval(&mut result, interval.low, interval.high);
-    result.df = interval.df;
+    result.df = Some(interval.df);
     result.p_value = Some(interval.p_value);
     result.verdict = verdict(interval.significant(), difference, relative, policy);
     Ok(result)

@@ -2,9 +2,9 @@
 //! Student's t (Welch-Satterthwaite degrees of freedom) or the normal distribution for
 //! large samples.
 
-use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use super::{CompareError, Moments, LARGE_SAMPLE};
+use super::{CompareError, Moments};
 
 /// The interval of a difference of means.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -13,8 +13,8 @@ pub struct DiffInterval {
     pub difference: f64,
     /// Standard error of the difference.
     pub std_error: f64,
-    /// Welch-Satterthwaite degrees of freedom; `None` when the normal distribution was used.
-    pub df: Option<f64>,
+    /// Welch-Satterthwaite degrees of freedom.
+    pub df: f64,
     /// Critical value (t or z quantile at `1 - alpha / 2`).
     pub critical: f64,
     /// Lower bound.
@@ -60,10 +60,8 @@ pub fn welch_df(a: &Moments, b: &Moments) -> Result<f64, CompareError> {
     Ok((qa + qb).powi(2) / denominator)
 }
 
-/// Welch's confidence interval for `mean(candidate) - mean(reference)`.
-///
-/// Uses Student's t with [`welch_df`] degrees of freedom, or the normal distribution when
-/// both sides have [`LARGE_SAMPLE`] samples or more.
+/// Welch's confidence interval for `mean(candidate) - mean(reference)`, with Student's t
+/// at [`welch_df`] degrees of freedom.
 pub fn welch_interval(
     reference: &Moments,
     candidate: &Moments,
@@ -76,23 +74,11 @@ pub fn welch_interval(
     let difference = candidate.mean - reference.mean;
     let statistic = difference / std_error;
     let upper_quantile = 1.0 - (1.0 - confidence) / 2.0;
-    let large = reference.n >= LARGE_SAMPLE && candidate.n >= LARGE_SAMPLE;
-    let (critical, p_value, df) = if large {
-        let normal = Normal::standard();
-        (
-            normal.inverse_cdf(upper_quantile),
-            2.0 * normal.sf(statistic.abs()),
-            None,
-        )
-    } else {
-        // df > 0 is guaranteed by welch_df, so the distribution is always valid.
-        let t = StudentsT::new(0.0, 1.0, df).map_err(|_| CompareError::ZeroVariance)?;
-        (
-            t.inverse_cdf(upper_quantile),
-            2.0 * t.sf(statistic.abs()),
-            Some(df),
-        )
-    };
+    // Student's t at any sample size: the normal distribution is only its limit, and
+    // at n = 30 it makes the interval about 4% too narrow. df > 0 is guaranteed by
+    // welch_df, so the distribution is always valid.
+    let t = StudentsT::new(0.0, 1.0, df).map_err(|_| CompareError::ZeroVariance)?;
+    let (critical, p_value) = (t.inverse_cdf(upper_quantile), 2.0 * t.sf(statistic.abs()));
     Ok(DiffInterval {
         difference,
         std_error,
