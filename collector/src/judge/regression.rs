@@ -17,7 +17,7 @@ use anyhow::{bail, Context};
 use sbs_reports::model::{BenchmarkResult, Comparison, MetricResult, Report, TrendPoint};
 
 use crate::history::{Entry, EntryMeta, History};
-use crate::judge::compare::{compare, CompareError, Policy, Series, Thresholds};
+use crate::judge::compare::{against_sessions, compare, CompareError, Policy, Series, Thresholds};
 use crate::judge::sources::ensure_same_source;
 
 /// Label of the current run's series in comparisons.
@@ -194,7 +194,7 @@ impl Regression {
             confidence: self.confidence,
             threshold: self.thresholds.for_metric(&metric.id),
             exact: metric.exact,
-            sessions: self.mode == Mode::Run,
+            resolution: crate::judge::sources::resolution(&metric.source, metric.unit),
         }
     }
 
@@ -388,19 +388,17 @@ impl Regression {
 }
 
 /// The gate of a run with saved history: `current` (this run's samples) judged against
-/// the saved sessions, oldest first (at least one).
+/// the saved sessions, oldest first (at least one); see [`against_sessions`].
 pub fn judge_against_history(
     saved: &[Series<'_>],
     current: &[f64],
     policy: &Policy,
 ) -> Result<Comparison, CompareError> {
-    let mut series = saved.to_vec();
-    series.push(Series {
+    let candidate = Series {
         label: THIS_RUN,
         samples: current,
-    });
-    let candidate = series.len() - 1;
-    compare(&series, candidate.saturating_sub(1), candidate, policy)
+    };
+    against_sessions(saved, candidate, policy)
 }
 
 /// The regressed metrics of a report (verdict [`Verdict::Regressed`](sbs_reports::model::Verdict)).

@@ -3,6 +3,9 @@
 //! instructions, plus interrupt skid) differ by design, not by a regression.
 //!
 //! Every comparison (baseline vs current, A vs B) goes through [`ensure_same_source`].
+//! What a source can resolve is here too: [`resolution`].
+
+use sbs_reports::model::Unit;
 
 /// Two series of the same metric from different mechanisms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +52,23 @@ pub fn ensure_same_source(
         current: current.to_string(),
         hint,
     })
+}
+
+/// The resolution of a measured metric from `source` in `unit`: what a value can move by
+/// in one step, so that equal samples are not taken for an exact count.
+///
+/// - Resident sizes (`rusage`'s `ru_maxrss`, `/proc`'s RSS) move by pages: 4 KiB.
+/// - CPU times from `rusage`: the kernel splits a task's run time into user and system
+///   time by sampling at the scheduler tick, so small programs read exactly 0 or a
+///   multiple of a few milliseconds; 1 ms is a conservative step.
+/// - Wall clock, harness times, perf counters and every exact count: 0 (continuous, or
+///   exact by the mechanism).
+pub fn resolution(source: &str, unit: Unit) -> f64 {
+    match (source, unit) {
+        ("rusage" | "procfs", Unit::Bytes) => 4096.0,
+        ("rusage", Unit::Seconds) => 1e-3,
+        _ => 0.0,
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,10 @@ pub fn metric_result(
     details: Vec<(String, Vec<f64>)>,
     confidence: f64,
 ) -> MetricResult {
+    let mut notes = Vec::new();
+    if let Some(note) = exact_but_varied(exact, unit, &samples) {
+        notes.push(note);
+    }
     MetricResult {
         summary: summarize(&samples, confidence),
         id,
@@ -75,10 +79,32 @@ pub fn metric_result(
                 samples,
             })
             .collect(),
-        notes: Vec::new(),
+        notes,
         comparison: None,
         trend: Vec::new(),
     }
+}
+
+/// The note for a metric whose mechanism counts exactly but whose samples differ (a
+/// threaded program whose allocation count depends on scheduling, a HashMap's random
+/// seed under valgrind): the comparisons then treat it as measured, and the report says
+/// why.
+fn exact_but_varied(exact: bool, unit: Unit, samples: &[f64]) -> Option<String> {
+    let (&first, rest) = samples.split_first()?;
+    if !exact || rest.iter().all(|&x| x == first) {
+        return None;
+    }
+    let (min, max) = (samples.min(), samples.max());
+    let show = |v: f64| match unit {
+        Unit::Count => sbs_reports::human::count(v),
+        Unit::Bytes => format!("{} B", sbs_reports::human::count(v)),
+        Unit::Seconds => sbs_reports::human::value(v, unit),
+    };
+    Some(format!(
+        "an exact count that varied between runs: {} to {}; compared as a measurement",
+        show(min),
+        show(max)
+    ))
 }
 
 /// Summarise `samples` with a `confidence` interval for the mean (e.g. 0.95).
@@ -204,5 +230,45 @@ mod tests {
         assert!(!none.mean.is_nan());
         let zero_mean = summarize(&[-1.0, 1.0], 0.95);
         assert_eq!(zero_mean.cov, None);
+    }
+
+    #[test]
+    fn an_exact_count_that_varies_says_so() {
+        let r = metric_result(
+            "alloc.count".into(),
+            Unit::Count,
+            "agent".into(),
+            true,
+            vec![40_000_002.0, 40_000_004.0, 40_000_002.0],
+            Vec::new(),
+            0.95,
+        );
+        assert_eq!(
+            r.notes,
+            [
+                "an exact count that varied between runs: 40,000,002 to 40,000,004; compared as \
+              a measurement"
+            ]
+        );
+        // Steady exact counts and measured metrics carry no such note.
+        let steady = metric_result(
+            "alloc.count".into(),
+            Unit::Count,
+            "agent".into(),
+            true,
+            vec![7.0; 3],
+            Vec::new(),
+            0.95,
+        );
+        let measured = metric_result(
+            "time.wall".into(),
+            Unit::Seconds,
+            "clock".into(),
+            false,
+            vec![1.0, 2.0],
+            Vec::new(),
+            0.95,
+        );
+        assert!(steady.notes.is_empty() && measured.notes.is_empty());
     }
 }

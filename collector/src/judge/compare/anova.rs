@@ -25,7 +25,8 @@ pub struct Anova {
 }
 
 /// One-way ANOVA over `groups` (at least 2 non-empty groups, more samples than groups).
-pub fn anova(groups: &[&[f64]]) -> Result<Anova, CompareError> {
+/// Each group's variance counts as at least `floor` (a measurement's resolution).
+pub fn anova(groups: &[&[f64]], floor: f64) -> Result<Anova, CompareError> {
     if groups.len() < 2 {
         return Err(CompareError::TooFewSeries {
             got: groups.len(),
@@ -52,7 +53,10 @@ pub fn anova(groups: &[&[f64]]) -> Result<Anova, CompareError> {
     let ss_within: f64 = groups
         .iter()
         .zip(&moments)
-        .map(|(g, m)| g.iter().map(|x| (x - m.mean).powi(2)).sum::<f64>())
+        .map(|(g, m)| {
+            let ss = g.iter().map(|x| (x - m.mean).powi(2)).sum::<f64>();
+            ss.max(m.n.saturating_sub(1) as f64 * floor)
+        })
         .sum();
     let df_between = (k - 1) as f64;
     let df_within = (total - k) as f64;
@@ -106,6 +110,7 @@ pub fn bonferroni_pairs(
     groups: &[&[f64]],
     confidence: f64,
     exact: bool,
+    floor: f64,
 ) -> Result<Vec<PairTest>, CompareError> {
     check_confidence(confidence)?;
     let k = groups.len();
@@ -113,7 +118,14 @@ pub fn bonferroni_pairs(
     let adjusted = 1.0 - (1.0 - confidence) / m;
     let moments: Vec<Moments> = groups
         .iter()
-        .map(|g| Moments::of(g).ok_or(CompareError::TooFewSamples { n: 0, needed: 1 }))
+        .map(|g| {
+            Moments::of(g)
+                .map(|m| Moments {
+                    var: m.var.max(floor),
+                    ..m
+                })
+                .ok_or(CompareError::TooFewSamples { n: 0, needed: 1 })
+        })
         .collect::<Result<_, _>>()?;
     let mut pairs = Vec::new();
     for a in 0..k {

@@ -6,15 +6,13 @@
 //! - Two series: the confidence interval of the difference of means (Welch), Student t with
 //!   the Welch-Satterthwaite degrees of freedom at every sample size. A difference is
 //!   significant when the interval excludes zero.
-//! - Three or more series: a one-way ANOVA (F test). When it rejects "all means equal",
-//!   a post-hoc test says which pairs differ: Welch intervals for every pair at the
-//!   Bonferroni-adjusted level `1 - alpha / m`, `m = k (k - 1) / 2` (conservative, robust
-//!   to unequal variances; Tukey-Kramer and Games-Howell need the studentized range
-//!   distribution, which statrs lacks).
+//! - Three or more series (`compare` with several commands): each later command against
+//!   the first, at the level adjusted for the `k - 1` comparisons that decide something
+//!   (Bonferroni); a one-way ANOVA and its post-hoc pairs are reported as context.
 //! - Zero variance on every side (exact counters): equal is "no change", anything else an
-//!   exact change judged by the threshold alone. For a measured metric compared with saved
-//!   sessions that disagree among themselves, the candidate is judged against the
-//!   between-session spread instead ([`ComparisonMethod::Sessions`]).
+//!   exact change judged by the threshold alone, with no test and no p-value.
+//! - A run against its saved history: [`against_sessions`], one decision against the
+//!   pooled history or the prediction interval of the session means.
 //! - A practical threshold: a significant change whose relative size is within it is
 //!   reported ([`Verdict::BelowThreshold`]) but never fails. For every metric, smaller is
 //!   better.
@@ -31,12 +29,12 @@ use sbs_reports::model::{AnovaSummary, Comparison, ComparisonMethod, PairDiffere
 
 pub use crate::judge::summary::Moments;
 pub use anova::{anova, bonferroni_pairs, Anova, PairTest};
+pub use sessions::against_sessions;
 pub use thresholds::{ThresholdError, Thresholds};
 pub use verdict::verdict;
 pub use welch::{welch_df, welch_interval, DiffInterval};
 
 use anova::zero_variance;
-use sessions::between_sessions;
 use welch::check_confidence;
 
 /// Name of the post-hoc test reported with an ANOVA.
@@ -106,11 +104,30 @@ pub struct Policy {
     pub threshold: f64,
     /// Whether the metric is an exact count (one sample suffices, zero variance expected).
     pub exact: bool,
-    /// Whether the series other than the candidate are saved sessions of the same
-    /// benchmark (history), rather than different commands. Only then is a measured metric
-    /// with zero variance within each session but different values between sessions
-    /// judged against the spread between sessions ([`ComparisonMethod::Sessions`]).
-    pub sessions: bool,
+    /// The resolution of a measured metric, in its unit (a page for a resident size, the
+    /// accounting granularity for CPU times), 0 when it has none worth counting. Samples
+    /// that happen to be equal do not make a measurement exact: its variance is taken as
+    /// at least that of rounding to the resolution, `resolution² / 12`.
+    pub resolution: f64,
+}
+
+impl Policy {
+    /// The smallest variance a series of this metric can honestly claim.
+    pub fn variance_floor(&self) -> f64 {
+        if self.exact {
+            0.0
+        } else {
+            self.resolution * self.resolution / 12.0
+        }
+    }
+
+    /// The moments of `samples`, their variance floored at [`Policy::variance_floor`].
+    pub fn moments(&self, samples: &[f64]) -> Option<Moments> {
+        Moments::of(samples).map(|m| Moments {
+            var: m.var.max(self.variance_floor()),
+            ..m
+        })
+    }
 }
 
 /// Compare series `candidate` with series `reference` among `series`.
@@ -127,9 +144,11 @@ pub fn compare(
     policy: &Policy,
 ) -> Result<Comparison, CompareError> {
     validate(series, reference, candidate, policy)?;
-    let ref_m = Moments::of(series[reference].samples)
+    let ref_m = policy
+        .moments(series[reference].samples)
         .ok_or(CompareError::TooFewSamples { n: 0, needed: 1 })?;
-    let cand_m = Moments::of(series[candidate].samples)
+    let cand_m = policy
+        .moments(series[candidate].samples)
         .ok_or(CompareError::TooFewSamples { n: 0, needed: 1 })?;
     let result = unjudged(series[reference].label, &ref_m, &cand_m, policy);
     let usable = |s: &Series<'_>| s.samples.len() >= 2 || (policy.exact && !s.samples.is_empty());
@@ -150,20 +169,11 @@ pub fn compare(
             kept.push(s);
         }
     }
-    let all_zero = kept
-        .iter()
-        .all(|s| Moments::of(s.samples).is_some_and(|m| zero_variance(&m, policy.exact)));
-    if all_zero && !policy.exact && policy.sessions && kept.len() >= 3 {
-        let others: Vec<f64> = kept
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != c)
-            .map(|(_, s)| s.samples[0])
-            .collect();
-        if others.iter().any(|&v| v != others[0]) {
-            return between_sessions(&others, cand_m.mean, policy, result);
-        }
-    }
+    let all_zero = kept.iter().all(|s| {
+        policy
+            .moments(s.samples)
+            .is_some_and(|m| zero_variance(&m, policy.exact))
+    });
     if kept.len() >= 3 {
         return many_series(&kept, (r, c), all_zero, policy, result);
     }
@@ -171,7 +181,7 @@ pub fn compare(
 }
 
 /// Refuse what no comparison can be made of: a bad level, bad indices, non-finite values.
-fn validate(
+pub(super) fn validate(
     series: &[Series<'_>],
     reference: usize,
     candidate: usize,
@@ -205,7 +215,12 @@ fn validate(
 
 /// The comparison before any test: the difference of means and what the comparison would
 /// use; an inconclusive one stays so.
-fn unjudged(reference: &str, ref_m: &Moments, cand_m: &Moments, policy: &Policy) -> Comparison {
+pub(super) fn unjudged(
+    reference: &str,
+    ref_m: &Moments,
+    cand_m: &Moments,
+    policy: &Policy,
+) -> Comparison {
     let difference = cand_m.mean - ref_m.mean;
     Comparison {
         method: if policy.exact {
@@ -248,6 +263,11 @@ fn two_series(
     mut result: Comparison,
 ) -> Result<Comparison, CompareError> {
     let (difference, relative) = (result.difference, result.relative);
+    if !all_zero && (ref_m.n < 2 || cand_m.n < 2) {
+        // An exact count saved from one run against one that varies (or the reverse):
+        // no variance to test with on one side, so no verdict either way.
+        return Ok(result);
+    }
     if all_zero {
         result.method = ComparisonMethod::Exact;
         result.confidence = 1.0;
@@ -264,8 +284,11 @@ fn two_series(
     Ok(result)
 }
 
-/// Three or more series: the ANOVA over all of them (or, all exact, whether any pair
-/// differs), and the verdict from the post-hoc pair (reference, candidate).
+/// Three or more series (`compare` with several commands): the verdict is the comparison
+/// of the candidate with the reference, at the level adjusted (Bonferroni) for the `k - 1`
+/// comparisons with the reference that decide something, not for all `k (k - 1) / 2`
+/// pairs. The ANOVA over all series and the pairs its post-hoc test finds different are
+/// reported as context, but gate nothing (the ANOVA assumes equal variances).
 fn many_series(
     kept: &[&Series<'_>],
     (r, c): (usize, usize),
@@ -273,76 +296,70 @@ fn many_series(
     policy: &Policy,
     mut result: Comparison,
 ) -> Result<Comparison, CompareError> {
-    let groups: Vec<&[f64]> = kept.iter().map(|s| s.samples).collect();
-    let pairs = bonferroni_pairs(&groups, policy.confidence, policy.exact)?;
-    let (f, p_value, df_between, df_within) = if all_zero {
-        let differ = pairs.iter().any(|p| p.significant);
-        (
-            None,
-            if differ { 0.0 } else { 1.0 },
-            (kept.len() - 1) as f64,
-            0.0,
-        )
-    } else {
-        let a = anova(&groups)?;
-        (a.f, a.p_value, a.df_between, a.df_within)
-    };
-    let significant = p_value < 1.0 - policy.confidence;
-    let pair = pairs
-        .iter()
-        .find(|p| (p.a, p.b) == (r.min(c), r.max(c)))
-        .copied()
-        .ok_or(CompareError::BadIndex {
-            index: c,
-            len: kept.len(),
-        })?;
-    // Pairs are stored as mean(b) - mean(a); orient as candidate - reference.
-    let (low, high) = if r < c {
-        (pair.low, pair.high)
-    } else {
-        (-pair.high, -pair.low)
-    };
-    let m = (kept.len() * (kept.len() - 1) / 2) as f64;
-    result.confidence = if all_zero {
-        1.0
-    } else {
-        1.0 - (1.0 - policy.confidence) / m
-    };
-    set_interval(&mut result, low, high);
-    result.p_value = pair.p_value;
-    result.method = if all_zero {
-        ComparisonMethod::Exact
-    } else {
-        ComparisonMethod::Anova
-    };
-    result.verdict = verdict(
-        significant && pair.significant,
-        result.difference,
-        result.relative,
-        policy,
+    let ref_m = policy
+        .moments(kept[r].samples)
+        .ok_or(CompareError::TooFewSamples { n: 0, needed: 1 })?;
+    let cand_m = policy
+        .moments(kept[c].samples)
+        .ok_or(CompareError::TooFewSamples { n: 0, needed: 1 })?;
+    if all_zero {
+        // Exact values everywhere: an exact comparison, no test and no p-value.
+        return two_series(&ref_m, &cand_m, true, policy, result);
+    }
+    let comparisons = (kept.len() - 1) as f64;
+    let level = 1.0 - (1.0 - policy.confidence) / comparisons;
+    let (difference, relative) = (result.difference, result.relative);
+    let (ref_zero, cand_zero) = (
+        zero_variance(&ref_m, policy.exact),
+        zero_variance(&cand_m, policy.exact),
     );
+    if !(ref_zero && cand_zero) && (ref_m.n < 2 || cand_m.n < 2) {
+        return Ok(result);
+    }
+    if ref_zero && cand_zero {
+        result.method = ComparisonMethod::Exact;
+        result.confidence = 1.0;
+        set_interval(&mut result, difference, difference);
+        result.verdict = verdict(difference != 0.0, difference, relative, policy);
+    } else {
+        let interval = welch_interval(&ref_m, &cand_m, level)?;
+        result.method = ComparisonMethod::WelchT;
+        result.confidence = level;
+        set_interval(&mut result, interval.low, interval.high);
+        result.df = Some(interval.df);
+        result.p_value = Some((interval.p_value * comparisons).min(1.0));
+        result.verdict = verdict(interval.significant(), difference, relative, policy);
+    }
+    let groups: Vec<&[f64]> = kept.iter().map(|s| s.samples).collect();
+    let a = anova(&groups, policy.variance_floor())?;
+    let significant = a.p_value < 1.0 - policy.confidence;
     let differing = if significant {
-        pairs
-            .iter()
-            .filter(|p| p.significant)
-            .map(|p| PairDifference {
-                a: kept[p.a].label.to_string(),
-                b: kept[p.b].label.to_string(),
-                difference: p.difference,
-                ci_low: p.low,
-                ci_high: p.high,
-                p_value: p.p_value,
-            })
-            .collect()
+        bonferroni_pairs(
+            &groups,
+            policy.confidence,
+            policy.exact,
+            policy.variance_floor(),
+        )?
+        .iter()
+        .filter(|p| p.significant)
+        .map(|p| PairDifference {
+            a: kept[p.a].label.to_string(),
+            b: kept[p.b].label.to_string(),
+            difference: p.difference,
+            ci_low: p.low,
+            ci_high: p.high,
+            p_value: p.p_value,
+        })
+        .collect()
     } else {
         Vec::new()
     };
     result.anova = Some(AnovaSummary {
         groups: kept.iter().map(|s| s.label.to_string()).collect(),
-        f,
-        df_between,
-        df_within,
-        p_value,
+        f: a.f,
+        df_between: a.df_between,
+        df_within: a.df_within,
+        p_value: a.p_value,
         significant,
         post_hoc: POST_HOC.to_string(),
         differing,
