@@ -34,6 +34,7 @@ fn rate(depth: usize, cov: f64, effect: f64, seed: u64) -> f64 {
     let policy = Policy {
         confidence: 0.95,
         threshold: 0.02,
+        threshold_absolute: 0.0,
         exact: false,
         resolution: 0.0,
     };

@@ -50,6 +50,15 @@ fn malformed_numbers_are_rejected() {
             vec!["-n", "a", "--name", "b", "--", "true"],
             "--name was given 2 times",
         ),
+        // Counting them overflowed to an empty report with exit 0.
+        (
+            vec!["--runs", "18446744073709551615", "--warmup", "1", "--", "true"],
+            "more than 1000000000 runs per group",
+        ),
+        (
+            vec!["--runs", "2000000000", "--", "true"],
+            "more than 1000000000 runs per group",
+        ),
     ];
     for (args, needle) in cases {
         let (code, err) = sbs(&args);

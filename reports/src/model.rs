@@ -352,6 +352,10 @@ pub struct Comparison {
     pub p_value: Option<f64>,
     /// Practical threshold, as a fraction (0.02 = 2%).
     pub threshold: f64,
+    /// Absolute practical threshold, in the metric's unit (`--threshold METRIC=+N`): a
+    /// change must also be larger than this to count. Absent when none was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_absolute: Option<f64>,
     /// The conclusion.
     pub verdict: Verdict,
     /// The ANOVA, when three or more series were compared.

@@ -73,7 +73,10 @@ fn verdict(c: &Comparison) -> String {
             } else {
                 "> "
             },
-            human::percent(c.threshold)
+            match c.threshold_absolute {
+                Some(a) => format!("{} and {}", human::percent(c.threshold), human::count(a)),
+                None => human::percent(c.threshold),
+            }
         ),
         v => v.as_str().to_string(),
     }
@@ -289,6 +292,7 @@ mod tests {
             df: Some(17.5),
             p_value: Some(0.00012),
             threshold: 0.02,
+            threshold_absolute: None,
             verdict,
             anova: None,
         }

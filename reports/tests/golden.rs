@@ -104,6 +104,7 @@ pub fn report() -> Report {
         df: Some(3.7),
         p_value: Some(0.012),
         threshold: 0.02,
+        threshold_absolute: None,
         verdict: Verdict::Regressed,
         anova: None,
     });
@@ -124,6 +125,7 @@ pub fn report() -> Report {
         df: None,
         p_value: None,
         threshold: 0.02,
+        threshold_absolute: None,
         verdict: Verdict::NoChange,
         anova: None,
     });

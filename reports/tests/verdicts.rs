@@ -68,6 +68,7 @@ fn comparison(
         df: p_value.map(|_| 7.5),
         p_value,
         threshold,
+        threshold_absolute: None,
         verdict,
         anova: None,
     }

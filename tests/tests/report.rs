@@ -80,9 +80,10 @@ fn report_compares_the_latest_entry_and_draws_trends() {
     // The latest entry is named by its time, never "this run", in every part of the text.
     let text = sbs(["report", "--history", history]);
     assert_eq!(text.code(), Some(1));
+    // Exact counts are compared exactly with the entry before the latest (no ANOVA and
+    // no p-value over exact values).
     assert!(
-        text.stdout()
-            .contains("3 series of exact values: means differ"),
+        text.stdout().contains("REGRESSED") && !text.stdout().contains("ANOVA"),
         "{}",
         text.stdout()
     );
@@ -158,4 +159,23 @@ fn report_keeps_the_saved_breakdown_of_a_metric() {
     );
     let report = sbs(["report", "--history", history, "-f", "json"]).success();
     assert_eq!(details(&report.json()), measured);
+}
+
+#[test]
+fn a_threshold_for_a_metric_that_does_not_exist_is_refused() {
+    // A typo in a CI job's --threshold used to switch that gate off without a word.
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h");
+    let history = history.to_str().unwrap();
+    save(history, "100").success();
+    save(history, "100").success();
+    sbs([
+        "report",
+        "--history",
+        history,
+        "--threshold",
+        "alloc.cuont=0",
+    ])
+    .fails_with(2, "did you mean `alloc.count`?");
+    sbs(["report", "--history", history, "--threshold", "alloc.*=0"]).success();
 }

@@ -78,6 +78,7 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
         from_history: Some(args.history.display().to_string()),
     };
     let regressions = regression.apply(&references, &mut report)?;
+    regression.check_threshold_names(&report)?;
     for (bench, label) in report.benchmarks.iter_mut().zip(latest_labels) {
         name_latest(bench, &label);
     }

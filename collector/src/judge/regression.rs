@@ -11,6 +11,7 @@
 //!
 //! Series are compared only when metric id, unit and source all match.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -193,6 +194,7 @@ impl Regression {
         Policy {
             confidence: self.confidence,
             threshold: self.thresholds.for_metric(&metric.id),
+            threshold_absolute: self.thresholds.absolute_for_metric(&metric.id),
             exact: metric.exact,
             resolution: crate::judge::sources::resolution(&metric.source, metric.unit),
         }
@@ -367,6 +369,19 @@ impl Regression {
         Ok(())
     }
 
+    /// An error naming every `--threshold` metric that matched no metric of `report`.
+    pub fn check_threshold_names(&self, report: &Report) -> anyhow::Result<()> {
+        let unknown = unknown_threshold_names(&self.thresholds, report);
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        bail!(
+            "--threshold names no metric of this run: {}; the gate of a misspelt metric \
+             would never fire: fix the name (metric ids are listed in the report)",
+            unknown.join(", ")
+        )
+    }
+
     /// Save the report's benchmarks as asked (`--save`, `--save-baseline`). Returns the
     /// files written.
     pub fn save(&self, report: &Report) -> anyhow::Result<Vec<PathBuf>> {
@@ -385,6 +400,39 @@ impl Regression {
         }
         Ok(written)
     }
+}
+
+/// `--threshold` patterns that name no metric of `report`, each with the closest metric
+/// id when one is close: a typo in a CI job would otherwise switch its gate off without
+/// a word.
+pub fn unknown_threshold_names(thresholds: &Thresholds, report: &Report) -> Vec<String> {
+    let ids: BTreeSet<&str> = report
+        .benchmarks
+        .iter()
+        .flat_map(|b| &b.metrics)
+        .map(|m| m.id.as_str())
+        .collect();
+    let patterns: BTreeSet<&str> = thresholds.patterns().collect();
+    patterns
+        .into_iter()
+        .filter(|pattern| {
+            !ids.iter().any(|id| match pattern.strip_suffix('*') {
+                Some(prefix) => id.starts_with(prefix),
+                None => id == pattern,
+            })
+        })
+        .map(|pattern| {
+            let closest = ids
+                .iter()
+                .map(|id| (strsim::jaro_winkler(pattern.trim_end_matches('*'), id), *id))
+                .filter(|(score, _)| *score > 0.8)
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            match closest {
+                Some((_, id)) => format!("`{pattern}` (did you mean `{id}`?)"),
+                None => format!("`{pattern}`"),
+            }
+        })
+        .collect()
 }
 
 /// The gate of a run with saved history: `current` (this run's samples) judged against
@@ -419,4 +467,67 @@ pub fn regressions(report: &Report) -> Vec<Regressed> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use sbs_reports::model::{Conditions, Unit, SCHEMA_VERSION};
+
+    use super::*;
+    use crate::judge::summary::metric_result;
+
+    fn report(ids: &[&str]) -> Report {
+        let metrics = ids
+            .iter()
+            .map(|id| {
+                let unit = Unit::Count;
+                metric_result(
+                    id.to_string(),
+                    unit,
+                    "agent".into(),
+                    true,
+                    vec![1.0],
+                    vec![],
+                    0.95,
+                )
+            })
+            .collect();
+        Report {
+            schema_version: SCHEMA_VERSION,
+            tool_version: String::new(),
+            conditions: Conditions {
+                runs: 1,
+                warmup: 0,
+                aslr_disabled: true,
+                pinned_cpus: Vec::new(),
+                clean_env: false,
+            },
+            benchmarks: vec![BenchmarkResult {
+                name: "b".into(),
+                command: vec!["b".into()],
+                metrics,
+                warnings: Vec::new(),
+            }],
+            from_history: None,
+        }
+    }
+
+    #[test]
+    fn threshold_names_that_match_no_metric_are_named_with_the_closest_id() {
+        let r = report(&["alloc.count", "alloc.bytes", "time.wall"]);
+        let t = Thresholds::from_args(&[
+            "alloc.cuont=0",
+            "time.*=10",
+            "alloc.count=+5",
+            "bogus.*=1",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(
+            unknown_threshold_names(&t, &r),
+            ["`alloc.cuont` (did you mean `alloc.count`?)", "`bogus.*`"]
+        );
+        let fine = Thresholds::from_args(&["alloc.*=1", "time.wall=+0.001"]).unwrap();
+        assert!(unknown_threshold_names(&fine, &r).is_empty());
+    }
 }

@@ -11,11 +11,22 @@ use super::groups::benchmark_groups;
 use super::{bench_binary, Benchmark, Controls, HarnessTarget, Plan, Request, Schedule, Target};
 use crate::run::runner::RunConfig;
 
+/// The most runs (warm-up included) a group may ask for: far beyond any useful series,
+/// and far below where counting them could overflow.
+pub const MAX_RUNS: usize = 1_000_000_000;
+
 /// `PATH` of a clean environment (`--clean-env`).
 pub const CLEAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Validate the request and build the plan.
 pub fn build(request: Request) -> anyhow::Result<Plan> {
+    let Controls { runs, warmup, .. } = request.controls;
+    if runs.checked_add(warmup).is_none_or(|n| n > MAX_RUNS) {
+        bail!(
+            "--runs {runs} with --warmup {warmup} is more than {MAX_RUNS} runs per group; \
+             measure with fewer (a few dozen runs already give a tight interval)"
+        );
+    }
     let mut benchmarks = Vec::new();
     for target in &request.targets {
         match target {

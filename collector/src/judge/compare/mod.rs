@@ -102,6 +102,9 @@ pub struct Policy {
     pub confidence: f64,
     /// Practical threshold, as a fraction (0.02 = 2%).
     pub threshold: f64,
+    /// Absolute practical threshold in the metric's unit (0: none): a change within it
+    /// never fails, whatever its relative size (a count going from 10 to 11).
+    pub threshold_absolute: f64,
     /// Whether the metric is an exact count (one sample suffices, zero variance expected).
     pub exact: bool,
     /// The resolution of a measured metric, in its unit (a page for a resident size, the
@@ -241,6 +244,7 @@ pub(super) fn unjudged(
         df: None,
         p_value: None,
         threshold: policy.threshold,
+        threshold_absolute: (policy.threshold_absolute > 0.0).then_some(policy.threshold_absolute),
         verdict: Verdict::Inconclusive,
         anova: None,
     }

@@ -46,6 +46,7 @@ fn policy(threshold: f64, exact: bool) -> Policy {
     Policy {
         confidence: 0.95,
         threshold,
+        threshold_absolute: 0.0,
         exact,
         resolution: 0.0,
     }
@@ -769,5 +770,64 @@ fn equal_samples_of_a_measurement_are_not_an_exact_count() {
     assert_eq!(
         (c.method, c.verdict),
         (ComparisonMethod::Exact, Verdict::Regressed)
+    );
+}
+
+#[test]
+fn an_absolute_threshold_lets_small_counts_move() {
+    let t = Thresholds::from_args(&["alloc.count=+5", "+1", "alloc.*=1", "alloc.*=+2"]).unwrap();
+    assert_eq!(t.absolute_for_metric("alloc.count"), 5.0);
+    assert_eq!(t.absolute_for_metric("alloc.bytes"), 2.0);
+    assert_eq!(t.absolute_for_metric("time.wall"), 1.0);
+    assert_eq!(t.for_metric("alloc.count"), 0.01);
+    let mut names: Vec<&str> = t.patterns().collect();
+    names.sort();
+    assert_eq!(names, ["alloc.*", "alloc.*", "alloc.count"]);
+    assert!(Thresholds::from_args(&["a=+x"]).is_err());
+    assert!(Thresholds::from_args(&["a=+-3"]).is_err());
+
+    // 10 -> 11 allocations is +10%: past the default 2%, within an absolute floor of 5.
+    const TEN: [f64; 3] = [10.0; 3];
+    const ELEVEN: [f64; 3] = [11.0; 3];
+    const ZERO: [f64; 3] = [0.0; 3];
+    const ONE: [f64; 3] = [1.0; 3];
+    let (ten, eleven, zero, one) = (&TEN, &ELEVEN, &ZERO, &ONE);
+    let pair = |a: &'static [f64], b: &'static [f64]| {
+        [
+            Series {
+                label: "before",
+                samples: a,
+            },
+            Series {
+                label: "after",
+                samples: b,
+            },
+        ]
+    };
+    let floor = Policy {
+        threshold_absolute: 5.0,
+        ..policy(0.02, true)
+    };
+    assert_eq!(
+        compare(&pair(ten, eleven), 0, 1, &policy(0.02, true))
+            .unwrap()
+            .verdict,
+        Verdict::Regressed
+    );
+    let c = compare(&pair(ten, eleven), 0, 1, &floor).unwrap();
+    assert_eq!(
+        (c.verdict, c.threshold_absolute),
+        (Verdict::BelowThreshold, Some(5.0))
+    );
+    // From 0: a count that appears is past any relative threshold, not past the floor.
+    assert_eq!(
+        compare(&pair(zero, one), 0, 1, &policy(0.02, true))
+            .unwrap()
+            .verdict,
+        Verdict::Regressed
+    );
+    assert_eq!(
+        compare(&pair(zero, one), 0, 1, &floor).unwrap().verdict,
+        Verdict::BelowThreshold
     );
 }

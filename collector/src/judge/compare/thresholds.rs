@@ -1,5 +1,6 @@
 //! Practical thresholds: a default and per-metric overrides (`PCT`, `METRIC=PCT`,
-//! `PREFIX*=PCT`).
+//! `PREFIX*=PCT`), and absolute floors (`METRIC=+N`, `+N` for all): a significant change
+//! fails only when it is larger than both.
 
 use super::DEFAULT_THRESHOLD;
 
@@ -10,6 +11,10 @@ pub struct Thresholds {
     pub default: f64,
     /// `(pattern, fraction)`: a pattern is a metric id, or a prefix ending in `*`.
     pub per_metric: Vec<(String, f64)>,
+    /// Absolute floor for metrics without an override, in the metric's unit (none: 0).
+    pub default_absolute: f64,
+    /// `(pattern, amount)`: absolute floors per metric, patterns as for `per_metric`.
+    pub per_metric_absolute: Vec<(String, f64)>,
 }
 
 impl Default for Thresholds {
@@ -17,13 +22,15 @@ impl Default for Thresholds {
         Thresholds {
             default: DEFAULT_THRESHOLD,
             per_metric: Vec::new(),
+            default_absolute: 0.0,
+            per_metric_absolute: Vec::new(),
         }
     }
 }
 
 /// A `--threshold` argument that cannot be parsed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid threshold `{arg}`: {reason}; write a percentage such as `2` (all metrics) or `alloc.count=0.5` / `alloc.*=1` (per metric)")]
+#[error("invalid threshold `{arg}`: {reason}; write a percentage such as `2` (all metrics) or `alloc.count=0.5` / `alloc.*=1` (per metric), or an absolute amount such as `alloc.count=+5`")]
 pub struct ThresholdError {
     /// The argument.
     pub arg: String,
@@ -47,16 +54,32 @@ impl Thresholds {
                 Some((p, v)) => (Some(p.trim()), v),
                 None => (None, arg),
             };
-            let pct = pct.trim().trim_end_matches('%');
-            let value: f64 = pct
+            let text = pct.trim();
+            let (absolute, number) = match text.strip_prefix('+') {
+                Some(n) => (true, n.trim()),
+                None => (false, text.trim_end_matches('%')),
+            };
+            let value: f64 = number
                 .parse()
-                .map_err(|_| error("the percentage is not a number"))?;
+                .map_err(|_| error("the amount is not a number"))?;
             if !value.is_finite() || value < 0.0 {
-                return Err(error("the percentage must be a finite number >= 0"));
+                return Err(error("the amount must be a finite number >= 0"));
             }
-            let fraction = value / 100.0;
+            let (default, per_metric, value) = if absolute {
+                (
+                    &mut thresholds.default_absolute,
+                    &mut thresholds.per_metric_absolute,
+                    value,
+                )
+            } else {
+                (
+                    &mut thresholds.default,
+                    &mut thresholds.per_metric,
+                    value / 100.0,
+                )
+            };
             match pattern {
-                None => thresholds.default = fraction,
+                None => *default = value,
                 Some("") => return Err(error("the metric name before `=` is empty")),
                 Some(p) if p.contains('*') && !p.ends_with('*') || p.matches('*').count() > 1 => {
                     return Err(error(
@@ -64,27 +87,45 @@ impl Thresholds {
                     ))
                 }
                 Some(p) => {
-                    thresholds.per_metric.retain(|(q, _)| q != p);
-                    thresholds.per_metric.push((p.to_string(), fraction));
+                    per_metric.retain(|(q, _)| q != p);
+                    per_metric.push((p.to_string(), value));
                 }
             }
         }
         Ok(thresholds)
     }
 
-    /// The threshold of `metric`: an exact id match, else the longest matching prefix
-    /// pattern, else the default.
+    /// The relative threshold of `metric`: an exact id match, else the longest matching
+    /// prefix pattern, else the default.
     pub fn for_metric(&self, metric: &str) -> f64 {
-        if let Some((_, t)) = self.per_metric.iter().find(|(p, _)| p == metric) {
-            return *t;
-        }
+        lookup(&self.per_metric, metric).unwrap_or(self.default)
+    }
+
+    /// The absolute floor of `metric` (0: none), looked up like [`Thresholds::for_metric`].
+    pub fn absolute_for_metric(&self, metric: &str) -> f64 {
+        lookup(&self.per_metric_absolute, metric).unwrap_or(self.default_absolute)
+    }
+
+    /// Every metric pattern the arguments named.
+    pub fn patterns(&self) -> impl Iterator<Item = &str> {
         self.per_metric
             .iter()
-            .filter_map(|(p, t)| {
-                let prefix = p.strip_suffix('*')?;
-                metric.starts_with(prefix).then_some((prefix.len(), *t))
-            })
-            .max_by_key(|(len, _)| *len)
-            .map_or(self.default, |(_, t)| t)
+            .chain(&self.per_metric_absolute)
+            .map(|(p, _)| p.as_str())
     }
+}
+
+/// The value of the exact `metric` entry of `table`, else of its longest prefix pattern.
+fn lookup(table: &[(String, f64)], metric: &str) -> Option<f64> {
+    if let Some((_, t)) = table.iter().find(|(p, _)| p == metric) {
+        return Some(*t);
+    }
+    table
+        .iter()
+        .filter_map(|(p, t)| {
+            let prefix = p.strip_suffix('*')?;
+            metric.starts_with(prefix).then_some((prefix.len(), *t))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, t)| t)
 }

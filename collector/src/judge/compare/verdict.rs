@@ -11,7 +11,8 @@ use super::Policy;
 /// the threshold: [`Verdict::BelowThreshold`]. A change from a reference mean of 0 has no
 /// relative size: for an exact count it is past any threshold (a count appeared), for a
 /// measured metric it is [`Verdict::Inconclusive`] (a time of 0 is below the clock's
-/// resolution, not a value a relative threshold can be applied to).
+/// resolution, not a value a relative threshold can be applied to). With an absolute
+/// threshold, a change must also be larger than it in the metric's unit.
 pub fn verdict(
     significant: bool,
     difference: f64,
@@ -21,9 +22,10 @@ pub fn verdict(
     if !significant || difference == 0.0 {
         return Verdict::NoChange;
     }
+    let past_absolute = difference.abs() > policy.threshold_absolute;
     let past = match relative {
-        Some(r) => r.abs() > policy.threshold,
-        None if policy.exact => true,
+        Some(r) => r.abs() > policy.threshold && past_absolute,
+        None if policy.exact => past_absolute,
         None => return Verdict::Inconclusive,
     };
     match (past, difference > 0.0) {
