@@ -284,8 +284,9 @@ pub struct RegressionArgs {
 
     /// Practical threshold in percent: a significant change within it is reported but does
     /// not fail. `PCT` for every metric, `METRIC=PCT` or `PREFIX*=PCT` for some
-    /// (repeatable; default 2).
-    #[arg(long, value_name = "[METRIC=]PCT")]
+    /// (repeatable; default 2); `+N` adds an absolute floor in the metric's unit
+    /// (`alloc.count=+5`).
+    #[arg(long, value_name = "[METRIC=]PCT|+N")]
     pub threshold: Vec<String>,
 
     /// Compare with at most this many of the latest history entries (ANOVA from 2 on).

@@ -27,8 +27,8 @@ pub struct ReportArgs {
     #[command(flatten)]
     pub report: OutputArgs,
 
-    /// Practical threshold(s) in percent, as for a run (`PCT`, `METRIC=PCT`, `PREFIX*=PCT`).
-    #[arg(long, value_name = "[METRIC=]PCT")]
+    /// Practical threshold(s) as for a run (`PCT`, `METRIC=PCT`, `PREFIX*=PCT`, `METRIC=+N`).
+    #[arg(long, value_name = "[METRIC=]PCT|+N")]
     pub threshold: Vec<String>,
 
     /// Compare the latest entry with at most this many entries before it.
