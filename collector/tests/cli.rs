@@ -52,7 +52,14 @@ fn malformed_numbers_are_rejected() {
         ),
         // Counting them overflowed to an empty report with exit 0.
         (
-            vec!["--runs", "18446744073709551615", "--warmup", "1", "--", "true"],
+            vec![
+                "--runs",
+                "18446744073709551615",
+                "--warmup",
+                "1",
+                "--",
+                "true",
+            ],
             "more than 1000000000 runs per group",
         ),
         (

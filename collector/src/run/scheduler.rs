@@ -57,12 +57,59 @@ struct Series {
 #[derive(Debug, Default)]
 struct Collected {
     series: Vec<Series>,
+    /// How the measured runs of the current group that failed ended (`--ignore-failure`).
+    failed: Vec<ExitKind>,
     warnings: Vec<String>,
     /// `(id prefix, note)` from [`Instrument::metric_notes`].
     notes: Vec<(String, String)>,
 }
 
 impl Collected {
+    /// Remember a failed run (kept by `--ignore-failure`). A run killed at the timeout
+    /// measured the timeout, not the program: its time samples are left out.
+    fn note_failure(&mut self, exit: ExitKind, samples: Vec<Sample>) -> Vec<Sample> {
+        if exit.success() {
+            return samples;
+        }
+        self.failed.push(exit);
+        if exit != ExitKind::TimedOut {
+            return samples;
+        }
+        samples
+            .into_iter()
+            .filter(|s| !s.metric.id.starts_with("time."))
+            .collect()
+    }
+
+    /// The warning for the failed runs of the group just finished, if any.
+    fn failures_warning(&mut self, group: &str, runs: usize) -> Option<String> {
+        if self.failed.is_empty() {
+            return None;
+        }
+        let failed = std::mem::take(&mut self.failed);
+        let mut kinds: Vec<(String, usize)> = Vec::new();
+        for exit in &failed {
+            let what = match *exit {
+                ExitKind::Code(c) => format!("exited with code {c}"),
+                ExitKind::Signal(s) => nix::sys::signal::Signal::try_from(s)
+                    .map(|s| format!("killed by {}", s.as_str()))
+                    .unwrap_or_else(|_| format!("killed by signal {s}")),
+                ExitKind::TimedOut => "timed out (time.* samples left out)".to_string(),
+            };
+            match kinds.iter_mut().find(|(k, _)| *k == what) {
+                Some((_, n)) => *n += 1,
+                None => kinds.push((what, 1)),
+            }
+        }
+        let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        Some(format!(
+            "{} of {runs} {group} runs failed ({}); their samples are in the statistics \
+             (--ignore-failure)",
+            failed.len(),
+            kinds.join(", ")
+        ))
+    }
+
     fn add(&mut self, group: &str, run_index: usize, samples: Vec<Sample>) {
         for s in samples {
             let pos = match self.series.iter().position(|x| x.spec.id == s.metric.id) {
@@ -232,12 +279,16 @@ fn run_all(
                     anyhow::bail!(msg);
                 }
                 if measured {
+                    let samples = collected[b].note_failure(outcome.exit, samples);
                     collected[b].add(&group.name, round - warmup, samples);
                 }
                 bar.inc(1);
             }
         }
         for (b, bench) in benchmarks.iter_mut().enumerate() {
+            if let Some(w) = collected[b].failures_warning(&bench.groups[g].name, runs) {
+                collected[b].warnings.push(w);
+            }
             for i in bench.groups[g].instruments.iter_mut() {
                 collected[b].warnings.extend(i.warnings());
                 collected[b].notes.extend(i.metric_notes());
@@ -443,6 +494,52 @@ mod tests {
         )
         .unwrap();
         assert_eq!(report.benchmarks[0].metrics[0].samples.len(), 3);
+        // The report says how many runs failed and how; they used to leave no trace.
+        assert_eq!(
+            report.benchmarks[0].warnings,
+            [
+                "1 of 3 timing runs failed (1 killed by SIGKILL); their samples are in the \
+              statistics (--ignore-failure)"
+            ]
+        );
+    }
+
+    #[test]
+    fn timed_out_runs_keep_no_time_samples_and_are_counted() {
+        let cancel = Cancel::install().unwrap();
+        let mut script = Script {
+            exits: vec![
+                ExitKind::Code(0),
+                ExitKind::TimedOut,
+                ExitKind::Code(3),
+                ExitKind::Code(3),
+            ],
+            calls: Vec::new(),
+        };
+        let mut b = benchmarks(&["x"]);
+        let report = execute_with(
+            &mut b,
+            &schedule(4, 0, FailurePolicy::Ignore),
+            &cancel,
+            &mut script,
+        )
+        .unwrap();
+        let bench = &report.benchmarks[0];
+        let wall = bench.metrics.iter().find(|m| m.id == "time.wall").unwrap();
+        assert_eq!(
+            wall.samples.len(),
+            3,
+            "the timed-out run measured the timeout"
+        );
+        let rss = bench.metrics.iter().find(|m| m.id == "rss.peak").unwrap();
+        assert_eq!(rss.samples.len(), 4);
+        assert_eq!(
+            bench.warnings,
+            [
+                "3 of 4 timing runs failed (1 timed out (time.* samples left out), 2 exited \
+              with code 3); their samples are in the statistics (--ignore-failure)"
+            ]
+        );
     }
 
     #[test]
