@@ -99,6 +99,9 @@ pub struct MetricResult {
     pub group: String,
     /// Raw values, one per measured run.
     pub samples: Vec<f64>,
+    /// Indices into `samples` of the runs whose child failed (kept by `--ignore-failure`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_runs: Vec<usize>,
     /// Summary statistics of `samples`.
     pub summary: Summary,
     /// Optional breakdown (per symbol, per process...).

@@ -257,6 +257,7 @@ mod tests {
             exact: false,
             group: "g".into(),
             samples: vec![1.0],
+            failed_runs: Vec::new(),
             summary: Summary {
                 n: 1,
                 mean: 1.0,

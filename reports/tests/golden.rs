@@ -42,6 +42,7 @@ fn metric(
         exact,
         group: if exact { "invocations" } else { "timing" }.into(),
         samples: samples.to_vec(),
+        failed_runs: Vec::new(),
         summary: summary(samples, ci),
         details: Vec::new(),
         notes: Vec::new(),

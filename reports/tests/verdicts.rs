@@ -34,6 +34,7 @@ fn metric(
         exact,
         group: "g".into(),
         samples: samples.to_vec(),
+        failed_runs: Vec::new(),
         summary: summary(samples),
         details: Vec::new(),
         notes: Vec::new(),

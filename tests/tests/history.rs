@@ -442,3 +442,49 @@ fn an_interrupted_run_saves_nothing() {
         "nothing saved after Ctrl-C"
     );
 }
+
+#[test]
+fn failed_runs_are_marked_in_the_history_and_are_no_reference_unless_asked() {
+    // A program that crashes in every run, saved with --ignore-failure, used to become an
+    // ordinary entry (alloc.count 0, exact) that later runs were compared against.
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    let common = |extra: &[&str], program: &[&str]| {
+        let mut args: Vec<String> = ["--runs", "2", "--warmup", "0", "--alloc", "--name", "x"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["--format", "json", "--history"].map(String::from));
+        args.push(h.display().to_string());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.push("--".into());
+        args.extend(program.iter().map(|s| s.to_string()));
+        sbs(args)
+    };
+    let crashed = common(&["--ignore-failure", "--save"], &[fixture!("crash")]).success();
+    crashed.check(
+        metric(&crashed.json(), "alloc.count")["failed_runs"] == serde_json::json!([0, 1]),
+        "the report lists the failed runs",
+    );
+    let files = entry_files(&h);
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(
+        text.lines().skip(1).all(|l| l.ends_with(",true")),
+        "every row of the crashed runs is marked failed: {text}"
+    );
+    let normal = [allocate(), "10", SIZE];
+    let later = common(&[], &normal).success();
+    let count = metric(&later.json(), "alloc.count").clone();
+    later.check(count["comparison"].is_null(), "no comparison with failed runs");
+    later.check(
+        count["notes"].to_string().contains("1 saved entry left out"),
+        "a note says why",
+    );
+    // Asked for: failures are part of what is measured, the entry is a reference.
+    let asked = common(&["--ignore-failure"], &normal);
+    asked.check(
+        metric(&asked.json(), "alloc.count")["comparison"]["verdict"] == "regressed",
+        "with --ignore-failure the crashed entry is the reference, and this run allocates more",
+    );
+    assert_eq!(asked.code(), Some(1), "{}", asked.stderr());
+}

@@ -306,8 +306,9 @@ impl OutputArgs {
 }
 
 impl RegressionArgs {
-    /// The regression settings.
-    pub fn settings(&self) -> Settings {
+    /// The regression settings; saved runs that failed serve as references only when
+    /// this run keeps failing runs too (`include_failed`, from `--ignore-failure`).
+    pub fn settings(&self, include_failed: bool) -> Settings {
         Settings {
             history: self.history.clone(),
             save: self.save,
@@ -315,6 +316,7 @@ impl RegressionArgs {
             baseline: self.baseline.clone(),
             thresholds: self.threshold.clone(),
             depth: usize::try_from(self.history_depth).unwrap_or(usize::MAX),
+            include_failed,
         }
     }
 }

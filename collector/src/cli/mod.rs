@@ -236,16 +236,17 @@ mod tests {
     #[test]
     fn invalid_settings_are_rejected_with_the_fix() {
         let cli = Cli::try_parse_from(["sbs-profile", "--threshold", "lots", "--", "p"]).unwrap();
-        let e = Regression::new(&cli.run.regression.settings(), 0.95, Mode::Run).unwrap_err();
+        let e = Regression::new(&cli.run.regression.settings(false), 0.95, Mode::Run).unwrap_err();
         assert!(e.to_string().contains("invalid threshold `lots`"), "{e}");
         let cli = Cli::try_parse_from(["sbs-profile", "--save-baseline", ".x", "--", "p"]).unwrap();
-        let e = Regression::new(&cli.run.regression.settings(), 0.95, Mode::Run).unwrap_err();
+        let e = Regression::new(&cli.run.regression.settings(false), 0.95, Mode::Run).unwrap_err();
         assert!(
             e.to_string().contains("baseline name `.x` is invalid"),
             "{e}"
         );
         let cli = Cli::try_parse_from(["sbs-profile", "--baseline", "m", "--", "p"]).unwrap();
-        let e = Regression::new(&cli.run.regression.settings(), 0.95, Mode::Compare).unwrap_err();
+        let e =
+            Regression::new(&cli.run.regression.settings(false), 0.95, Mode::Compare).unwrap_err();
         assert!(e.to_string().contains("drop --baseline"), "{e}");
     }
 }

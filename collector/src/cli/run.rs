@@ -24,7 +24,11 @@ pub(super) fn measure(
         controls: args.controls(),
         destinations: args.report.destinations(),
     })?;
-    let regression = Regression::new(&args.regression.settings(), plan.schedule.confidence, mode)?;
+    let regression = Regression::new(
+        &args.regression.settings(args.ignore_failure),
+        plan.schedule.confidence,
+        mode,
+    )?;
     // Read the history first: a missing baseline or a corrupt file fails before the runs.
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;

@@ -88,9 +88,23 @@ pub struct SavedMetric {
     pub exact: bool,
     /// One value per run, in run order.
     pub samples: Vec<f64>,
+    /// Indices into `samples` of runs whose child failed (none before schema 3).
+    pub failed: Vec<usize>,
     /// Breakdown (label, one value per run), e.g. per probed symbol; empty for entries
     /// saved before schema 2.
     pub details: Vec<(String, Vec<f64>)>,
+}
+
+impl SavedMetric {
+    /// The samples of the runs whose child did not fail.
+    pub fn good_samples(&self) -> Vec<f64> {
+        self.samples
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.failed.contains(i))
+            .map(|(_, &v)| v)
+            .collect()
+    }
 }
 
 /// A saved entry (or baseline) of one benchmark.

@@ -38,7 +38,7 @@ pub use entry::{Entry, EntryMeta, SavedMetric};
 pub const DEFAULT_DIR: &str = ".sbs";
 
 /// Version of the history file format; changes only for incompatible changes.
-pub const HISTORY_SCHEMA: u32 = 2;
+pub const HISTORY_SCHEMA: u32 = 3;
 
 /// Name of the first CSV column: marks a file as ours.
 const MARKER: &str = "sbs_history_schema";
@@ -123,13 +123,21 @@ struct Row {
     exact: bool,
     run: usize,
     value: f64,
+    /// Whether this run's child failed (kept by `--ignore-failure`). Files before schema 3
+    /// have no such column.
+    #[serde(default)]
+    failed: bool,
 }
 
 /// The column schema 2 added: a breakdown label, empty on a metric's own rows.
 const DETAIL: &str = "detail";
 
-/// The columns of schema 2. Schema 1 (still read) had the same without [`DETAIL`].
-const COLUMNS: [&str; 15] = [
+/// The column schema 3 added: whether the run's child failed.
+const FAILED: &str = "failed";
+
+/// The columns of schema 3. Schema 2 (still read) had the same without [`FAILED`], and
+/// schema 1 also without [`DETAIL`].
+const COLUMNS: [&str; 16] = [
     MARKER,
     "entry",
     "time",
@@ -145,11 +153,17 @@ const COLUMNS: [&str; 15] = [
     "exact",
     "run",
     "value",
+    FAILED,
 ];
+
+/// The columns of schema 2.
+fn columns_v2() -> impl Iterator<Item = &'static str> {
+    COLUMNS.into_iter().filter(|c| *c != FAILED)
+}
 
 /// The columns of schema 1.
 fn columns_v1() -> impl Iterator<Item = &'static str> {
-    COLUMNS.into_iter().filter(|c| *c != DETAIL)
+    columns_v2().filter(|c| *c != DETAIL)
 }
 
 /// The history store rooted at a directory.
@@ -242,6 +256,7 @@ mod tests {
             exact,
             group: "g".to_string(),
             samples: samples.to_vec(),
+            failed_runs: Vec::new(),
             summary: Summary {
                 n: samples.len(),
                 mean: 0.0,
@@ -349,8 +364,8 @@ mod tests {
         assert_eq!(lines[0], COLUMNS.join(","));
         assert_eq!(
             lines[1],
-            "2,id1,2026-11-21T10:00:00.000000000Z,b,./fixture --size 'a b',0.1.0,\
-             0123456789abcdef,testhost,time.wall,,seconds,rusage,false,0,1.5"
+            "3,id1,2026-11-21T10:00:00.000000000Z,b,./fixture --size 'a b',0.1.0,\
+             0123456789abcdef,testhost,time.wall,,seconds,rusage,false,0,1.5,false"
         );
         assert_eq!(lines.len(), 4);
     }
@@ -375,7 +390,7 @@ mod tests {
             .unwrap();
         let text = fs::read_to_string(path).unwrap();
         assert!(
-            text.contains(",alloc.count,Vec<u32>::push,count,agent,true,1,4.0\n"),
+            text.contains(",alloc.count,Vec<u32>::push,count,agent,true,1,4.0,false\n"),
             "{text}"
         );
         let e = &h.entries("b").unwrap()[0];
@@ -499,8 +514,8 @@ mod tests {
             ("z.csv", "sbs_history_schema,entry\n1,id\n", |e| {
                 matches!(e, HistoryError::Corrupt { line: 1, .. })
             }),
-            ("w.csv", "sbs_history_schema,whatever\n3,id\n", |e| {
-                matches!(e, HistoryError::NewerSchema { found: 3, .. })
+            ("w.csv", "sbs_history_schema,whatever\n4,id\n", |e| {
+                matches!(e, HistoryError::NewerSchema { found: 4, .. })
             }),
         ];
         for (name, content, is_expected) in cases {
@@ -520,7 +535,7 @@ mod tests {
         }
         // A valid file with a bad row: corrupt, with its line.
         let good = fs::read_to_string(h.entries_dir("b").join("id1.csv")).unwrap();
-        let bad = good.replacen(",0,1.0\n", ",0,not-a-number\n", 1);
+        let bad = good.replacen(",0,1.0,false\n", ",0,not-a-number,false\n", 1);
         assert_ne!(good, bad);
         fs::write(d.join("v.csv"), &bad).unwrap();
         match h.entries("b").unwrap_err() {
@@ -686,5 +701,42 @@ mod tests {
         assert!(!m.id.contains(':'));
         assert!(!m.host.is_empty());
         assert_eq!(m.tool_version, env!("CARGO_PKG_VERSION"));
+    }
+
+    #[test]
+    fn failed_runs_are_marked_and_read_back_and_schema_2_files_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        let mut b = bench("b", &[1.5, 2.5, 9.0], 7.0);
+        b.metrics[0].failed_runs = vec![2];
+        let path = h
+            .save(&b, &meta("id1", "2026-11-21T10:00:00.000000000Z"))
+            .unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(",time.wall,,seconds,rusage,false,2,9.0,true\n"),
+            "{text}"
+        );
+        let e = &h.entries("b").unwrap()[0];
+        let wall = e.metric("time.wall", Unit::Seconds, "rusage").unwrap();
+        assert_eq!(
+            (wall.failed.as_slice(), wall.good_samples()),
+            (&[2][..], vec![1.5, 2.5])
+        );
+        // The same file as schema 2 wrote it: no `failed` column, no failed run.
+        let v2: String = text
+            .lines()
+            .map(|l| {
+                let l = [",failed", ",false", ",true"]
+                    .iter()
+                    .find_map(|suffix| l.strip_suffix(suffix))
+                    .unwrap_or(l);
+                format!("{}\n", l.replacen("3,", "2,", 1))
+            })
+            .collect();
+        fs::write(&path, &v2).unwrap();
+        let e = &h.entries("b").unwrap()[0];
+        let wall = e.metric("time.wall", Unit::Seconds, "rusage").unwrap();
+        assert_eq!((wall.samples.len(), wall.failed.len()), (3, 0));
     }
 }

@@ -6,8 +6,8 @@ use std::io;
 use std::path::Path;
 
 use super::{
-    columns_v1, io_error, Entry, EntryMeta, History, HistoryError, Row, SavedMetric, COLUMNS,
-    HISTORY_SCHEMA, MARKER,
+    columns_v1, columns_v2, io_error, Entry, EntryMeta, History, HistoryError, Row, SavedMetric,
+    COLUMNS, HISTORY_SCHEMA, MARKER,
 };
 
 impl History {
@@ -171,7 +171,10 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
                 });
             }
         }
-        if headers.iter().ne(COLUMNS.iter().copied()) && headers.iter().ne(columns_v1()) {
+        if headers.iter().ne(COLUMNS.iter().copied())
+            && headers.iter().ne(columns_v2())
+            && headers.iter().ne(columns_v1())
+        {
             return Err(corrupt(
                 1,
                 format!("expected the columns {}", COLUMNS.join(",")),
@@ -238,6 +241,7 @@ fn add_metric_row(e: &mut Entry, row: Row) -> Result<(), String> {
                 source: row.source.clone(),
                 exact: row.exact,
                 samples: Vec::new(),
+                failed: Vec::new(),
                 details: Vec::new(),
             });
             e.metrics.last_mut().expect("just pushed")
@@ -249,6 +253,9 @@ fn add_metric_row(e: &mut Entry, row: Row) -> Result<(), String> {
             row.metric,
             metric.samples.len()
         ));
+    }
+    if row.failed {
+        metric.failed.push(metric.samples.len());
     }
     metric.samples.push(row.value);
     Ok(())

@@ -113,6 +113,7 @@ fn rows(result: &BenchmarkResult, meta: &EntryMeta) -> Result<Vec<Row>, HistoryE
             exact: m.exact,
             run,
             value,
+            failed: m.failed_runs.contains(&run),
         })
         .collect();
     if rows.is_empty() {

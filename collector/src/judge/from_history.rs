@@ -38,6 +38,7 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
             baseline: None,
             thresholds: args.thresholds.clone(),
             depth: args.depth,
+            include_failed: false,
         },
         args.confidence,
         Mode::Run,

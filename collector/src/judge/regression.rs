@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use sbs_reports::model::{BenchmarkResult, Comparison, MetricResult, Report, TrendPoint};
 
-use crate::history::{Entry, EntryMeta, History};
+use crate::history::{Entry, EntryMeta, History, SavedMetric};
 use crate::judge::compare::{against_sessions, compare, CompareError, Policy, Series, Thresholds};
 use crate::judge::sources::ensure_same_source;
 
@@ -39,6 +39,9 @@ pub struct Settings {
     pub thresholds: Vec<String>,
     /// Compare with at most this many of the latest history entries.
     pub depth: usize,
+    /// Let the saved runs whose child failed serve as references (`--ignore-failure`:
+    /// failures are part of what is measured); otherwise they are left out.
+    pub include_failed: bool,
 }
 
 /// Whether the benchmarks are compared with saved data or with each other.
@@ -60,6 +63,7 @@ pub struct Regression {
     baseline: Option<String>,
     thresholds: Thresholds,
     depth: usize,
+    include_failed: bool,
     confidence: f64,
 }
 
@@ -128,6 +132,7 @@ impl Regression {
             baseline: args.baseline.clone(),
             thresholds,
             depth: args.depth,
+            include_failed: args.include_failed,
             confidence,
         })
     }
@@ -205,25 +210,43 @@ impl Regression {
         metric: &mut MetricResult,
         reference: &Reference,
     ) -> anyhow::Result<()> {
-        let (labels, saved): (Vec<String>, Vec<&[f64]>) = match reference {
+        let samples = |m: &SavedMetric| {
+            if self.include_failed {
+                m.samples.clone()
+            } else {
+                m.good_samples()
+            }
+        };
+        let found: Vec<(String, Vec<f64>)> = match reference {
             Reference::Nothing => return Ok(()),
             Reference::Baseline(name, entry) => entry
                 .metric(&metric.id, metric.unit, &metric.source)
-                .map(|m| (format!("baseline {name}"), m.samples.as_slice()))
+                .map(|m| (format!("baseline {name}"), samples(m)))
                 .into_iter()
-                .unzip(),
+                .collect(),
             Reference::History(entries) => {
-                let with_metric: Vec<(String, &[f64])> = entries
+                let with_metric: Vec<(String, Vec<f64>)> = entries
                     .iter()
                     .filter_map(|e| {
                         let m = e.metric(&metric.id, metric.unit, &metric.source)?;
-                        Some((e.meta.label(), m.samples.as_slice()))
+                        Some((e.meta.label(), samples(m)))
                     })
                     .collect();
                 let skip = with_metric.len().saturating_sub(self.depth);
-                with_metric.into_iter().skip(skip).unzip()
+                with_metric.into_iter().skip(skip).collect()
             }
         };
+        let all_failed = found.iter().filter(|(_, s)| s.is_empty()).count();
+        if all_failed > 0 {
+            metric.notes.push(format!(
+                "{all_failed} saved entr{} left out: every run of {} failed (saved with \
+                 --ignore-failure); pass --ignore-failure to compare with such runs too",
+                if all_failed == 1 { "y" } else { "ies" },
+                if all_failed == 1 { "it" } else { "them" },
+            ));
+        }
+        let (labels, saved): (Vec<String>, Vec<Vec<f64>>) =
+            found.into_iter().filter(|(_, s)| !s.is_empty()).unzip();
         if saved.is_empty() {
             // The same metric saved from another mechanism is refused, saying so.
             let saved_entries: Vec<&Entry> = match reference {
@@ -256,7 +279,7 @@ impl Regression {
             let mut runs: Vec<(&str, &[f64])> = labels
                 .iter()
                 .map(String::as_str)
-                .zip(saved.iter().copied())
+                .zip(saved.iter().map(Vec::as_slice))
                 .collect();
             runs.push((THIS_RUN, &metric.samples));
             metric.trend = self.trend(&runs, metric)?;

@@ -71,6 +71,7 @@ pub fn metric_result(
         exact,
         group: String::new(),
         samples,
+        failed_runs: Vec::new(),
         details: details
             .into_iter()
             .map(|(label, samples)| Detail {

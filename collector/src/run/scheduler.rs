@@ -51,6 +51,8 @@ struct Series {
     spec: MetricSpec,
     group: String,
     samples: Vec<f64>,
+    /// Indices into `samples` of failed runs.
+    failed: Vec<usize>,
     details: Vec<(String, Vec<f64>)>,
 }
 
@@ -110,7 +112,7 @@ impl Collected {
         ))
     }
 
-    fn add(&mut self, group: &str, run_index: usize, samples: Vec<Sample>) {
+    fn add(&mut self, group: &str, run_index: usize, failed: bool, samples: Vec<Sample>) {
         for s in samples {
             let pos = match self.series.iter().position(|x| x.spec.id == s.metric.id) {
                 Some(p) => p,
@@ -119,12 +121,16 @@ impl Collected {
                         spec: s.metric.clone(),
                         group: group.to_string(),
                         samples: Vec::new(),
+                        failed: Vec::new(),
                         details: Vec::new(),
                     });
                     self.series.len() - 1
                 }
             };
             let series = &mut self.series[pos];
+            if failed {
+                series.failed.push(series.samples.len());
+            }
             series.samples.push(s.value);
             for (label, value) in s.details {
                 let d = match series.details.iter().position(|(l, _)| *l == label) {
@@ -280,7 +286,8 @@ fn run_all(
                 }
                 if measured {
                     let samples = collected[b].note_failure(outcome.exit, samples);
-                    collected[b].add(&group.name, round - warmup, samples);
+                    let failed = !outcome.exit.success();
+                    collected[b].add(&group.name, round - warmup, failed, samples);
                 }
                 bar.inc(1);
             }
@@ -331,6 +338,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
                         .collect();
                     MetricResult {
                         notes,
+                        failed_runs: s.failed,
                         ..s.spec
                             .result(s.group, s.samples, s.details, schedule.confidence)
                     }
@@ -545,11 +553,17 @@ mod tests {
     #[test]
     fn details_stay_aligned_with_runs() {
         let mut c = Collected::default();
-        c.add("g", 0, vec![sample("m", 1.0, &[("a", 1.0)])]);
-        c.add("g", 1, vec![sample("m", 3.0, &[("a", 1.0), ("b", 2.0)])]);
-        c.add("g", 2, vec![sample("m", 2.0, &[("b", 2.0)])]);
+        c.add("g", 0, false, vec![sample("m", 1.0, &[("a", 1.0)])]);
+        c.add(
+            "g",
+            1,
+            false,
+            vec![sample("m", 3.0, &[("a", 1.0), ("b", 2.0)])],
+        );
+        c.add("g", 2, true, vec![sample("m", 2.0, &[("b", 2.0)])]);
         let s = &c.series[0];
         assert_eq!(s.samples, vec![1.0, 3.0, 2.0]);
+        assert_eq!(s.failed, vec![2]);
         assert_eq!(s.details[0], ("a".to_string(), vec![1.0, 1.0, 0.0]));
         assert_eq!(s.details[1], ("b".to_string(), vec![0.0, 2.0, 2.0]));
     }
