@@ -34,6 +34,9 @@ struct Row<'a> {
     method: Option<&'static str>,
     threshold: Option<f64>,
     verdict: Option<&'static str>,
+    /// The metric's notes, joined by "; " (an exact count that varied, what a total
+    /// covers...), so no format drops them.
+    notes: String,
 }
 
 impl Render for Csv {
@@ -67,6 +70,7 @@ impl Render for Csv {
                     method: c.map(|c| c.method.id()),
                     threshold: c.map(|c| c.threshold),
                     verdict: c.map(|c| c.verdict.id()),
+                    notes: m.notes.join("; "),
                 })
                 .map_err(io::Error::other)?;
             }
