@@ -475,9 +475,14 @@ fn failed_runs_are_marked_in_the_history_and_are_no_reference_unless_asked() {
     let normal = [allocate(), "10", SIZE];
     let later = common(&[], &normal).success();
     let count = metric(&later.json(), "alloc.count").clone();
-    later.check(count["comparison"].is_null(), "no comparison with failed runs");
     later.check(
-        count["notes"].to_string().contains("1 saved entry left out"),
+        count["comparison"].is_null(),
+        "no comparison with failed runs",
+    );
+    later.check(
+        count["notes"]
+            .to_string()
+            .contains("1 saved entry left out"),
         "a note says why",
     );
     // Asked for: failures are part of what is measured, the entry is a reference.
