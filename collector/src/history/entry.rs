@@ -43,7 +43,8 @@ impl EntryMeta {
             None => self.time.clone(),
         };
         match &self.git_commit {
-            Some(c) => format!("{time} @{}", &c[..c.len().min(10)]),
+            // The file is text anyone may edit: cut by characters, never inside one.
+            Some(c) => format!("{time} @{}", c.chars().take(10).collect::<String>()),
             None => time,
         }
     }
@@ -129,5 +130,41 @@ impl Entry {
         self.metrics
             .iter()
             .find(|m| m.id == id && m.unit == unit && m.source == source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(commit: Option<&str>) -> EntryMeta {
+        EntryMeta {
+            id: "x".into(),
+            time: "2026-11-22T00:31:37.632123456Z".into(),
+            tool_version: "0".into(),
+            git_commit: commit.map(String::from),
+            host: "h".into(),
+        }
+    }
+
+    #[test]
+    fn label_shortens_the_commit_to_ten_characters() {
+        assert_eq!(
+            meta(Some("0123456789abcdef")).label(),
+            "2026-11-22T00:31:37.632Z @0123456789"
+        );
+        assert_eq!(meta(Some("abc")).label(), "2026-11-22T00:31:37.632Z @abc");
+        assert_eq!(meta(None).label(), "2026-11-22T00:31:37.632Z");
+    }
+
+    #[test]
+    fn label_of_a_multi_byte_commit_cuts_between_characters() {
+        // Byte 10 falls inside the second `é` (two bytes each, after `abcdefg`).
+        let label = meta(Some("abcdefgéééé")).label();
+        assert_eq!(label, "2026-11-22T00:31:37.632Z @abcdefgééé");
+        assert_eq!(
+            meta(Some("日本語のコミット番号です")).label(),
+            "2026-11-22T00:31:37.632Z @日本語のコミット番号"
+        );
     }
 }
