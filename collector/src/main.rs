@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sbs_profile::cli::{execute, Cli};
+use sbs_profile::output::Unwritten;
 use sbs_profile::run::runner::RunError;
 
 /// The error and its causes on one line, each cause once: many errors already quote
@@ -30,19 +31,33 @@ fn main() -> ExitCode {
     match execute(cli) {
         Ok(code) => code,
         Err(e) => {
+            // A closed terminal (SIGHUP) may have taken stderr with it: never panic on it.
+            let mut stderr = std::io::stderr().lock();
             if e.chain()
                 .any(|c| matches!(c.downcast_ref::<RunError>(), Some(RunError::Interrupted)))
             {
-                eprintln!("sbs-profile: interrupted; the child was killed and nothing was written");
+                let _ = writeln!(
+                    stderr,
+                    "sbs-profile: interrupted; the child was killed and nothing was written"
+                );
                 return ExitCode::from(130);
             }
+            if let Some(unwritten) = e.downcast_ref::<Unwritten>() {
+                // Everything else was done; one line per destination that failed.
+                for failure in &unwritten.failures {
+                    let _ = writeln!(stderr, "error: {}", one_line(failure));
+                }
+                return ExitCode::from(2);
+            }
+            // Only a listing (`--list`, `--list-counters`) reaches here with a reader that
+            // went away: it has no verdict to keep, so stay quiet and succeed.
             if e.chain().any(|c| {
                 c.downcast_ref::<std::io::Error>()
                     .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
             }) {
                 return ExitCode::SUCCESS;
             }
-            let _ = writeln!(std::io::stderr(), "error: {}", one_line(&e));
+            let _ = writeln!(stderr, "error: {}", one_line(&e));
             ExitCode::from(2)
         }
     }

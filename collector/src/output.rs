@@ -1,6 +1,11 @@
 //! Where the report goes: stdout, or a file written atomically (temporary file in the same
 //! directory, renamed into place), so a failed run leaves no partial file behind; and the
 //! renderer of each format.
+//!
+//! Writing is best effort across destinations: one that fails (a full disk) does not keep
+//! the report from the others, and a report file that cannot be written is replaced by the
+//! text report on stdout, so the measurements are never lost with it. A reader of stdout
+//! that went away (`| head`) is not an error at all.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -41,10 +46,7 @@ impl Output {
                 path.display()
             );
         }
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
+        let dir = parent_dir(path);
         let tmp = tempfile::Builder::new()
             .prefix(".sbs-profile-")
             .suffix(".tmp")
@@ -64,32 +66,69 @@ impl Output {
         })
     }
 
-    /// Write the whole report and put it in place.
-    pub fn write_all(self, bytes: &[u8]) -> anyhow::Result<()> {
+    /// Write the whole report and put it in place. On stdout, a reader that went away
+    /// (`EPIPE`) is not an error: nobody is left to read the rest.
+    pub fn write_all(self, bytes: &[u8]) -> std::io::Result<()> {
         match self {
             Output::Stdout => {
                 let mut out = std::io::stdout().lock();
-                out.write_all(bytes)?;
-                out.flush()?;
-                Ok(())
+                match out.write_all(bytes).and_then(|()| out.flush()) {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                    other => other,
+                }
             }
             Output::File { path, mut tmp } => {
-                let ctx = || format!("cannot write the report to {}", path.display());
-                tmp.write_all(bytes).with_context(ctx)?;
-                tmp.as_file().sync_all().with_context(ctx)?;
-                tmp.persist(&path).map_err(|e| e.error).with_context(ctx)?;
+                // Through the file itself: the temporary's name means nothing to anyone.
+                tmp.as_file_mut().write_all(bytes)?;
+                tmp.as_file().sync_all()?;
+                tmp.persist(&path).map_err(|e| e.error)?;
                 Ok(())
             }
         }
     }
+
+    fn is_stdout(&self) -> bool {
+        matches!(self, Output::Stdout)
+    }
+
+    /// The file it goes to (`None` for stdout).
+    fn path(&self) -> Option<&Path> {
+        match self {
+            Output::File { path, .. } => Some(path),
+            Output::Stdout => None,
+        }
+    }
 }
+
+/// The directory a file destination is created in.
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// The destinations that could not be written, each with its cause; every other one was.
+#[derive(Debug)]
+pub struct Unwritten {
+    /// One error per failed destination, naming it.
+    pub failures: Vec<anyhow::Error>,
+}
+
+impl std::fmt::Display for Unwritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let all: Vec<String> = self.failures.iter().map(|e| format!("{e:#}")).collect();
+        f.write_str(&all.join("; "))
+    }
+}
+
+impl std::error::Error for Unwritten {}
 
 /// Where a finished report goes: the main output in its format, and the HTML page.
 pub struct Sinks {
     output: Output,
     html: Option<Output>,
     format: Format,
-    to_stdout: bool,
 }
 
 impl Sinks {
@@ -103,26 +142,70 @@ impl Sinks {
                 .map(|p| Output::open_named(p, "--html"))
                 .transpose()?,
             format: destinations.format,
-            to_stdout: destinations.output.is_none(),
         })
     }
 
-    /// Render the report into every destination.
-    pub fn write(self, report: &Report) -> anyhow::Result<()> {
-        let mut buf = Vec::new();
-        let to_terminal = self.to_stdout && std::io::stdout().is_terminal();
-        renderer(self.format, to_terminal)
-            .render(report, &mut buf)
-            .context("cannot render the report")?;
-        if let Some(html) = self.html {
-            let mut page = Vec::new();
-            sbs_reports::html::Html
-                .render(report, &mut page)
-                .context("cannot render the HTML page")?;
-            html.write_all(&page)?;
+    /// Render the report into every destination that can take it. A report file that
+    /// cannot be written is replaced by the text report on stdout; its error says so.
+    pub fn write(self, report: &Report) -> Result<(), Unwritten> {
+        let mut failures = Vec::new();
+        let to_terminal = self.output.is_stdout() && std::io::stdout().is_terminal();
+        let main_path = self.output.path().map(Path::to_path_buf);
+        let main = render(renderer(self.format, to_terminal), report)
+            .and_then(|bytes| Ok(self.output.write_all(&bytes)?));
+        if let Err(e) = main {
+            failures.push(match main_path {
+                Some(path) => {
+                    let what = match self.format {
+                        Format::Text => "the report",
+                        _ => "the text report",
+                    };
+                    let instead = match print_text(report) {
+                        Ok(()) => format!("{what} is on stdout instead"),
+                        Err(p) => format!("nor could {what} be printed ({p:#})"),
+                    };
+                    anyhow::anyhow!(
+                        "cannot write the report to {}: {e:#}; {instead}; free space there or \
+                         choose another --output",
+                        path.display()
+                    )
+                }
+                None => anyhow::anyhow!("cannot write the report to stdout: {e:#}"),
+            });
         }
-        self.output.write_all(&buf)
+        if let Some(html) = self.html {
+            let path = html.path().map(Path::to_path_buf).unwrap_or_default();
+            let page = render(Box::new(sbs_reports::html::Html), report)
+                .and_then(|page| Ok(html.write_all(&page)?));
+            if let Err(e) = page {
+                failures.push(anyhow::anyhow!(
+                    "cannot write the HTML page to {}: {e:#}; free space there or choose \
+                     another --html",
+                    path.display()
+                ));
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Unwritten { failures })
+        }
     }
+}
+
+/// The plain text report on stdout, in place of a report file that could not be written.
+fn print_text(report: &Report) -> anyhow::Result<()> {
+    let text = render(renderer(Format::Text, false), report)?;
+    Ok(Output::Stdout.write_all(&text)?)
+}
+
+/// The report in one format, as bytes.
+fn render(renderer: Box<dyn Render>, report: &Report) -> anyhow::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    renderer
+        .render(report, &mut buf)
+        .context("cannot render the report")?;
+    Ok(buf)
 }
 
 /// The renderer of a format; text is coloured on a terminal only, and never with

@@ -493,3 +493,132 @@ fn failed_runs_are_marked_in_the_history_and_are_no_reference_unless_asked() {
     );
     assert_eq!(asked.code(), Some(1), "{}", asked.stderr());
 }
+
+#[test]
+fn full_disk_under_the_reports_keeps_the_history_and_the_measurements() {
+    let Some(disk) = util::FullDisk::mount() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    let output = disk.dir.join("report.json");
+    let html = disk.dir.join("report.html");
+    let out = run(
+        &h,
+        &[
+            "--save",
+            "-o",
+            output.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        "20",
+    );
+    assert_eq!(out.code(), Some(2), "expected exit 2: {}", out.stderr());
+    out.check(h.join("history").is_dir(), "the entry is saved");
+    assert_eq!(entry_files(&h).len(), 1);
+    out.check(
+        out.stdout().contains("Benchmark: fixture") && out.stdout().contains("rss.peak"),
+        "the text report is on stdout in place of the report file",
+    );
+    let err = out.stderr();
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    out.check(lines.len() == 2, "one line per failed destination");
+    out.check(
+        lines[0].starts_with("error: cannot write the report to ")
+            && lines[0].contains(output.to_str().unwrap())
+            && lines[0].contains("No space left on device")
+            && lines[0].contains("the text report is on stdout instead"),
+        "the first line names the --output file and where the report went",
+    );
+    out.check(
+        lines[1].starts_with("error: cannot write the HTML page to ")
+            && lines[1].contains(html.to_str().unwrap()),
+        "the second line names the --html file",
+    );
+    assert_eq!(
+        disk.leftovers(),
+        Vec::<String>::new(),
+        "no partial file left"
+    );
+
+    // Only the page fails: the report file is written, nothing else goes to stdout.
+    let elsewhere = dir.path().join("report.json");
+    let out = run(
+        &h,
+        &[
+            "--save",
+            "-o",
+            elsewhere.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        "20",
+    );
+    assert_eq!(out.code(), Some(2), "expected exit 2: {}", out.stderr());
+    assert_eq!(entry_files(&h).len(), 2, "saved again: {}", out.stderr());
+    out.check(out.stdout().is_empty(), "the report went to its file");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&elsewhere).unwrap()).unwrap();
+    out.check(
+        written["benchmarks"][0]["name"] == "fixture",
+        "the JSON report was written",
+    );
+    // (A regression line may come first: this run is judged against the first one.)
+    let errors: Vec<String> = out
+        .stderr()
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .map(String::from)
+        .collect();
+    out.check(
+        errors.len() == 1 && errors[0].contains(html.to_str().unwrap()),
+        "one line, for the page",
+    );
+}
+
+#[test]
+fn a_reader_that_went_away_changes_neither_the_verdict_nor_the_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save"], "200").success();
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors into the live array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    let (read, write) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    // Closed before sbs-profile writes a byte: `sbs-profile ... | head -0`.
+    drop(read);
+    let out = Command::new(util::sbs_profile())
+        .args([
+            "--runs", "5", "--warmup", "0", "--name", "fixture", "--save",
+        ])
+        .args(["--threshold", IGNORE_TIME, "--history"])
+        .arg(&h)
+        .args(["--", allocate(), "210", SIZE])
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run sbs-profile");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the regression's exit code: {err}"
+    );
+    assert!(
+        err.contains("regression: rss.peak of `fixture`"),
+        "names the regression: {err}"
+    );
+    assert!(
+        !err.to_lowercase().contains("pipe"),
+        "quiet about the pipe: {err}"
+    );
+    assert_eq!(entry_files(&h).len(), 2, "the run is saved: {err}");
+}

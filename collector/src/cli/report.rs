@@ -50,6 +50,8 @@ pub(super) fn execute(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         depth: usize::try_from(args.history_depth).unwrap_or(usize::MAX),
         confidence: args.confidence,
     })?;
-    sinks.write(&report)?;
-    Ok(exit_for(&regressions))
+    let written = sinks.write(&report);
+    let code = exit_for(&regressions);
+    written?;
+    Ok(code)
 }

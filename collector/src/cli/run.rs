@@ -1,5 +1,5 @@
 //! A measuring command (a plain run, `compare`): build the plan, load what it is compared
-//! with, run it, judge it, write the report and save the history.
+//! with, run it, judge it, save the history and write the reports.
 
 use std::process::ExitCode;
 
@@ -7,7 +7,7 @@ use anyhow::Context;
 
 use super::{exit_for, RunArgs};
 use crate::judge::regression::{Mode, Regression};
-use crate::output::Sinks;
+use crate::output::{Sinks, Unwritten};
 use crate::plan::{self, Request, Target};
 use crate::run::runner::Cancel;
 use crate::run::scheduler::execute;
@@ -37,8 +37,19 @@ pub(super) fn measure(
     let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
     let mut report = execute(&mut plan.benchmarks, &plan.schedule, &cancel)?;
     let regressions = regression.apply(&references, &mut report)?;
-    sinks.write(&report)?;
-    // After the report is out: a history that cannot be written loses no measurements.
-    regression.save(&report)?;
-    Ok(exit_for(&regressions))
+    // Save first, then write every report that can be written: a failing destination
+    // loses neither the history nor the other reports, and a failing history loses no
+    // report. Neither depends on stdout having a reader.
+    let saved = regression.save(&report);
+    let written = sinks.write(&report);
+    let code = exit_for(&regressions);
+    let mut failures = written.err().map(|u| u.failures).unwrap_or_default();
+    if let Err(e) = saved {
+        failures.insert(0, e);
+    }
+    if failures.is_empty() {
+        Ok(code)
+    } else {
+        Err(Unwritten { failures }.into())
+    }
 }

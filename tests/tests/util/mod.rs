@@ -173,3 +173,63 @@ pub fn samples(metric: &serde_json::Value) -> Vec<f64> {
         .map(|v| v.as_f64().expect("number"))
         .collect()
 }
+
+/// A tmpfs of a few KiB mounted on a directory of its own, filled to the last byte, and
+/// unmounted when dropped: a full disk for the tests of what a failed write loses.
+pub struct FullDisk {
+    pub dir: PathBuf,
+    // Dropped after the unmount.
+    _parent: tempfile::TempDir,
+}
+
+impl FullDisk {
+    /// Mount and fill it; `None` (after a skip) where this cannot mount (not root).
+    pub fn mount() -> Option<FullDisk> {
+        if !is_root() {
+            skip!(
+                Need::Root,
+                "mounting a small tmpfs as a full disk needs root"
+            );
+            return None;
+        }
+        let parent = tempfile::tempdir().expect("temporary directory");
+        let dir = parent.path().join("full");
+        std::fs::create_dir(&dir).expect("mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "sbs-full-disk"])
+            .arg(&dir)
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "mount -t tmpfs failed as root: {status}");
+        let disk = FullDisk {
+            dir,
+            _parent: parent,
+        };
+        let mut filler = std::fs::File::create(disk.dir.join("filler")).expect("filler file");
+        let block = [0u8; 4096];
+        loop {
+            use std::io::Write;
+            match filler.write_all(&block) {
+                Ok(()) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("filling the tmpfs: {e}"),
+            }
+        }
+        Some(disk)
+    }
+
+    /// The names in it other than the filler.
+    pub fn leftovers(&self) -> Vec<String> {
+        std::fs::read_dir(&self.dir)
+            .expect("list the tmpfs")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "filler")
+            .collect()
+    }
+}
+
+impl Drop for FullDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+    }
+}
