@@ -108,6 +108,13 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
+/// `path` with its directory canonicalised, so that two spellings of one file compare
+/// equal; `None` when the directory does not resolve (opening it fails then anyway).
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?;
+    Some(parent_dir(path).canonicalize().ok()?.join(name))
+}
+
 /// The destinations that could not be written, each with its cause; every other one was.
 #[derive(Debug)]
 pub struct Unwritten {
@@ -132,8 +139,22 @@ pub struct Sinks {
 }
 
 impl Sinks {
-    /// Open every destination, failing now if one cannot be written.
+    /// Open every destination, failing now if one cannot be written or if two of them are
+    /// the same file (one report would silently replace the other).
     pub fn open(destinations: &Destinations) -> anyhow::Result<Sinks> {
+        if let (Some(output), Some(html)) = (&destinations.output, &destinations.html) {
+            let same = match (resolved(output), resolved(html)) {
+                (Some(a), Some(b)) => a == b,
+                _ => output == html,
+            };
+            if same {
+                anyhow::bail!(
+                    "--output {} and --html {} are the same file; give each report its own path",
+                    output.display(),
+                    html.display()
+                );
+            }
+        }
         Ok(Sinks {
             output: Output::open(destinations.output.as_deref())?,
             html: destinations

@@ -354,3 +354,31 @@ fn output_file_is_written_atomically() {
         .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("report.csv")]);
 }
+
+#[test]
+fn output_and_html_on_the_same_file_are_refused_before_any_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let plain = dir.path().join("report.html");
+    let other_spelling = dir.path().join("sub/../report.html");
+    for (output, html) in [(&plain, &plain), (&plain, &other_spelling)] {
+        // `exit_with 1` would fail its run with another message: the check comes first.
+        sbs([
+            "--runs",
+            "1",
+            "-o",
+            output.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+            "--",
+            fixture!("exit_with"),
+            "1",
+        ])
+        .fails_with(2, "are the same file; give each report its own path");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("sub")]);
+}
