@@ -145,13 +145,39 @@ fn run_inner(
     instruments: &mut [Box<dyn Instrument>],
     cancel: &Cancel,
 ) -> Result<(RunOutcome, Vec<Sample>), RunError> {
-    let spawn_err = |source: io::Error| RunError::Spawn {
-        program: config.program.clone(),
-        source,
-    };
     if cancel.requested() {
         return Err(RunError::Interrupted);
     }
+    let launch = prepare(config, instruments)?;
+    let child = start(config, instruments, launch)?;
+    let ended = wait_for_exit(config, &child, cancel)?;
+    let outcome = reap(config, child, ended)?;
+    let mut samples = Vec::new();
+    for i in instruments.iter_mut() {
+        i.collect(&outcome, &mut samples)
+            .map_err(|e| instrument_error(i.as_ref(), e))?;
+    }
+    Ok((outcome, samples))
+}
+
+/// What to exec for one run, once the instruments have said what they need.
+struct Launch {
+    /// The program to exec: the benchmark, or the first word of a wrapper.
+    path: OsString,
+    /// argv, argv[0] included.
+    args: Vec<OsString>,
+    /// The whole environment of the child.
+    env: Vec<(OsString, OsString)>,
+    /// Descriptors to install in the child.
+    pass_fds: Vec<(OwnedFd, i32)>,
+}
+
+/// Let the instruments prepare the run and lay out the command it execs: the
+/// environment they add, and a wrapper (valgrind) in front of the benchmark.
+fn prepare(
+    config: &RunConfig,
+    instruments: &mut [Box<dyn Instrument>],
+) -> Result<Launch, RunError> {
     let mut setup = ChildSetup::default();
     for i in instruments.iter_mut() {
         i.prepare(&mut setup)
@@ -162,81 +188,140 @@ fn run_inner(
         env.retain(|(ek, _)| ek != &k);
         env.push((k, v));
     }
-    let (path, args): (&OsStr, Vec<OsString>) = if setup.wrapper.is_empty() {
-        (config.program.as_os_str(), config.args.clone())
-    } else {
-        let mut args = setup.wrapper.clone();
-        args.push(config.program.clone().into_os_string());
-        args.extend(config.args.iter().skip(1).cloned());
-        (setup.wrapper[0].as_os_str(), args)
+    let Some(wrapper) = setup.wrapper.first() else {
+        return Ok(Launch {
+            path: config.program.clone().into_os_string(),
+            args: config.args.clone(),
+            env,
+            pass_fds: setup.pass_fds,
+        });
     };
+    let mut args = setup.wrapper.clone();
+    args.push(config.program.clone().into_os_string());
+    args.extend(config.args.iter().skip(1).cloned());
     // A wrapper is looked up in PATH like a shell would.
-    let resolved;
-    let path = if setup.wrapper.is_empty() || path.as_encoded_bytes().contains(&b'/') {
-        path
+    let path = if wrapper.as_encoded_bytes().contains(&b'/') {
+        wrapper.clone()
     } else {
-        resolved = which::which(path)
-            .map_err(|e| spawn_err(io::Error::new(io::ErrorKind::NotFound, e)))?;
-        resolved.as_os_str()
+        which::which(wrapper)
+            .map_err(|e| spawn_error(config, io::Error::new(io::ErrorKind::NotFound, e)))?
+            .into_os_string()
     };
+    Ok(Launch {
+        path,
+        args,
+        env,
+        pass_fds: setup.pass_fds,
+    })
+}
+
+/// A started child, owned by its guard until it is reaped.
+struct Started {
+    guard: ChildGuard,
+    /// Readable when the child exits.
+    pidfd: OwnedFd,
+    /// When the benchmark was released (timing starts here).
+    start: Instant,
+    /// The exec-error pipe of the fork path.
+    err_read: Option<OwnedFd>,
+}
+
+/// Start the child the cheapest way the instruments allow.
+fn start(
+    config: &RunConfig,
+    instruments: &mut [Box<dyn Instrument>],
+    launch: Launch,
+) -> Result<Started, RunError> {
     let gated = instruments.iter().any(|i| i.needs_start_gate());
-    let (pid, start, err_read) = if !gated && config.cpus.is_empty() && setup.pass_fds.is_empty() {
+    let (pid, start, err_read) = if !gated && config.cpus.is_empty() && launch.pass_fds.is_empty() {
         // Nothing to attach, pin or pass: the cheapest start there is (std's
         // posix_spawn/vfork path), so a timing run costs no more than hyperfine's.
-        let (pid, start) = spawn_plain(config, path, &args, &env)?;
+        let (pid, start) = spawn_plain(config, &launch.path, &launch.args, &launch.env)?;
         (pid, start, None)
     } else {
         let (pid, start, err_read) = fork_with_gate(
             config,
             instruments,
-            std::mem::take(&mut setup.pass_fds),
-            path,
-            &args,
-            &env,
+            launch.pass_fds,
+            &launch.path,
+            &launch.args,
+            &launch.env,
         )?;
         (pid, start, Some(err_read))
     };
     let guard = ChildGuard { pid, reaped: false };
-    let pidfd = sys::pidfd_open(pid).map_err(spawn_err)?;
-    let mut timed_out = false;
+    let pidfd = sys::pidfd_open(pid).map_err(|e| spawn_error(config, e))?;
+    Ok(Started {
+        guard,
+        pidfd,
+        start,
+        err_read,
+    })
+}
+
+/// How the wait for the child ended.
+struct Ended {
+    /// Wall time from the release to the exit (or the deadline).
+    wall: Duration,
+    /// The deadline passed first.
+    timed_out: bool,
+}
+
+/// Wait until the child exits, its deadline passes, or a signal asks us to stop (then
+/// the error; the guard kills and reaps the child).
+fn wait_for_exit(config: &RunConfig, child: &Started, cancel: &Cancel) -> Result<Ended, RunError> {
     loop {
         let remaining = match config.timeout {
-            Some(t) => match t.checked_sub(start.elapsed()) {
+            Some(t) => match t.checked_sub(child.start.elapsed()) {
                 Some(r) => PollTimeout::try_from(r).unwrap_or(PollTimeout::MAX),
                 None => {
-                    timed_out = true;
-                    break;
+                    return Ok(Ended {
+                        wall: child.start.elapsed(),
+                        timed_out: true,
+                    })
                 }
             },
             None => PollTimeout::NONE,
         };
         let mut fds = [
-            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(child.pidfd.as_fd(), PollFlags::POLLIN),
             PollFd::new(cancel.read.as_fd(), PollFlags::POLLIN),
         ];
         match poll(&mut fds, remaining) {
             Ok(0) => continue, // re-check the deadline
             Ok(_) => {
                 if fds[1].any().unwrap_or(false) {
-                    return Err(RunError::Interrupted); // the guard kills and reaps
+                    return Err(RunError::Interrupted);
                 }
-                break;
+                return Ok(Ended {
+                    wall: child.start.elapsed(),
+                    timed_out: false,
+                });
             }
             Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(spawn_err(e.into())),
+            Err(e) => return Err(spawn_error(config, e.into())),
         }
     }
-    let wall_end = start.elapsed();
-    if timed_out {
+}
+
+/// Reap the child (killing its group first on a timeout), report a failed exec, kill
+/// what is left of its process group, and describe how it ended.
+fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, RunError> {
+    let Started {
+        mut guard,
+        err_read,
+        ..
+    } = child;
+    let pid = guard.pid;
+    if ended.timed_out {
         let _ = killpg(pid, Signal::SIGKILL);
     }
-    let mut guard = guard;
-    let reaped = sys::wait4(pid).map_err(spawn_err)?;
+    let reaped = sys::wait4(pid).map_err(|e| spawn_error(config, e))?;
     guard.reaped = true;
     // The child is gone, so the error pipe holds either nothing (exec succeeded and
     // closed it) or the child's errno. Reading it only now saves a wake-up per run.
     let errno = match err_read {
-        Some(fd) => read_exec_errno(fd).map_err(spawn_err)?,
+        Some(fd) => read_exec_errno(fd).map_err(|e| spawn_error(config, e))?,
         None => None,
     };
     if let Some(errno) = errno {
@@ -247,9 +332,7 @@ fn run_inner(
     }
     // Leftover descendants in the benchmark's process group do not outlive the run.
     let _ = killpg(pid, Signal::SIGKILL);
-    drop(guard);
-
-    let exit = if timed_out {
+    let exit = if ended.timed_out {
         ExitKind::TimedOut
     } else if libc::WIFSIGNALED(reaped.status) {
         ExitKind::Signal(libc::WTERMSIG(reaped.status))
@@ -257,20 +340,21 @@ fn run_inner(
         ExitKind::Code(libc::WEXITSTATUS(reaped.status))
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    let outcome = RunOutcome {
+    Ok(RunOutcome {
         pid,
-        wall: wall_end,
+        wall: ended.wall,
         user: tv(reaped.rusage.ru_utime),
         sys: tv(reaped.rusage.ru_stime),
         max_rss: (reaped.rusage.ru_maxrss as u64) * 1024,
         exit,
-    };
-    let mut samples = Vec::new();
-    for i in instruments.iter_mut() {
-        i.collect(&outcome, &mut samples)
-            .map_err(|e| instrument_error(i.as_ref(), e))?;
+    })
+}
+
+fn spawn_error(config: &RunConfig, source: io::Error) -> RunError {
+    RunError::Spawn {
+        program: config.program.clone(),
+        source,
     }
-    Ok((outcome, samples))
 }
 
 /// Start the child with `std::process::Command` (posix_spawn): no gate, nothing passed.
