@@ -382,3 +382,46 @@ fn output_and_html_on_the_same_file_are_refused_before_any_run() {
         .collect();
     assert_eq!(left, vec![std::ffi::OsString::from("sub")]);
 }
+
+/// Start `sbs-profile ARGS -- forever` and return it with the pid of its running child.
+fn collector_running_forever(args: &[&str]) -> (std::process::Child, u32) {
+    let collector = std::process::Command::new(util::sbs_profile())
+        .args(["--warmup", "0", "--runs", "1"])
+        .args(args)
+        .args(["--", fixture!("forever")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sbs-profile");
+    let child = util::wait_for_child_running(collector.id(), fixture!("forever"));
+    (collector, child)
+}
+
+/// Wait up to `limit` for `pid` to go; kill it if it did not, so that no test leaves a
+/// `forever` running, and say whether it went by itself.
+fn gone_within(pid: u32, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if util::is_gone(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: plain kill(2) on a pid this test saw as a child of its sbs-profile.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    false
+}
+
+#[test]
+fn a_killed_collector_takes_its_child_along() {
+    // A timing run (the vfork start) and a pinned one (the fork start).
+    for args in [&[][..], &["--pin", "0"][..]] {
+        let (mut collector, child) = collector_running_forever(args);
+        collector.kill().expect("SIGKILL sbs-profile");
+        collector.wait().unwrap();
+        assert!(
+            gone_within(child, Duration::from_secs(1)),
+            "the child {child} of a SIGKILLed sbs-profile {args:?} still runs after 1 s"
+        );
+    }
+}

@@ -1,7 +1,7 @@
 //! Runs one sample: one fresh child process, held at a start gate while the group's
 //! instruments attach, then released, timed, reaped.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -222,8 +222,8 @@ struct Started {
     pidfd: OwnedFd,
     /// When the benchmark was released (timing starts here).
     start: Instant,
-    /// The exec-error pipe of the fork path.
-    err_read: Option<OwnedFd>,
+    /// The parent's end of the exec-error pipe.
+    err_read: OwnedFd,
 }
 
 /// Start the child the cheapest way the instruments allow.
@@ -232,22 +232,17 @@ fn start(
     instruments: &mut [Box<dyn Instrument>],
     launch: Launch,
 ) -> Result<Started, RunError> {
+    let (laid_out, err_read) = lay_out(config, launch)?;
     let gated = instruments.iter().any(|i| i.needs_start_gate());
-    let (pid, start, err_read) = if !gated && config.cpus.is_empty() && launch.pass_fds.is_empty() {
-        // Nothing to attach, pin or pass: the cheapest start there is (std's
-        // posix_spawn/vfork path), so a timing run costs no more than hyperfine's.
-        let (pid, start) = spawn_plain(config, &launch.path, &launch.args, &launch.env)?;
-        (pid, start, None)
+    let (pid, start) = if gated || laid_out.child.cpus.is_some() || !laid_out.pass_fds.is_empty() {
+        fork_with_gate(config, instruments, laid_out, gated)?
     } else {
-        let (pid, start, err_read) = fork_with_gate(
-            config,
-            instruments,
-            launch.pass_fds,
-            &launch.path,
-            &launch.args,
-            &launch.env,
-        )?;
-        (pid, start, Some(err_read))
+        // Nothing to attach, pin or pass: the cheapest start there is (no page table
+        // copied), so a timing run costs no more than hyperfine's.
+        let start = Instant::now();
+        let pid = sys::spawn_vfork(&laid_out.exec, &laid_out.child, &laid_out.err_write)
+            .map_err(|e| spawn_error(config, e))?;
+        (pid, start)
     };
     let guard = ChildGuard { pid, reaped: false };
     let pidfd = sys::pidfd_open(pid).map_err(|e| spawn_error(config, e))?;
@@ -257,6 +252,49 @@ fn start(
         start,
         err_read,
     })
+}
+
+/// Everything the child needs, prepared before it exists (it must not allocate).
+struct LaidOut {
+    exec: sys::PreparedExec,
+    child: sys::ChildConfig,
+    /// Owners of the descriptors `child` names; the parent closes them once it started.
+    _devnull: File,
+    pass_fds: Vec<(OwnedFd, i32)>,
+    /// The child's end of the exec-error pipe.
+    err_write: OwnedFd,
+}
+
+/// Lay out the child's exec and set-up; also returns the parent's end of the
+/// exec-error pipe.
+fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, OwnedFd), RunError> {
+    let err = |e| spawn_error(config, e);
+    let exec = sys::PreparedExec::new(&launch.path, &launch.args, &launch.env).map_err(err)?;
+    let devnull = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(err)?;
+    let child = sys::ChildConfig {
+        disable_aslr: config.disable_aslr,
+        cpus: cpu_set(&config.cpus).map_err(err)?,
+        stdin: devnull.as_raw_fd(),
+        output: (!config.show_output).then(|| devnull.as_raw_fd()),
+        pass_fds: launch
+            .pass_fds
+            .iter()
+            .map(|(fd, n)| (fd.as_raw_fd(), *n))
+            .collect(),
+    };
+    let (err_read, err_write) = sys::pipe_cloexec().map_err(err)?;
+    let laid_out = LaidOut {
+        exec,
+        child,
+        _devnull: devnull,
+        pass_fds: launch.pass_fds,
+        err_write,
+    };
+    Ok((laid_out, err_read))
 }
 
 /// How the wait for the child ended.
@@ -320,11 +358,7 @@ fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, 
     guard.reaped = true;
     // The child is gone, so the error pipe holds either nothing (exec succeeded and
     // closed it) or the child's errno. Reading it only now saves a wake-up per run.
-    let errno = match err_read {
-        Some(fd) => read_exec_errno(fd).map_err(|e| spawn_error(config, e))?,
-        None => None,
-    };
-    if let Some(errno) = errno {
+    if let Some(errno) = read_exec_errno(err_read).map_err(|e| spawn_error(config, e))? {
         return Err(RunError::Exec {
             program: config.program.clone(),
             source: io::Error::from_raw_os_error(errno),
@@ -357,85 +391,32 @@ fn spawn_error(config: &RunConfig, source: io::Error) -> RunError {
     }
 }
 
-/// Start the child with `std::process::Command` (posix_spawn): no gate, nothing passed.
-fn spawn_plain(
-    config: &RunConfig,
-    path: &OsStr,
-    args: &[OsString],
-    env: &[(OsString, OsString)],
-) -> Result<(Pid, Instant), RunError> {
-    use std::os::unix::process::CommandExt;
-    use std::process::{Command, Stdio};
-    let spawn_err = |source: io::Error| RunError::Spawn {
-        program: config.program.clone(),
-        source,
-    };
-    // posix_spawn cannot call personality() in the child; the flag is inherited, so set
-    // it on ourselves (it only affects programs exec'd from now on).
-    sys::set_aslr_disabled_for_children(config.disable_aslr).map_err(spawn_err)?;
-    let mut cmd = Command::new(path);
-    cmd.arg0(&args[0])
-        .args(&args[1..])
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .process_group(0)
-        .stdin(Stdio::null());
-    if !config.show_output {
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-    }
-    let start = Instant::now();
-    // Dropping the `Child` neither waits nor kills: the runner reaps it with wait4.
-    let child = cmd.spawn().map_err(|source| RunError::Exec {
-        program: config.program.clone(),
-        source,
-    })?;
-    Ok((Pid::from_raw(child.id() as i32), start))
-}
-
-/// Fork the child and hold it at the start gate while the instruments attach, then
-/// release it. Returns its pid, the moment it was released and the exec-error pipe.
+/// Fork the child and, if `gated`, hold it at the start gate while the instruments
+/// attach, then release it. Returns its pid and the moment it was released.
 fn fork_with_gate(
     config: &RunConfig,
     instruments: &mut [Box<dyn Instrument>],
-    pass_fds: Vec<(OwnedFd, i32)>,
-    path: &OsStr,
-    args: &[OsString],
-    env: &[(OsString, OsString)],
-) -> Result<(Pid, Instant, OwnedFd), RunError> {
-    let spawn_err = |source: io::Error| RunError::Spawn {
-        program: config.program.clone(),
-        source,
-    };
-    let exec = sys::PreparedExec::new(path, args, env).map_err(spawn_err)?;
-    let devnull = File::options()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map_err(spawn_err)?;
-    let child = sys::ChildConfig {
-        disable_aslr: config.disable_aslr,
-        cpus: cpu_set(&config.cpus).map_err(spawn_err)?,
-        stdin: devnull.as_raw_fd(),
-        output: (!config.show_output).then(|| devnull.as_raw_fd()),
-        pass_fds: pass_fds
-            .iter()
-            .map(|(fd, n)| (fd.as_raw_fd(), *n))
-            .collect(),
-    };
-    let gated = instruments.iter().any(|i| i.needs_start_gate());
+    laid_out: LaidOut,
+    gated: bool,
+) -> Result<(Pid, Instant), RunError> {
+    let err = |e| spawn_error(config, e);
     let (gate_read, gate_write) = match gated {
         true => {
-            let (r, w) = sys::pipe_cloexec().map_err(spawn_err)?;
+            let (r, w) = sys::pipe_cloexec().map_err(err)?;
             (Some(r), Some(w))
         }
         false => (None, None),
     };
-    let (err_read, err_write) = sys::pipe_cloexec().map_err(spawn_err)?;
     let start = Instant::now();
-    let pid = sys::fork_gated(&exec, &child, gate_read.as_ref(), &err_write).map_err(spawn_err)?;
-    // The parent's copies: the child has its own now.
-    drop((gate_read, err_write, devnull));
-    drop(pass_fds);
+    let pid = sys::fork_gated(
+        &laid_out.exec,
+        &laid_out.child,
+        gate_read.as_ref(),
+        &laid_out.err_write,
+    )
+    .map_err(err)?;
+    // The parent's copies of the descriptors: the child has its own now.
+    drop((gate_read, laid_out));
     // Also from this side, so that no kill can race the child's own setpgid.
     let _ = nix::unistd::setpgid(pid, pid);
     let guard = ChildGuard { pid, reaped: false };
@@ -450,7 +431,7 @@ fn fork_with_gate(
             match gate.write_all(b"g") {
                 // The child already failed its set-up; its errno follows on the error pipe.
                 Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
-                other => other.map_err(spawn_err)?,
+                other => other.map_err(err)?,
             }
             start
         }
@@ -458,7 +439,7 @@ fn fork_with_gate(
     };
     // From here the caller's guard owns the child.
     std::mem::forget(guard);
-    Ok((pid, start, err_read))
+    Ok((pid, start))
 }
 
 /// The errno the child wrote before exiting if its set-up or `execve` failed.

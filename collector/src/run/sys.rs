@@ -1,13 +1,14 @@
-//! Raw process primitives for the runner: fork, the start gate, exec, and what the child
-//! does in between. Most of the collector's unsafe code is here; the rest is two small
-//! blocks with their own `SAFETY` notes (taking ownership of descriptors received over
-//! the region socket in `region_fds.rs`, and the `dup2` of `run_with_agent` in
-//! `instruments/alloc.rs`).
+//! Raw process primitives for the runner: fork, the start gate, a vfork-style start,
+//! exec, and what the child does in between. Most of the collector's unsafe code is
+//! here; the rest is two small blocks with their own `SAFETY` notes (taking ownership of
+//! descriptors received over the region socket in `region_fds.rs`, and the `dup2` of
+//! `run_with_agent` in `instruments/alloc.rs`).
 //!
-//! Everything the child does between `fork` and `execve` lives here and uses only
-//! async-signal-safe system calls on memory prepared before the fork: the collector may
+//! Everything the child does between its start and `execve` lives here and uses only
+//! async-signal-safe system calls on memory prepared before the start: the collector may
 //! have other threads (progress bar, signal handling), so the child must not allocate or
-//! take locks.
+//! take locks. A child of [`spawn_vfork`] even shares the collector's memory until its
+//! `execve`: it writes nothing but its own stack.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -80,29 +81,6 @@ pub struct ChildConfig {
     pub pass_fds: Vec<(RawFd, RawFd)>,
 }
 
-/// Set or clear `ADDR_NO_RANDOMIZE` in our own personality: it takes effect for the
-/// programs our children exec, not for us.
-pub fn set_aslr_disabled_for_children(disabled: bool) -> io::Result<()> {
-    // SAFETY: personality(0xffffffff) only queries the current persona.
-    let current = unsafe { libc::personality(0xffff_ffff) };
-    if current == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    let flag = libc::ADDR_NO_RANDOMIZE;
-    let wanted = if disabled {
-        current | flag
-    } else {
-        current & !flag
-    };
-    if wanted != current {
-        // SAFETY: sets a persona flag of this process; no memory is involved.
-        if unsafe { libc::personality(wanted as libc::c_ulong) } == -1 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// A pipe whose both ends close on exec.
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
@@ -119,6 +97,7 @@ pub fn fork_gated(
     gate: Option<&OwnedFd>,
     exec_error: &OwnedFd,
 ) -> io::Result<Pid> {
+    let parent = nix::unistd::getpid().as_raw();
     // SAFETY: after fork the child runs only `child_after_fork`, which makes raw,
     // async-signal-safe system calls on memory prepared before the fork and never returns.
     let pid = unsafe { libc::fork() };
@@ -129,11 +108,150 @@ pub fn fork_gated(
             child_after_fork(
                 exec,
                 config,
+                parent,
                 gate.map(|g| g.as_raw_fd()),
                 exec_error.as_raw_fd(),
             )
         },
         pid => Ok(Pid::from_raw(pid)),
+    }
+}
+
+/// Start a child that sets itself up and execs `exec` at once, the way glibc's
+/// `posix_spawn` does: `clone(CLONE_VM | CLONE_VFORK)` on a stack of its own, so no page
+/// table is copied and the parent resumes once the child has exec'd or failed. Unlike
+/// `posix_spawn`, the child can do everything [`fork_gated`]'s does (the parent-death
+/// signal above all). An exec error comes back on `exec_error` as with [`fork_gated`].
+pub fn spawn_vfork(
+    exec: &PreparedExec,
+    config: &ChildConfig,
+    exec_error: &OwnedFd,
+) -> io::Result<Pid> {
+    let stack = ChildStack::new()?;
+    let args = VforkArgs {
+        exec,
+        config,
+        parent: nix::unistd::getpid().as_raw(),
+        exec_error: exec_error.as_raw_fd(),
+    };
+    // No signal handler of ours may run in the child while it shares our memory: block
+    // every signal around the clone; the child puts the defaults back before unblocking.
+    // SAFETY: sigset_t is a plain C bitmask for which all-zero bytes is a valid value.
+    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
+    // SAFETY: pointers to live locals; pthread_sigmask changes this thread's mask only.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: the child runs `vfork_child` on its own stack, which stays mapped until
+    // clone returns; with CLONE_VFORK that is after the child exec'd or exited, so `args`
+    // and what it points to outlive the child's use of them. The child writes only its own
+    // stack, its own kernel state, and errno (this thread's, unused until we resume).
+    let pid = unsafe {
+        libc::clone(
+            vfork_child,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&args as *const VforkArgs).cast_mut().cast(),
+        )
+    };
+    let error = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above, a live local.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
+    match pid {
+        -1 => Err(error),
+        pid => Ok(Pid::from_raw(pid)),
+    }
+}
+
+/// What the child of [`spawn_vfork`] reads, in the parent's frame.
+struct VforkArgs<'a> {
+    exec: &'a PreparedExec,
+    config: &'a ChildConfig,
+    parent: libc::pid_t,
+    exec_error: RawFd,
+}
+
+/// The child side of [`spawn_vfork`]: signal defaults back, signals unblocked, then the
+/// same set-up and exec as a forked child. Never returns.
+extern "C" fn vfork_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` points to the `VforkArgs` of `spawn_vfork`, alive while the parent
+    // waits for us. We share the parent's memory: everything below is a raw system call
+    // on our own stack or kernel state, nothing allocates or takes a lock, and
+    // `child_after_fork` ends in execve or _exit.
+    unsafe {
+        let args = &*arg.cast::<VforkArgs>();
+        // Our copy of the handler table still names the collector's handlers (signal-hook,
+        // std's stack-overflow handler), which must not run on shared memory. exec would
+        // reset them too, but only after the window in which a signal could arrive.
+        for sig in 1..=64 {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut action) == 0
+                && action.sa_sigaction != libc::SIG_DFL
+                && action.sa_sigaction != libc::SIG_IGN
+            {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &default, std::ptr::null_mut());
+            }
+        }
+        // The benchmark starts with nothing blocked, as std's spawn would give it.
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        child_after_fork(args.exec, args.config, args.parent, None, args.exec_error)
+    }
+}
+
+/// The stack a [`spawn_vfork`] child runs on, with an inaccessible guard page below it.
+struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl ChildStack {
+    /// Room enough for the child's few frames; pages never touched cost nothing.
+    const SIZE: usize = 256 * 1024;
+    const GUARD: usize = 4096;
+
+    fn new() -> io::Result<ChildStack> {
+        let len = Self::SIZE + Self::GUARD;
+        // SAFETY: a fresh anonymous private mapping; no existing memory is involved.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = ChildStack { base, len };
+        // The stack grows down: an overflow faults on the guard instead of writing below.
+        // SAFETY: the first page of the mapping made above.
+        if unsafe { libc::mprotect(base, Self::GUARD, libc::PROT_NONE) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The initial stack pointer: the end of the mapping (page-aligned, so 16-aligned).
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, which is where a stack starts.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, used by no one once the child has exec'd or
+        // exited (CLONE_VFORK returns only then).
+        unsafe { libc::munmap(self.base, self.len) };
     }
 }
 
@@ -145,6 +263,7 @@ pub fn fork_gated(
 unsafe fn child_after_fork(
     exec: &PreparedExec,
     config: &ChildConfig,
+    parent: libc::pid_t,
     gate: Option<RawFd>,
     exec_error: RawFd,
 ) -> ! {
@@ -156,19 +275,19 @@ unsafe fn child_after_fork(
         // Rust ignores SIGPIPE in the collector; the benchmark gets the default back.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         // Die with the collector instead of running unattended.
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
-        if config.disable_aslr {
-            let current = libc::personality(0xffff_ffff);
-            if current != -1 {
-                libc::personality(
-                    (current as libc::c_ulong) | libc::ADDR_NO_RANDOMIZE as libc::c_ulong,
-                );
+        if die_with_parent(parent).is_err() {
+            fail(exec_error, errno());
+        }
+        // Exactly as asked, whatever the collector itself runs with.
+        let current = libc::personality(0xffff_ffff);
+        if current != -1 {
+            let flag = libc::ADDR_NO_RANDOMIZE;
+            let wanted = match config.disable_aslr {
+                true => current | flag,
+                false => current & !flag,
+            };
+            if wanted != current {
+                libc::personality(wanted as libc::c_ulong);
             }
         }
         if let Some(cpus) = &config.cpus {
@@ -218,6 +337,34 @@ unsafe fn child_after_fork(
         );
         fail(exec_error, errno())
     }
+}
+
+/// Tie the calling process's life to its parent's: the kernel sends it SIGKILL when the
+/// parent (the thread that started it: the collector runs its children from its main
+/// thread) dies. A parent that died before this call sends nothing, so the parent the
+/// child was started by (`parent`, taken before the fork) must still be its parent
+/// afterwards; if not, this fails with `ESRCH` and the caller must exit.
+///
+/// For a child between `fork` and `execve`: two system calls, no allocation. The setting
+/// survives `execve`, except into a set-user-ID or file-capability program.
+pub fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only; it changes a setting of this process.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if nix::unistd::getppid().as_raw() != parent {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
 }
 
 fn errno() -> i32 {

@@ -233,3 +233,45 @@ impl Drop for FullDisk {
         let _ = Command::new("umount").arg(&self.dir).status();
     }
 }
+
+/// Pids of the live children of `pid` (from `/proc/*/stat`).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            let mut rest = stat.rsplit_once(") ").map_or("", |(_, r)| r).split(' ');
+            let (state, ppid) = (rest.next(), rest.next());
+            state.is_some_and(|s| s != "Z") && ppid == Some(&pid.to_string())
+        })
+        .collect()
+}
+
+/// Whether `pid` is gone (or a zombie waiting to be reaped).
+pub fn is_gone(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ")
+        .is_none_or(|(_, rest)| rest.starts_with('Z'))
+}
+
+/// Wait until `collector` has a child that runs `program` (exec'd, not just forked), and
+/// return its pid.
+pub fn wait_for_child_running(collector: u32, program: &str) -> u32 {
+    let start = std::time::Instant::now();
+    loop {
+        for child in children_of(collector) {
+            let exe = std::fs::read_link(format!("/proc/{child}/exe")).unwrap_or_default();
+            if exe == std::path::Path::new(program) {
+                return child;
+            }
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "sbs-profile (pid {collector}) never started {program}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
