@@ -425,3 +425,23 @@ fn a_killed_collector_takes_its_child_along() {
         );
     }
 }
+
+#[test]
+fn hangup_and_quit_stop_a_run_like_ctrl_c() {
+    for signal in [libc::SIGHUP, libc::SIGQUIT] {
+        let (collector, child) = collector_running_forever(&[]);
+        // SAFETY: plain kill(2) on the pid of our own child, not yet reaped.
+        let sent = unsafe { libc::kill(collector.id() as libc::pid_t, signal) };
+        assert_eq!(sent, 0);
+        let out = collector.wait_with_output().unwrap();
+        // First, so that a failure leaves no `forever` behind.
+        let child_gone = gone_within(child, Duration::from_secs(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "signal {signal}: {err}");
+        assert!(err.contains("interrupted"), "signal {signal}: {err}");
+        assert!(
+            child_gone,
+            "signal {signal}: the child {child} outlived sbs-profile"
+        );
+    }
+}

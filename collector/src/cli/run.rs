@@ -34,7 +34,8 @@ pub(super) fn measure(
     let references = regression.load(&names)?;
     // Open the destinations first: an unwritable path fails before minutes of runs.
     let sinks = Sinks::open(&plan.destinations)?;
-    let cancel = Cancel::install().context("cannot install the Ctrl-C handler")?;
+    let cancel = Cancel::install()
+        .context("cannot install the handlers of Ctrl-C, SIGTERM, SIGHUP and SIGQUIT")?;
     let mut report = execute(&mut plan.benchmarks, &plan.schedule, &cancel)?;
     let regressions = regression.apply(&references, &mut report)?;
     // Save first, then write every report that can be written: a failing destination

@@ -61,25 +61,31 @@ pub enum RunError {
         /// The cause.
         source: anyhow::Error,
     },
-    /// The user pressed Ctrl-C (or sent SIGTERM).
+    /// The user pressed Ctrl-C, or the collector got SIGTERM, SIGHUP (its terminal or ssh
+    /// session closed) or SIGQUIT.
     #[error("interrupted")]
     Interrupted,
 }
 
-/// Ctrl-C and SIGTERM, turned into a readable descriptor that the runner polls.
+/// The signals that stop a measurement cleanly (children killed, probes removed, nothing
+/// written): Ctrl-C, SIGTERM, SIGHUP and SIGQUIT.
+pub const STOP_SIGNALS: [libc::c_int; 4] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// The [`STOP_SIGNALS`], turned into a readable descriptor that the runner polls.
 pub struct Cancel {
     read: OwnedFd,
     ids: Vec<signal_hook::SigId>,
 }
 
 impl Cancel {
-    /// Start catching SIGINT and SIGTERM.
+    /// Start catching the [`STOP_SIGNALS`].
     pub fn install() -> io::Result<Self> {
         let (read, write) = std::os::unix::net::UnixStream::pair()?;
         read.set_nonblocking(true)?;
         write.set_nonblocking(true)?;
         let mut ids = Vec::new();
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        for sig in STOP_SIGNALS {
             ids.push(signal_hook::low_level::pipe::register(
                 sig,
                 write.try_clone()?,
