@@ -622,3 +622,25 @@ fn a_reader_that_went_away_changes_neither_the_verdict_nor_the_save() {
     );
     assert_eq!(entry_files(&h).len(), 2, "the run is saved: {err}");
 }
+
+#[test]
+fn a_misspelt_threshold_fails_the_run_after_keeping_its_measurements() {
+    // `--threshold alloc.cuont=0` used to be accepted and switched no gate at all.
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    let run = run(
+        &h,
+        &["--alloc", "--save", "--threshold", "alloc.cuont=0"],
+        "10",
+    );
+    assert_eq!(run.code(), Some(2), "{}", run.stderr());
+    run.check(
+        run.stderr().contains("did you mean `alloc.count`?"),
+        "names the closest metric",
+    );
+    run.check(
+        metric(&run.json(), "alloc.count")["samples"].is_array(),
+        "the report is still written",
+    );
+    assert_eq!(entry_files(&h).len(), 1, "and the history saved");
+}

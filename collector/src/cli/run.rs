@@ -48,6 +48,11 @@ pub(super) fn measure(
     if let Err(e) = saved {
         failures.insert(0, e);
     }
+    // A --threshold that names no metric switched a gate off: an error, once the
+    // measurements are safe.
+    if let Err(e) = regression.check_threshold_names(&report) {
+        failures.push(e);
+    }
     if failures.is_empty() {
         Ok(code)
     } else {

@@ -425,9 +425,21 @@ impl Regression {
     }
 }
 
+/// The first segments of every metric id the collector measures.
+const METRIC_FAMILIES: [&str; 7] = [
+    "time.",
+    "rss.",
+    "alloc.",
+    "heap.",
+    "invocations.",
+    "boxing.",
+    "counter.",
+];
+
 /// `--threshold` patterns that name no metric of `report`, each with the closest metric
 /// id when one is close: a typo in a CI job would otherwise switch its gate off without
-/// a word.
+/// a word. An exact name must be a metric of the run; a prefix (`alloc.*`) must match one,
+/// or be a family of metrics this run did not measure.
 pub fn unknown_threshold_names(thresholds: &Thresholds, report: &Report) -> Vec<String> {
     let ids: BTreeSet<&str> = report
         .benchmarks
@@ -438,11 +450,16 @@ pub fn unknown_threshold_names(thresholds: &Thresholds, report: &Report) -> Vec<
     let patterns: BTreeSet<&str> = thresholds.patterns().collect();
     patterns
         .into_iter()
-        .filter(|pattern| {
-            !ids.iter().any(|id| match pattern.strip_suffix('*') {
-                Some(prefix) => id.starts_with(prefix),
-                None => id == pattern,
-            })
+        .filter(|pattern| match pattern.strip_suffix('*') {
+            // A family this run did not measure (`time.*` in an --alloc run) is fine; a
+            // prefix of no family at all is a typo.
+            Some(prefix) => {
+                !ids.iter().any(|id| id.starts_with(prefix))
+                    && !METRIC_FAMILIES
+                        .iter()
+                        .any(|f| prefix.starts_with(f) || f.starts_with(prefix))
+            }
+            None => !ids.contains(pattern),
         })
         .map(|pattern| {
             let closest = ids
@@ -543,6 +560,7 @@ mod tests {
             "time.*=10",
             "alloc.count=+5",
             "bogus.*=1",
+            "counter.*=4",
             "3",
         ])
         .unwrap();
