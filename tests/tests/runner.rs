@@ -445,3 +445,42 @@ fn hangup_and_quit_stop_a_run_like_ctrl_c() {
         );
     }
 }
+
+/// Pids of live processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = state
+                .rsplit(") ")
+                .next()
+                .is_some_and(|s| s.starts_with('Z'));
+            !zombie && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted)
+        })
+        .collect()
+}
+
+#[test]
+fn a_daemon_that_leaves_the_process_group_is_killed_and_reported() {
+    // `setsid` puts the sleeper in a session of its own, out of reach of the kill of the
+    // benchmark's process group: it used to outlive the run silently.
+    let daemon = ["sleep", "4242.25"];
+    let script = format!("setsid {} {} & exit 0", daemon[0], daemon[1]);
+    let run = sbs([
+        "--runs", "2", "--warmup", "0", "--format", "json", "--", "/bin/sh", "-c", &script,
+    ])
+    .success();
+    let warnings = run.json()["benchmarks"][0]["warnings"].to_string();
+    run.check(
+        warnings.contains("2 process(es) started by the timing runs outlived the benchmark"),
+        "the report says a daemon was left behind, and killed",
+    );
+    let left = processes_running(&daemon);
+    assert!(left.is_empty(), "the daemon still runs: {left:?}");
+}

@@ -436,6 +436,7 @@ mod tests {
             sys: Duration::ZERO,
             max_rss: 0,
             exit: ExitKind::Code(0),
+            survivors: Vec::new(),
         };
         groups
             .iter_mut()

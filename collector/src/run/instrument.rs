@@ -117,6 +117,9 @@ pub struct RunOutcome {
     pub max_rss: u64,
     /// How it ended.
     pub exit: ExitKind,
+    /// Processes the benchmark started that outlived it outside its process group (a
+    /// daemon in a session of its own), as `pid (name)`; they were killed.
+    pub survivors: Vec<String>,
 }
 
 /// What an instrument may change about the child before it is forked.

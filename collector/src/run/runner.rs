@@ -379,6 +379,7 @@ fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, 
     } else {
         ExitKind::Code(libc::WEXITSTATUS(reaped.status))
     };
+    let survivors = kill_survivors();
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
     Ok(RunOutcome {
         pid,
@@ -387,7 +388,40 @@ fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, 
         sys: tv(reaped.rusage.ru_stime),
         max_rss: (reaped.rusage.ru_maxrss as u64) * 1024,
         exit,
+        survivors,
     })
+}
+
+/// Make this process the subreaper of the benchmarks it starts: a process the benchmark
+/// leaves behind in a session of its own (a daemon, beyond the reach of the process-group
+/// kill) is re-parented to us when its parent exits, instead of to init, so the run can
+/// find it.
+pub fn adopt_orphans() -> io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
+}
+
+/// Kill and reap what is left of the run: once the benchmark is reaped, any child of
+/// ours is a descendant it left behind (see [`adopt_orphans`]). Returns them as
+/// `pid (name)`.
+fn kill_survivors() -> Vec<String> {
+    let me = std::process::id() as i32;
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for p in all.flatten() {
+        let Ok(stat) = p.stat() else { continue };
+        if stat.ppid != me {
+            continue;
+        }
+        let pid = nix::unistd::Pid::from_raw(stat.pid);
+        // Its own group too: a daemon leads a new session, and may have children.
+        let _ = killpg(pid, Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(pid, None);
+        found.push(format!("{} ({})", stat.pid, stat.comm));
+    }
+    found
 }
 
 fn spawn_error(config: &RunConfig, source: io::Error) -> RunError {

@@ -61,6 +61,8 @@ struct Collected {
     series: Vec<Series>,
     /// How the measured runs of the current group that failed ended (`--ignore-failure`).
     failed: Vec<ExitKind>,
+    /// Processes left behind by the benchmark's runs and killed (`pid (name)`).
+    survivors: Vec<String>,
     warnings: Vec<String>,
     /// `(id prefix, note)` from [`Instrument::metric_notes`].
     notes: Vec<(String, String)>,
@@ -81,6 +83,18 @@ impl Collected {
             .into_iter()
             .filter(|s| !s.metric.id.starts_with("time."))
             .collect()
+    }
+
+    /// The warning for processes the group's runs left behind, if any.
+    fn survivors_warning(&mut self, group: &str) -> Option<String> {
+        let survivors = std::mem::take(&mut self.survivors);
+        let first = survivors.first()?;
+        Some(format!(
+            "{} process(es) started by the {group} runs outlived the benchmark in a session of \
+             their own (a daemon, e.g. pid {first}) and were killed; what they did after the \
+             benchmark exited is not measured",
+            survivors.len()
+        ))
     }
 
     /// The warning for the failed runs of the group just finished, if any.
@@ -209,6 +223,8 @@ pub fn execute(
     schedule: &Schedule,
     cancel: &Cancel,
 ) -> anyhow::Result<Report> {
+    crate::run::runner::adopt_orphans()
+        .context("cannot become the subreaper of the benchmark's processes (prctl)")?;
     execute_with(benchmarks, schedule, cancel, &mut Processes)
 }
 
@@ -284,6 +300,9 @@ fn run_all(
                         describe_failure(&bench.name, &group.name, &outcome, bench.run.timeout);
                     anyhow::bail!(msg);
                 }
+                collected[b]
+                    .survivors
+                    .extend(outcome.survivors.iter().cloned());
                 if measured {
                     let samples = collected[b].note_failure(outcome.exit, samples);
                     let failed = !outcome.exit.success();
@@ -294,6 +313,9 @@ fn run_all(
         }
         for (b, bench) in benchmarks.iter_mut().enumerate() {
             if let Some(w) = collected[b].failures_warning(&bench.groups[g].name, runs) {
+                collected[b].warnings.push(w);
+            }
+            if let Some(w) = collected[b].survivors_warning(&bench.groups[g].name) {
                 collected[b].warnings.push(w);
             }
             for i in bench.groups[g].instruments.iter_mut() {
@@ -399,6 +421,7 @@ mod tests {
                 sys: std::time::Duration::ZERO,
                 max_rss: 1024,
                 exit: self.exits.get(n).copied().unwrap_or(ExitKind::Code(0)),
+                survivors: Vec::new(),
             };
             let mut samples = Vec::new();
             for i in instruments.iter_mut() {

@@ -168,6 +168,7 @@ mod tests {
             sys: Duration::ZERO,
             max_rss: 0,
             exit: ExitKind::Code(0),
+            survivors: Vec::new(),
         }
     }
 

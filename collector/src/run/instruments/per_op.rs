@@ -329,6 +329,7 @@ mod tests {
             sys: std::time::Duration::ZERO,
             max_rss: 0,
             exit,
+            survivors: Vec::new(),
         }
     }
 
