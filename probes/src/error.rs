@@ -106,6 +106,15 @@ pub enum ProbeError {
         /// The file.
         path: PathBuf,
     },
+    /// Setting up the probes (definitions, anchors) was stopped, e.g. by Ctrl-C; what was
+    /// set up is removed when the partial set is dropped.
+    #[error("interrupted while setting up {total} uprobes (after {defined}); what was set up is removed")]
+    Interrupted {
+        /// How many were set up when it stopped.
+        defined: usize,
+        /// How many were to be set up.
+        total: usize,
+    },
     /// Opening a counter on the child failed.
     #[error("cannot open a counter for uprobe {event} on pid {pid}: {cause}")]
     Counter {

@@ -106,14 +106,21 @@ pub struct Anchors {
 }
 
 impl Anchors {
-    /// Open one anchor per probe of `set`.
-    pub fn open(set: &ProbeSet) -> Result<Anchors, ProbeError> {
+    /// Open one anchor per probe of `set`; `stop` is asked before each one (see
+    /// [`ProbeSet::define`]).
+    pub fn open(set: &ProbeSet, stop: &dyn Fn() -> bool) -> Result<Anchors, ProbeError> {
         let _ = crate::sys::raise_nofile_limit(2 * set.probes().len() as u64 + 256);
         let me = std::process::id() as i32;
         let mut anchors = Anchors {
             counters: Vec::with_capacity(set.probes().len()),
         };
-        for p in set.probes() {
+        for (i, p) in set.probes().iter().enumerate() {
+            if stop() {
+                return Err(ProbeError::Interrupted {
+                    defined: i,
+                    total: set.probes().len(),
+                });
+            }
             let counter = Builder::new(Tracepoint::with_id(p.id))
                 .observe_pid(me)
                 .any_cpu()

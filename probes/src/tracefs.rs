@@ -139,6 +139,18 @@ impl Tracefs {
     }
 }
 
+/// One place to probe, as given to [`ProbeSet::define`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeTarget {
+    /// The probed file.
+    pub path: PathBuf,
+    /// The file offset of the probed instruction.
+    pub offset: u64,
+    /// What it counts, for messages: `` `calls::work` ``, `` an inlined copy of `push` in
+    /// `fill` ``.
+    pub what: String,
+}
+
 /// One uprobe defined by a [`ProbeSet`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DefinedProbe {
@@ -150,6 +162,8 @@ pub struct DefinedProbe {
     pub path: PathBuf,
     /// The file offset probed.
     pub offset: u64,
+    /// What it counts, for messages (see [`ProbeTarget::what`]).
+    pub what: String,
 }
 
 /// A set of uprobe definitions under one event group of ours, removed on drop.
@@ -163,10 +177,18 @@ pub struct ProbeSet {
 static NEXT_GROUP: AtomicU32 = AtomicU32::new(0);
 
 impl ProbeSet {
-    /// Define one uprobe per `(file, offset)`. The offsets must come from
-    /// [`crate::elf::Function::offset`], which only yields function starts inside
-    /// executable segments: the kernel itself does not validate them.
-    pub fn define(tracefs: &Tracefs, targets: &[(PathBuf, u64)]) -> Result<ProbeSet, ProbeError> {
+    /// Define one uprobe per target. The offsets must be instruction boundaries inside
+    /// executable segments ([`crate::elf::Function::offset`], [`crate::entries`]): the
+    /// kernel itself does not validate them.
+    ///
+    /// `stop` is asked before each definition; when it says yes, the definitions made so
+    /// far are removed and [`ProbeError::Interrupted`] is returned (hundreds of probes take
+    /// a while to define).
+    pub fn define(
+        tracefs: &Tracefs,
+        targets: &[ProbeTarget],
+        stop: &dyn Fn() -> bool,
+    ) -> Result<ProbeSet, ProbeError> {
         let group = format!(
             "{GROUP_PREFIX}{}_{}",
             std::process::id(),
@@ -177,20 +199,29 @@ impl ProbeSet {
             group,
             probes: Vec::with_capacity(targets.len()),
         };
-        for (i, (path, offset)) in targets.iter().enumerate() {
-            let shown = path.to_string_lossy();
+        for (i, target) in targets.iter().enumerate() {
+            if stop() {
+                return Err(ProbeError::Interrupted {
+                    defined: i,
+                    total: targets.len(),
+                });
+            }
+            let shown = target.path.to_string_lossy();
             if shown.chars().any(char::is_whitespace) {
-                return Err(ProbeError::UnprobeablePath { path: path.clone() });
+                return Err(ProbeError::UnprobeablePath {
+                    path: target.path.clone(),
+                });
             }
             let event = format!("{}/p{i}", set.group);
             set.tracefs
-                .write_line(&format!("p:{event} {shown}:{offset:#x}"))?;
+                .write_line(&format!("p:{event} {shown}:{:#x}", target.offset))?;
             // Registered before reading the id so that drop removes it on any error.
             set.probes.push(DefinedProbe {
                 event: event.clone(),
                 id: 0,
-                path: path.clone(),
-                offset: *offset,
+                path: target.path.clone(),
+                offset: target.offset,
+                what: target.what.clone(),
             });
             let id_file = set.tracefs.root.join("events").join(&event).join("id");
             let id =

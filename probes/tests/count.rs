@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use sbs_probes::hits::RunCounters;
 use sbs_probes::resolve::{match_patterns, Target, DEFAULT_MAX_PROBES};
-use sbs_probes::tracefs::{ProbeSet, Tracefs};
+use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
 use sbs_skip::{build, skip, Need};
 
 const PROGRAM: &str = r#"
@@ -109,13 +109,19 @@ fn counts_are_exact_across_threads_and_fork() {
     .unwrap();
     assert_eq!(m[0].functions.len(), 1, "{:?}", m[0].functions);
     assert_eq!(m[1].functions.len(), 1);
-    let targets: Vec<(PathBuf, u64)> = m
+    let targets: Vec<ProbeTarget> = m
         .iter()
-        .flat_map(|pm| pm.functions.iter().map(|f| (f.path.clone(), f.offset)))
+        .flat_map(|pm| {
+            pm.functions.iter().map(|f| ProbeTarget {
+                path: f.path.clone(),
+                offset: f.offset,
+                what: f.label.clone(),
+            })
+        })
         .collect();
     let tracefs = Tracefs::open_or_mount().unwrap();
     tracefs.clean_stale().unwrap();
-    let set = ProbeSet::define(&tracefs, &targets).unwrap();
+    let set = ProbeSet::define(&tracefs, &targets, &|| false).unwrap();
     let group = set.group().to_string();
     for (n, threads) in [(1000u64, 3u64), (2500, 0), (7, 5)] {
         let counts = count_run(&set, &exe, &[&n.to_string(), &threads.to_string()]);

@@ -730,3 +730,52 @@ fn missing_tracefs_is_mounted_or_a_clear_error() {
         "the error names the command that fixes it",
     );
 }
+
+#[test]
+fn ctrl_c_while_probes_are_defined_stops_at_once() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    // 1000 probes: the definitions and their anchor events take about a second, and
+    // closing the anchors of an interrupted set would take about 90 s (a kernel grace
+    // period each), which is what an interruption used to wait for.
+    let child = Command::new(util::sbs_profile())
+        .args([
+            "--runs",
+            "1",
+            "--max-probes",
+            "5000",
+            "--invocations",
+            "many_step",
+            "--",
+            fixture!("many_functions"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = Instant::now();
+    let mut defined = 0;
+    while defined == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "probes never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        defined = definitions_of(pid).len();
+    }
+    // SAFETY: signalling the sbs-profile process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let signalled = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let took = signalled.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    eprintln!("SIGINT with {defined} of 1000 probes defined: exit 130 after {took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "took {took:?} from SIGINT to exit ({defined} probes defined at SIGINT): {err}"
+    );
+    assert_eq!(definitions_of(pid), Vec::<String>::new());
+}

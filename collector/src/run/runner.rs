@@ -78,6 +78,17 @@ pub struct Cancel {
     ids: Vec<signal_hook::SigId>,
 }
 
+/// Set by the signals a [`Cancel`] catches, for long work that cannot poll its descriptor.
+static INTERRUPTED: std::sync::LazyLock<std::sync::Arc<std::sync::atomic::AtomicBool>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Whether one of the [`STOP_SIGNALS`] arrived while a [`Cancel`] was installed: checked
+/// between the steps of long set-up work (defining hundreds of uprobes) so that it stops
+/// at once.
+pub fn interrupt_requested() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl Cancel {
     /// Start catching the [`STOP_SIGNALS`].
     pub fn install() -> io::Result<Self> {
@@ -90,6 +101,7 @@ impl Cancel {
                 sig,
                 write.try_clone()?,
             )?);
+            ids.push(signal_hook::flag::register(sig, INTERRUPTED.clone())?);
         }
         Ok(Cancel {
             read: OwnedFd::from(read),
@@ -186,8 +198,14 @@ fn prepare(
 ) -> Result<Launch, RunError> {
     let mut setup = ChildSetup::default();
     for i in instruments.iter_mut() {
-        i.prepare(&mut setup)
-            .map_err(|e| instrument_error(i.as_ref(), e))?;
+        i.prepare(&mut setup).map_err(|e| {
+            if interrupt_requested() {
+                // Set-up work stopped by the signal.
+                RunError::Interrupted
+            } else {
+                instrument_error(i.as_ref(), e)
+            }
+        })?;
     }
     let mut env = config.env.clone();
     for (k, v) in setup.env.drain(..) {

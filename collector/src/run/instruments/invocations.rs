@@ -10,12 +10,12 @@
 //! killed sbs-profile are removed before ours are made.
 
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nix::unistd::Pid;
 use sbs_probes::hits::{Anchors, RunCounters};
 use sbs_probes::resolve::{match_patterns, InlinedSite, Target};
-use sbs_probes::tracefs::{ProbeSet, Tracefs};
+use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
 use sbs_probes::ProbeError;
 use sbs_reports::model::Unit;
 
@@ -33,8 +33,8 @@ struct PatternRows {
 #[derive(Debug)]
 pub struct Invocations {
     patterns: Vec<PatternRows>,
-    /// Distinct probe locations (file, offset).
-    targets: Vec<(PathBuf, u64)>,
+    /// Distinct probe locations.
+    targets: Vec<ProbeTarget>,
     warnings: Vec<String>,
     tracefs: Tracefs,
     set: Option<ProbeSet>,
@@ -74,7 +74,7 @@ impl Invocations {
                 target.libraries.missing.join(", ")
             ));
         }
-        let mut targets: Vec<(PathBuf, u64)> = Vec::new();
+        let mut targets: Vec<ProbeTarget> = Vec::new();
         let mut rows_of = Vec::new();
         for m in &matches {
             warnings.extend(m.inlined_warnings());
@@ -84,20 +84,27 @@ impl Invocations {
                     m.pattern.as_str()
                 ));
             }
-            let mut probe = |path: &Path, offset: u64| {
-                let key = (path.to_path_buf(), offset);
-                match targets.iter().position(|t| *t == key) {
-                    Some(i) => i,
-                    None => {
-                        targets.push(key);
-                        targets.len() - 1
-                    }
+            let mut probe = |path: &Path, offset: u64, what: &dyn Fn() -> String| match targets
+                .iter()
+                .position(|t| t.path == path && t.offset == offset)
+            {
+                Some(i) => i,
+                None => {
+                    targets.push(ProbeTarget {
+                        path: path.to_path_buf(),
+                        offset,
+                        what: what(),
+                    });
+                    targets.len() - 1
                 }
             };
             let mut rows: Vec<(String, Vec<usize>)> = m
                 .functions
                 .iter()
-                .map(|f| (f.label.clone(), vec![probe(&f.path, f.offset)]))
+                .map(|f| {
+                    let what = || format!("`{}`", f.label);
+                    (f.label.clone(), vec![probe(&f.path, f.offset, &what)])
+                })
                 .collect();
             let library = |s: &InlinedSite| {
                 if s.image == 0 {
@@ -109,10 +116,16 @@ impl Invocations {
             };
             let mut inlined: Vec<(String, Vec<usize>, usize)> = Vec::new();
             for site in &m.sites {
+                let what = || {
+                    format!(
+                        "an inlined copy of `{}` in `{}`",
+                        site.function, site.caller
+                    )
+                };
                 let probes: Vec<usize> = site
                     .points
                     .iter()
-                    .map(|p| probe(&site.path, p.offset))
+                    .map(|p| probe(&site.path, p.offset, &what))
                     .collect();
                 let label = if detail {
                     format!(
@@ -194,8 +207,11 @@ impl Invocations {
             Some(set) => set,
             None => {
                 self.tracefs.clean_stale()?;
-                let set = ProbeSet::define(&self.tracefs, &self.targets)?;
-                self.anchors = Some(Anchors::open(&set)?);
+                // Hundreds of probes take a while: a Ctrl-C stops them at once (the partial
+                // set removes itself) and the runner reports the interruption.
+                let stop = crate::run::runner::interrupt_requested;
+                let set = ProbeSet::define(&self.tracefs, &self.targets, &stop)?;
+                self.anchors = Some(Anchors::open(&set, &stop)?);
                 set
             }
         };
