@@ -34,7 +34,9 @@ pub fn mount_tracefs(target: &Path) -> io::Result<()> {
     check(ret).map(|_| ())
 }
 
-/// Whether a process with this pid exists (`kill(pid, 0)`; EPERM means it exists).
+/// Whether a process with this pid exists in this process's pid namespace (`kill(pid, 0)`;
+/// EPERM means it exists). A pid from another namespace means nothing here: a live
+/// process there can be absent (ESRCH) or another process here.
 pub fn process_exists(pid: i32) -> bool {
     if pid <= 0 {
         return false;
@@ -45,6 +47,32 @@ pub fn process_exists(pid: i32) -> bool {
         Ok(_) => true,
         Err(e) => e.raw_os_error() == Some(libc::EPERM),
     }
+}
+
+/// Take an exclusive `flock` on `file` without waiting: `Ok(false)` when another open
+/// file description holds a lock on it (its owner is alive).
+pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is open for as long as `file` is borrowed; flock only acts on
+    // the open file description, never on memory.
+    let ret = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    match check(ret) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The inode of this process's pid namespace (`/proc/self/ns/pid` reads `pid:[N]`), which
+/// tells namespaces apart for as long as they live; 0 when unknown.
+pub fn pid_namespace() -> u64 {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 /// Whether this process runs as root (effective uid 0).
@@ -80,6 +108,29 @@ mod tests {
         assert!(process_exists(std::process::id() as i32));
         assert!(!process_exists(0));
         assert!(!process_exists(-5));
+    }
+
+    #[test]
+    fn a_second_lock_on_a_locked_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let a = std::fs::File::create(&path).unwrap();
+        let b = std::fs::File::open(&path).unwrap();
+        assert!(try_lock_exclusive(&a).unwrap());
+        assert!(
+            !try_lock_exclusive(&b).unwrap(),
+            "held by another description"
+        );
+        drop(a);
+        assert!(
+            try_lock_exclusive(&b).unwrap(),
+            "free once its holder closed it"
+        );
+    }
+
+    #[test]
+    fn pid_namespace_is_known() {
+        assert_ne!(pid_namespace(), 0);
     }
 
     #[test]

@@ -569,40 +569,59 @@ fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
     if skip_without_uprobes("uprobes") {
         return;
     }
-    // A pid that surely is dead: a child we started and reaped.
-    let mut dead = Command::new("true").spawn().unwrap();
-    let dead_pid = dead.id();
-    dead.wait().unwrap();
-    // Make sure tracefs is mounted (any --invocations run mounts it).
-    sbs([
-        "--runs",
-        "1",
-        "--invocations",
-        "work_more",
-        "--",
-        fixture!("calls"),
-        "1",
-        "0",
-    ])
-    .success();
-    let stale = format!("sbs_profile_{dead_pid}_0/p0");
-    // A valid definition (start of `main`), as a killed sbs-profile would have left it.
-    let image = sbs_probes::elf::Image::load(Path::new(fixture!("calls"))).unwrap();
-    let main = image
-        .functions
-        .iter()
-        .find(|f| f.name == "main")
-        .expect("main");
-    let line = format!("p:{stale} {}:{:#x}\n", image.path.display(), main.offset);
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(UPROBE_EVENTS)
-        .and_then(|mut f| {
-            use std::io::Write;
-            f.write_all(line.as_bytes())
-        })
+    // An sbs-profile killed with SIGKILL in the middle of its runs leaves its definitions
+    // behind, and its lock file, which nobody holds any more.
+    let mut killed = Command::new(util::sbs_profile())
+        .args([
+            "--runs",
+            "1",
+            "--invocations",
+            "main",
+            "--",
+            fixture!("forever"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
         .unwrap();
-    assert_eq!(definitions_of(dead_pid).len(), 1);
+    let pid = killed.id();
+    let children = format!("/proc/{pid}/task/{pid}/children");
+    let start = Instant::now();
+    let (benchmark, left) = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the benchmark never started"
+        );
+        let child = std::fs::read_to_string(&children).unwrap_or_default();
+        let left = definitions_of(pid);
+        if let Some(child) = child.split_whitespace().next() {
+            if !left.is_empty() {
+                break (child.to_string(), left);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let group = left[0]
+        .split_whitespace()
+        .next()
+        .and_then(|d| d.split_once(':'))
+        .and_then(|(_, e)| e.split_once('/'))
+        .map(|(g, _)| g.to_string())
+        .unwrap();
+    let lock = Path::new("/run/sbs-profile").join(format!("{group}.lock"));
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    // The benchmark dies with it (parent-death signal); its counters go with it.
+    let gone = Instant::now();
+    while Path::new(&format!("/proc/{benchmark}")).exists() {
+        assert!(
+            gone.elapsed() < Duration::from_secs(10),
+            "the benchmark lives on"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // (Another test's run may clean them up first: any run does.)
+    // The next run removes them, and the lock file.
     sbs([
         "--runs",
         "1",
@@ -614,7 +633,8 @@ fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
         "0",
     ])
     .success();
-    assert_eq!(definitions_of(dead_pid), Vec::<String>::new());
+    assert_eq!(definitions_of(pid), Vec::<String>::new());
+    assert!(!lock.exists(), "{} is left", lock.display());
 }
 
 #[test]
@@ -658,19 +678,24 @@ fn without_root_the_error_says_what_is_needed() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
+/// util-linux's `unshare`, or `None` with the reason printed.
+fn unshare() -> Option<&'static str> {
+    let found = ["/usr/bin/unshare", "/bin/unshare"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    if found.is_none() {
+        skip!(
+            Need::UtilLinux,
+            "no `unshare` (util-linux) to make private namespaces"
+        );
+    }
+    found
+}
+
 /// Run sbs-profile in a private mount namespace after `setup` (shell commands) has run
 /// there, so unmounting tracefs cannot disturb probes of tests running concurrently.
 fn sbs_in_mount_namespace(setup: &str, args: &[&str]) -> Option<util::Finished> {
-    let unshare = ["/usr/bin/unshare", "/bin/unshare"]
-        .into_iter()
-        .find(|p| Path::new(p).exists());
-    let Some(unshare) = unshare else {
-        skip!(
-            Need::UtilLinux,
-            "no `unshare` (util-linux) to make a private mount namespace"
-        );
-        return None;
-    };
+    let unshare = unshare()?;
     let output = Command::new(unshare)
         .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
         .arg(format!("{setup} && exec \"$0\" \"$@\""))
@@ -778,4 +803,68 @@ fn ctrl_c_while_probes_are_defined_stops_at_once() {
         "took {took:?} from SIGINT to exit ({defined} probes defined at SIGINT): {err}"
     );
     assert_eq!(definitions_of(pid), Vec::<String>::new());
+}
+
+#[test]
+fn clean_up_in_another_pid_namespace_leaves_a_live_run_alone() {
+    if skip_without_uprobes("uprobes and pid namespaces") {
+        return;
+    }
+    let Some(unshare) = unshare() else {
+        return;
+    };
+    // A live run: this process holds a probe set, as sbs-profile does during its runs.
+    let tracefs = sbs_probes::tracefs::Tracefs::open_or_mount().unwrap();
+    let image = sbs_probes::elf::Image::load(Path::new(fixture!("calls"))).unwrap();
+    let main = image.functions.iter().find(|f| f.name == "main").unwrap();
+    let target = sbs_probes::tracefs::ProbeTarget {
+        path: image.path.clone(),
+        offset: main.offset,
+        what: "`main`".into(),
+    };
+    let set = sbs_probes::tracefs::ProbeSet::define(&tracefs, &[target], &|| false).unwrap();
+    let mine = |group: &str| -> Vec<String> {
+        std::fs::read_to_string(UPROBE_EVENTS)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(&format!("{group}/")))
+            .map(str::to_string)
+            .collect()
+    };
+    let group = set.group().to_string();
+    assert_eq!(mine(&group).len(), 1);
+    let lock = Path::new("/run/sbs-profile").join(format!("{group}.lock"));
+    if Path::new("/run").is_dir() {
+        assert!(lock.is_file(), "{} while the set lives", lock.display());
+    }
+    // A second sbs-profile in its own pid namespace (a container), where this process's
+    // pid is nobody: it cleans stale definitions before making its own.
+    let out = Command::new(unshare)
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(util::sbs_profile())
+        .args([
+            "--runs",
+            "1",
+            "--invocations",
+            "work_more",
+            "--",
+            fixture!("calls"),
+            "1",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        mine(&group).len(),
+        1,
+        "the live run's definitions were removed from another pid namespace"
+    );
+    drop(set);
+    assert_eq!(mine(&group), Vec::<String>::new());
+    assert!(!lock.exists(), "{} is removed with the set", lock.display());
 }
