@@ -28,10 +28,19 @@
 //! slow path that skips the second piece of the instance). NOP padding after a jump or
 //! return that nothing targets never runs and falls into nothing. No probe is ever put
 //! on a NOP: on kernel 6.18 a uprobe there is not hit.
+//!
+//! Nor on an instruction the kernel's x86 uprobes refuse ([`uprobe_refuses`]: a LOCK or
+//! an ES/CS/SS/DS segment prefix): such a probe never fires when the program maps its file
+//! after the probe exists, so it would count 0. An entry there moves to the next
+//! instruction when that one runs exactly once per pass ([`step_over`]); otherwise the
+//! instance is not counted. [`call_probe`] applies the same rule to a function's first
+//! instruction.
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
+use std::collections::HashSet;
 
-use crate::elf::{safe_offset, Image};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+
+use crate::elf::{safe_offset, Function, Image};
 
 /// One probe point of an inlined instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +69,182 @@ struct Insn {
     target: Option<u64>,
     /// A NOP or INT3: alignment padding when nothing reaches it.
     padding: bool,
+    /// Why a uprobe cannot sit on it, if it cannot.
+    refused: Option<&'static str>,
+    /// `lock add`, `add`: for messages.
+    name: String,
+}
+
+impl Insn {
+    fn new(i: &Instruction, code: &[u8], start: u64) -> Insn {
+        let target = match i.flow_control() {
+            FlowControl::UnconditionalBranch
+            | FlowControl::ConditionalBranch
+            | FlowControl::Call => Some(i.near_branch_target()).filter(|&t| t != 0),
+            _ => None,
+        };
+        let from = usize::try_from(i.ip() - start).unwrap_or(usize::MAX);
+        let bytes = code.get(from..).unwrap_or_default();
+        let bytes = &bytes[..i.len().min(bytes.len())];
+        let mnemonic = format!("{:?}", i.mnemonic()).to_lowercase();
+        Insn {
+            ip: i.ip(),
+            len: i.len() as u64,
+            flow: i.flow_control(),
+            target,
+            padding: matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3),
+            refused: uprobe_refuses(bytes),
+            name: if i.has_lock_prefix() {
+                format!("lock {mnemonic}")
+            } else {
+                mnemonic
+            },
+        }
+    }
+}
+
+/// Why the kernel's x86 uprobes refuse the instruction starting with `bytes`, if they do.
+/// They will not single-step an instruction with a LOCK prefix or an ES, CS, SS or DS
+/// segment prefix (measured on 6.18: such a probe never fires when the program maps the
+/// file after the probe was made, and a counter on it fails with ENOTSUPP when the file is
+/// mapped already). The kernel refuses some other instructions too (some VEX-encoded
+/// ones, depending on the opcode); those are left to it: [`crate::hits::Anchors::open`]
+/// makes it say so before any run.
+pub fn uprobe_refuses(bytes: &[u8]) -> Option<&'static str> {
+    for &b in bytes {
+        match b {
+            0xf0 => return Some("LOCK-prefixed"),
+            0x26 | 0x2e | 0x36 | 0x3e => return Some("with an ES, CS, SS or DS segment prefix"),
+            // Other legacy prefixes, which the kernel accepts.
+            0x64 | 0x65 | 0x66 | 0x67 | 0xf2 | 0xf3 => {}
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Decode a whole function (`code` starting at `start`); an error names the first address
+/// that does not decode.
+fn decode(code: &[u8], start: u64) -> Result<Vec<Insn>, String> {
+    let mut insns = Vec::new();
+    let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+    while decoder.can_decode() {
+        let i = decoder.decode();
+        if i.is_invalid() {
+            return Err(format!(
+                "does not decode as x86-64 at {:#x}: instruction boundaries unknown",
+                i.ip()
+            ));
+        }
+        insns.push(Insn::new(&i, code, start));
+    }
+    Ok(insns)
+}
+
+/// The instruction after `k`, when it can count the passes through `k` in its place
+/// because control reaches it only by falling through from `k`: `k` is no branch (nor
+/// the end of the code), and the next instruction takes a uprobe (not refused, not a NOP)
+/// and is the target of no direct jump or call in `targeted`. Else why not.
+///
+/// What this cannot see: an indirect jump to the next instruction (a jump table pointing
+/// there, which a compiler has no reason to build for the instruction after a plain one).
+fn step_over(insns: &[Insn], k: usize, targeted: &HashSet<u64>) -> Result<usize, String> {
+    if insns[k].flow != FlowControl::Next {
+        return Err("it is a branch, so no other instruction runs once per pass".into());
+    }
+    let Some(next) = insns.get(k + 1) else {
+        return Err("nothing follows it in the function".into());
+    };
+    if next.padding {
+        return Err(format!(
+            "the next instruction (`{}`) is one a uprobe does not count",
+            next.name
+        ));
+    }
+    if let Some(why) = next.refused {
+        return Err(format!(
+            "the next instruction (`{}`) is {why} too",
+            next.name
+        ));
+    }
+    if targeted.contains(&next.ip) {
+        return Err("a jump also reaches the next instruction, so it can run more often".into());
+    }
+    Ok(k + 1)
+}
+
+/// Why the calls of a function cannot be counted at its start nor right after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryRefusal {
+    /// The first instruction (`lock add`, with its bytes).
+    pub instruction: String,
+    /// Why a uprobe cannot sit on it (`LOCK-prefixed`).
+    pub why: String,
+    /// Why the next instruction cannot stand in for it.
+    pub next: String,
+}
+
+/// The address at which a uprobe counts the calls of `function`: its first instruction,
+/// or, when a uprobe cannot sit there ([`uprobe_refuses`]), the next instruction if it
+/// runs exactly once per call ([`step_over`], with the jumps of the whole function and of
+/// its split-off `.cold` parts).
+pub fn call_probe(image: &Image, function: &Function) -> Result<u64, EntryRefusal> {
+    let Some(code) = image.code_of(function) else {
+        return Ok(function.address);
+    };
+    let mut decoder = Decoder::with_ip(64, code, function.address, DecoderOptions::NONE);
+    let first = decoder.decode();
+    if first.is_invalid() {
+        // Not code this crate understands; the kernel will judge the probe.
+        return Ok(function.address);
+    }
+    let first = Insn::new(&first, code, function.address);
+    let Some(why) = first.refused else {
+        return Ok(function.address);
+    };
+    let shown: Vec<String> = code[..first.len as usize]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let refusal = |next: String| EntryRefusal {
+        instruction: format!("{} ({})", first.name, shown.join(" ")),
+        why: why.to_string(),
+        next,
+    };
+    let insns = decode(code, function.address).map_err(|e| {
+        refusal(format!(
+            "the function {e}, so the instruction after the first cannot be shown to run once per call"
+        ))
+    })?;
+    let mut targeted: HashSet<u64> = insns.iter().filter_map(|i| i.target).collect();
+    targeted.extend(cold_part_targets(image, function).map_err(|e| {
+        refusal(format!(
+            "{e}, so the instruction after the first cannot be shown to run once per call"
+        ))
+    })?);
+    step_over(&insns, 0, &targeted)
+        .map(|k| insns[k].ip)
+        .map_err(refusal)
+}
+
+/// The direct jump and call targets in the parts GCC splits off `function`
+/// (`NAME.cold`, `NAME.cold.N`), which jump back into it.
+fn cold_part_targets(image: &Image, function: &Function) -> Result<HashSet<u64>, String> {
+    let cold = format!("{}.cold", function.name);
+    let mut targets = HashSet::new();
+    for part in image.functions.iter().filter(|f| {
+        f.name == cold
+            || f.name
+                .strip_prefix(&cold)
+                .is_some_and(|r| r.starts_with('.'))
+    }) {
+        if let Some(code) = image.code_of(part) {
+            let insns = decode(code, part.address)
+                .map_err(|e| format!("its cold part {} {e}", part.name))?;
+            targets.extend(insns.iter().filter_map(|i| i.target));
+        }
+    }
+    Ok(targets)
 }
 
 /// Find the entries of the instance with code `ranges` (sorted, half-open) in `image`.
@@ -106,7 +291,20 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
     let Some(code) = image.code_of(function) else {
         return none(caller, "its function's bytes are not in the file".into());
     };
-    let (points, mut reasons) = match analyze(code, function.address, ranges) {
+    let mut found = analyze(code, function.address, ranges, &HashSet::new());
+    if found.as_ref().is_ok_and(|a| a.stepped) {
+        // A probe moved past a refused instruction: check again with the jumps of the
+        // function's split-off parts, which could reach the place it moved to.
+        found = match cold_part_targets(image, function) {
+            Ok(more) => analyze(code, function.address, ranges, &more),
+            Err(e) => Err(e),
+        };
+    }
+    let Analysis {
+        points,
+        mut reasons,
+        ..
+    } = match found {
         Ok(found) => found,
         Err(why) => return none(caller, format!("{}: {why}", function.name)),
     };
@@ -124,15 +322,26 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
     }
 }
 
-/// The kept entries, as (address, length), of the instance with code `ranges` in the
-/// function whose bytes `code` start at `start`, and the reasons for doubt; an error when
-/// the function does not decode.
-#[allow(clippy::type_complexity)]
+/// What [`analyze`] found.
+#[derive(Debug, Default)]
+struct Analysis {
+    /// The probe points, as (address, length).
+    points: Vec<(u64, u64)>,
+    /// Reasons for doubt; with no points, why the instance cannot be counted.
+    reasons: Vec<String>,
+    /// A point moved past an instruction that uprobes refuse ([`step_over`]).
+    stepped: bool,
+}
+
+/// The kept entries of the instance with code `ranges` in the function whose bytes `code`
+/// start at `start`, and the reasons for doubt; an error when the function does not
+/// decode. `more_targets`: jump targets from outside the function (its `.cold` parts).
 fn analyze(
     code: &[u8],
     start: u64,
     ranges: &[(u64, u64)],
-) -> Result<(Vec<(u64, u64)>, Vec<String>), String> {
+    more_targets: &HashSet<u64>,
+) -> Result<Analysis, String> {
     let end = start + code.len() as u64;
     let mut reasons = Vec::new();
     if ranges.iter().any(|&(b, e)| b < start || e > end) {
@@ -143,35 +352,12 @@ fn analyze(
     }
     let inside = |a: u64| ranges.iter().any(|&(b, e)| a >= b && a < e);
 
-    let mut insns = Vec::new();
-    let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
-    while decoder.can_decode() {
-        let i = decoder.decode();
-        if i.is_invalid() {
-            return Err(format!(
-                "does not decode as x86-64 at {:#x}: instruction boundaries unknown",
-                i.ip()
-            ));
-        }
-        let target = match i.flow_control() {
-            FlowControl::UnconditionalBranch
-            | FlowControl::ConditionalBranch
-            | FlowControl::Call => Some(i.near_branch_target()).filter(|&t| t != 0),
-            _ => None,
-        };
-        insns.push(Insn {
-            ip: i.ip(),
-            len: i.len() as u64,
-            flow: i.flow_control(),
-            target,
-            padding: matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3),
-        });
-    }
+    let insns = decode(code, start)?;
     let index_of = |a: u64| insns.binary_search_by_key(&a, |i| i.ip).ok();
 
     // Candidate entries: where control comes in from outside the instance.
     let mut candidates: Vec<usize> = Vec::new();
-    let targeted: std::collections::HashSet<u64> = insns.iter().filter_map(|i| i.target).collect();
+    let mut targeted: HashSet<u64> = insns.iter().filter_map(|i| i.target).collect();
     // Dead padding: NOPs after a jump or return that no jump targets never run, so they
     // fall into nothing (GCC pads before out-of-line slow paths of an instance).
     let mut dead = vec![false; insns.len()];
@@ -283,32 +469,64 @@ fn analyze(
     // A uprobe on a NOP is never hit on this kernel (6.18: a probe on an alignment NOP
     // that runs once counted 0 while the next instruction counted every pass): an entry
     // on padding moves to the first real instruction after it.
-    let mut points = Vec::new();
+    targeted.extend(more_targets);
+    let mut stepped = false;
+    let mut points: Vec<(u64, u64)> = Vec::new();
     for &k in &kept {
         let mut j = k;
         while j < insns.len() && insns[j].padding && inside(insns[j].ip) {
             j += 1;
         }
-        if j == k {
-            points.push((insns[k].ip, insns[k].len));
-        } else if j < insns.len() && inside(insns[j].ip) {
-            if targeted.contains(&insns[j].ip) && !kept.contains(&j) {
-                reasons.push(format!(
-                    "its entry {:#x} is a NOP, probed at {:#x}, which a jump also reaches",
-                    insns[k].ip, insns[j].ip
-                ));
-            }
-            if !points.iter().any(|&(a, _)| a == insns[j].ip) {
-                points.push((insns[j].ip, insns[j].len));
-            }
-        } else {
+        if j == insns.len() || !inside(insns[j].ip) {
             reasons.push(format!(
                 "its entry {:#x} is only NOPs, which uprobes do not count: not probed",
                 insns[k].ip
             ));
+            continue;
+        }
+        if j != k && targeted.contains(&insns[j].ip) && !kept.contains(&j) {
+            reasons.push(format!(
+                "its entry {:#x} is a NOP, probed at {:#x}, which a jump also reaches",
+                insns[k].ip, insns[j].ip
+            ));
+        }
+        if let Some(why) = insns[j].refused {
+            // A uprobe would never fire there: the next instruction counts the passes
+            // instead when it runs exactly once per pass; else the instance cannot be
+            // counted at all (the calls entering there would read 0).
+            let moved = step_over(&insns, j, &targeted).and_then(|n| {
+                if kept.contains(&n) || points.iter().any(|&(a, _)| a == insns[n].ip) {
+                    Err("the next instruction is an entry of its own".to_string())
+                } else {
+                    Ok(n)
+                }
+            });
+            match moved {
+                Ok(n) => {
+                    j = n;
+                    stepped = true;
+                }
+                Err(next) => {
+                    let why = format!(
+                        "an entry is `{}`, {why}, on which uprobes never fire, and {next}",
+                        insns[j].name
+                    );
+                    return Ok(Analysis {
+                        reasons: vec![why],
+                        ..Analysis::default()
+                    });
+                }
+            }
+        }
+        if !points.iter().any(|&(a, _)| a == insns[j].ip) {
+            points.push((insns[j].ip, insns[j].len));
         }
     }
-    Ok((points, reasons))
+    Ok(Analysis {
+        points,
+        reasons,
+        stepped,
+    })
 }
 
 /// Whether control can pass from an instruction to the next one in memory.
@@ -464,8 +682,11 @@ mod tests {
     use super::*;
 
     fn kept(code: &[u8], ranges: &[(u64, u64)]) -> (Vec<u64>, Vec<String>) {
-        let (points, reasons) = analyze(code, 0, ranges).unwrap();
-        (points.into_iter().map(|(a, _)| a).collect(), reasons)
+        let found = analyze(code, 0, ranges, &HashSet::new()).unwrap();
+        (
+            found.points.into_iter().map(|(a, _)| a).collect(),
+            found.reasons,
+        )
     }
 
     #[test]
@@ -584,9 +805,84 @@ mod tests {
     }
 
     #[test]
+    fn prefixes_that_uprobes_refuse() {
+        assert_eq!(
+            uprobe_refuses(&[0xf0, 0x48, 0x83, 0x07, 0x01]),
+            Some("LOCK-prefixed")
+        );
+        assert_eq!(
+            uprobe_refuses(&[0x66, 0xf0, 0x83, 0x07, 0x01]),
+            Some("LOCK-prefixed")
+        );
+        assert!(uprobe_refuses(&[0x2e, 0x48, 0x89, 0xf8]).is_some(), "cs");
+        assert!(uprobe_refuses(&[0x3e, 0xff, 0xe0]).is_some(), "notrack jmp");
+        assert_eq!(
+            uprobe_refuses(&[0x64, 0x48, 0x8b, 0x04, 0x25]),
+            None,
+            "fs: is fine"
+        );
+        assert_eq!(uprobe_refuses(&[0xf3, 0x0f, 0x1e, 0xfa]), None, "endbr64");
+        assert_eq!(
+            uprobe_refuses(&[0x48, 0x87, 0x07]),
+            None,
+            "xchg locks without a prefix"
+        );
+    }
+
+    #[test]
+    fn a_locked_entry_is_counted_at_the_next_instruction() {
+        // GCC's inlined atomic increment at a loop head.
+        let code = [
+            0x31, 0xc0, // 0x0 xor eax,eax
+            0xf0, 0x48, 0x83, 0x07, 0x01, // 0x2 lock add qword [rdi],1 (instance)
+            0x48, 0xff, 0xc0, // 0x7 inc rax
+            0x48, 0x39, 0xf0, // 0xa cmp rax,rsi
+            0x75, 0xf3, // 0xd jne 0x2
+            0xc3, // 0xf ret
+        ];
+        let found = analyze(&code, 0, &[(0x2, 0x7)], &HashSet::new()).unwrap();
+        assert_eq!(found.points, vec![(0x7, 3)]);
+        assert!(found.stepped);
+        // ... unless a jump from elsewhere (a cold part) reaches that instruction too.
+        let found = analyze(&code, 0, &[(0x2, 0x7)], &HashSet::from([0x7])).unwrap();
+        assert_eq!(found.points, vec![]);
+        assert!(
+            found.reasons[0].contains("a jump also reaches"),
+            "{:?}",
+            found.reasons
+        );
+    }
+
+    #[test]
+    fn a_locked_entry_without_a_substitute_is_not_counted() {
+        let code = [
+            0x48, 0x85, 0xf6, // 0x0 test rsi,rsi
+            0x74, 0x05, // 0x3 je 0xa
+            0xf0, 0x48, 0x83, 0x07, 0x01, // 0x5 lock add qword [rdi],1 (instance)
+            0xc3, // 0xa ret: also reached by the jump
+        ];
+        let (points, reasons) = kept(&code, &[(0x5, 0xa)]);
+        assert_eq!(points, Vec::<u64>::new());
+        assert!(
+            reasons[0].starts_with("an entry is `lock add`, LOCK-prefixed"),
+            "{reasons:?}"
+        );
+        // Two locked instructions in a row.
+        let code = [
+            0x31, 0xc0, // 0x0 xor eax,eax
+            0xf0, 0x48, 0x83, 0x07, 0x01, // 0x2 lock add (instance)
+            0xf0, 0x48, 0x83, 0x06, 0x01, // 0x7 lock add qword [rsi],1
+            0xc3, // 0xc ret
+        ];
+        let (points, reasons) = kept(&code, &[(0x2, 0x7)]);
+        assert_eq!(points, Vec::<u64>::new());
+        assert!(reasons[0].contains("is LOCK-prefixed too"), "{reasons:?}");
+    }
+
+    #[test]
     fn undecodable_code_is_refused() {
         assert!(
-            analyze(&[0x06], 0, &[(0x0, 0x1)]).is_err(),
+            analyze(&[0x06], 0, &[(0x0, 0x1)], &HashSet::new()).is_err(),
             "push es is invalid in 64-bit mode"
         );
     }

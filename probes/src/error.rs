@@ -115,6 +115,32 @@ pub enum ProbeError {
         /// How many were to be set up.
         total: usize,
     },
+    /// A function's calls cannot be counted: a uprobe cannot sit on its first instruction,
+    /// and the instruction after it is no exact substitute.
+    #[error("cannot count calls of `{function}`: its first instruction at {path}:{offset:#x} is `{instruction}`, {reason}; leave it out of the pattern (name the other functions exactly), or rebuild it so that it starts with another instruction (C/C++: -fcf-protection=branch puts an endbr64 first)")]
+    UnprobeableEntry {
+        /// The function (row label).
+        function: String,
+        /// The file holding it.
+        path: PathBuf,
+        /// File offset of its first instruction.
+        offset: u64,
+        /// The instruction, disassembled.
+        instruction: String,
+        /// Why uprobes refuse it, and why the next instruction cannot stand in for it.
+        reason: String,
+    },
+    /// The kernel refused a uprobe when its counter was opened (errno 524, ENOTSUPP): the
+    /// instruction there is one x86 uprobes cannot single-step.
+    #[error("the kernel refused the uprobe on {what} at {path}:{offset:#x} (error 524, ENOTSUPP): x86 uprobes cannot take the instruction there (LOCK- or segment-prefixed, or some VEX-encoded ones); leave it out of the pattern (name the other functions exactly), or rebuild so that the code there differs")]
+    Refused {
+        /// What the probe counts (see [`crate::tracefs::ProbeTarget::what`]).
+        what: String,
+        /// The probed file.
+        path: PathBuf,
+        /// The probed file offset.
+        offset: u64,
+    },
     /// Opening a counter on the child failed.
     #[error("cannot open a counter for uprobe {event} on pid {pid}: {cause}")]
     Counter {

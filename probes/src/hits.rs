@@ -18,7 +18,27 @@ use perf_event::events::Tracepoint;
 use perf_event::{Builder, Counter};
 
 use crate::error::ProbeError;
-use crate::tracefs::ProbeSet;
+use crate::tracefs::{DefinedProbe, ProbeSet};
+
+/// The kernel's internal "not supported" errno, which x86 uprobes return for an
+/// instruction they cannot single-step (no name in libc: it is not a user-space errno).
+const ENOTSUPP: i32 = 524;
+
+/// The error for a counter on `probe` that would not open, for `pid`.
+fn open_error(probe: &DefinedProbe, pid: i32, what: String, e: std::io::Error) -> ProbeError {
+    if e.raw_os_error() == Some(ENOTSUPP) {
+        return ProbeError::Refused {
+            what: probe.what.clone(),
+            path: probe.path.clone(),
+            offset: probe.offset,
+        };
+    }
+    ProbeError::or_permission(e, what, |cause| ProbeError::Counter {
+        event: probe.event.clone(),
+        pid,
+        cause,
+    })
+}
 
 /// Open counters for one run.
 #[derive(Debug)]
@@ -60,11 +80,7 @@ impl RunCounters {
                 .map_err(|e| {
                     let what =
                         format!("opening a perf counter on uprobe {} for pid {pid}", p.event);
-                    ProbeError::or_permission(e, what, |source| ProbeError::Counter {
-                        event: p.event.clone(),
-                        pid,
-                        cause: source,
-                    })
+                    open_error(p, pid, what, e)
                 })?;
             counters.push((p.event.clone(), counter));
         }
@@ -108,8 +124,23 @@ pub struct Anchors {
 impl Anchors {
     /// Open one anchor per probe of `set`; `stop` is asked before each one (see
     /// [`ProbeSet::define`]).
+    ///
+    /// While they are opened, every probed file is mapped into this process (read and
+    /// execute, never run): the kernel then inserts each breakpoint here at once and
+    /// refuses, with ENOTSUPP, an instruction its x86 uprobes cannot single-step. Without
+    /// the mapping it would find out only when the benchmark maps the file, and there it
+    /// fails silently: the probe never fires and the count reads 0.
     pub fn open(set: &ProbeSet, stop: &dyn Fn() -> bool) -> Result<Anchors, ProbeError> {
         let _ = crate::sys::raise_nofile_limit(2 * set.probes().len() as u64 + 256);
+        let mut files: Vec<&std::path::Path> =
+            set.probes().iter().map(|p| p.path.as_path()).collect();
+        files.sort_unstable();
+        files.dedup();
+        // Best effort: a file that cannot be mapped cannot be run by the benchmark either.
+        let _mapped: Vec<crate::sys::FileMapping> = files
+            .into_iter()
+            .filter_map(|f| crate::sys::FileMapping::map_exec(f).ok())
+            .collect();
         let me = std::process::id() as i32;
         let mut anchors = Anchors {
             counters: Vec::with_capacity(set.probes().len()),
@@ -127,11 +158,7 @@ impl Anchors {
                 .build()
                 .map_err(|e| {
                     let what = format!("opening a perf counter on uprobe {}", p.event);
-                    ProbeError::or_permission(e, what, |cause| ProbeError::Counter {
-                        event: p.event.clone(),
-                        pid: me,
-                        cause,
-                    })
+                    open_error(p, me, what, e)
                 })?;
             anchors.counters.push((p.event.clone(), counter));
         }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::demangle::{demangle, Demangled};
 use crate::dwarf::{has_dwarf, inlined_instances, InlinedIndex, InlinedMatch};
 use crate::elf::{resolve_libraries, Image, Libraries};
-use crate::entries::{entries, EntryPoint};
+use crate::entries::{call_probe, entries, EntryPoint, EntryRefusal};
 use crate::error::ProbeError;
 use crate::pattern::{edit_distance, Pattern};
 
@@ -190,6 +190,10 @@ pub struct MatchedFunction {
     pub demangled: Demangled,
     /// File offset of its first instruction.
     pub offset: u64,
+    /// File offset of the instruction whose uprobe counts its calls: the first one, or
+    /// the one after it when a uprobe cannot sit on the first (a LOCK prefix; see
+    /// [`crate::entries::call_probe`]).
+    pub probe: u64,
     /// Row label: demangled name, a hash or address when needed to tell rows apart,
     /// and `[library]` when not in the executable.
     pub label: String,
@@ -292,7 +296,7 @@ pub fn match_patterns(
         .collect::<Result<_, _>>()?;
     let mut out = Vec::with_capacity(parsed.len());
     for pattern in parsed {
-        let functions = find_functions(target, &pattern);
+        let functions = find_functions(target, &pattern)?;
         let mut inlined = InlinedMatch::default();
         let mut dwarf_errors = Vec::new();
         let mut sites = Vec::new();
@@ -390,9 +394,11 @@ fn may_match(raw: &str, pattern: &Pattern) -> bool {
     !ident || raw.contains(last) || raw == pattern.as_str()
 }
 
-fn find_functions(target: &Target, pattern: &Pattern) -> Vec<MatchedFunction> {
+/// The functions `pattern` matches; an error for one whose calls a uprobe cannot count.
+fn find_functions(target: &Target, pattern: &Pattern) -> Result<Vec<MatchedFunction>, ProbeError> {
     // (image, offset) -> function; aliases at one address are probed once.
     let mut found: BTreeMap<(usize, u64), MatchedFunction> = BTreeMap::new();
+    let mut refused: BTreeMap<(usize, u64), EntryRefusal> = BTreeMap::new();
     for (i, image) in target.images.iter().enumerate() {
         for f in &image.functions {
             if !may_match(&f.name, pattern) {
@@ -409,13 +415,23 @@ fn find_functions(target: &Target, pattern: &Pattern) -> Vec<MatchedFunction> {
                         m.raw = format!("{} = {}", m.raw, f.name);
                     }
                 })
-                .or_insert_with(|| MatchedFunction {
-                    path: image.path.clone(),
-                    image: i,
-                    raw: f.name.clone(),
-                    demangled: d,
-                    offset: f.offset,
-                    label: String::new(),
+                .or_insert_with(|| {
+                    let probe = match call_probe(image, f) {
+                        Ok(address) => f.offset + (address - f.address),
+                        Err(why) => {
+                            refused.insert((i, f.offset), why);
+                            f.offset
+                        }
+                    };
+                    MatchedFunction {
+                        path: image.path.clone(),
+                        image: i,
+                        raw: f.name.clone(),
+                        demangled: d,
+                        offset: f.offset,
+                        probe,
+                        label: String::new(),
+                    }
                 });
         }
     }
@@ -480,7 +496,22 @@ fn find_functions(target: &Target, pattern: &Pattern) -> Vec<MatchedFunction> {
         }
     }
     functions.sort_by(|a, b| a.label.cmp(&b.label));
-    functions
+    if let Some((f, why)) = functions
+        .iter()
+        .find_map(|f| Some((f, refused.get(&(f.image, f.offset))?)))
+    {
+        return Err(ProbeError::UnprobeableEntry {
+            function: f.label.clone(),
+            path: f.path.clone(),
+            offset: f.offset,
+            instruction: why.instruction.clone(),
+            reason: format!(
+                "{}, on which the kernel's x86 uprobes never fire, and {}",
+                why.why, why.next
+            ),
+        });
+    }
+    Ok(functions)
 }
 
 fn no_match(

@@ -75,6 +75,52 @@ pub fn pid_namespace() -> u64 {
         .unwrap_or(0)
 }
 
+/// A read-only, executable, private mapping of a whole file, unmapped on drop.
+#[derive(Debug)]
+pub struct FileMapping {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+impl FileMapping {
+    /// Map `path` the way the dynamic loader maps code (`PROT_READ | PROT_EXEC`,
+    /// `MAP_PRIVATE`). Nothing in it ever runs; it only makes the file's code part of this
+    /// process's address space.
+    pub fn map_exec(path: &Path) -> io::Result<FileMapping> {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::open(path)?;
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty file"));
+        }
+        // SAFETY: a new mapping chosen by the kernel (null hint), of an open descriptor, at
+        // offset 0; it aliases no Rust object and is only ever unmapped by Drop.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(FileMapping { addr, len })
+    }
+}
+
+impl Drop for FileMapping {
+    fn drop(&mut self) {
+        // SAFETY: `addr` and `len` are exactly what mmap returned and was given; nothing
+        // borrows the mapping (it is never read through a Rust reference).
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
 /// Whether this process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.

@@ -114,7 +114,7 @@ fn counts_are_exact_across_threads_and_fork() {
         .flat_map(|pm| {
             pm.functions.iter().map(|f| ProbeTarget {
                 path: f.path.clone(),
-                offset: f.offset,
+                offset: f.probe,
                 what: f.label.clone(),
             })
         })

@@ -868,3 +868,86 @@ fn clean_up_in_another_pid_namespace_leaves_a_live_run_alone() {
     assert_eq!(mine(&group), Vec::<String>::new());
     assert!(!lock.exists(), "{} is removed with the set", lock.display());
 }
+
+#[test]
+fn locked_first_instructions_are_counted_exactly_or_refused_loudly() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = util::gcc_fixture(dir.path(), "lock_first", &[]) else {
+        return;
+    };
+    // The fixture means something only if gcc made `lock add` the first instruction.
+    let image = sbs_probes::elf::Image::load(&exe).unwrap();
+    let first_byte = |name: &str| {
+        let f = image.functions.iter().find(|f| f.name == name).unwrap();
+        image.data()[f.offset as usize]
+    };
+    assert_eq!(
+        first_byte("bump_ool"),
+        0xf0,
+        "bump_ool starts with a LOCK prefix"
+    );
+    assert_eq!(
+        first_byte("bump_two"),
+        0xf0,
+        "bump_two starts with a LOCK prefix"
+    );
+    // A uprobe on the LOCK instruction never fires (it counted 0 here, reported as
+    // exact): the count comes from the instruction after it, which runs once per call.
+    let run = sbs([
+        "--runs".as_ref(),
+        "2".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        "bump_ool".as_ref(),
+        "--invocations".as_ref(),
+        "bump_inl".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+        "100".as_ref(),
+    ])
+    .success();
+    let report = run.json();
+    assert_eq!(
+        samples(metric(&report, "invocations.bump_ool")),
+        vec![100.0; 2]
+    );
+    // Inlined: the LOCK instruction is the whole copy, at the head of the loop.
+    assert_eq!(
+        samples(metric(&report, "invocations.bump_inl")),
+        vec![100.0; 2]
+    );
+    // Another LOCK instruction right after the first: no exact place, a one-line error
+    // naming the function and the site.
+    let site = format!("{}:0x", exe.display());
+    let run = sbs([
+        "--invocations".as_ref(),
+        "bump_two".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ])
+    .fails_with(2, "cannot count calls of `bump_two`");
+    run.check(run.stderr().contains(&site), "the error names the site");
+    run.check(
+        run.stderr().contains("-fcf-protection=branch"),
+        "the error says what to do",
+    );
+    // What the kernel alone refuses (a VEX-encoded first instruction here) is found when
+    // the probes are set up, before any run, and named the same way: not "Unknown error
+    // 524", not a silent 0.
+    let run = sbs([
+        "--invocations".as_ref(),
+        "vex_first".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ])
+    .fails_with(2, "the kernel refused the uprobe on `vex_first`");
+    run.check(run.stderr().contains(&site), "the error names the site");
+    run.check(
+        !run.stderr().contains("Unknown error"),
+        "the errno is explained",
+    );
+}

@@ -275,3 +275,21 @@ pub fn wait_for_child_running(collector: u32, program: &str) -> u32 {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Compile `fixtures/c/NAME.c` with `gcc -O2 -g` and `extra` flags into `dir`; `None`
+/// (a recorded skip) when gcc is missing.
+pub fn gcc_fixture(dir: &std::path::Path, name: &str, extra: &[&str]) -> Option<PathBuf> {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/c/{name}.c"));
+    let exe = dir.join(name);
+    sbs_skip::build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-g", "-Wall"])
+            .args(extra)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .current_dir(dir)
+    )?;
+    Some(exe)
+}

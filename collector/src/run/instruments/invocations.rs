@@ -103,7 +103,7 @@ impl Invocations {
                 .iter()
                 .map(|f| {
                     let what = || format!("`{}`", f.label);
-                    (f.label.clone(), vec![probe(&f.path, f.offset, &what)])
+                    (f.label.clone(), vec![probe(&f.path, f.probe, &what)])
                 })
                 .collect();
             let library = |s: &InlinedSite| {
