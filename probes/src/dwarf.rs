@@ -28,6 +28,10 @@ pub struct InlinedFunction {
 pub struct InlinedIndex {
     /// Functions with at least one inlined instance.
     pub functions: Vec<InlinedFunction>,
+    /// Units whose DIEs are in a split DWARF file (`-gsplit-dwarf`, Rust's
+    /// `split-debuginfo`): a `.dwo` or `.dwp` file this crate does not read, so their
+    /// inlined instances are unknown.
+    pub split_units: usize,
 }
 
 /// What a pattern names among inlined instances.
@@ -93,9 +97,14 @@ fn scan(dwarf: &gimli::Dwarf<Reader<'_>>) -> gimli::Result<InlinedIndex> {
     // Pass 1: count inlined instances per abstract origin (global .debug_info offset).
     let mut origins: HashMap<usize, usize> = HashMap::new();
     let mut headers = Vec::new();
+    let mut split_units = 0;
     let mut iter = dwarf.units();
     while let Some(header) = iter.next()? {
         let unit = dwarf.unit(header)?;
+        // A skeleton (DWARF 5) or a GNU split unit (DWARF 4) names its DIEs' file by id.
+        if unit.dwo_id.is_some() {
+            split_units += 1;
+        }
         // Raw entries: the attributes of every other DIE are skipped, not parsed.
         let mut entries = unit.entries_raw(None)?;
         while !entries.is_empty() {
@@ -149,7 +158,10 @@ fn scan(dwarf: &gimli::Dwarf<Reader<'_>>) -> gimli::Result<InlinedIndex> {
         })
         .collect();
     functions.sort_by(|a, b| a.demangled.cmp(&b.demangled));
-    Ok(InlinedIndex { functions })
+    Ok(InlinedIndex {
+        functions,
+        split_units,
+    })
 }
 
 fn origin_name<'a>(
@@ -209,31 +221,26 @@ fn origin_name<'a>(
 /// DWARF names with generic arguments (`generic_step<u32>`) of the subprograms whose
 /// linkage name is in `raw_names`: the only place a legacy-mangled Rust
 /// monomorphization's type arguments are written down. Names without `<` are left out;
-/// so is everything when the file has no readable DWARF.
-pub fn generic_names(data: &[u8], raw_names: &HashSet<String>) -> HashMap<String, String> {
+/// a file without DWARF gives none. Errors are described in a sentence.
+pub fn generic_names(
+    data: &[u8],
+    raw_names: &HashSet<String>,
+) -> Result<HashMap<String, String>, String> {
     let mut out = HashMap::new();
-    let Ok(file) = object::File::parse(data) else {
-        return out;
-    };
-    if raw_names.is_empty() || file.section_by_name(".debug_info").is_none() {
-        return out;
+    if raw_names.is_empty() {
+        return Ok(out);
     }
-    let Ok(sections) = gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>, ()> {
-        match file.section_by_name(id.name()) {
-            Some(s) => s.uncompressed_data().map_err(|_| ()),
-            None => Ok(Cow::Borrowed(&[])),
-        }
-    }) else {
-        return out;
+    let Some(sections) = load_dwarf(data)? else {
+        return Ok(out);
     };
-    let endian = if file.is_little_endian() {
-        RunTimeEndian::Little
-    } else {
-        RunTimeEndian::Big
+    let endian = match object::File::parse(data) {
+        Ok(f) if !f.is_little_endian() => RunTimeEndian::Big,
+        _ => RunTimeEndian::Little,
     };
     let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
-    let _ = collect_generic_names(&dwarf, raw_names, &mut out);
-    out
+    collect_generic_names(&dwarf, raw_names, &mut out)
+        .map_err(|e| format!("malformed DWARF ({e})"))?;
+    Ok(out)
 }
 
 fn collect_generic_names(
@@ -310,6 +317,17 @@ fn load_dwarf(data: &[u8]) -> Result<Option<gimli::DwarfSections<Cow<'_, [u8]>>>
 /// Whether an ELF file (`data`) carries DWARF (`.debug_info`).
 pub fn has_dwarf(data: &[u8]) -> bool {
     object::File::parse(data).is_ok_and(|f| f.section_by_name(".debug_info").is_some())
+}
+
+/// Why a separate debug file (`data`) cannot serve, if it cannot: not ELF, or no DWARF.
+pub fn debug_file_problem(data: &[u8]) -> Option<String> {
+    match object::File::parse(data) {
+        Err(e) => Some(format!("malformed ELF ({e})")),
+        Ok(f) if f.section_by_name(".debug_info").is_none() => {
+            Some("it has no .debug_info section".into())
+        }
+        Ok(_) => None,
+    }
 }
 
 /// Every inlined instance of a function `pattern` names, in the DWARF of `data` (a whole

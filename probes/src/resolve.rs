@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use crate::demangle::{demangle, Demangled};
-use crate::dwarf::{has_dwarf, inlined_instances, InlinedIndex, InlinedMatch};
+use crate::dwarf::{debug_file_problem, has_dwarf, inlined_instances, InlinedIndex, InlinedMatch};
 use crate::elf::{resolve_libraries, Image, Libraries};
 use crate::entries::{call_probe, entries, EntryPoint, EntryRefusal};
 use crate::error::ProbeError;
@@ -38,8 +38,9 @@ enum DebugInfo {
     Own,
     /// In a separate file (build id or `.gnu_debuglink`), read whole.
     Separate(PathBuf, Vec<u8>),
-    /// Nowhere this crate looks.
-    Missing,
+    /// Nowhere this crate looks; or, with a reason, in a separate debug file that cannot
+    /// be used (`path: why`).
+    Missing(Option<String>),
 }
 
 impl Target {
@@ -100,14 +101,22 @@ impl Target {
             if has_dwarf(img.data()) {
                 return DebugInfo::Own;
             }
+            let mut unusable = None;
             for candidate in debug_file_candidates(img) {
-                if let Ok(data) = std::fs::read(&candidate) {
-                    if has_dwarf(&data) {
-                        return DebugInfo::Separate(candidate, data);
-                    }
-                }
+                let problem = match std::fs::read(&candidate) {
+                    Ok(data) => match debug_file_problem(&data) {
+                        None => return DebugInfo::Separate(candidate, data),
+                        Some(why) => why,
+                    },
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => e.to_string(),
+                };
+                unusable.get_or_insert(format!(
+                    "its separate debug file {} is unusable: {problem}",
+                    candidate.display()
+                ));
             }
-            DebugInfo::Missing
+            DebugInfo::Missing(unusable)
         })
     }
 
@@ -116,7 +125,7 @@ impl Target {
         match self.debug[image].as_ref()? {
             DebugInfo::Own => Some(self.images[image].data()),
             DebugInfo::Separate(_, data) => Some(data),
-            DebugInfo::Missing => None,
+            DebugInfo::Missing(_) => None,
         }
     }
 
@@ -130,7 +139,15 @@ impl Target {
 
     /// Whether `image` has DWARF, in the file or in a separate debug file.
     pub fn has_debug_info(&mut self, image: usize) -> bool {
-        !matches!(self.debug_of(image), DebugInfo::Missing)
+        !matches!(self.debug_of(image), DebugInfo::Missing(_))
+    }
+
+    /// Why `image`'s separate debug file, found, cannot be used, if that is so.
+    fn unusable_debug_file(&mut self, image: usize) -> Option<String> {
+        match self.debug_of(image) {
+            DebugInfo::Missing(why) => why.clone(),
+            _ => None,
+        }
     }
 }
 
@@ -296,9 +313,9 @@ pub fn match_patterns(
         .collect::<Result<_, _>>()?;
     let mut out = Vec::with_capacity(parsed.len());
     for pattern in parsed {
-        let functions = find_functions(target, &pattern)?;
+        let (functions, label_errors) = find_functions(target, &pattern)?;
         let mut inlined = InlinedMatch::default();
-        let mut dwarf_errors = Vec::new();
+        let mut dwarf_errors = label_errors;
         let mut sites = Vec::new();
         let mut not_counted: BTreeMap<String, usize> = BTreeMap::new();
         let mut no_debug_info = Vec::new();
@@ -309,6 +326,13 @@ pub fn match_patterns(
                     let m = index.matching(&pattern);
                     inlined.instances += m.instances;
                     inlined.functions.extend(m.functions);
+                    if index.split_units > 0 {
+                        dwarf_errors.push(format!(
+                            "{}: {} of its units are split into .dwo/.dwp files (-gsplit-dwarf, split-debuginfo), which are not read; build without split debug info",
+                            path.display(),
+                            index.split_units
+                        ));
+                    }
                     m.instances
                 }
                 Err(e) => {
@@ -316,7 +340,9 @@ pub fn match_patterns(
                     0
                 }
             };
-            if i == 0 && !target.has_debug_info(0) {
+            if let Some(why) = target.unusable_debug_file(i) {
+                dwarf_errors.push(format!("{}: {why}", path.display()));
+            } else if i == 0 && !target.has_debug_info(0) {
                 no_debug_info.push(target.images[0].file_name());
             }
             if found == 0 {
@@ -357,8 +383,16 @@ pub fn match_patterns(
         }
         let mut not_counted: Vec<(String, usize)> = not_counted.into_iter().collect();
         not_counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut seen = std::collections::HashSet::new();
+        dwarf_errors.retain(|e| seen.insert(e.clone()));
         if functions.is_empty() && sites.is_empty() {
-            return Err(no_match(target, &pattern, &inlined, &no_debug_info));
+            return Err(no_match(
+                target,
+                &pattern,
+                &inlined,
+                &no_debug_info,
+                &dwarf_errors,
+            ));
         }
         let points = functions.len() + sites.iter().map(|s| s.points.len()).sum::<usize>();
         if points > max_probes {
@@ -394,8 +428,13 @@ fn may_match(raw: &str, pattern: &Pattern) -> bool {
     !ident || raw.contains(last) || raw == pattern.as_str()
 }
 
-/// The functions `pattern` matches; an error for one whose calls a uprobe cannot count.
-fn find_functions(target: &Target, pattern: &Pattern) -> Result<Vec<MatchedFunction>, ProbeError> {
+/// The functions `pattern` matches, and the DWARF errors met while labelling them; an
+/// error for a function whose calls a uprobe cannot count.
+#[allow(clippy::type_complexity)]
+fn find_functions(
+    target: &mut Target,
+    pattern: &Pattern,
+) -> Result<(Vec<MatchedFunction>, Vec<String>), ProbeError> {
     // (image, offset) -> function; aliases at one address are probed once.
     let mut found: BTreeMap<(usize, u64), MatchedFunction> = BTreeMap::new();
     let mut refused: BTreeMap<(usize, u64), EntryRefusal> = BTreeMap::new();
@@ -450,14 +489,19 @@ fn find_functions(target: &Target, pattern: &Pattern) -> Result<Vec<MatchedFunct
             wanted.entry(f.image).or_default().insert(f.raw.clone());
         }
     }
-    let generic: HashMap<(usize, String), String> = wanted
-        .into_iter()
-        .flat_map(|(image, raws)| {
-            crate::dwarf::generic_names(target.images[image].data(), &raws)
-                .into_iter()
-                .map(move |(raw, name)| ((image, raw), name))
-        })
-        .collect();
+    let mut generic: HashMap<(usize, String), String> = HashMap::new();
+    let mut label_errors = Vec::new();
+    for (image, raws) in wanted {
+        target.debug_of(image);
+        let data = target
+            .dwarf_data(image)
+            .unwrap_or(target.images[image].data());
+        match crate::dwarf::generic_names(data, &raws) {
+            Ok(names) => generic.extend(names.into_iter().map(|(raw, name)| ((image, raw), name))),
+            // Rows fall back to their hashes; the reader learns why.
+            Err(e) => label_errors.push(format!("{}: {e}", target.images[image].path.display())),
+        }
+    }
     for f in &mut functions {
         let mut label = f.demangled.label.clone();
         if counts[&(f.image, label.clone())] > 1 {
@@ -511,7 +555,7 @@ fn find_functions(target: &Target, pattern: &Pattern) -> Result<Vec<MatchedFunct
             ),
         });
     }
-    Ok(functions)
+    Ok((functions, label_errors))
 }
 
 fn no_match(
@@ -519,6 +563,7 @@ fn no_match(
     pattern: &Pattern,
     inlined: &InlinedMatch,
     no_debug_info: &[String],
+    dwarf_errors: &[String],
 ) -> ProbeError {
     let exe = target.exe();
     let mut context = String::new();
@@ -532,6 +577,11 @@ fn no_match(
     for file in no_debug_info {
         context.push_str(&format!(
             "; {file} has no debug info (nor a separate debug file under /usr/lib/debug), so functions inlined into it cannot be seen: build with debug info (`debug = 1`)"
+        ));
+    }
+    for e in dwarf_errors {
+        context.push_str(&format!(
+            "; inlined copies cannot be seen where the debug info is unreadable: {e}"
         ));
     }
     if exe.stripped {

@@ -242,3 +242,75 @@ fn inlined_cpp_push_back_is_counted_exactly() {
 fn detail_without_invocations_is_an_error() {
     sbs(["--invocations-detail", "--", "/bin/true"]).fails_with(2, "add --invocations PATTERN");
 }
+
+/// Run `--invocations PATTERN --format json` on `exe 100`.
+fn invocations_of(exe: &Path, pattern: &str) -> util::Finished {
+    sbs([
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        pattern.as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+        "100".as_ref(),
+    ])
+}
+
+#[test]
+fn unreadable_debug_info_is_said_with_its_cause() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = util::gcc_fixture(dir.path(), "lock_first", &[]) else {
+        return;
+    };
+    // A copy whose .debug_info claims a DWARF version that does not exist.
+    let mut data = std::fs::read(&exe).unwrap();
+    let (start, _) = {
+        use object::{Object, ObjectSection};
+        let file = object::File::parse(&*data).unwrap();
+        file.section_by_name(".debug_info")
+            .and_then(|s| s.file_range())
+            .expect(".debug_info in the file")
+    };
+    let version = start as usize + 4;
+    data[version..version + 2].copy_from_slice(&[0x7f, 0x00]);
+    let broken = dir.path().join("broken");
+    std::fs::write(&broken, &data).unwrap();
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+
+    // The out-of-line copy is still counted; the warning says the inlined ones are
+    // unknown, and why.
+    let run = invocations_of(&broken, "bump_ool").success();
+    let warnings = run.json()["benchmarks"][0]["warnings"].to_string();
+    run.check(
+        warnings.contains("inlined instances unknown, DWARF unreadable")
+            && warnings.contains("malformed DWARF")
+            && warnings.contains("unknown DWARF version"),
+        "the warning names the cause",
+    );
+    // A function that exists only inlined: the error says why none was found.
+    let run = invocations_of(&broken, "bump_inl").fails_with(2, "matches no function");
+    run.check(
+        run.stderr().contains("debug info is unreadable")
+            && run.stderr().contains("unknown DWARF version"),
+        "the error names the cause",
+    );
+
+    // Split DWARF (-gsplit-dwarf): the inlined copies are in a .dwo file that is not read;
+    // it used to be a silent undercount (the inlined calls simply missing).
+    let split = tempfile::tempdir().unwrap();
+    let Some(exe) = util::gcc_fixture(split.path(), "lock_first", &["-gsplit-dwarf"]) else {
+        return;
+    };
+    let run = invocations_of(&exe, "bump_ool").success();
+    let warnings = run.json()["benchmarks"][0]["warnings"].to_string();
+    run.check(
+        warnings.contains("split into .dwo/.dwp files"),
+        "split DWARF is named",
+    );
+    invocations_of(&exe, "bump_inl").fails_with(2, "split into .dwo/.dwp files");
+}
