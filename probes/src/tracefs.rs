@@ -16,6 +16,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 use crate::error::ProbeError;
 use crate::sys;
@@ -26,6 +27,9 @@ pub const GROUP_PREFIX: &str = "sbs_profile_";
 /// Where the owners' lock files live: `sbs-profile/` under the first of these that is a
 /// directory.
 const LOCK_PARENTS: [&str; 2] = ["/run", "/var/lib"];
+
+/// The mount point of a tracefs this process mounted, if it did.
+static MOUNTED_HERE: OnceLock<PathBuf> = OnceLock::new();
 
 /// A mounted tracefs.
 #[derive(Debug, Clone)]
@@ -49,9 +53,12 @@ impl Tracefs {
             ));
         }
         match sys::mount_tracefs(target) {
-            Ok(()) if target.join("uprobe_events").exists() => Ok(Tracefs {
-                root: target.to_path_buf(),
-            }),
+            Ok(()) if target.join("uprobe_events").exists() => {
+                let _ = MOUNTED_HERE.set(target.to_path_buf());
+                Ok(Tracefs {
+                    root: target.to_path_buf(),
+                })
+            }
             Ok(()) => Err(ProbeError::NoTracefs {
                 cause: std::io::Error::other(
                     "mounted, but it has no uprobe_events: the kernel lacks CONFIG_UPROBE_EVENTS",
@@ -63,6 +70,12 @@ impl Tracefs {
                 |source| ProbeError::NoTracefs { cause: source },
             )),
         }
+    }
+
+    /// Where this process mounted tracefs, if [`Tracefs::open_or_mount`] had to: the mount
+    /// outlives the process, so the user should hear of it.
+    pub fn mounted_by_this_process() -> Option<&'static Path> {
+        MOUNTED_HERE.get().map(PathBuf::as_path)
     }
 
     /// A tracefs already mounted, if any.

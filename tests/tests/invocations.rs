@@ -739,6 +739,18 @@ fn missing_tracefs_is_mounted_or_a_clear_error() {
         samples(metric(&run.json(), "invocations.calls::work")),
         vec![200.0; 2]
     );
+    // The mount outlives the run, so it is said, once, on stderr.
+    let note = "note: tracefs was not mounted; mounted it at /sys/kernel/tracing";
+    run.check(
+        run.stderr().matches(note).count() == 1,
+        "the mount is announced once",
+    );
+    // Not when it was mounted already.
+    let mounted = sbs(args).success();
+    mounted.check(
+        !mounted.stderr().contains("mounted it"),
+        "no note without a mount",
+    );
     // Nowhere to mount it (a read-only /sys/kernel without the mount point): one line that
     // says what failed and the command that fixes it.
     let no_mount_point = format!("{unmount} && mount -t tmpfs -o ro none /sys/kernel");

@@ -18,12 +18,20 @@ pub(super) fn measure(
     targets: Vec<Target>,
     mode: Mode,
 ) -> anyhow::Result<ExitCode> {
-    let mut plan = plan::build(Request {
+    let plan = plan::build(Request {
         targets,
         measures: args.measures(),
         controls: args.controls(),
         destinations: args.report.destinations(),
-    })?;
+    });
+    // Said whether or not the plan could be built: the mount stays either way.
+    if let Some(at) = sbs_probes::tracefs::Tracefs::mounted_by_this_process() {
+        eprintln!(
+            "sbs-profile: note: tracefs was not mounted; mounted it at {} for the uprobes (it stays mounted)",
+            at.display()
+        );
+    }
+    let mut plan = plan?;
     let regression = Regression::new(
         &args.regression.settings(args.ignore_failure),
         plan.schedule.confidence,
