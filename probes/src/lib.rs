@@ -10,6 +10,7 @@ pub mod dwarf;
 pub mod elf;
 pub mod entries;
 pub mod error;
+pub mod execs;
 pub mod hits;
 pub mod pattern;
 pub mod resolve;
