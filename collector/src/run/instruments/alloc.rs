@@ -7,6 +7,12 @@
 //! is written anywhere. Every process image that loads the agent counts into its own slot
 //! of the region; after the child is reaped (and its process group killed) the collector
 //! reads the slots and sums them.
+//!
+//! A program that execs a child without the agent (it clears `LD_PRELOAD`, closes the
+//! descriptors, or the child is static or setuid) leaves no slot: its allocations would
+//! vanish unnoticed. So on the agent path each run also counts the execs of the child and
+//! its descendants ([`sbs_probes::execs`], perf comm records, no privileges needed at the
+//! usual `perf_event_paranoid`), and every exec that left no slot is reported.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -18,11 +24,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+use nix::unistd::Pid;
 use sbs_agent_abi::{
     slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD, ENV_HARNESS_TOKEN,
     ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE, LIBRARY_FD, REGION_FD, REGION_SIZE, SLOT_COUNT,
     SLOT_SIZE,
 };
+use sbs_probes::execs::{ExecCount, ExecWatch};
 use sbs_reports::model::Unit;
 
 use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
@@ -498,6 +506,123 @@ pub struct AllocAgent {
     runs: usize,
     unreported: u64,
     max_images: u64,
+    execs: ExecCheck,
+}
+
+/// Whether every exec'd program of a run reported: the kernel's count of execs against the
+/// images that claimed a slot. Agent path only (on the harness path only programs that
+/// carry the harness report, so an exec without a report is normal there).
+#[derive(Debug, Default)]
+struct ExecCheck {
+    /// This run's watch, opened when the child waits at its start gate.
+    watch: Option<ExecWatch>,
+    /// Runs whose watch could not be opened, and the first reason.
+    unchecked: usize,
+    reason: Option<String>,
+    /// Runs checked.
+    runs: usize,
+    /// Runs in which a ring may have dropped records (the count is a lower bound).
+    saturated: usize,
+    /// Runs with exec'd images that did not report, and the fewest and most per run.
+    missing_runs: usize,
+    missing_min: u64,
+    missing_max: u64,
+}
+
+/// Exec'd images of a run that did not report: execs the kernel saw, less the images that
+/// loaded the agent at start (the benchmark and every exec'd program that kept it). Images
+/// that found no free slot are subtracted too: they did load the agent (and are reported
+/// by a warning of their own).
+pub fn unmeasured_images(seen: ExecCount, reports: &Reports) -> u64 {
+    let loaded = reports
+        .images
+        .iter()
+        .filter(|s| s.origin() == Some(Origin::Load))
+        .count() as u64;
+    seen.execs
+        .saturating_sub(loaded.saturating_add(reports.unreported))
+}
+
+impl ExecCheck {
+    fn attach(&mut self, pid: Pid) {
+        match ExecWatch::open(pid.as_raw()) {
+            Ok(watch) => self.watch = Some(watch),
+            Err(e) => {
+                self.unchecked += 1;
+                self.reason
+                    .get_or_insert_with(|| format!("{e}; {}", e.fix()));
+            }
+        }
+    }
+
+    /// This run's unmeasured images, if its watch was open.
+    fn collect(&mut self, reports: &Reports) -> Option<u64> {
+        let seen = self.watch.take()?.count();
+        self.runs += 1;
+        if seen.saturated {
+            self.saturated += 1;
+        }
+        let missing = unmeasured_images(seen, reports);
+        if missing > 0 {
+            self.missing_min = if self.missing_runs == 0 {
+                missing
+            } else {
+                self.missing_min.min(missing)
+            };
+            self.missing_max = self.missing_max.max(missing);
+            self.missing_runs += 1;
+        }
+        Some(missing)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let all = self.runs + self.unchecked;
+        if self.missing_runs > 0 {
+            let (count, was, they, their) = match (self.missing_min, self.missing_max) {
+                (1, 1) => ("1 exec'd program".to_string(), "was", "it", "its"),
+                (a, b) if a == b => (format!("{a} exec'd programs"), "were", "they", "their"),
+                (a, b) => (
+                    format!("{a} to {b} exec'd programs"),
+                    "were",
+                    "they",
+                    "their",
+                ),
+            };
+            w.push(format!(
+                "{count} per run {was} not measured (in {} of {all} runs): {they} did not \
+                 report to the allocation agent, so {their} allocations are missing from the \
+                 alloc.* and heap.* metrics (alloc.unmeasured_images counts such programs); \
+                 likely causes: LD_PRELOAD replaced or cleared, descriptors {LIBRARY_FD} and \
+                 {REGION_FD} closed before exec (closefrom), a statically linked or setuid \
+                 program; keep LD_PRELOAD and those descriptors for the children, link them \
+                 dynamically, or profile the child program on its own",
+                self.missing_runs
+            ));
+        }
+        if self.saturated > 0 {
+            w.push(format!(
+                "in {} of {all} runs the kernel's exec records overflowed (more than about a \
+                 thousand processes or threads started per CPU), so exec'd programs without \
+                 the allocation agent may have gone unnoticed there: alloc.unmeasured_images \
+                 is a lower bound",
+                self.saturated
+            ));
+        }
+        if let Some(reason) = &self.reason {
+            let runs = if self.unchecked == all {
+                String::new()
+            } else {
+                format!(" in {} of {all} runs", self.unchecked)
+            };
+            w.push(format!(
+                "exec'd programs that ran without the allocation agent (LD_PRELOAD cleared, \
+                 descriptors closed, static or setuid programs) could not be detected{runs}, \
+                 so allocations missing from the counts would go unnoticed: {reason}"
+            ));
+        }
+        w
+    }
 }
 
 impl AllocAgent {
@@ -535,10 +660,17 @@ impl AllocAgent {
             runs: 0,
             unreported: 0,
             max_images: 0,
+            execs: ExecCheck::default(),
         })
     }
 
-    fn samples(&self, reports: &Reports, outcome: &RunOutcome, out: &mut Vec<Sample>) {
+    fn samples(
+        &self,
+        reports: &Reports,
+        unmeasured: Option<u64>,
+        outcome: &RunOutcome,
+        out: &mut Vec<Sample>,
+    ) {
         let t = reports.totals();
         let source = self.path.source();
         let m = |id: &str, unit| MetricSpec::new(id, unit, source, true);
@@ -566,6 +698,12 @@ impl AllocAgent {
             m("alloc.processes", Unit::Count),
             t.images as f64,
         ));
+        if let Some(n) = unmeasured {
+            out.push(Sample::new(
+                m("alloc.unmeasured_images", Unit::Count),
+                n as f64,
+            ));
+        }
     }
 }
 
@@ -575,8 +713,17 @@ impl Instrument for AllocAgent {
     }
 
     fn needs_start_gate(&self) -> bool {
-        // Everything is set up before fork (env, descriptors); nothing attaches.
-        false
+        // Env and descriptors are set up before fork; on the agent path the exec watch
+        // attaches to the child before it execs, so that its own exec counts.
+        self.path == AllocPath::Agent
+    }
+
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        if self.path == AllocPath::Agent {
+            // A watch that cannot be opened is a warning, not a failed run.
+            self.execs.attach(pid);
+        }
+        Ok(())
     }
 
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
@@ -608,7 +755,16 @@ impl Instrument for AllocAgent {
             .region
             .take()
             .context("internal error: collect without prepare")?;
-        let reports = region.read()?;
+        let reports = region.read();
+        // Consumed even when the region is unreadable, so no watch outlives its run.
+        let unmeasured = match &reports {
+            Ok(reports) => self.execs.collect(reports),
+            Err(_) => {
+                self.execs.watch = None;
+                None
+            }
+        };
+        let reports = reports?;
         if reports.images.is_empty() && self.path == AllocPath::Harness {
             anyhow::bail!(
                 "{} did not report its allocations: with --alloc-harness the program must use \
@@ -631,12 +787,17 @@ impl Instrument for AllocAgent {
         }
         self.unreported += reports.unreported;
         self.max_images = self.max_images.max(totals.images);
-        self.samples(&reports, outcome, out);
+        self.samples(&reports, unmeasured, outcome, out);
         Ok(())
     }
 
     fn abort_run(&mut self) {
         self.region = None;
+        self.execs.watch = None;
+    }
+
+    fn finish(&mut self) {
+        self.execs.watch = None;
     }
 
     fn warnings(&self) -> Vec<String> {
@@ -665,6 +826,7 @@ impl Instrument for AllocAgent {
                 self.max_images
             ));
         }
+        w.extend(self.execs.warnings());
         w
     }
 }
@@ -746,6 +908,85 @@ mod tests {
         assert_eq!(roles[0].1, 5.0);
         assert_eq!(roles[1].1, 3.0);
         assert_eq!(roles[2].1, 2.0);
+    }
+
+    #[test]
+    fn every_exec_without_a_loaded_slot_is_unmeasured() {
+        let img = |origin: Origin, pid| SlotValues {
+            origin: origin.code(),
+            pid,
+            ..SlotValues::default()
+        };
+        let seen = |execs| ExecCount {
+            execs,
+            saturated: false,
+        };
+        // The benchmark, a forked child, and the child's exec'd program.
+        let mut r = Reports {
+            images: vec![
+                img(Origin::Load, 10),
+                img(Origin::Fork, 11),
+                img(Origin::Load, 11),
+            ],
+            unreported: 0,
+        };
+        assert_eq!(unmeasured_images(seen(2), &r), 0);
+        // A third exec left no slot; forks are no execs and never make up for one.
+        assert_eq!(unmeasured_images(seen(3), &r), 1);
+        // An image that loaded the agent but found no free slot is not unmeasured here.
+        r.unreported = 1;
+        assert_eq!(unmeasured_images(seen(3), &r), 0);
+        // More slots than execs (a ring that dropped records) is no negative count.
+        assert_eq!(unmeasured_images(seen(0), &r), 0);
+    }
+
+    #[test]
+    fn exec_check_warnings_name_the_count_or_why_there_is_none() {
+        let mut check = ExecCheck {
+            runs: 3,
+            missing_runs: 2,
+            missing_min: 1,
+            missing_max: 1,
+            ..ExecCheck::default()
+        };
+        let w = check.warnings().join("\n");
+        assert!(
+            w.starts_with("1 exec'd program per run was not measured (in 2 of 3 runs): it did"),
+            "{w}"
+        );
+        assert!(w.contains("LD_PRELOAD") && w.contains("closefrom"), "{w}");
+        assert!(w.contains("static") && w.contains("setuid"), "{w}");
+        check.missing_max = 3;
+        let w = check.warnings().join("\n");
+        assert!(w.starts_with("1 to 3 exec'd programs per run were"), "{w}");
+
+        let unavailable = ExecCheck {
+            unchecked: 2,
+            reason: Some(
+                "perf_event_open ... failed: Permission denied; perf_event_paranoid is 3".into(),
+            ),
+            ..ExecCheck::default()
+        };
+        let w = unavailable.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("could not be detected, so allocations missing")
+                && w[0].ends_with("perf_event_paranoid is 3"),
+            "{w:?}"
+        );
+
+        let overflowed = ExecCheck {
+            runs: 4,
+            saturated: 1,
+            ..ExecCheck::default()
+        };
+        let w = overflowed.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("in 1 of 4 runs the kernel's exec records overflowed"),
+            "{w:?}"
+        );
+        assert!(ExecCheck::default().warnings().is_empty());
     }
 
     #[test]
