@@ -4,6 +4,7 @@
 mod util;
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -235,16 +236,37 @@ fn every_alloc() -> Option<(tempfile::TempDir, PathBuf)> {
 
 /// Compile `fixtures/c/NAME.c` with gcc at -O0, or `None` (with the reason printed).
 fn c_fixture(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    c_fixture_with(name, &[])
+}
+
+/// [`c_fixture`] with more gcc flags. With `-static`, a link that fails skips (no static
+/// C library here) instead of failing.
+fn c_fixture_with(name: &str, flags: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = dir.path().join(name);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/c/{name}.c"));
-    build!(
-        Need::Gcc,
-        Command::new("gcc")
-            .args(["-O0", "-Wall", "-o"])
-            .arg(&exe)
-            .arg(&src)
-    )?;
+    let mut gcc = Command::new("gcc");
+    gcc.args(["-O0", "-Wall"])
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src);
+    if !flags.contains(&"-static") {
+        build!(Need::Gcc, &mut gcc)?;
+        return Some((dir, exe));
+    }
+    let Ok(out) = gcc.output() else {
+        skip!(Need::Gcc, "gcc is not installed");
+        return None;
+    };
+    if !out.status.success() {
+        skip!(
+            Need::StaticLibc,
+            "gcc cannot link statically here (libc.a missing: apt-get install libc6-dev): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return None;
+    }
     Some((dir, exe))
 }
 
@@ -566,22 +588,207 @@ fn a_run_killed_at_its_timeout_still_reports_what_it_allocated() {
     assert_eq!(samples(metric(&report, "alloc.processes")), vec![1.0]);
 }
 
+/// Skip (with the reason) where execs cannot be counted here; `true` when the caller must
+/// return.
+fn skip_without_exec_watch() -> bool {
+    match sbs_probes::execs::check() {
+        Ok(()) => false,
+        Err(e) => {
+            skip!(
+                Need::PerfEvents,
+                "execs cannot be counted: {e}; {}",
+                e.fix()
+            );
+            true
+        }
+    }
+}
+
+/// `--alloc` over two runs of `args`: the report and its warnings, one string.
+fn alloc_report(args: &[&OsStr]) -> (serde_json::Value, String) {
+    let mut all: Vec<&OsStr> = [
+        "--alloc", "--runs", "2", "--warmup", "0", "-f", "json", "--",
+    ]
+    .iter()
+    .map(OsStr::new)
+    .collect();
+    all.extend_from_slice(args);
+    let report = sbs(all).success().json();
+    let warnings = report["benchmarks"][0]["warnings"].to_string();
+    (report, warnings)
+}
+
+/// The parent `alloc spawn HOW CHILD...` measured, its child not: one unmeasured image
+/// per run, and a warning that says so.
+fn assert_one_child_unmeasured(how: &str, child: &[&OsStr], reported: f64) {
+    let mut args: Vec<&OsStr> = [fixture!("alloc"), "spawn", how]
+        .into_iter()
+        .map(OsStr::new)
+        .collect();
+    args.extend_from_slice(child);
+    let (report, warnings) = alloc_report(&args);
+    assert!(
+        warnings.contains("1 exec'd program per run was not measured (in 2 of 2 runs)"),
+        "{warnings}"
+    );
+    for cause in ["LD_PRELOAD", "closefrom", "statically linked or setuid"] {
+        assert!(warnings.contains(cause), "{cause}: {warnings}");
+    }
+    assert_eq!(
+        samples(metric(&report, "alloc.unmeasured_images")),
+        vec![1.0; 2],
+        "{warnings}"
+    );
+    assert_eq!(
+        samples(metric(&report, "alloc.processes")),
+        vec![reported; 2]
+    );
+    // The child's 1000 blocks are not in the count: only the parent's are.
+    assert!(
+        samples(metric(&report, "alloc.count"))
+            .iter()
+            .all(|&c| c < 1000.0),
+        "{report:#}"
+    );
+}
+
+const THOUSAND_BLOCKS: [&str; 5] = ["", "threads", "1", "1000", "24"];
+
+fn alloc_child() -> Vec<&'static OsStr> {
+    let mut child: Vec<&OsStr> = THOUSAND_BLOCKS.iter().map(OsStr::new).collect();
+    child[0] = OsStr::new(fixture!("alloc"));
+    child
+}
+
+#[test]
+fn a_child_exec_d_without_ld_preload_is_reported_unmeasured() {
+    if skip_without_exec_watch() {
+        return;
+    }
+    assert_one_child_unmeasured("no-preload", &alloc_child(), 1.0);
+}
+
+#[test]
+fn a_child_that_closes_its_descriptors_before_exec_is_reported_unmeasured() {
+    if skip_without_exec_watch() {
+        return;
+    }
+    // The parent and its forked child (which then execs) report; the exec'd image cannot.
+    assert_one_child_unmeasured("closefrom", &alloc_child(), 2.0);
+}
+
+#[test]
+fn an_exec_d_static_program_is_reported_unmeasured() {
+    let Some((_dir, exe)) = c_fixture_with("thousand_blocks", &["-static"]) else {
+        return;
+    };
+    if skip_without_exec_watch() {
+        return;
+    }
+    assert_one_child_unmeasured("plain", &[exe.as_os_str()], 1.0);
+}
+
 #[test]
 fn a_shell_script_and_the_programs_it_runs_are_all_counted() {
+    if skip_without_exec_watch() {
+        return;
+    }
     let alloc = fixture!("alloc");
     let script = format!("{alloc} threads 1 10 16; {alloc} threads 1 20 16");
-    let run = sbs([
-        "--alloc", "--runs", "1", "--warmup", "0", "-f", "json", "--", "sh", "-c", &script,
-    ])
-    .success();
-    let report = run.json();
-    let processes = samples(metric(&report, "alloc.processes"))[0];
+    let args = ["sh", "-c", &script].map(OsStr::new);
+    let (report, warnings) = alloc_report(&args);
+    // Every exec'd program reported: nothing is missing, nothing said about it.
+    assert_eq!(
+        samples(metric(&report, "alloc.unmeasured_images")),
+        vec![0.0; 2]
+    );
+    assert!(!warnings.contains("not measured"), "{warnings}");
+    assert!(!warnings.contains("could not be detected"), "{warnings}");
+    let processes = samples(metric(&report, "alloc.processes"));
     // sh, and the two programs (each exec'd in a forked sh, or by sh itself).
-    assert!(processes >= 3.0, "{processes}");
+    assert!(
+        processes[0] >= 3.0 && processes[0] == processes[1],
+        "{processes:?}"
+    );
+    // The two programs' own counts, exactly.
     let ours =
         |n: &str| main_image(&agent(&fixture("alloc"), &["threads", "1", n, "16"])).allocs as f64;
-    let count = samples(metric(&report, "alloc.count"))[0];
-    assert!(count >= ours("10") + ours("20"), "{count}");
+    let count = metric(&report, "alloc.count");
+    let execd = count["details"]
+        .as_array()
+        .expect("details")
+        .iter()
+        .find(|d| d["label"] == "exec'd programs")
+        .unwrap_or_else(|| panic!("no exec'd programs row: {count:#}"));
+    assert_eq!(
+        samples(execd),
+        vec![ours("10") + ours("20"); 2],
+        "{count:#}"
+    );
+    let total = samples(count);
+    assert_eq!(total[0], total[1], "exact counts repeat");
+}
+
+#[test]
+fn the_exec_check_needs_no_root() {
+    if !util::is_root() {
+        skip!(Need::Root, "dropping to `nobody` for one run needs root");
+        return;
+    }
+    // Copies in a directory open to everyone: the build directory may not be.
+    let dir = tempfile::tempdir().unwrap();
+    make_executable(dir.path());
+    let (sbs_copy, alloc_copy) = (dir.path().join("sbs-profile"), dir.path().join("alloc"));
+    std::fs::copy(util::sbs_profile(), &sbs_copy).unwrap();
+    std::fs::copy(fixture!("alloc"), &alloc_copy).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&sbs_copy)
+        .args([
+            "--alloc", "--runs", "1", "--warmup", "0", "-f", "json", "--",
+        ])
+        .arg(&alloc_copy)
+        .args(["spawn", "no-preload"])
+        .arg(&alloc_copy)
+        .args(&THOUSAND_BLOCKS[1..])
+        .output();
+    let Ok(out) = out else {
+        skip!(Need::UtilLinux, "`setpriv` (util-linux) is not installed");
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(126) || out.status.code() == Some(127) {
+        skip!(
+            Need::Nobody,
+            "`nobody` cannot execute the test binaries ({err})"
+        );
+        return;
+    }
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let warnings = report["benchmarks"][0]["warnings"].to_string();
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok());
+    if paranoid.is_some_and(|p| p <= 2) {
+        // The usual setting: an unprivileged user's runs are checked like root's.
+        assert!(warnings.contains("1 exec'd program per run"), "{warnings}");
+        assert_eq!(
+            samples(metric(&report, "alloc.unmeasured_images")),
+            vec![1.0]
+        );
+    } else {
+        // Stricter: the report says that the check could not be made, and why.
+        assert!(
+            warnings.contains("could not be detected") && warnings.contains("perf_event_paranoid"),
+            "{warnings}"
+        );
+    }
+}
+
+fn make_executable(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// `--alloc --alloc-harness` on the harness fixture: (alloc.count, alloc.bytes, source).

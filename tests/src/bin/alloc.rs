@@ -13,6 +13,9 @@
 //! - `boxes N`: boxes N values with `Box::new` (and nothing else in a `Box`).
 //! - `fork-threads T N`: T threads allocate in a loop while the main thread forks 20
 //!   times; each child allocates and exits.
+//! - `spawn HOW PROGRAM ARGS...`: runs PROGRAM as a child and waits; HOW is `plain`,
+//!   `no-preload` (the child's environment lacks `LD_PRELOAD`) or `closefrom` (the child
+//!   closes every descriptor from 3 up before its exec).
 use std::hint::black_box;
 use std::process::Command;
 
@@ -50,6 +53,35 @@ fn wait(pid: libc::pid_t) -> i32 {
     // SAFETY: waiting for our own child into a live local.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     status
+}
+
+fn spawn(args: &[String]) {
+    use std::os::unix::process::CommandExt;
+    let [how, program, rest @ ..] = args else {
+        panic!("usage: alloc spawn plain|no-preload|closefrom PROGRAM ARGS...");
+    };
+    let mut child = Command::new(program);
+    child.args(rest);
+    match how.as_str() {
+        "plain" => {}
+        "no-preload" => {
+            child.env_remove("LD_PRELOAD");
+        }
+        "closefrom" => {
+            // SAFETY: the closure runs in the forked child before exec and makes one
+            // async-signal-safe system call. It also closes std's exec-error pipe, so a
+            // failed exec shows as exit status 127 from the child rather than an error here.
+            unsafe {
+                child.pre_exec(|| {
+                    libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                    Ok(())
+                });
+            }
+        }
+        other => panic!("unknown spawn mode {other}: plain, no-preload or closefrom"),
+    }
+    let status = child.status().expect("run the child program");
+    assert!(status.success(), "child program failed: {status}");
 }
 
 fn main() {
@@ -149,8 +181,9 @@ fn main() {
                 h.join().expect("thread");
             }
         }
+        Some("spawn") => spawn(&args[2..]),
         _ => panic!(
-            "usage: alloc threads|fork|exec|exit-now|stress|boxes|churn|fork-threads ARGS..."
+            "usage: alloc threads|fork|exec|exit-now|stress|boxes|churn|fork-threads|spawn ARGS..."
         ),
     }
     peak_block();
