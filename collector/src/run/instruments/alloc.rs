@@ -575,9 +575,19 @@ impl ExecCheck {
         Some(missing)
     }
 
-    fn warnings(&self) -> Vec<String> {
+    /// `metric`: whether the report has `alloc.unmeasured_images` (not for `--memory`'s
+    /// heap runs).
+    fn warnings(&self, metric: bool) -> Vec<String> {
         let mut w = Vec::new();
         let all = self.runs + self.unchecked;
+        let (counted, bound) = if metric {
+            (
+                " (alloc.unmeasured_images counts such programs)",
+                ": alloc.unmeasured_images is a lower bound",
+            )
+        } else {
+            ("", "")
+        };
         if self.missing_runs > 0 {
             let (count, was, they, their) = match (self.missing_min, self.missing_max) {
                 (1, 1) => ("1 exec'd program".to_string(), "was", "it", "its"),
@@ -592,11 +602,11 @@ impl ExecCheck {
             w.push(format!(
                 "{count} per run {was} not measured (in {} of {all} runs): {they} did not \
                  report to the allocation agent, so {their} allocations are missing from the \
-                 alloc.* and heap.* metrics (alloc.unmeasured_images counts such programs); \
-                 likely causes: LD_PRELOAD replaced or cleared, descriptors {LIBRARY_FD} and \
-                 {REGION_FD} closed before exec (closefrom), a statically linked or setuid \
-                 program; keep LD_PRELOAD and those descriptors for the children, link them \
-                 dynamically, or profile the child program on its own",
+                 alloc.* and heap.* metrics{counted}; likely causes: LD_PRELOAD replaced or \
+                 cleared, descriptors {LIBRARY_FD} and {REGION_FD} closed before exec \
+                 (closefrom), a statically linked or setuid program; keep LD_PRELOAD and those \
+                 descriptors for the children, link them dynamically, or profile the child \
+                 program on its own",
                 self.missing_runs
             ));
         }
@@ -604,8 +614,7 @@ impl ExecCheck {
             w.push(format!(
                 "in {} of {all} runs the kernel's exec records overflowed (more than about a \
                  thousand processes or threads started per CPU), so exec'd programs without \
-                 the allocation agent may have gone unnoticed there: alloc.unmeasured_images \
-                 is a lower bound",
+                 the allocation agent may have gone unnoticed there{bound}",
                 self.saturated
             ));
         }
@@ -826,7 +835,7 @@ impl Instrument for AllocAgent {
                 self.max_images
             ));
         }
-        w.extend(self.execs.warnings());
+        w.extend(self.execs.warnings(self.metrics == AllocMetrics::All));
         w
     }
 }
@@ -949,7 +958,7 @@ mod tests {
             missing_max: 1,
             ..ExecCheck::default()
         };
-        let w = check.warnings().join("\n");
+        let w = check.warnings(true).join("\n");
         assert!(
             w.starts_with("1 exec'd program per run was not measured (in 2 of 3 runs): it did"),
             "{w}"
@@ -957,8 +966,12 @@ mod tests {
         assert!(w.contains("LD_PRELOAD") && w.contains("closefrom"), "{w}");
         assert!(w.contains("static") && w.contains("setuid"), "{w}");
         check.missing_max = 3;
-        let w = check.warnings().join("\n");
+        let w = check.warnings(true).join("\n");
         assert!(w.starts_with("1 to 3 exec'd programs per run were"), "{w}");
+        assert!(w.contains("(alloc.unmeasured_images counts"), "{w}");
+        // --memory's heap runs have no such metric to point to.
+        let w = check.warnings(false).join("\n");
+        assert!(!w.contains("alloc.unmeasured_images"), "{w}");
 
         let unavailable = ExecCheck {
             unchecked: 2,
@@ -967,7 +980,7 @@ mod tests {
             ),
             ..ExecCheck::default()
         };
-        let w = unavailable.warnings();
+        let w = unavailable.warnings(true);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w[0].contains("could not be detected, so allocations missing")
@@ -980,13 +993,13 @@ mod tests {
             saturated: 1,
             ..ExecCheck::default()
         };
-        let w = overflowed.warnings();
+        let w = overflowed.warnings(true);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w[0].starts_with("in 1 of 4 runs the kernel's exec records overflowed"),
             "{w:?}"
         );
-        assert!(ExecCheck::default().warnings().is_empty());
+        assert!(ExecCheck::default().warnings(true).is_empty());
     }
 
     #[test]
