@@ -240,9 +240,12 @@ pub enum ComparisonMethod {
     /// Welch's interval for the difference of means, Student t with the
     /// Welch-Satterthwaite degrees of freedom.
     WelchT,
-    /// Welch's interval with the normal distribution (both sides have 30 samples or more).
+    /// Welch's interval with the normal distribution: written by versions before
+    /// 2026-11-23 for 30 samples or more a side; kept so their JSON still reads.
     WelchZ,
-    /// One-way ANOVA over three or more series, then a post-hoc pair interval.
+    /// One-way ANOVA gating a post-hoc pair interval: written by versions before
+    /// 2026-11-23; kept so their JSON still reads. An ANOVA is now context only
+    /// ([`Comparison::anova`]).
     Anova,
     /// Zero variance on every side: values compared exactly.
     Exact,
