@@ -446,7 +446,10 @@ fn own_children() -> Vec<i32> {
         let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
             continue;
         };
-        pids.extend(list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        pids.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
     }
     pids
 }
