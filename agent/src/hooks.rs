@@ -1,4 +1,4 @@
-//! The interposed malloc family, the start-up that finds the report region, and the fork
+//! The interposed malloc family, the start-up that finds the report file, and the fork
 //! handler. Every function here is a thin shim: block trailers are in [`crate::trailer`],
 //! counting in `sbs_agent_abi::counters`.
 //!
@@ -12,18 +12,18 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize};
 
 use sbs_agent_abi::{
-    parse_fd, parse_token, slot_offset, HeaderValues, Origin, RegionHeader, Slot, ENV_REGION_FD_C,
-    ENV_REGION_TOKEN_C, HEADER_SIZE as REGION_HEADER_SIZE, REGION_SIZE, SLOT_COUNT,
+    parse_fd, parse_token, slot_offset, HeaderValues, Origin, ReportHeader, Slot, ENV_REPORT_FD_C,
+    ENV_REPORT_TOKEN_C, HEADER_SIZE as REPORT_HEADER_SIZE, REPORT_SIZE, SLOT_COUNT,
 };
 
 use crate::sys;
 use crate::trailer::{self, Block, MAX_SIZE, TRAILER_SIZE};
 use sbs_agent_abi::counters::{self, Access, ForkSnapshot, Target};
 
-/// The report slot of this process image, or null (no region, or all slots taken).
+/// The report slot of this process image, or null (no report file, or all slots taken).
 static SLOT: AtomicPtr<Slot> = AtomicPtr::new(null_mut());
-/// The mapped report region, or null.
-static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
+/// The mapped report file, or null.
+static REPORT: AtomicPtr<ReportHeader> = AtomicPtr::new(null_mut());
 /// Start-up state: [`UNINIT`], [`RUNNING`] or [`DONE`].
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 const UNINIT: u8 = 0;
@@ -55,7 +55,7 @@ extern "C" fn init_at_load() {
     start(true);
 }
 
-/// Find the region and claim a slot, once. Hooks call this too, because other libraries'
+/// Find the report file and claim a slot, once. Hooks call this too, because other libraries'
 /// constructors may allocate before ours runs. `final_attempt` is set by the constructor:
 /// earlier attempts that find no env var may have run before the environment was set up,
 /// so they leave the state for a later attempt.
@@ -67,10 +67,10 @@ fn start(final_attempt: bool) {
         return;
     }
     // SAFETY: runs once (guarded by STATE); only reads the environment and maps the fd.
-    let found = unsafe { find_region() };
+    let found = unsafe { find_report() };
     match found {
-        Some(region) => {
-            REGION.store(region, Release);
+        Some(report) => {
+            REPORT.store(report, Release);
             claim(Origin::Load, None);
             // SAFETY: registering plain `extern "C"` functions without arguments.
             unsafe {
@@ -83,27 +83,27 @@ fn start(final_attempt: bool) {
     }
 }
 
-/// Read the env vars, check the region's header and map it.
+/// Read the env vars, check the report header and map it.
 ///
 /// # Safety
 /// Must not run concurrently with itself (guarded by `STATE`).
-unsafe fn find_region() -> Option<*mut RegionHeader> {
+unsafe fn find_report() -> Option<*mut ReportHeader> {
     // SAFETY: NUL-terminated names; getenv returns null or a NUL-terminated string.
-    let fd = parse_fd(unsafe { env_bytes(ENV_REGION_FD_C)? })?;
+    let fd = parse_fd(unsafe { env_bytes(ENV_REPORT_FD_C)? })?;
     // SAFETY: as above.
-    let token = parse_token(unsafe { env_bytes(ENV_REGION_TOKEN_C)? })?;
-    let mut raw = [0u8; REGION_HEADER_SIZE];
+    let token = parse_token(unsafe { env_bytes(ENV_REPORT_TOKEN_C)? })?;
+    let mut raw = [0u8; REPORT_HEADER_SIZE];
     // SAFETY: reads at most raw.len() bytes into a stack buffer.
     let got = unsafe { sys::pread(fd, raw.as_mut_ptr().cast(), raw.len(), 0) };
     if got != raw.len() as isize || !HeaderValues::from_bytes(&raw)?.matches(token) {
         return None;
     }
-    // SAFETY: a fresh shared mapping of the region; the header check above shows the fd is
-    // the collector's region of REGION_SIZE bytes.
+    // SAFETY: a fresh shared mapping of the report file; the header check above shows the fd is
+    // the collector's report file of REPORT_SIZE bytes.
     let map = unsafe {
         sys::mmap(
             null_mut(),
-            REGION_SIZE,
+            REPORT_SIZE,
             sys::PROT_READ | sys::PROT_WRITE,
             sys::MAP_SHARED,
             fd,
@@ -136,22 +136,22 @@ unsafe fn env_bytes(name: &[u8]) -> Option<&'static [u8]> {
     Some(unsafe { core::slice::from_raw_parts(value.cast::<u8>(), len) })
 }
 
-/// Take the next slot of the region for this process image.
+/// Take the next slot of the report file for this process image.
 fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
-    let region = REGION.load(Acquire);
-    if region.is_null() {
+    let report = REPORT.load(Acquire);
+    if report.is_null() {
         return;
     }
-    // SAFETY: REGION is a live mapping of REGION_SIZE bytes starting with the header.
-    let head = unsafe { &*region };
+    // SAFETY: REPORT is a live mapping of REPORT_SIZE bytes starting with the header.
+    let head = unsafe { &*report };
     let index = head.claims.fetch_add(1, Relaxed) as usize;
     if index >= SLOT_COUNT {
         SLOT.store(null_mut(), Release);
         return;
     }
-    // SAFETY: slot_offset(index) + SLOT_SIZE <= REGION_SIZE for index < SLOT_COUNT, and
+    // SAFETY: slot_offset(index) + SLOT_SIZE <= REPORT_SIZE for index < SLOT_COUNT, and
     // slots are 8-byte aligned (the mapping is page-aligned, offsets multiples of 128).
-    let slot = unsafe { region.cast::<u8>().add(slot_offset(index)).cast::<Slot>() };
+    let slot = unsafe { report.cast::<u8>().add(slot_offset(index)).cast::<Slot>() };
     // SAFETY: as above; the slot is ours alone (claimed by the atomic increment).
     let slot_ref = unsafe { &*slot };
     // SAFETY: getpid/getppid have no preconditions.
@@ -192,7 +192,7 @@ fn current_slot() -> Option<&'static Slot> {
         start(false);
     }
     let slot = SLOT.load(Acquire);
-    // SAFETY: a non-null SLOT points into the region mapping, which is never unmapped.
+    // SAFETY: a non-null SLOT points into the report file's mapping, which is never unmapped.
     unsafe { slot.as_ref() }
 }
 

@@ -1,7 +1,7 @@
 //! The allocation agent: a `LD_PRELOAD` library that counts what a process allocates.
 //!
 //! It interposes the malloc family, forwards to glibc's `__libc_*` entry points (so it
-//! never recurses into itself) and keeps its counters in the report region the collector
+//! never recurses into itself) and keeps its counters in the report file the collector
 //! passed in (see `sbs-agent-abi`). It is `no_std` on purpose: a std-based agent brings a
 //! TLS segment that changes every thread's allocations, and nothing in a hook may allocate.
 //!

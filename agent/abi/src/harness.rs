@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn descriptor_numbers_do_not_collide() {
         let mut fds = [
-            crate::REGION_FD,
+            crate::REPORT_FD,
             crate::LIBRARY_FD,
             OUT_FD,
             REGION_SOCKET_UPROBES.1,

@@ -1,13 +1,13 @@
 //! The contract between the preloaded allocation agent (`sbs-agent`) and the collector.
 //!
-//! Defined once, used by both sides. The collector creates a *report region*: a memfd of
-//! [`REGION_SIZE`] bytes that starts with a [`RegionHeader`] followed by [`SLOT_COUNT`]
-//! [`Slot`]s. It passes the memfd to the child at descriptor [`REGION_FD`] and announces it
-//! with the env vars [`ENV_REGION_FD`] and [`ENV_REGION_TOKEN`]. Every process image that
+//! Defined once, used by both sides. The collector creates a *report file*: a memfd of
+//! [`REPORT_SIZE`] bytes that starts with a [`ReportHeader`] followed by [`SLOT_COUNT`]
+//! [`Slot`]s. It passes the memfd to the child at descriptor [`REPORT_FD`] and announces it
+//! with the env vars [`ENV_REPORT_FD`] and [`ENV_REPORT_TOKEN`]. Every process image that
 //! loads the agent (the benchmark, its forked children, every program it execs) claims one
 //! slot and keeps its counters *in* that slot, in shared memory. Nothing has to be written
 //! at exit, so a process that ends with `_exit`, `abort`, a fatal signal or `exec` still
-//! reports; the collector reads the region after the run.
+//! reports; the collector reads the report file after the run.
 //!
 //! All fields are 64-bit little-endian words (atomics on the agent's side); the collector
 //! decodes them from bytes with [`SlotValues::from_bytes`], so it needs no `unsafe`.
@@ -25,12 +25,12 @@ pub mod harness;
 use core::mem::{offset_of, size_of};
 use core::sync::atomic::AtomicU64;
 
-/// Env var: the descriptor number of the report region in the child.
-pub const ENV_REGION_FD: &str = "SBS_AGENT_FD";
-/// Env var: the region's token (16 hex digits); the agent ignores a region whose header
+/// Env var: the descriptor number of the report file in the child.
+pub const ENV_REPORT_FD: &str = "SBS_AGENT_FD";
+/// Env var: the report file's token (16 hex digits); the agent ignores a report file whose header
 /// does not carry it, so a reused descriptor number is never written to.
-pub const ENV_REGION_TOKEN: &str = "SBS_AGENT_TOKEN";
-/// Env vars announcing the region to the in-process harness instead (`--alloc-harness`).
+pub const ENV_REPORT_TOKEN: &str = "SBS_AGENT_TOKEN";
+/// Env vars announcing the report file to the in-process harness instead (`--alloc-harness`).
 /// Distinct names, so that a program carrying the harness does not also report when it
 /// runs under the agent (which would count its allocations twice).
 pub const ENV_HARNESS_FD: &str = "SBS_HARNESS_FD";
@@ -41,21 +41,21 @@ pub const ENV_HARNESS_FD_C: &[u8] = b"SBS_HARNESS_FD\0";
 /// [`ENV_HARNESS_TOKEN`], NUL-terminated.
 pub const ENV_HARNESS_TOKEN_C: &[u8] = b"SBS_HARNESS_TOKEN\0";
 /// The same names, NUL-terminated, for `getenv` inside the agent.
-pub const ENV_REGION_FD_C: &[u8] = b"SBS_AGENT_FD\0";
-/// See [`ENV_REGION_FD_C`].
-pub const ENV_REGION_TOKEN_C: &[u8] = b"SBS_AGENT_TOKEN\0";
+pub const ENV_REPORT_FD_C: &[u8] = b"SBS_AGENT_FD\0";
+/// See [`ENV_REPORT_FD_C`].
+pub const ENV_REPORT_TOKEN_C: &[u8] = b"SBS_AGENT_TOKEN\0";
 
-/// Descriptor number the collector gives the report region in the child. High, so that
+/// Descriptor number the collector gives the report file in the child. High, so that
 /// programs that use small fixed numbers (`3>file`) do not collide with it.
-pub const REGION_FD: i32 = 1019;
+pub const REPORT_FD: i32 = 1019;
 /// Descriptor number the collector gives the agent library (a memfd) in the child;
 /// `LD_PRELOAD=/proc/self/fd/1018`.
 pub const LIBRARY_FD: i32 = 1018;
 
-/// First word of the region header.
-pub const REGION_MAGIC: u64 = 0x5342_5341_4c4c_4f43; // "SBSALLOC"
+/// First word of the report header.
+pub const REPORT_MAGIC: u64 = 0x5342_5341_4c4c_4f43; // "SBSALLOC"
 /// Layout version; bumped on any incompatible change.
-pub const REGION_VERSION: u64 = 2;
+pub const REPORT_VERSION: u64 = 2;
 
 /// Bytes of the header (one slot's worth, for alignment).
 pub const HEADER_SIZE: usize = 128;
@@ -63,8 +63,8 @@ pub const HEADER_SIZE: usize = 128;
 pub const SLOT_SIZE: usize = SLOT_HEAD_SIZE + STRIPES * STRIPE_SIZE;
 /// Number of slots: process images that can report in one run.
 pub const SLOT_COUNT: usize = 8191;
-/// Total size of the region.
-pub const REGION_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE;
+/// Total size of the report file.
+pub const REPORT_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE;
 
 /// How a process image came to use its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,14 +95,14 @@ impl Origin {
     }
 }
 
-/// Start of the region.
+/// Start of the report file.
 #[repr(C)]
-pub struct RegionHeader {
-    /// [`REGION_MAGIC`].
+pub struct ReportHeader {
+    /// [`REPORT_MAGIC`].
     pub magic: AtomicU64,
-    /// [`REGION_VERSION`].
+    /// [`REPORT_VERSION`].
     pub version: AtomicU64,
-    /// The random token also passed in [`ENV_REGION_TOKEN`].
+    /// The random token also passed in [`ENV_REPORT_TOKEN`].
     pub token: AtomicU64,
     /// Number of slot claims so far (may exceed [`SLOT_COUNT`]: the excess had no slot).
     pub claims: AtomicU64,
@@ -166,56 +166,56 @@ pub const STRIPE_SIZE: usize = 64;
 pub const SLOT_HEAD_SIZE: usize = 128;
 
 const _: () = assert!(size_of::<Stripe>() == STRIPE_SIZE);
-const _: () = assert!(size_of::<RegionHeader>() == HEADER_SIZE);
+const _: () = assert!(size_of::<ReportHeader>() == HEADER_SIZE);
 const _: () = assert!(size_of::<Slot>() == SLOT_SIZE);
 
 /// A decoded header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeaderValues {
-    /// See [`RegionHeader::magic`].
+    /// See [`ReportHeader::magic`].
     pub magic: u64,
-    /// See [`RegionHeader::version`].
+    /// See [`ReportHeader::version`].
     pub version: u64,
-    /// See [`RegionHeader::token`].
+    /// See [`ReportHeader::token`].
     pub token: u64,
-    /// See [`RegionHeader::claims`].
+    /// See [`ReportHeader::claims`].
     pub claims: u64,
 }
 
 impl HeaderValues {
-    /// A fresh header for a region with this token.
+    /// A fresh header for a report file with this token.
     pub const fn new(token: u64) -> Self {
         HeaderValues {
-            magic: REGION_MAGIC,
-            version: REGION_VERSION,
+            magic: REPORT_MAGIC,
+            version: REPORT_VERSION,
             token,
             claims: 0,
         }
     }
 
-    /// Decode the first [`HEADER_SIZE`] bytes of a region. `None` if too short.
+    /// Decode the first [`HEADER_SIZE`] bytes of a report file. `None` if too short.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         Some(HeaderValues {
-            magic: word(bytes, offset_of!(RegionHeader, magic))?,
-            version: word(bytes, offset_of!(RegionHeader, version))?,
-            token: word(bytes, offset_of!(RegionHeader, token))?,
-            claims: word(bytes, offset_of!(RegionHeader, claims))?,
+            magic: word(bytes, offset_of!(ReportHeader, magic))?,
+            version: word(bytes, offset_of!(ReportHeader, version))?,
+            token: word(bytes, offset_of!(ReportHeader, token))?,
+            claims: word(bytes, offset_of!(ReportHeader, claims))?,
         })
     }
 
-    /// Encode as the first [`HEADER_SIZE`] bytes of a region.
+    /// Encode as the first [`HEADER_SIZE`] bytes of a report file.
     pub fn to_bytes(&self) -> [u8; HEADER_SIZE] {
         let mut out = [0u8; HEADER_SIZE];
-        put(&mut out, offset_of!(RegionHeader, magic), self.magic);
-        put(&mut out, offset_of!(RegionHeader, version), self.version);
-        put(&mut out, offset_of!(RegionHeader, token), self.token);
-        put(&mut out, offset_of!(RegionHeader, claims), self.claims);
+        put(&mut out, offset_of!(ReportHeader, magic), self.magic);
+        put(&mut out, offset_of!(ReportHeader, version), self.version);
+        put(&mut out, offset_of!(ReportHeader, token), self.token);
+        put(&mut out, offset_of!(ReportHeader, claims), self.claims);
         out
     }
 
-    /// Whether this is a region of our layout carrying `token`.
+    /// Whether this is a report file of our layout carrying `token`.
     pub fn matches(&self, token: u64) -> bool {
-        self.magic == REGION_MAGIC && self.version == REGION_VERSION && self.token == token
+        self.magic == REPORT_MAGIC && self.version == REPORT_VERSION && self.token == token
     }
 }
 
@@ -309,7 +309,7 @@ impl SlotValues {
     }
 }
 
-/// Byte offset of slot `index` in the region.
+/// Byte offset of slot `index` in the report file.
 pub const fn slot_offset(index: usize) -> usize {
     HEADER_SIZE + index * SLOT_SIZE
 }
@@ -401,11 +401,11 @@ mod tests {
     }
 
     #[test]
-    fn region_layout_is_what_the_agent_maps() {
+    fn report_layout_is_what_the_agent_maps() {
         assert_eq!(slot_offset(0), HEADER_SIZE);
-        assert_eq!(slot_offset(SLOT_COUNT), REGION_SIZE);
+        assert_eq!(slot_offset(SLOT_COUNT), REPORT_SIZE);
         assert_eq!(offset_of!(Slot, stripes), SLOT_HEAD_SIZE);
-        // Slots and stripes start on cache lines (the region is page-aligned).
+        // Slots and stripes start on cache lines (the report file is mapped page-aligned).
         assert_eq!(slot_offset(1) % 64, 0);
         assert_eq!(SLOT_SIZE % 64, 0);
     }

@@ -13,10 +13,10 @@
 //! # fn main() {}
 //! ```
 //!
-//! The wrapper counts into the same report region, with the same slot layout and update
+//! The wrapper counts into the same report file, with the same slot layout and update
 //! rules (`sbs_agent_abi::counters`), as the agent: blocks, requested bytes (from the
 //! `Layout`, so no block header is needed), resizes, live and peak bytes, per process
-//! image, forks included. Outside `sbs-profile` (no region announced) it only forwards.
+//! image, forks included. Outside `sbs-profile` (no report file announced) it only forwards.
 //! What it cannot see: allocations that do not go through the Rust global allocator
 //! (C libraries calling `malloc`). The collector reports its numbers with source
 //! `harness`, never mixed with the agent's.
@@ -32,11 +32,11 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8};
 
 use sbs_agent_abi::counters::{self, Access, ForkSnapshot, Target};
 use sbs_agent_abi::{
-    parse_fd, parse_token, slot_offset, HeaderValues, Origin, RegionHeader, Slot, ENV_HARNESS_FD_C,
-    ENV_HARNESS_TOKEN_C, HEADER_SIZE, REGION_SIZE, SLOT_COUNT,
+    parse_fd, parse_token, slot_offset, HeaderValues, Origin, ReportHeader, Slot, ENV_HARNESS_FD_C,
+    ENV_HARNESS_TOKEN_C, HEADER_SIZE, REPORT_SIZE, SLOT_COUNT,
 };
 
-/// A `GlobalAlloc` that forwards to `A` and counts into sbs-profile's report region.
+/// A `GlobalAlloc` that forwards to `A` and counts into sbs-profile's report file.
 #[derive(Debug, Default)]
 pub struct CountingAlloc<A> {
     inner: A,
@@ -50,7 +50,7 @@ impl<A> CountingAlloc<A> {
 }
 
 static SLOT: AtomicPtr<Slot> = AtomicPtr::new(null_mut());
-static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
+static REPORT: AtomicPtr<ReportHeader> = AtomicPtr::new(null_mut());
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 const UNINIT: u8 = 0;
 const RUNNING: u8 = 1;
@@ -97,7 +97,7 @@ fn slot() -> Option<&'static Slot> {
     if STATE.load(Acquire) != DONE {
         start();
     }
-    // SAFETY: a non-null SLOT points into the region mapping, which is never unmapped.
+    // SAFETY: a non-null SLOT points into the report file's mapping, which is never unmapped.
     unsafe { SLOT.load(Acquire).as_ref() }
 }
 
@@ -108,8 +108,8 @@ fn start() {
     {
         return; // another thread is starting, or this is a re-entrant call: uncounted
     }
-    if let Some(region) = find_region() {
-        REGION.store(region, Release);
+    if let Some(report) = find_report() {
+        REPORT.store(report, Release);
         claim(Origin::Load, None);
         // SAFETY: registering plain `extern "C"` functions without arguments.
         unsafe { libc::pthread_atfork(Some(before_fork), None, Some(in_fork_child)) };
@@ -128,7 +128,7 @@ fn env_bytes(name: &[u8]) -> Option<&'static [u8]> {
     Some(unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes())
 }
 
-fn find_region() -> Option<*mut RegionHeader> {
+fn find_report() -> Option<*mut ReportHeader> {
     let fd = parse_fd(env_bytes(ENV_HARNESS_FD_C)?)?;
     let token = parse_token(env_bytes(ENV_HARNESS_TOKEN_C)?)?;
     let mut raw = [0u8; HEADER_SIZE];
@@ -137,11 +137,11 @@ fn find_region() -> Option<*mut RegionHeader> {
     if got != raw.len() as isize || !HeaderValues::from_bytes(&raw)?.matches(token) {
         return None;
     }
-    // SAFETY: a fresh shared mapping of the collector's region (header checked above).
+    // SAFETY: a fresh shared mapping of the collector's report file (header checked above).
     let map = unsafe {
         libc::mmap(
             null_mut(),
-            REGION_SIZE,
+            REPORT_SIZE,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
             fd,
@@ -155,12 +155,12 @@ fn find_region() -> Option<*mut RegionHeader> {
 }
 
 fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
-    let region = REGION.load(Acquire);
-    if region.is_null() {
+    let report = REPORT.load(Acquire);
+    if report.is_null() {
         return;
     }
-    // SAFETY: REGION is a live mapping of REGION_SIZE bytes starting with the header.
-    let head = unsafe { &*region };
+    // SAFETY: REPORT is a live mapping of REPORT_SIZE bytes starting with the header.
+    let head = unsafe { &*report };
     let index = head.claims.fetch_add(1, Relaxed) as usize;
     if index >= SLOT_COUNT {
         SLOT.store(null_mut(), Release);
@@ -168,7 +168,7 @@ fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
     }
     // SAFETY: slot `index` lies inside the mapping and is 64-byte aligned; claimed by the
     // atomic increment, so it is ours alone.
-    let slot = unsafe { region.cast::<u8>().add(slot_offset(index)).cast::<Slot>() };
+    let slot = unsafe { report.cast::<u8>().add(slot_offset(index)).cast::<Slot>() };
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
     // SAFETY: as above.
@@ -259,7 +259,7 @@ mod tests {
     use std::alloc::System;
 
     #[test]
-    fn forwards_without_a_region() {
+    fn forwards_without_a_report_file() {
         let a = CountingAlloc::new(System);
         let layout = Layout::from_size_align(64, 8).unwrap();
         // SAFETY: a valid non-zero layout; the block is freed with the same layout.
@@ -270,7 +270,7 @@ mod tests {
             assert!(!q.is_null());
             a.dealloc(q, Layout::from_size_align(128, 8).unwrap());
         }
-        // The test process has no region: nothing was claimed.
+        // The test process has no report file: nothing was claimed.
         assert!(SLOT.load(Relaxed).is_null());
     }
 }

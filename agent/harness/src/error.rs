@@ -62,9 +62,12 @@ pub enum HarnessError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The region descriptors from the collector could not be used.
-    #[error("region marker {what} (descriptor {fd}): {source}; is this binary run by a matching sbs-profile version?")]
-    Region {
+    /// A descriptor from the collector (region markers, the allocation report file) could not
+    /// be used.
+    #[error(
+        "{what} (descriptor {fd}): {source}; is this binary run by a matching sbs-profile version?"
+    )]
+    Descriptor {
         /// What failed.
         what: &'static str,
         /// The descriptor.

@@ -12,7 +12,7 @@ use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use sbs_agent_abi::harness::{ENV_REGION_CALLGRIND, REGION_SOCKET_ENVS};
 use sbs_agent_abi::{
     parse_fd, parse_token, slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD,
-    ENV_HARNESS_TOKEN, ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE, SLOT_COUNT, SLOT_SIZE,
+    ENV_HARNESS_TOKEN, ENV_REPORT_FD, ENV_REPORT_TOKEN, HEADER_SIZE, SLOT_COUNT, SLOT_SIZE,
 };
 
 use crate::error::HarnessError;
@@ -28,7 +28,7 @@ pub(crate) struct HeapSnapshot {
     pub live: i64,
 }
 
-/// This process's slot in the agent's report region.
+/// This process's slot in the agent's report file.
 #[derive(Debug)]
 pub(crate) struct AgentSlot {
     file: File,
@@ -39,12 +39,12 @@ impl AgentSlot {
     /// The slot of this process, if the agent is loaded (its env vars are set and a slot
     /// carries our pid).
     fn find() -> Result<Option<AgentSlot>, HarnessError> {
-        // The preload agent's region, or (`--alloc-harness`) the one `CountingAlloc` counts
+        // The preload agent's report file, or (`--alloc-harness`) the one `CountingAlloc` counts
         // into: the same layout.
         let announced = |fd_var: &str, token_var: &str| {
             Some((std::env::var(fd_var).ok()?, std::env::var(token_var).ok()?))
         };
-        let Some((fd, token)) = announced(ENV_REGION_FD, ENV_REGION_TOKEN)
+        let Some((fd, token)) = announced(ENV_REPORT_FD, ENV_REPORT_TOKEN)
             .or_else(|| announced(ENV_HARNESS_FD, ENV_HARNESS_TOKEN))
         else {
             return Ok(None);
@@ -53,13 +53,13 @@ impl AgentSlot {
         else {
             return Ok(None);
         };
-        let region_err = |what, source| HarnessError::Region { what, fd, source };
+        let report_err = |what, source| HarnessError::Descriptor { what, fd, source };
         // Reopening through /proc gives a descriptor of our own; the agent keeps its own.
         let file = File::open(format!("/proc/self/fd/{fd}"))
-            .map_err(|e| region_err("opening the allocation report region", e))?;
+            .map_err(|e| report_err("opening the allocation report file", e))?;
         let mut head = [0u8; HEADER_SIZE];
         file.read_exact_at(&mut head, 0)
-            .map_err(|e| region_err("reading the allocation report region", e))?;
+            .map_err(|e| report_err("reading the allocation report file", e))?;
         let Some(header) = HeaderValues::from_bytes(&head).filter(|h| h.matches(token)) else {
             return Ok(None);
         };
@@ -70,7 +70,7 @@ impl AgentSlot {
             let mut raw = [0u8; SLOT_SIZE];
             let offset = slot_offset(index) as u64;
             file.read_exact_at(&mut raw, offset)
-                .map_err(|e| region_err("reading the allocation report region", e))?;
+                .map_err(|e| report_err("reading the allocation report file", e))?;
             if let Some(s) = SlotValues::from_bytes(&raw) {
                 if s.pid == me && s.origin() == Some(Origin::Load) {
                     found = Some(offset);
@@ -117,8 +117,8 @@ impl Region {
             let Some(fd) = std::env::var(var).ok().and_then(|v| parse_fd(v.as_bytes())) else {
                 continue;
             };
-            let socket = sys::take_inherited_fd(fd).map_err(|source| HarnessError::Region {
-                what: "socket",
+            let socket = sys::take_inherited_fd(fd).map_err(|source| HarnessError::Descriptor {
+                what: "region marker socket",
                 fd,
                 source,
             })?;
@@ -145,7 +145,7 @@ impl Region {
             valgrind::toggle_collect();
         }
         for fd in &self.perf {
-            sys::perf_switch(fd.as_raw_fd(), on).map_err(|source| HarnessError::Region {
+            sys::perf_switch(fd.as_raw_fd(), on).map_err(|source| HarnessError::Descriptor {
                 what: if on {
                     "PERF_EVENT_IOC_ENABLE"
                 } else {
@@ -175,14 +175,14 @@ fn receive_fds(socket: &OwnedFd, number: i32) -> Result<Vec<OwnedFd>, HarnessErr
             Some(&mut space),
             MsgFlags::MSG_CMSG_CLOEXEC,
         )
-        .map_err(|e| HarnessError::Region {
-            what: "receiving perf events",
+        .map_err(|e| HarnessError::Descriptor {
+            what: "region marker: receiving perf events",
             fd: number,
             source: e.into(),
         })?;
         let got = msg.bytes;
-        let cmsgs = msg.cmsgs().map_err(|e| HarnessError::Region {
-            what: "receiving perf events",
+        let cmsgs = msg.cmsgs().map_err(|e| HarnessError::Descriptor {
+            what: "region marker: receiving perf events",
             fd: number,
             source: e.into(),
         })?;
@@ -190,8 +190,8 @@ fn receive_fds(socket: &OwnedFd, number: i32) -> Result<Vec<OwnedFd>, HarnessErr
             if let ControlMessageOwned::ScmRights(fds) = c {
                 for fd in fds {
                     out.push(sys::take_inherited_fd(fd).map_err(|source| {
-                        HarnessError::Region {
-                            what: "perf event",
+                        HarnessError::Descriptor {
+                            what: "region marker perf event",
                             fd,
                             source,
                         }

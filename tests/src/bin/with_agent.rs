@@ -1,5 +1,5 @@
 //! Benchmark helper: `with_agent COMMAND [ARGS...]` runs the command once with the
-//! embedded allocation agent loaded (the same library and report region `--alloc` uses),
+//! embedded allocation agent loaded (the same library and report file `--alloc` uses),
 //! prints the summed totals to stderr as one line, and exits with the command's code.
 //! Used by `benches/alloc/run.sh` to time a run under the agent next to heaptrack and DHAT.
 use std::process::Command;

@@ -1,11 +1,11 @@
-//! Allocations: the embedded preload agent (`agent/`), its report region, and the
+//! Allocations: the embedded preload agent (`agent/`), its report file, and the
 //! `alloc` instrument (`--alloc`; with [`AllocMetrics::HeapPeak`] also part of `--memory`).
 //!
-//! Per run the collector creates a fresh report region (a memfd, see `sbs-agent-abi`)
+//! Per run the collector creates a fresh report file (a memfd, see `sbs-agent-abi`)
 //! and passes it, with the agent library (another, sealed memfd), to the child at fixed
 //! descriptor numbers; `LD_PRELOAD=/proc/self/fd/1018` loads the agent from there. No file
 //! is written anywhere. Every process image that loads the agent counts into its own slot
-//! of the region; after the child is reaped (and its process group killed) the collector
+//! of the report file; after the child is reaped (and its process group killed) the collector
 //! reads the slots and sums them.
 //!
 //! A program that execs a child without the agent (it clears `LD_PRELOAD`, closes the
@@ -27,7 +27,7 @@ use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use nix::unistd::Pid;
 use sbs_agent_abi::{
     slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD, ENV_HARNESS_TOKEN,
-    ENV_REGION_FD, ENV_REGION_TOKEN, HEADER_SIZE, LIBRARY_FD, REGION_FD, REGION_SIZE, SLOT_COUNT,
+    ENV_REPORT_FD, ENV_REPORT_TOKEN, HEADER_SIZE, LIBRARY_FD, REPORT_FD, REPORT_SIZE, SLOT_COUNT,
     SLOT_SIZE,
 };
 use sbs_probes::execs::{ExecCount, ExecWatch};
@@ -44,16 +44,16 @@ pub enum AgentError {
     /// memfd_create, write or sealing failed.
     #[error("cannot create the in-memory file for {what}: {source}; the allocation agent needs memfd_create (Linux 3.17+)")]
     Memfd {
-        /// `the agent library` or `the report region`.
+        /// `the agent library` or `the report file`.
         what: &'static str,
         /// The cause.
         source: io::Error,
     },
-    /// Reading the report region failed.
-    #[error("cannot read the allocation agent's report region: {0}")]
+    /// Reading the report file failed.
+    #[error("cannot read the allocation agent's report file: {0}")]
     Read(#[source] io::Error),
-    /// The region header was overwritten.
-    #[error("the allocation agent's report region was overwritten (bad header); the benchmark may write to descriptor {REGION_FD}")]
+    /// The report header was overwritten.
+    #[error("the allocation agent's report file was overwritten (bad header); the benchmark may write to descriptor {REPORT_FD}")]
     Damaged,
     /// The program cannot load a preload library.
     #[error(
@@ -125,9 +125,9 @@ impl AgentLibrary {
     }
 }
 
-/// One run's report region.
+/// One run's report file.
 #[derive(Debug)]
-pub struct Region {
+pub struct ReportFile {
     file: File,
     token: u64,
 }
@@ -162,38 +162,38 @@ pub struct Totals {
     pub processes: u64,
 }
 
-impl Region {
-    /// A fresh region with a random token.
+impl ReportFile {
+    /// A fresh report file with a random token.
     pub fn new() -> Result<Self, AgentError> {
-        let what = "the report region";
+        let what = "the report file";
         let file = memfd(c"sbs-alloc-report", what, MemFdCreateFlag::MFD_CLOEXEC)?;
         let err = |source: io::Error| AgentError::Memfd { what, source };
-        file.set_len(REGION_SIZE as u64).map_err(err)?;
+        file.set_len(REPORT_SIZE as u64).map_err(err)?;
         let token = random_token();
         file.write_all_at(&HeaderValues::new(token).to_bytes(), 0)
             .map_err(err)?;
-        Ok(Region { file, token })
+        Ok(ReportFile { file, token })
     }
 
-    /// A descriptor of the region for one child.
+    /// A descriptor of the report file for one child.
     pub fn child_fd(&self) -> io::Result<OwnedFd> {
         Ok(self.file.try_clone()?.into())
     }
 
-    /// The env vars that announce the region to the agent.
+    /// The env vars that announce the report file to the agent.
     pub fn env(&self) -> Vec<(OsString, OsString)> {
         self.env_for(AllocPath::Agent)
     }
 
-    /// The env vars that announce the region to the agent or to the harness (never both:
+    /// The env vars that announce the report file to the agent or to the harness (never both:
     /// a program with the harness running under the agent would report twice).
     pub fn env_for(&self, path: AllocPath) -> Vec<(OsString, OsString)> {
         let (fd, token) = match path {
-            AllocPath::Agent => (ENV_REGION_FD, ENV_REGION_TOKEN),
+            AllocPath::Agent => (ENV_REPORT_FD, ENV_REPORT_TOKEN),
             AllocPath::Harness => (ENV_HARNESS_FD, ENV_HARNESS_TOKEN),
         };
         vec![
-            (fd.into(), REGION_FD.to_string().into()),
+            (fd.into(), REPORT_FD.to_string().into()),
             (token.into(), format!("{:016x}", self.token).into()),
         ]
     }
@@ -400,18 +400,18 @@ pub fn run_with_agent(
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     let library = AgentLibrary::new()?;
-    let region = Region::new()?;
+    let report = ReportFile::new()?;
     let lib_fd = library.child_fd()?;
-    let region_fd = region.child_fd()?;
-    let (lib_raw, region_raw) = (lib_fd.as_raw_fd(), region_fd.as_raw_fd());
+    let report_fd = report.child_fd()?;
+    let (lib_raw, report_raw) = (lib_fd.as_raw_fd(), report_fd.as_raw_fd());
     command
         .env("LD_PRELOAD", format!("/proc/self/fd/{LIBRARY_FD}"))
-        .envs(region.env());
+        .envs(report.env());
     // SAFETY: the closure runs in the forked child before exec and only calls dup2, which
     // is async-signal-safe; the descriptors stay open in the parent until after spawn.
     unsafe {
         command.pre_exec(move || {
-            for (from, to) in [(lib_raw, LIBRARY_FD), (region_raw, REGION_FD)] {
+            for (from, to) in [(lib_raw, LIBRARY_FD), (report_raw, REPORT_FD)] {
                 if libc::dup2(from, to) < 0 {
                     return Err(io::Error::last_os_error());
                 }
@@ -422,7 +422,7 @@ pub fn run_with_agent(
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot start {:?}", command.get_program()))?;
-    drop((lib_fd, region_fd));
+    drop((lib_fd, report_fd));
     let start = std::time::Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -438,7 +438,7 @@ pub fn run_with_agent(
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     };
-    Ok((status, region.read()?))
+    Ok((status, report.read()?))
 }
 
 /// The child gets descriptors 1018 and 1019: make sure it may have them. A soft
@@ -446,7 +446,7 @@ pub fn run_with_agent(
 /// that low is an error with the command that fixes it.
 fn ensure_fd_limit() -> anyhow::Result<()> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let needed = (REGION_FD.max(LIBRARY_FD) + 1) as u64;
+    let needed = (REPORT_FD.max(LIBRARY_FD) + 1) as u64;
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("cannot read RLIMIT_NOFILE")?;
     if soft >= needed {
         return Ok(());
@@ -499,7 +499,7 @@ pub struct AllocAgent {
     /// `None` on the harness path.
     library: Option<AgentLibrary>,
     ld_preload: OsString,
-    region: Option<Region>,
+    report: Option<ReportFile>,
     program: PathBuf,
     notes: Vec<String>,
     runs_without_allocs: usize,
@@ -603,7 +603,7 @@ impl ExecCheck {
                 "{count} per run {was} not measured (in {} of {all} runs): {they} did not \
                  report to the allocation agent, so {their} allocations are missing from the \
                  alloc.* and heap.* metrics{counted}; likely causes: LD_PRELOAD replaced or \
-                 cleared, descriptors {LIBRARY_FD} and {REGION_FD} closed before exec \
+                 cleared, descriptors {LIBRARY_FD} and {REPORT_FD} closed before exec \
                  (closefrom), a statically linked or setuid program; keep LD_PRELOAD and those \
                  descriptors for the children, link them dynamically, or profile the child \
                  program on its own",
@@ -662,7 +662,7 @@ impl AllocAgent {
             path,
             library,
             ld_preload,
-            region: None,
+            report: None,
             program: program.to_path_buf(),
             notes,
             runs_without_allocs: 0,
@@ -736,7 +736,7 @@ impl Instrument for AllocAgent {
     }
 
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
-        let region = Region::new()?;
+        let report = ReportFile::new()?;
         if let Some(library) = &self.library {
             setup.pass_fds.push((
                 library
@@ -749,23 +749,23 @@ impl Instrument for AllocAgent {
                 .push(("LD_PRELOAD".into(), self.ld_preload.clone()));
         }
         setup.pass_fds.push((
-            region
+            report
                 .child_fd()
-                .context("cannot pass the report region to the child")?,
-            REGION_FD,
+                .context("cannot pass the report file to the child")?,
+            REPORT_FD,
         ));
-        setup.env.extend(region.env_for(self.path));
-        self.region = Some(region);
+        setup.env.extend(report.env_for(self.path));
+        self.report = Some(report);
         Ok(())
     }
 
     fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
-        let region = self
-            .region
+        let report = self
+            .report
             .take()
             .context("internal error: collect without prepare")?;
-        let reports = region.read();
-        // Consumed even when the region is unreadable, so no watch outlives its run.
+        let reports = report.read();
+        // Consumed even when the report is unreadable, so no watch outlives its run.
         let unmeasured = match &reports {
             Ok(reports) => self.execs.collect(reports),
             Err(_) => {
@@ -784,7 +784,7 @@ impl Instrument for AllocAgent {
         if reports.images.is_empty() {
             anyhow::bail!(
                 "the allocation agent did not report from {}: it was not loaded (is the program \
-                 statically linked, setuid, or does it clear LD_PRELOAD or close descriptor {REGION_FD}?); \
+                 statically linked, setuid, or does it clear LD_PRELOAD or close descriptor {REPORT_FD}?); \
                  zeros would be wrong, so no numbers are given",
                 self.program.display()
             );
@@ -801,7 +801,7 @@ impl Instrument for AllocAgent {
     }
 
     fn abort_run(&mut self) {
-        self.region = None;
+        self.report = None;
         self.execs.watch = None;
     }
 
@@ -881,11 +881,11 @@ mod tests {
     }
 
     #[test]
-    fn a_fresh_region_reads_empty_and_rejects_damage() {
-        let region = Region::new().unwrap();
-        assert_eq!(region.read().unwrap(), Reports::default());
-        region.file.write_all_at(&[0u8; 8], 0).unwrap();
-        assert!(matches!(region.read(), Err(AgentError::Damaged)));
+    fn a_fresh_report_file_reads_empty_and_rejects_damage() {
+        let report = ReportFile::new().unwrap();
+        assert_eq!(report.read().unwrap(), Reports::default());
+        report.file.write_all_at(&[0u8; 8], 0).unwrap();
+        assert!(matches!(report.read(), Err(AgentError::Damaged)));
     }
 
     #[test]
