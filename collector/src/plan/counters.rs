@@ -238,13 +238,52 @@ pub fn list_counters_table(
     rows: &[(CounterRequest, Support)],
     valgrind: Result<std::path::PathBuf, String>,
 ) -> String {
-    let mut s = String::new();
+    let mut lines = vec![(
+        "event".to_string(),
+        "source".to_string(),
+        "supported",
+        "reason / fix".to_string(),
+    )];
+    // A reason shared with the row before is named once.
+    let mut last_reason: Option<(String, String)> = None;
+    for (r, sup) in rows {
+        let (supported, text) = match sup {
+            Support::Supported => ("yes", format!("counted in scope :{}", r.scope.modifier())),
+            Support::Unsupported { reason, fix } => {
+                let why = format!("{reason}; fix: {fix}");
+                let text = match &last_reason {
+                    Some((first, prev)) if *prev == why => format!("as for {first}"),
+                    _ => {
+                        last_reason = Some((r.name(), why.clone()));
+                        why
+                    }
+                };
+                ("no", text)
+            }
+        };
+        lines.push((r.name(), r.source().to_string(), supported, text));
+    }
+    let (supported, text) = match valgrind {
+        Ok(path) => (
+            "yes",
+            format!("{} (--instructions valgrind)", path.display()),
+        ),
+        Err(e) => ("no", e),
+    };
+    lines.push((
+        "instructions".into(),
+        valgrind::SOURCE.into(),
+        supported,
+        text,
+    ));
+
     let w = rows
         .iter()
         .map(|(r, _)| r.name().len())
         .max()
         .unwrap_or(5)
         .max(24);
+    let mut s = String::new();
     let _ = writeln!(
         s,
         "PMUs: {}    perf_event_paranoid: {}    root: {}",
@@ -255,64 +294,8 @@ pub fn list_counters_table(
             .unwrap_or_else(|| "unknown".into()),
         if facts.root { "yes" } else { "no" }
     );
-    let _ = writeln!(
-        s,
-        "{:<w$}  {:<8}  {:<9}  reason / fix",
-        "event", "source", "supported"
-    );
-    // A reason shared with the row before is named once.
-    let mut last_reason: Option<(String, String)> = None;
-    for (r, sup) in rows {
-        let scope = r.scope.modifier();
-        match sup {
-            Support::Supported => {
-                let _ = writeln!(
-                    s,
-                    "{:<w$}  {:<8}  {:<9}  counted in scope :{scope}",
-                    r.name(),
-                    r.source(),
-                    "yes"
-                );
-            }
-            Support::Unsupported { reason, fix } => {
-                let why = format!("{reason}; fix: {fix}");
-                let text = match &last_reason {
-                    Some((first, prev)) if *prev == why => format!("as for {first}"),
-                    _ => {
-                        last_reason = Some((r.name(), why.clone()));
-                        why
-                    }
-                };
-                let _ = writeln!(
-                    s,
-                    "{:<w$}  {:<8}  {:<9}  {text}",
-                    r.name(),
-                    r.source(),
-                    "no"
-                );
-            }
-        }
-    }
-    match valgrind {
-        Ok(path) => {
-            let _ = writeln!(
-                s,
-                "{:<w$}  {:<8}  {:<9}  {} (--instructions valgrind)",
-                "instructions",
-                valgrind::SOURCE,
-                "yes",
-                path.display()
-            );
-        }
-        Err(e) => {
-            let _ = writeln!(
-                s,
-                "{:<w$}  {:<8}  {:<9}  {e}",
-                "instructions",
-                valgrind::SOURCE,
-                "no"
-            );
-        }
+    for (event, source, supported, text) in lines {
+        let _ = writeln!(s, "{event:<w$}  {source:<8}  {supported:<9}  {text}");
     }
     s
 }

@@ -334,6 +334,13 @@ fn many_series(
         result.p_value = Some((interval.p_value * comparisons).min(1.0));
         result.verdict = verdict(interval.significant(), difference, relative, policy);
     }
+    result.anova = Some(anova_summary(kept, policy)?);
+    Ok(result)
+}
+
+/// The one-way ANOVA over every kept series, with the pairs a Bonferroni-corrected post-hoc
+/// test tells apart when the ANOVA is significant.
+fn anova_summary(kept: &[&Series<'_>], policy: &Policy) -> Result<AnovaSummary, CompareError> {
     let groups: Vec<&[f64]> = kept.iter().map(|s| s.samples).collect();
     let a = anova(&groups, policy.variance_floor())?;
     let significant = a.p_value < 1.0 - policy.confidence;
@@ -358,7 +365,7 @@ fn many_series(
     } else {
         Vec::new()
     };
-    result.anova = Some(AnovaSummary {
+    Ok(AnovaSummary {
         groups: kept.iter().map(|s| s.label.to_string()).collect(),
         f: a.f,
         df_between: a.df_between,
@@ -367,8 +374,7 @@ fn many_series(
         significant,
         post_hoc: POST_HOC.to_string(),
         differing,
-    });
-    Ok(result)
+    })
 }
 
 fn relative_to(value: f64, reference_mean: f64) -> Option<f64> {
