@@ -205,11 +205,13 @@ impl Regression {
         }
     }
 
-    fn compare_with_saved(
+    /// Each saved entry's samples of `metric` within the history depth (failed runs left
+    /// out unless asked), labelled; an entry whose every run failed has no samples.
+    fn saved_samples(
         &self,
-        metric: &mut MetricResult,
+        metric: &MetricResult,
         reference: &Reference,
-    ) -> anyhow::Result<()> {
+    ) -> Vec<(String, Vec<f64>)> {
         let samples = |m: &SavedMetric| {
             if self.include_failed {
                 m.samples.clone()
@@ -217,8 +219,8 @@ impl Regression {
                 m.good_samples()
             }
         };
-        let found: Vec<(String, Vec<f64>)> = match reference {
-            Reference::Nothing => return Ok(()),
+        match reference {
+            Reference::Nothing => Vec::new(),
             Reference::Baseline(name, entry) => entry
                 .metric(&metric.id, metric.unit, &metric.source)
                 .map(|m| (format!("baseline {name}"), samples(m)))
@@ -235,7 +237,18 @@ impl Regression {
                 let skip = with_metric.len().saturating_sub(self.depth);
                 with_metric.into_iter().skip(skip).collect()
             }
-        };
+        }
+    }
+
+    fn compare_with_saved(
+        &self,
+        metric: &mut MetricResult,
+        reference: &Reference,
+    ) -> anyhow::Result<()> {
+        if let Reference::Nothing = reference {
+            return Ok(());
+        }
+        let found = self.saved_samples(metric, reference);
         let all_failed = found.iter().filter(|(_, s)| s.is_empty()).count();
         if all_failed > 0 {
             metric.notes.push(format!(
@@ -248,31 +261,7 @@ impl Regression {
         let (labels, saved): (Vec<String>, Vec<Vec<f64>>) =
             found.into_iter().filter(|(_, s)| !s.is_empty()).unzip();
         if saved.is_empty() {
-            // The same metric saved from another mechanism is refused, saying so.
-            let saved_entries: Vec<&Entry> = match reference {
-                Reference::Nothing => Vec::new(),
-                Reference::Baseline(_, entry) => vec![entry.as_ref()],
-                Reference::History(entries) => entries.iter().collect(),
-            };
-            if let Some(other) = saved_entries
-                .iter()
-                .flat_map(|e| &e.metrics)
-                .find(|m| m.id == metric.id && m.source != metric.source)
-            {
-                if let Err(e) = ensure_same_source(&metric.id, &other.source, &metric.source) {
-                    metric.notes.push(format!("not compared: {e}"));
-                    return Ok(());
-                }
-            }
-            metric.notes.push(format!(
-                "not compared: no saved samples of {} from source {} in {}",
-                metric.id,
-                metric.source,
-                match reference {
-                    Reference::Baseline(name, _) => format!("baseline {name}"),
-                    _ => "the history".to_string(),
-                }
-            ));
+            metric.notes.push(not_compared(metric, reference));
             return Ok(());
         }
         if let Reference::History(_) = reference {
@@ -507,6 +496,35 @@ pub fn regressions(report: &Report) -> Vec<Regressed> {
             })
         })
         .collect()
+}
+
+/// Why `metric` could not be compared with `reference`: the same metric was saved from
+/// another mechanism (refused, saying so), or not saved at all.
+fn not_compared(metric: &MetricResult, reference: &Reference) -> String {
+    // The same metric saved from another mechanism is refused, saying so.
+    let saved_entries: Vec<&Entry> = match reference {
+        Reference::Nothing => Vec::new(),
+        Reference::Baseline(_, entry) => vec![entry.as_ref()],
+        Reference::History(entries) => entries.iter().collect(),
+    };
+    if let Some(other) = saved_entries
+        .iter()
+        .flat_map(|e| &e.metrics)
+        .find(|m| m.id == metric.id && m.source != metric.source)
+    {
+        if let Err(e) = ensure_same_source(&metric.id, &other.source, &metric.source) {
+            return format!("not compared: {e}");
+        }
+    }
+    format!(
+        "not compared: no saved samples of {} from source {} in {}",
+        metric.id,
+        metric.source,
+        match reference {
+            Reference::Baseline(name, _) => format!("baseline {name}"),
+            _ => "the history".to_string(),
+        }
+    )
 }
 
 #[cfg(test)]
