@@ -84,6 +84,7 @@ fn spawn(args: &[String]) {
     assert!(status.success(), "child program failed: {status}");
 }
 
+// One arm per mode, each a few lines next to its known counts: read best as one dispatch.
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
