@@ -131,38 +131,68 @@ impl std::fmt::Display for Unwritten {
 
 impl std::error::Error for Unwritten {}
 
-/// Where a finished report goes: the main output in its format, and the HTML page.
+/// Where a finished report goes: the main output in its format, then the HTML page and the
+/// exports, each a file of its own.
 pub struct Sinks {
     output: Output,
-    html: Option<Output>,
     format: Format,
+    files: Vec<FileSink>,
+}
+
+/// A report file besides the main output: the HTML page or an `--export-FORMAT` file.
+struct FileSink {
+    /// The option that named it (`--html`, `--export-json`).
+    option: &'static str,
+    /// `None` for the HTML page.
+    format: Option<Format>,
+    output: Output,
 }
 
 impl Sinks {
     /// Open every destination, failing now if one cannot be written or if two of them are
     /// the same file (one report would silently replace the other).
     pub fn open(destinations: &Destinations) -> anyhow::Result<Sinks> {
-        if let (Some(output), Some(html)) = (&destinations.output, &destinations.html) {
-            let same = match (resolved(output), resolved(html)) {
-                (Some(a), Some(b)) => a == b,
-                _ => output == html,
-            };
-            if same {
-                anyhow::bail!(
-                    "--output {} and --html {} are the same file; give each report its own path",
-                    output.display(),
-                    html.display()
-                );
+        let mut named: Vec<(&'static str, Option<Format>, &Path)> = Vec::new();
+        if let Some(html) = &destinations.html {
+            named.push(("--html", None, html));
+        }
+        for e in &destinations.exports {
+            named.push((e.option, Some(e.format), &e.path));
+        }
+        let output = destinations.output.as_deref().map(|p| ("--output", p));
+        let all: Vec<(&str, &Path)> = output
+            .into_iter()
+            .chain(named.iter().map(|(option, _, path)| (*option, *path)))
+            .collect();
+        for (i, (a_opt, a)) in all.iter().enumerate() {
+            for (b_opt, b) in &all[i + 1..] {
+                let same = match (resolved(a), resolved(b)) {
+                    (Some(x), Some(y)) => x == y,
+                    _ => a == b,
+                };
+                if same {
+                    anyhow::bail!(
+                        "{a_opt} {} and {b_opt} {} are the same file; give each report its own path",
+                        a.display(),
+                        b.display()
+                    );
+                }
             }
         }
+        let files = named
+            .into_iter()
+            .map(|(option, format, path)| {
+                Ok(FileSink {
+                    option,
+                    format,
+                    output: Output::open_named(path, option)?,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Sinks {
             output: Output::open(destinations.output.as_deref())?,
-            html: destinations
-                .html
-                .as_deref()
-                .map(|p| Output::open_named(p, "--html"))
-                .transpose()?,
             format: destinations.format,
+            files,
         })
     }
 
@@ -194,15 +224,22 @@ impl Sinks {
                 None => anyhow::anyhow!("cannot write the report to stdout: {e:#}"),
             });
         }
-        if let Some(html) = self.html {
-            let path = html.path().map(Path::to_path_buf).unwrap_or_default();
-            let page = render(Box::new(sbs_reports::html::Html), report)
-                .and_then(|page| Ok(html.write_all(&page)?));
-            if let Err(e) = page {
+        for file in self.files {
+            let path = file
+                .output
+                .path()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            let (what, renderer): (&str, Box<dyn Render>) = match file.format {
+                None => ("the HTML page", Box::new(sbs_reports::html::Html)),
+                Some(format) => ("the report", renderer(format, false)),
+            };
+            let written = render(renderer, report).and_then(|b| Ok(file.output.write_all(&b)?));
+            if let Err(e) = written {
                 failures.push(anyhow::anyhow!(
-                    "cannot write the HTML page to {}: {e:#}; free space there or choose \
-                     another --html",
-                    path.display()
+                    "cannot write {what} to {}: {e:#}; free space there or choose another {}",
+                    path.display(),
+                    file.option
                 ));
             }
         }

@@ -484,3 +484,91 @@ fn a_daemon_that_leaves_the_process_group_is_killed_and_reported() {
     let left = processes_running(&daemon);
     assert!(left.is_empty(), "the daemon still runs: {left:?}");
 }
+
+#[test]
+fn one_run_writes_every_export_from_the_same_measurements() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let run = sbs([
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--time",
+        "--alloc",
+        "-f",
+        "json",
+        "--export-json",
+        &file("r.json"),
+        "--export-csv",
+        &file("r.csv"),
+        "--export-markdown",
+        &file("r.md"),
+        "--export-bmf",
+        &file("r.bmf.json"),
+        "--html",
+        &file("r.html"),
+        "--",
+        fixture!("allocate"),
+        "100",
+        "1024",
+    ])
+    .success();
+    // stdout and the JSON export are one rendering of one report.
+    let exported = std::fs::read_to_string(file("r.json")).unwrap();
+    assert_eq!(run.stdout(), exported);
+    let report = run.json();
+    let wall = util::metric(&report, "time.wall")["summary"]["mean"]
+        .as_f64()
+        .unwrap();
+    let count = util::metric(&report, "alloc.count")["summary"]["mean"]
+        .as_f64()
+        .unwrap();
+
+    // time.wall varies from run to run: equal means show the files share the measurements.
+    let mut csv = csv::Reader::from_path(file("r.csv")).unwrap();
+    let headers = csv.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let mut csv_wall = None;
+    for row in csv.records() {
+        let row = row.unwrap();
+        if &row[col("metric")] == "time.wall" {
+            csv_wall = Some(row[col("mean")].parse::<f64>().unwrap());
+        }
+    }
+    assert_eq!(csv_wall, Some(wall));
+
+    let bmf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file("r.bmf.json")).unwrap()).unwrap();
+    let bench = bmf.as_object().unwrap().values().next().unwrap();
+    assert_eq!(bench["alloc.count"]["value"].as_f64(), Some(count));
+    // BMF carries wall time as `latency`, in nanoseconds.
+    let bmf_wall = bench["latency"]["value"].as_f64().unwrap();
+    assert!((bmf_wall - wall * 1e9).abs() < 1.0, "{bmf_wall} vs {wall}");
+
+    let md = std::fs::read_to_string(file("r.md")).unwrap();
+    assert!(md.contains("alloc.count"), "{md}");
+    let html = std::fs::read_to_string(file("r.html")).unwrap();
+    assert!(html.contains("alloc.count"));
+}
+
+#[test]
+fn two_exports_on_the_same_file_are_refused_before_any_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.out");
+    let path = path.to_str().unwrap();
+    let run = sbs([
+        "--runs",
+        "1",
+        "--export-csv",
+        path,
+        "--export-json",
+        path,
+        "--",
+        fixture!("exit_with"),
+        "1",
+    ])
+    .fails_with(2, "are the same file; give each report its own path");
+    assert!(run.stderr().contains("--export-json") && run.stderr().contains("--export-csv"));
+    assert!(!dir.path().join("r.out").exists());
+}

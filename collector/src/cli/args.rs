@@ -12,7 +12,7 @@ use clap::Args;
 use crate::history;
 use crate::judge::regression::Settings;
 use crate::plan::counters::{CounterOptions, InstructionsMode};
-use crate::plan::{Controls, Destinations, FailurePolicy, Format, Measures};
+use crate::plan::{Controls, Destinations, Export, FailurePolicy, Format, Measures};
 
 /// `--format`: the report formats, as the command line names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,6 +76,22 @@ pub struct OutputArgs {
     /// Also write a self-contained HTML page with plots (and trends, with a history) to FILE.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+
+    /// Also write the JSON report to FILE, from the same measurements.
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+
+    /// Also write the CSV report to FILE, from the same measurements.
+    #[arg(long, value_name = "FILE")]
+    pub export_csv: Option<PathBuf>,
+
+    /// Also write the Markdown report to FILE, from the same measurements.
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
+
+    /// Also write the Bencher Metric Format report to FILE, from the same measurements.
+    #[arg(long, value_name = "FILE")]
+    pub export_bmf: Option<PathBuf>,
 }
 
 /// Options of a measuring run.
@@ -297,10 +313,26 @@ pub struct RegressionArgs {
 impl OutputArgs {
     /// Where the report goes.
     pub fn destinations(&self) -> Destinations {
+        let exports = [
+            ("--export-json", Format::Json, &self.export_json),
+            ("--export-csv", Format::Csv, &self.export_csv),
+            ("--export-markdown", Format::Markdown, &self.export_markdown),
+            ("--export-bmf", Format::Bmf, &self.export_bmf),
+        ];
         Destinations {
             format: self.format.into(),
             output: self.output.clone(),
             html: self.html.clone(),
+            exports: exports
+                .into_iter()
+                .filter_map(|(option, format, path)| {
+                    Some(Export {
+                        option,
+                        format,
+                        path: path.clone()?,
+                    })
+                })
+                .collect(),
         }
     }
 }

@@ -67,7 +67,7 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
     Compare(Box<RunArgs>),
     /// Render a report from the saved history without running anything: per benchmark,
     /// its latest entry compared with the ones before, and every metric's trend.
-    Report(report::ReportArgs),
+    Report(Box<report::ReportArgs>),
 }
 
 /// Carry out what the command line asks for; the exit code on success.

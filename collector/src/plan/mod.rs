@@ -38,6 +38,20 @@ pub struct Destinations {
     pub output: Option<PathBuf>,
     /// A file for the HTML page, if one is asked for.
     pub html: Option<PathBuf>,
+    /// Further files, each in its own format, written from the same measurements
+    /// (`--export-json FILE`...), with the option that named each.
+    pub exports: Vec<Export>,
+}
+
+/// One `--export-FORMAT FILE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    /// The option that asked for it, for messages (`--export-json`).
+    pub option: &'static str,
+    /// Its format.
+    pub format: Format,
+    /// Its file.
+    pub path: PathBuf,
 }
 
 /// The whole validated request.
