@@ -16,7 +16,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use crate::judge::regression::{Mode, Regressed};
 use crate::plan::{bench_binary, HarnessBinary, HarnessTarget, Target};
@@ -68,6 +68,16 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
     /// Render a report from the saved history without running anything: per benchmark,
     /// its latest entry compared with the ones before, and every metric's trend.
     Report(Box<report::ReportArgs>),
+    /// Print a completion script for SHELL on stdout, e.g. `sbs-profile completions bash >
+    /// ~/.local/share/bash-completion/completions/sbs-profile`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) on stdout, e.g. `sbs-profile man >
+    /// ~/.local/share/man/man1/sbs-profile.1`.
+    Man,
 }
 
 /// Carry out what the command line asks for; the exit code on success.
@@ -88,9 +98,33 @@ pub fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             run::measure(&args, targets, Mode::Compare)
         }
         Some(Subcommand::Report(args)) => report::execute(&args),
+        Some(Subcommand::Completions { shell }) => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "sbs-profile", &mut script);
+            write_stdout(&script, "the completion script")
+        }
+        Some(Subcommand::Man) => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut page)
+                .context("cannot render the manual page")?;
+            write_stdout(&page, "the manual page")
+        }
         None => {
             let targets = vec![run_target(&cli.run)?];
             run::measure(&cli.run, targets, Mode::Run)
+        }
+    }
+}
+
+/// Write `bytes` to stdout; a reader that went away (`| head`) is not an error.
+fn write_stdout(bytes: &[u8], what: &str) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        other => {
+            other.with_context(|| format!("cannot write {what}"))?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
@@ -174,7 +208,6 @@ mod tests {
 
     use super::*;
     use crate::judge::regression::Regression;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_is_consistent() {
