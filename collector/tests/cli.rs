@@ -128,14 +128,20 @@ fn completions_and_the_manual_page_come_from_the_command_line_definition() {
     assert_eq!(out.status.code(), Some(0));
     let script = String::from_utf8(out.stdout).unwrap();
     for option in ["--invocations", "--export-json", "compare", "report"] {
-        assert!(script.contains(option), "{option} missing from the bash completions");
+        assert!(
+            script.contains(option),
+            "{option} missing from the bash completions"
+        );
     }
     // The script is valid bash.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sbs-profile.bash");
     std::fs::write(&path, &script).unwrap();
     let check = Command::new("bash").arg("-n").arg(&path).status();
-    assert!(check.expect("run bash -n").success(), "bash -n rejects the script");
+    assert!(
+        check.expect("run bash -n").success(),
+        "bash -n rejects the script"
+    );
 
     let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
         .arg("man")
@@ -144,7 +150,10 @@ fn completions_and_the_manual_page_come_from_the_command_line_definition() {
     assert_eq!(out.status.code(), Some(0));
     let page = String::from_utf8(out.stdout).unwrap();
     assert!(page.contains(".TH sbs-profile 1"), "{page:.200}");
-    assert!(page.contains("\\-\\-invocations"), "the page documents the options");
+    assert!(
+        page.contains("\\-\\-invocations"),
+        "the page documents the options"
+    );
 
     let (code, err) = sbs(&["completions", "tcsh"]);
     assert_eq!(code, Some(2));

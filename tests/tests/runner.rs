@@ -572,3 +572,123 @@ fn two_exports_on_the_same_file_are_refused_before_any_run() {
     assert!(run.stderr().contains("--export-json") && run.stderr().contains("--export-csv"));
     assert!(!dir.path().join("r.out").exists());
 }
+
+#[test]
+fn setup_prepare_and_cleanup_run_around_the_runs_of_every_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let log = log.to_str().unwrap();
+    let append = |what: &str| format!("printf {what} >> {log}");
+    sbs([
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--time",
+        "--alloc",
+        "--setup",
+        &append("S"),
+        "--prepare",
+        &append("P"),
+        "--cleanup",
+        &append("C"),
+        "--shell",
+        "sh",
+        &append("R"),
+    ])
+    .success();
+    // Two groups (timing, allocations) of 1 warm-up + 2 measured runs each.
+    assert_eq!(std::fs::read_to_string(log).unwrap(), "SPRPRPRPRPRPRC");
+
+    // A failing run still gets its cleanup; a failing prepare stops before its run.
+    std::fs::remove_file(log).unwrap();
+    sbs([
+        "--runs",
+        "2",
+        "--cleanup",
+        &append("C"),
+        "--shell",
+        "sh",
+        &format!("{}; exit 3", append("R")),
+    ])
+    .fails_with(2, "exited with code 3");
+    assert_eq!(std::fs::read_to_string(log).unwrap(), "RC");
+    std::fs::remove_file(log).unwrap();
+    sbs([
+        "--runs",
+        "2",
+        "--prepare",
+        "echo cannot reset >&2; exit 4",
+        "--cleanup",
+        &append("C"),
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .fails_with(
+        2,
+        "--prepare command `echo cannot reset >&2; exit 4` exited with code 4 (its last words: cannot reset)",
+    );
+    assert_eq!(std::fs::read_to_string(log).unwrap(), "C");
+}
+
+#[test]
+fn input_feeds_every_run_from_the_start_of_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "hello\n").unwrap();
+    // `read` fails at the end of the file: every run must see the file from its start.
+    sbs([
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--input",
+        input.to_str().unwrap(),
+        "--shell",
+        "sh",
+        "read x && test \"$x\" = hello",
+    ])
+    .success();
+    // Without --input, stdin is /dev/null and the same command fails.
+    sbs([
+        "--runs",
+        "1",
+        "--shell",
+        "sh",
+        "read x && test \"$x\" = hello",
+    ])
+    .fails_with(2, "exited with code 1");
+    sbs([
+        "--runs",
+        "1",
+        "--input",
+        dir.path().join("missing").to_str().unwrap(),
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .fails_with(2, "--input");
+}
+
+#[test]
+fn a_whole_command_line_in_one_argument_gets_a_fix_that_works() {
+    sbs(["sleep 0.01"]).fails_with(
+        2,
+        "'sleep 0.01' is one argument; give the command's words after `--` (sbs-profile -- sleep 0.01), or run the line through a shell with --shell sh",
+    );
+    let run = sbs([
+        "--runs",
+        "2",
+        "-f",
+        "json",
+        "--shell",
+        "sh",
+        "sleep 0.01 | cat",
+    ])
+    .success();
+    let wall = util::samples(util::metric(&run.json(), "time.wall"));
+    assert!(wall.iter().all(|w| *w >= 0.01), "{wall:?}");
+    sbs(["--shell", "sh", "--invocations", "main", "true"])
+        .fails_with(2, "would probe the shell, not your program");
+}

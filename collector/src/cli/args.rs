@@ -13,6 +13,7 @@ use crate::history;
 use crate::judge::regression::Settings;
 use crate::plan::counters::{CounterOptions, InstructionsMode};
 use crate::plan::{Controls, Destinations, Export, FailurePolicy, Format, Measures};
+use crate::run::hooks::{Hook, Hooks};
 
 /// `--format`: the report formats, as the command line names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -152,6 +153,33 @@ pub struct RunArgs {
     #[arg(long)]
     pub show_output: bool,
 
+    /// Feed FILE to the benchmark's stdin, from its start in every run (default: /dev/null).
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+
+    /// Run CMD before every run, warm-up runs included, unmeasured (e.g. to reset a
+    /// database or drop caches); through the --shell (sh by default).
+    #[arg(long, value_name = "CMD")]
+    pub prepare: Option<String>,
+
+    /// Run CMD once per benchmark before its first run, unmeasured.
+    #[arg(long, value_name = "CMD")]
+    pub setup: Option<String>,
+
+    /// Run CMD once per benchmark after its last run, unmeasured, also when a run failed.
+    #[arg(long, value_name = "CMD")]
+    pub cleanup: Option<String>,
+
+    /// Run COMMAND through this shell (`SH -c 'COMMAND'`), for command lines with pipes,
+    /// globs or variables; the shell's own start-up is then measured with it. Also the
+    /// shell of --prepare, --setup and --cleanup (default sh).
+    #[arg(short = 'S', long, value_name = "SH")]
+    pub shell: Option<PathBuf>,
+
+    /// No progress bar.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+
     /// Keep measuring when the child exits non-zero, dies from a signal or times out.
     #[arg(short = 'i', long)]
     pub ignore_failure: bool,
@@ -265,8 +293,12 @@ pub struct RunArgs {
     #[arg(long = "harness-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub harness_args: Vec<String>,
 
-    /// With --bench: pass ARG to `cargo bench` (repeatable), e.g. `--cargo-arg=-p
-    /// --cargo-arg=mypackage`.
+    /// With --bench: the package whose bench target it is (`cargo bench -p PKG`).
+    #[arg(short = 'p', long, value_name = "PKG", requires = "bench")]
+    pub package: Option<String>,
+
+    /// With --bench: pass ARG to `cargo bench` (repeatable), e.g. `--cargo-arg=--features
+    /// --cargo-arg=fast`.
     #[arg(long = "cargo-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub cargo_args: Vec<String>,
 
@@ -393,8 +425,39 @@ impl RunArgs {
             aslr: self.aslr,
             timeout: self.timeout,
             show_output: self.show_output,
-            progress: std::io::stderr().is_terminal(),
+            progress: !self.quiet && std::io::stderr().is_terminal(),
+            hooks: self.hooks(),
+            input: self.input.clone(),
         }
+    }
+
+    /// The shell of `--shell` and of the hooks.
+    pub fn shell(&self) -> PathBuf {
+        self.shell.clone().unwrap_or_else(|| PathBuf::from("sh"))
+    }
+
+    fn hooks(&self) -> Hooks {
+        let hook = |option, command: &Option<String>| {
+            command.as_ref().map(|c| Hook {
+                option,
+                shell: self.shell(),
+                command: c.clone(),
+            })
+        };
+        Hooks {
+            setup: hook("--setup", &self.setup),
+            prepare: hook("--prepare", &self.prepare),
+            cleanup: hook("--cleanup", &self.cleanup),
+        }
+    }
+
+    /// The arguments of `cargo bench` for `--bench`: `-p PKG` first, then `--cargo-arg`s.
+    pub fn cargo_args(&self) -> Vec<String> {
+        let package = self
+            .package
+            .iter()
+            .flat_map(|p| ["-p".to_string(), p.clone()]);
+        package.chain(self.cargo_args.iter().cloned()).collect()
     }
 }
 

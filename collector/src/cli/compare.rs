@@ -6,7 +6,7 @@ use std::ffi::OsString;
 
 use anyhow::{bail, Context};
 
-use super::{harness_target, RunArgs};
+use super::{harness_target, shell_argv, RunArgs};
 use crate::plan::Target;
 
 /// The commands of `compare`, each with its name (given with `-n`, or its text; the same
@@ -39,12 +39,21 @@ pub(super) fn targets(args: &RunArgs) -> anyhow::Result<Vec<Target>> {
         let text = command.to_str().with_context(|| {
             format!("command {command:?} is not valid UTF-8; compare takes commands as text")
         })?;
-        let words: Vec<OsString> = shlex::split(text)
-            .filter(|w| !w.is_empty())
-            .with_context(|| format!("cannot split `{text}` into words: check its quotes"))?
-            .into_iter()
-            .map(OsString::from)
-            .collect();
+        let words: Vec<OsString> = if args.shell.is_some() {
+            if args.bench.is_some() || args.harness {
+                bail!(
+                    "--shell does not apply to --bench or --harness: their binary is run directly"
+                );
+            }
+            shell_argv(args, text)?
+        } else {
+            shlex::split(text)
+                .filter(|w| !w.is_empty())
+                .with_context(|| format!("cannot split `{text}` into words: check its quotes"))?
+                .into_iter()
+                .map(OsString::from)
+                .collect()
+        };
         let text = text.trim();
         let earlier = texts.iter().filter(|t| **t == text).count();
         texts.push(text);

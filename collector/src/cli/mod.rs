@@ -58,7 +58,7 @@ pub enum Subcommand {
     #[command(
         mut_arg("command", |a| a
             .value_name("COMMANDS")
-            .help("Two or more commands, each one quoted argument (split into words, no shell)")),
+            .help("Two or more commands, each one quoted argument (split into words; no shell unless --shell)")),
         after_help = "Each COMMAND is one argument, split into words as a shell would (no shell \
 runs it): sbs-profile compare './old --n 100' './new --n 100'\n\n\
 Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first, \
@@ -150,6 +150,11 @@ fn list_benchmarks(args: &RunArgs) -> anyhow::Result<ExitCode> {
 /// What a plain run measures: its command, or the benchmarks of a harness binary.
 fn run_target(args: &RunArgs) -> anyhow::Result<Target> {
     if args.bench.is_some() || args.harness {
+        if args.shell.is_some() {
+            anyhow::bail!(
+                "--shell does not apply to --bench or --harness: their binary is run directly"
+            );
+        }
         return Ok(Target::Harness(harness_target(args)?));
     }
     if args.name.len() > 1 {
@@ -158,10 +163,37 @@ fn run_target(args: &RunArgs) -> anyhow::Result<Target> {
             args.name.len()
         );
     }
+    if args.shell.is_some() {
+        let text: Vec<String> = args
+            .command
+            .iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect();
+        let text = text.join(" ");
+        return Ok(Target::Command {
+            argv: shell_argv(args, &text)?,
+            name: Some(args.name.first().cloned().unwrap_or(text)),
+        });
+    }
     Ok(Target::Command {
         argv: args.command.clone(),
         name: args.name.first().cloned(),
     })
+}
+
+/// `SH -c TEXT` for `--shell`, refused where the shell would be measured in place of the
+/// program in a way that misleads.
+fn shell_argv(args: &RunArgs, text: &str) -> anyhow::Result<Vec<std::ffi::OsString>> {
+    if !args.invocations.is_empty() || args.boxing {
+        anyhow::bail!(
+            "--shell runs COMMAND through a shell, so --invocations and --boxing would probe \
+             the shell, not your program; drop --shell and give the program after `--`"
+        );
+    }
+    if text.trim().is_empty() {
+        anyhow::bail!("no command given; usage: sbs-profile --shell sh [OPTIONS] 'COMMAND LINE'");
+    }
+    Ok(vec![args.shell().into(), "-c".into(), text.into()])
 }
 
 /// The harness binary and the name filters of `--bench`/`--harness`/`--list`.
@@ -169,7 +201,7 @@ fn harness_target(args: &RunArgs) -> anyhow::Result<HarnessTarget> {
     let (binary, filters) = if let Some(bench) = &args.bench {
         let binary = HarnessBinary::Bench {
             name: bench.clone(),
-            cargo_args: args.cargo_args.clone(),
+            cargo_args: args.cargo_args(),
         };
         (binary, args.command.clone())
     } else {
@@ -264,6 +296,22 @@ mod tests {
         assert_eq!(r.history_depth, 5);
         assert_eq!(cli.run.command, ["prog", "--save"]);
         assert!(Cli::try_parse_from(["sbs-profile", "--history-depth", "0", "--", "p"]).is_err());
+    }
+
+    #[test]
+    fn package_goes_to_cargo_before_the_cargo_args() {
+        let cli = Cli::try_parse_from([
+            "sbs-profile",
+            "--bench",
+            "b",
+            "-p",
+            "mycrate",
+            "--cargo-arg=--features=x",
+        ])
+        .unwrap();
+        assert_eq!(cli.run.cargo_args(), ["-p", "mycrate", "--features=x"]);
+        let e = Cli::try_parse_from(["sbs-profile", "-p", "mycrate", "--", "prog"]).unwrap_err();
+        assert!(e.to_string().contains("--bench"), "{e}");
     }
 
     #[test]

@@ -27,6 +27,17 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
              measure with fewer (a few dozen runs already give a tight interval)"
         );
     }
+    if let Some(input) = &request.controls.input {
+        std::fs::File::open(input).with_context(|| {
+            format!(
+                "--input {}: cannot be read; check the path",
+                input.display()
+            )
+        })?;
+        if input.is_dir() {
+            bail!("--input {}: is a directory; give a file", input.display());
+        }
+    }
     let mut benchmarks = Vec::new();
     for target in &request.targets {
         match target {
@@ -77,7 +88,12 @@ fn command_benchmark(
     });
     let run = run_config(&request.controls, resolved, argv.to_vec(), env)?;
     let groups = benchmark_groups(&request.measures, &run, None)?;
-    Ok(Benchmark { name, run, groups })
+    Ok(Benchmark {
+        name,
+        run,
+        groups,
+        hooks: request.controls.hooks.clone(),
+    })
 }
 
 /// One benchmark per harness benchmark selected, each in its own child processes
@@ -103,6 +119,7 @@ fn harness_benchmarks(request: &Request, h: &HarnessTarget) -> anyhow::Result<Ve
             name: l.name,
             run,
             groups,
+            hooks: request.controls.hooks.clone(),
         });
     }
     Ok(benchmarks)
@@ -129,9 +146,18 @@ pub fn resolve_program(program: &OsStr, path_var: Option<&OsStr>) -> anyhow::Res
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     which::which_in(program, path_var, cwd).map_err(|_| {
-        anyhow::anyhow!(
-            "command not found: '{shown}' is not an executable in PATH; give its path (e.g. ./{shown}) or fix PATH"
-        )
+        if shown.split_whitespace().nth(1).is_some() {
+            // `sbs-profile 'sleep 0.1'`: one argument holding a whole command line.
+            let words = shown.split_whitespace().collect::<Vec<_>>().join(" ");
+            anyhow::anyhow!(
+                "command not found: '{shown}' is one argument; give the command's words after \
+                 `--` (sbs-profile -- {words}), or run the line through a shell with --shell sh"
+            )
+        } else {
+            anyhow::anyhow!(
+                "command not found: '{shown}' is not an executable in PATH; give its path (e.g. ./{shown}) or fix PATH"
+            )
+        }
     })
 }
 
@@ -177,5 +203,6 @@ fn run_config(
         disable_aslr: !controls.aslr,
         cpus: controls.pin.clone(),
         timeout: controls.timeout,
+        input: controls.input.clone(),
     })
 }

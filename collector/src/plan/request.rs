@@ -2,10 +2,12 @@
 //! end) fills a [`Request`] in and [`crate::plan::build`] validates it into a plan.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::counters::CounterOptions;
 use super::{Destinations, FailurePolicy};
+use crate::run::hooks::Hooks;
 
 /// Everything a plan is built from.
 #[derive(Debug, Clone)]
@@ -114,4 +116,8 @@ pub struct Controls {
     pub show_output: bool,
     /// Show a progress bar.
     pub progress: bool,
+    /// Commands run around the runs (`--setup`, `--prepare`, `--cleanup`).
+    pub hooks: Hooks,
+    /// A file the child reads as its stdin (`/dev/null` when `None`).
+    pub input: Option<PathBuf>,
 }

@@ -32,6 +32,9 @@ pub struct RunConfig {
     pub cpus: Vec<usize>,
     /// Kill the child's process group after this long.
     pub timeout: Option<Duration>,
+    /// A file the child reads as its stdin, opened afresh for every run (`/dev/null` when
+    /// `None`).
+    pub input: Option<PathBuf>,
 }
 
 /// Why a run could not produce an outcome.
@@ -51,6 +54,14 @@ pub enum RunError {
         /// The program.
         program: PathBuf,
         /// The errno reported by the child.
+        source: io::Error,
+    },
+    /// The `--input` file could not be opened for a run.
+    #[error("--input {}: {source}; check the path", path.display())]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
         source: io::Error,
     },
     /// An instrument failed to set up or to collect.
@@ -284,6 +295,7 @@ struct LaidOut {
     child: sys::ChildConfig,
     /// Owners of the descriptors `child` names; the parent closes them once it started.
     _devnull: File,
+    _input: Option<File>,
     pass_fds: Vec<(OwnedFd, i32)>,
     /// The child's end of the exec-error pipe.
     err_write: OwnedFd,
@@ -299,10 +311,17 @@ fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, OwnedFd), Run
         .write(true)
         .open("/dev/null")
         .map_err(err)?;
+    let input = match &config.input {
+        Some(path) => Some(File::open(path).map_err(|e| RunError::Input {
+            path: path.clone(),
+            source: e,
+        })?),
+        None => None,
+    };
     let child = sys::ChildConfig {
         disable_aslr: config.disable_aslr,
         cpus: cpu_set(&config.cpus).map_err(err)?,
-        stdin: devnull.as_raw_fd(),
+        stdin: input.as_ref().unwrap_or(&devnull).as_raw_fd(),
         output: (!config.show_output).then(|| devnull.as_raw_fd()),
         pass_fds: launch
             .pass_fds
@@ -315,6 +334,7 @@ fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, OwnedFd), Run
         exec,
         child,
         _devnull: devnull,
+        _input: input,
         pass_fds: launch.pass_fds,
         err_write,
     };
@@ -595,6 +615,7 @@ mod tests {
             disable_aslr: true,
             cpus: Vec::new(),
             timeout: Some(Duration::from_secs(20)),
+            input: None,
         }
     }
 

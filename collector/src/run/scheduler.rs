@@ -5,6 +5,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
 
+use crate::run::hooks::{Hook, Hooks};
 use crate::run::instrument::{ExitKind, Group, MetricSpec, RunOutcome, Sample};
 use crate::run::runner::{run_once, Cancel, RunConfig, RunError};
 
@@ -17,6 +18,8 @@ pub struct Benchmark {
     pub run: RunConfig,
     /// Groups of runs, in order; each its own series of child processes.
     pub groups: Vec<Group>,
+    /// Commands run around its runs, unmeasured.
+    pub hooks: Hooks,
 }
 
 /// What to do with a run whose child fails.
@@ -200,6 +203,12 @@ pub trait Executor {
         instruments: &mut [Box<dyn crate::run::instrument::Instrument>],
         cancel: &Cancel,
     ) -> Result<(RunOutcome, Vec<Sample>), RunError>;
+
+    /// Run a `--setup`, `--prepare` or `--cleanup` command for the benchmark `config`
+    /// starts.
+    fn hook(&mut self, hook: &Hook, config: &RunConfig) -> anyhow::Result<()> {
+        hook.run(&config.env, config.show_output)
+    }
 }
 
 /// The executor that runs real child processes.
@@ -264,8 +273,46 @@ fn progress_bar(total: u64, show: bool) -> ProgressBar {
     bar
 }
 
-/// Every run of every group, benchmarks interleaved: the samples of the measured runs.
+/// Every benchmark's `--setup`, then every run, then every `--cleanup` (also after a
+/// failure; a cleanup that fails then is a warning on stderr, the first error stands).
 fn run_all(
+    benchmarks: &mut [Benchmark],
+    schedule: &Schedule,
+    cancel: &Cancel,
+    executor: &mut dyn Executor,
+) -> anyhow::Result<Vec<Collected>> {
+    let mut result = Ok(Vec::new());
+    let mut set_up = 0;
+    for bench in benchmarks.iter() {
+        if let Some(setup) = &bench.hooks.setup {
+            if let Err(e) = executor.hook(setup, &bench.run) {
+                result = Err(e.context(format!("setting up `{}`", bench.name)));
+                break;
+            }
+        }
+        set_up += 1;
+    }
+    if result.is_ok() {
+        result = run_groups(benchmarks, schedule, cancel, executor);
+    }
+    for bench in &benchmarks[..set_up] {
+        let Some(cleanup) = &bench.hooks.cleanup else {
+            continue;
+        };
+        if let Err(e) = executor.hook(cleanup, &bench.run) {
+            let e = e.context(format!("cleaning up after `{}`", bench.name));
+            if result.is_ok() {
+                result = Err(e);
+            } else {
+                eprintln!("warning: {e:#}");
+            }
+        }
+    }
+    result
+}
+
+/// Every run of every group, benchmarks interleaved: the samples of the measured runs.
+fn run_groups(
     benchmarks: &mut [Benchmark],
     schedule: &Schedule,
     cancel: &Cancel,
@@ -291,6 +338,11 @@ fn run_all(
                     group.name,
                     if measured { "run" } else { "warm-up" }
                 ));
+                if let Some(prepare) = &bench.hooks.prepare {
+                    executor.hook(prepare, &bench.run).with_context(|| {
+                        format!("before a {} run of `{}`", group.name, bench.name)
+                    })?;
+                }
                 let (outcome, samples) =
                     executor
                         .run(&bench.run, &mut group.instruments, cancel)
@@ -449,11 +501,13 @@ mod tests {
                     disable_aslr: true,
                     cpus: Vec::new(),
                     timeout: None,
+                    input: None,
                 },
                 groups: vec![Group {
                     name: "timing".into(),
                     instruments: vec![Box::new(Timing { rss: true })],
                 }],
+                hooks: Hooks::default(),
             })
             .collect()
     }
