@@ -136,6 +136,7 @@ impl std::error::Error for Unwritten {}
 pub struct Sinks {
     output: Output,
     format: Format,
+    color: Option<bool>,
     files: Vec<FileSink>,
 }
 
@@ -192,6 +193,7 @@ impl Sinks {
         Ok(Sinks {
             output: Output::open(destinations.output.as_deref())?,
             format: destinations.format,
+            color: destinations.color,
             files,
         })
     }
@@ -200,9 +202,13 @@ impl Sinks {
     /// cannot be written is replaced by the text report on stdout; its error says so.
     pub fn write(self, report: &Report) -> Result<(), Unwritten> {
         let mut failures = Vec::new();
-        let to_terminal = self.output.is_stdout() && std::io::stdout().is_terminal();
+        let color = self.color.unwrap_or_else(|| {
+            self.output.is_stdout()
+                && std::io::stdout().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        });
         let main_path = self.output.path().map(Path::to_path_buf);
-        let main = render(renderer(self.format, to_terminal), report)
+        let main = render(renderer(self.format, color), report)
             .and_then(|bytes| Ok(self.output.write_all(&bytes)?));
         if let Err(e) = main {
             failures.push(match main_path {
@@ -266,13 +272,11 @@ fn render(renderer: Box<dyn Render>, report: &Report) -> anyhow::Result<Vec<u8>>
     Ok(buf)
 }
 
-/// The renderer of a format; text is coloured on a terminal only, and never with
-/// `NO_COLOR` (<https://no-color.org>).
-fn renderer(format: Format, to_terminal: bool) -> Box<dyn Render> {
+/// The renderer of a format; `color` applies to text. By default text is coloured on a
+/// terminal only, and never with `NO_COLOR` (<https://no-color.org>).
+fn renderer(format: Format, color: bool) -> Box<dyn Render> {
     match format {
-        Format::Text => Box::new(sbs_reports::text::Text {
-            color: to_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-        }),
+        Format::Text => Box::new(sbs_reports::text::Text { color }),
         Format::Markdown => Box::new(sbs_reports::markdown::Markdown),
         Format::Json => Box::new(sbs_reports::json::Json),
         Format::Csv => Box::new(sbs_reports::csv::Csv),

@@ -179,3 +179,20 @@ fn a_threshold_for_a_metric_that_does_not_exist_is_refused() {
     .fails_with(2, "did you mean `alloc.count`?");
     sbs(["report", "--history", history, "--threshold", "alloc.*=0"]).success();
 }
+
+#[test]
+fn color_is_asked_for_or_left_to_the_terminal() {
+    let compare = |color: &[&str]| {
+        let mut args = vec!["compare", "--runs", "2", "--warmup", "0", "--alloc"];
+        args.extend_from_slice(color);
+        let a = format!("{} 100 1024", fixture!("allocate"));
+        let b = format!("{} 200 1024", fixture!("allocate"));
+        let run = sbs(args.iter().copied().chain([a.as_str(), b.as_str()]));
+        assert_eq!(run.code(), Some(1), "{}", run.stderr());
+        run.stdout()
+    };
+    // A pipe gets no colour by default; `always` colours the regression red anyway.
+    assert!(!compare(&[]).contains('\x1b'));
+    assert!(compare(&["--color", "always"]).contains("\x1b[1;31mREGRESSED"));
+    assert!(!compare(&["--color", "never"]).contains('\x1b'));
+}

@@ -42,6 +42,17 @@ impl From<FormatArg> for Format {
     }
 }
 
+/// `--color`: when the text report is coloured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorArg {
+    /// On a terminal, unless `NO_COLOR` is set.
+    Auto,
+    /// Always, even into a file or a pipe.
+    Always,
+    /// Never.
+    Never,
+}
+
 /// `--instructions`: how instructions are counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum InstructionsArg {
@@ -77,6 +88,11 @@ pub struct OutputArgs {
     /// Also write a self-contained HTML page with plots (and trends, with a history) to FILE.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+
+    /// Colour the text report: `auto` (on a terminal, unless NO_COLOR is set), `always`,
+    /// `never`.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = ColorArg::Auto)]
+    pub color: ColorArg,
 
     /// Also write the JSON report to FILE, from the same measurements.
     #[arg(long, value_name = "FILE")]
@@ -353,6 +369,11 @@ impl OutputArgs {
         ];
         Destinations {
             format: self.format.into(),
+            color: match self.color {
+                ColorArg::Auto => None,
+                ColorArg::Always => Some(true),
+                ColorArg::Never => Some(false),
+            },
             output: self.output.clone(),
             html: self.html.clone(),
             exports: exports

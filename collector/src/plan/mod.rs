@@ -34,6 +34,8 @@ pub enum Format {
 pub struct Destinations {
     /// Format of the main report.
     pub format: Format,
+    /// Colour the text report (`None`: on a terminal, unless `NO_COLOR` is set).
+    pub color: Option<bool>,
     /// A file for the main report (stdout when `None`).
     pub output: Option<PathBuf>,
     /// A file for the HTML page, if one is asked for.
