@@ -20,6 +20,7 @@ const STYLE: &str = "
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:70rem;padding:0 1rem;color:#1b1b1b}
 h1{font-size:1.5rem;margin-bottom:.2rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ccc;padding-bottom:.2rem;word-break:break-all}
 p.conditions{color:#555;margin-top:0}
+p.headline{font-weight:bold}
 table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:.5rem 0 1rem}
 th,td{padding:.25rem .6rem;border-bottom:1px solid #e4e4e4;text-align:right}
 th:first-child,td:first-child{text-align:left}td.src{text-align:left;color:#666}
@@ -217,6 +218,16 @@ impl Render for Html {
             if c.aslr_disabled { "off" } else { "on" },
             if c.clean_env { "clean" } else { "caller's" }
         );
+        if let Some(h) = &report.headline {
+            let _ = writeln!(page, "<p class=headline>{}</p>", escape(h));
+        }
+        if !report.speed.is_empty() {
+            page.push_str("<ul class=speed>");
+            for r in &report.speed {
+                let _ = write!(page, "<li>{}</li>", escape(&r.sentence()));
+            }
+            page.push_str("</ul>\n");
+        }
         let mut anovas = crate::verdicts::Written::default();
         for b in &report.benchmarks {
             let _ = writeln!(page, "<section><h2>{}</h2>", escape(&b.name));

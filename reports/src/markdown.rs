@@ -84,6 +84,9 @@ fn row(m: &MetricResult) -> [String; 5] {
 
 impl Render for Markdown {
     fn render(&self, report: &Report, out: &mut dyn io::Write) -> io::Result<()> {
+        if let Some(h) = &report.headline {
+            writeln!(out, "**{}**\n", cell(h))?;
+        }
         for (i, b) in report.benchmarks.iter().enumerate() {
             if i > 0 {
                 writeln!(out)?;
@@ -113,6 +116,12 @@ impl Render for Markdown {
                     .is_some_and(|c| c.verdict == Verdict::Regressed)
             })
             .count();
+        if !report.speed.is_empty() {
+            writeln!(out)?;
+            for r in &report.speed {
+                writeln!(out, "- {}", cell(&r.sentence()))?;
+            }
+        }
         let c = &report.conditions;
         writeln!(
             out,

@@ -185,6 +185,67 @@ pub struct Report {
     /// number of samples.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_history: Option<String>,
+    /// The comparisons in one line, for people ("2 of 12 metrics regressed against ...");
+    /// absent when nothing was compared. Every format that has room for it shows it first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headline: Option<String>,
+    /// `compare`: how many times slower or faster each later command ran than the first,
+    /// from the comparison of their wall times.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub speed: Vec<SpeedRatio>,
+}
+
+/// How many times longer a command's wall time is than the reference's (hyperfine's
+/// summary), with the interval of the ratio from the comparison of the two.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpeedRatio {
+    /// The command.
+    pub benchmark: String,
+    /// The command it is compared with.
+    pub reference: String,
+    /// `mean(benchmark) / mean(reference)`: above 1 is slower.
+    pub ratio: f64,
+    /// Lower bound of the ratio's interval.
+    pub ratio_low: f64,
+    /// Upper bound of the ratio's interval.
+    pub ratio_high: f64,
+    /// Confidence level of the interval.
+    pub confidence: f64,
+    /// The verdict of the comparison behind it.
+    pub verdict: Verdict,
+}
+
+impl SpeedRatio {
+    /// hyperfine's sentence, with the half-width of the interval as the `±`: "`b` ran 1.19
+    /// ± 0.04 times slower than `a`"; faster is said with the inverse ratio.
+    pub fn sentence(&self) -> String {
+        let (factor, low, high, how) = if self.ratio >= 1.0 {
+            (self.ratio, self.ratio_low, self.ratio_high, "slower")
+        } else {
+            let inv = |x: f64| if x > 0.0 { 1.0 / x } else { f64::INFINITY };
+            (
+                inv(self.ratio),
+                inv(self.ratio_high),
+                inv(self.ratio_low),
+                "faster",
+            )
+        };
+        let pm = (high - low).abs() / 2.0;
+        let pm = if pm.is_finite() {
+            format!("{pm:.2}")
+        } else {
+            "∞".to_string()
+        };
+        let verdict = match self.verdict {
+            Verdict::NoChange | Verdict::Inconclusive => " (not a significant difference)",
+            Verdict::BelowThreshold => " (within the threshold)",
+            Verdict::Regressed | Verdict::Improved => "",
+        };
+        format!(
+            "`{}` ran {factor:.2} ± {pm} times {how} than `{}`{verdict}",
+            self.benchmark, self.reference
+        )
+    }
 }
 
 /// What a comparison concluded about one metric. For every metric, smaller is better.

@@ -113,6 +113,9 @@ fn width(s: &str) -> usize {
 impl Render for Text {
     fn render(&self, report: &Report, out: &mut dyn io::Write) -> io::Result<()> {
         let mut anovas = crate::verdicts::Written::default();
+        if let Some(h) = &report.headline {
+            writeln!(out, "{h}\n")?;
+        }
         for (i, b) in report.benchmarks.iter().enumerate() {
             if i > 0 {
                 writeln!(out)?;
@@ -163,6 +166,12 @@ impl Render for Text {
             .flat_map(|b| &b.metrics)
             .map(|m| m.summary.confidence)
             .next();
+        if !report.speed.is_empty() {
+            writeln!(out, "\nSummary (wall time):")?;
+            for r in &report.speed {
+                writeln!(out, "  {}", r.sentence())?;
+            }
+        }
         match &report.from_history {
             Some(dir) => writeln!(
                 out,

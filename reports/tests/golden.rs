@@ -159,6 +159,8 @@ pub fn report() -> Report {
             warnings: vec!["Vec::push also has 37 inlined instances that were not counted".into()],
         }],
         from_history: None,
+        headline: None,
+        speed: Vec::new(),
     }
 }
 

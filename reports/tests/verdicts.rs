@@ -203,6 +203,8 @@ fn report() -> Report {
             warnings: vec![],
         }],
         from_history: None,
+        headline: None,
+        speed: Vec::new(),
     }
 }
 

@@ -196,3 +196,47 @@ fn color_is_asked_for_or_left_to_the_terminal() {
     assert!(compare(&["--color", "always"]).contains("\x1b[1;31mREGRESSED"));
     assert!(!compare(&["--color", "never"]).contains('\x1b'));
 }
+
+#[test]
+fn the_headline_comes_first_and_compare_ends_with_the_speed_ratio() {
+    let a = format!("{} 100 1024", fixture!("allocate"));
+    let b = format!("{} 200 1024", fixture!("allocate"));
+    let args = |format: &'static str| {
+        [
+            "compare", "--runs", "3", "--warmup", "0", "--time", "--alloc", "-f", format,
+        ]
+    };
+    let text = sbs(args("text").iter().copied().chain([a.as_str(), b.as_str()]));
+    assert_eq!(text.code(), Some(1), "{}", text.stderr());
+    let out = text.stdout();
+    let first = out.lines().next().unwrap();
+    // alloc.count, alloc.bytes, alloc.frees and heap.peak double; the rest may move.
+    assert!(
+        first.contains("regressed against `") && first.contains("alloc.count +"),
+        "{first}"
+    );
+    let last_lines: Vec<&str> = out.lines().rev().take(4).collect();
+    assert!(
+        last_lines
+            .iter()
+            .any(|l| l.contains(&format!("`{b}` ran ")) && l.contains(&format!(" than `{a}`"))),
+        "{out}"
+    );
+
+    let json = sbs(args("json").iter().copied().chain([a.as_str(), b.as_str()])).json();
+    let headline = json["headline"].as_str().unwrap();
+    assert!(headline.contains("metrics regressed against"), "{headline}");
+    let speed = &json["speed"][0];
+    assert_eq!(speed["benchmark"], b.as_str());
+    assert_eq!(speed["reference"], a.as_str());
+    let (low, ratio, high) = (
+        speed["ratio_low"].as_f64().unwrap(),
+        speed["ratio"].as_f64().unwrap(),
+        speed["ratio_high"].as_f64().unwrap(),
+    );
+    assert!(low <= ratio && ratio <= high, "{speed}");
+
+    // A plain run with nothing to compare with has no headline.
+    let plain = sbs(["--runs", "2", "-f", "json", "--", fixture!("exit_with"), "0"]).success();
+    assert!(plain.json().get("headline").is_none());
+}

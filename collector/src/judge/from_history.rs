@@ -77,6 +77,8 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
         },
         benchmarks,
         from_history: Some(args.history.display().to_string()),
+        headline: None,
+        speed: Vec::new(),
     };
     let regressions = regression.apply(&references, &mut report)?;
     regression.check_threshold_names(&report)?;

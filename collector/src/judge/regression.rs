@@ -19,6 +19,7 @@ use sbs_reports::model::{BenchmarkResult, Comparison, MetricResult, Report, Tren
 
 use crate::history::{Entry, EntryMeta, History, SavedMetric};
 use crate::judge::compare::{against_sessions, compare, CompareError, Policy, Series, Thresholds};
+use crate::judge::headline::{headline, speed_ratios};
 use crate::judge::sources::ensure_same_source;
 
 /// Label of the current run's series in comparisons.
@@ -191,6 +192,10 @@ impl Regression {
                 }
             }
             Mode::Compare => self.compare_benchmarks(&mut report.benchmarks)?,
+        }
+        report.headline = headline(report, &against(self.mode, references, report));
+        if self.mode == Mode::Compare {
+            report.speed = speed_ratios(report);
         }
         Ok(regressions(report))
     }
@@ -498,6 +503,31 @@ pub fn regressions(report: &Report) -> Vec<Regressed> {
         .collect()
 }
 
+/// What the comparisons of `report` were made against, for its headline.
+fn against(mode: Mode, references: &[Reference], report: &Report) -> String {
+    if mode == Mode::Compare {
+        return match report.benchmarks.first() {
+            Some(first) => format!("`{}`", first.name),
+            None => "the first command".to_string(),
+        };
+    }
+    let mut baselines = references.iter().filter_map(|r| match r {
+        Reference::Baseline(name, _) => Some(name),
+        _ => None,
+    });
+    if let Some(name) = baselines.next() {
+        return format!("baseline `{name}`");
+    }
+    let mut latest = references.iter().filter_map(|r| match r {
+        Reference::History(entries) => entries.last().map(|e| e.meta.label()),
+        _ => None,
+    });
+    match (latest.next(), report.benchmarks.len()) {
+        (Some(label), 1) => format!("the history (latest entry {label})"),
+        _ => "the history".to_string(),
+    }
+}
+
 /// Why `metric` could not be compared with `reference`: the same metric was saved from
 /// another mechanism (refused, saying so), or not saved at all.
 fn not_compared(metric: &MetricResult, reference: &Reference) -> String {
@@ -567,6 +597,8 @@ mod tests {
                 warnings: Vec::new(),
             }],
             from_history: None,
+            headline: None,
+            speed: Vec::new(),
         }
     }
 

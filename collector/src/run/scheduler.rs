@@ -434,6 +434,8 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
         },
         benchmarks: results,
         from_history: None,
+        headline: None,
+        speed: Vec::new(),
     }
 }
 
