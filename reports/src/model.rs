@@ -58,10 +58,11 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Half the interval's width relative to the mean (e.g. 0.01 for "mean ± 1%").
+    /// Half the interval's width relative to the mean (e.g. 0.01 for "mean ± 1%"); of an
+    /// interval cut at 0, the longer side.
     pub fn relative_ci_half_width(&self) -> Option<f64> {
         let (lo, hi) = (self.ci_low?, self.ci_high?);
-        let half = (hi - lo) / 2.0;
+        let half = (hi - self.mean).max(self.mean - lo);
         if half == 0.0 {
             Some(0.0)
         } else if self.mean == 0.0 {

@@ -237,6 +237,15 @@ fn the_headline_comes_first_and_compare_ends_with_the_speed_ratio() {
     assert!(low <= ratio && ratio <= high, "{speed}");
 
     // A plain run with nothing to compare with has no headline.
-    let plain = sbs(["--runs", "2", "-f", "json", "--", fixture!("exit_with"), "0"]).success();
+    let plain = sbs([
+        "--runs",
+        "2",
+        "-f",
+        "json",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .success();
     assert!(plain.json().get("headline").is_none());
 }

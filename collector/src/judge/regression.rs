@@ -298,7 +298,8 @@ impl Regression {
         let policy = self.policy(metric);
         let mut points = Vec::with_capacity(runs.len());
         for (i, &(label, samples)) in runs.iter().enumerate() {
-            let summary = crate::judge::summary::summarize(samples, self.confidence);
+            let summary =
+                crate::judge::summary::summarize_metric(&metric.id, samples, self.confidence);
             let verdict = match i {
                 0 => None,
                 _ => {

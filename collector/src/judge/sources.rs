@@ -71,6 +71,22 @@ pub fn resolution(source: &str, unit: Unit) -> f64 {
     }
 }
 
+/// Whether a metric measures a quantity that cannot be negative (a duration, a size, a
+/// count), so that the lower bound of its interval is cut at 0. `heap.live_at_exit` is
+/// not one: a process may free more than the agent saw it allocate.
+pub fn never_negative(id: &str) -> bool {
+    const PREFIXES: [&str; 7] = [
+        "time.",
+        "rss.",
+        "alloc.",
+        "heap.peak",
+        "counter.",
+        "invocations.",
+        "boxing.",
+    ];
+    PREFIXES.iter().any(|p| id.starts_with(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,8 +63,16 @@ pub fn metric_result(
     if let Some(note) = exact_but_varied(exact, unit, &samples) {
         notes.push(note);
     }
+    let details = details
+        .into_iter()
+        .map(|(label, samples)| Detail {
+            summary: summarize_metric(&id, &samples, confidence),
+            label,
+            samples,
+        })
+        .collect();
     MetricResult {
-        summary: summarize(&samples, confidence),
+        summary: summarize_metric(&id, &samples, confidence),
         id,
         unit,
         source,
@@ -72,14 +80,7 @@ pub fn metric_result(
         group: String::new(),
         samples,
         failed_runs: Vec::new(),
-        details: details
-            .into_iter()
-            .map(|(label, samples)| Detail {
-                summary: summarize(&samples, confidence),
-                label,
-                samples,
-            })
-            .collect(),
+        details,
         notes,
         comparison: None,
         trend: Vec::new(),
@@ -106,6 +107,19 @@ fn exact_but_varied(exact: bool, unit: Unit, samples: &[f64]) -> Option<String> 
         show(min),
         show(max)
     ))
+}
+
+/// [`summarize`] for metric `id`: the interval of a quantity that cannot be negative
+/// ([`crate::judge::sources::never_negative`]) is cut at 0. The t interval is symmetric,
+/// and for a few skewed samples near 0 (`time.sys`) it reaches below 0; cutting off values
+/// the mean cannot take keeps every value it can, so the coverage stays at least
+/// `confidence`.
+pub fn summarize_metric(id: &str, samples: &[f64], confidence: f64) -> Summary {
+    let mut s = summarize(samples, confidence);
+    if crate::judge::sources::never_negative(id) {
+        s.ci_low = s.ci_low.map(|low| low.max(0.0));
+    }
+    s
 }
 
 /// Summarise `samples` with a `confidence` interval for the mean (e.g. 0.95).
@@ -272,4 +286,20 @@ mod tests {
         );
         assert!(steady.notes.is_empty() && measured.notes.is_empty());
     }
+
+    #[test]
+    fn intervals_of_quantities_that_cannot_be_negative_stop_at_zero() {
+        let skewed = [0.0, 0.0, 0.003];
+        let raw = summarize(&skewed, 0.95);
+        assert!(raw.ci_low.unwrap() < 0.0, "the t interval reaches below 0 here");
+        let cut = summarize_metric("time.sys", &skewed, 0.95);
+        assert_eq!(cut.ci_low, Some(0.0));
+        assert_eq!(cut.ci_high, raw.ci_high);
+        // The longer side is the ± of the report.
+        let half = raw.ci_high.unwrap() - raw.mean;
+        assert!(close(cut.relative_ci_half_width().unwrap(), half / raw.mean, 1e-12));
+        // A quantity that can be negative keeps its interval.
+        assert_eq!(summarize_metric("heap.live_at_exit", &skewed, 0.95), raw);
+    }
+
 }
