@@ -849,3 +849,36 @@ fn harness_path_refuses_a_program_without_the_harness() {
     ])
     .fails_with(2, "sbs_harness::CountingAlloc");
 }
+
+#[test]
+fn an_exact_count_that_varies_between_runs_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("n");
+    std::fs::write(&counter, "10\n").unwrap();
+    let c = counter.to_str().unwrap();
+    // Each run allocates 10 blocks more than the one before.
+    let run = util::sbs([
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--alloc",
+        "-f",
+        "json",
+        "--prepare",
+        &format!("echo $(( $(cat {c}) + 10 )) > {c}.new && mv {c}.new {c}"),
+        "--shell",
+        "sh",
+        &format!("{} $(cat {c}) 64", fixture!("allocate")),
+    ])
+    .success();
+    let report = run.json();
+    let count = util::metric(&report, "alloc.count");
+    let samples = util::samples(count);
+    assert_eq!(samples[1] - samples[0], 10.0, "{samples:?}");
+    let notes = count["notes"].to_string();
+    assert!(
+        notes.contains("an exact count that varied between runs"),
+        "{notes}"
+    );
+}

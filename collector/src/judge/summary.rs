@@ -291,15 +291,21 @@ mod tests {
     fn intervals_of_quantities_that_cannot_be_negative_stop_at_zero() {
         let skewed = [0.0, 0.0, 0.003];
         let raw = summarize(&skewed, 0.95);
-        assert!(raw.ci_low.unwrap() < 0.0, "the t interval reaches below 0 here");
+        assert!(
+            raw.ci_low.unwrap() < 0.0,
+            "the t interval reaches below 0 here"
+        );
         let cut = summarize_metric("time.sys", &skewed, 0.95);
         assert_eq!(cut.ci_low, Some(0.0));
         assert_eq!(cut.ci_high, raw.ci_high);
         // The longer side is the ± of the report.
         let half = raw.ci_high.unwrap() - raw.mean;
-        assert!(close(cut.relative_ci_half_width().unwrap(), half / raw.mean, 1e-12));
+        assert!(close(
+            cut.relative_ci_half_width().unwrap(),
+            half / raw.mean,
+            1e-12
+        ));
         // A quantity that can be negative keeps its interval.
         assert_eq!(summarize_metric("heap.live_at_exit", &skewed, 0.95), raw);
     }
-
 }

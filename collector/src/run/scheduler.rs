@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
+use sbs_reports::model::{BenchmarkResult, Conditions, Report, SCHEMA_VERSION};
 
 use crate::run::hooks::{Hook, Hooks};
 use crate::run::instrument::{ExitKind, Group, MetricSpec, RunOutcome, Sample};
@@ -399,7 +399,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
                 .series
                 .into_iter()
                 .map(|s| {
-                    let notes = c
+                    let notes: Vec<String> = c
                         .notes
                         .iter()
                         .filter(|(prefix, _)| {
@@ -410,12 +410,14 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
                         })
                         .map(|(_, note)| note.clone())
                         .collect();
-                    MetricResult {
-                        notes,
-                        failed_runs: s.failed,
-                        ..s.spec
-                            .result(s.group, s.samples, s.details, schedule.confidence)
-                    }
+                    let mut result =
+                        s.spec
+                            .result(s.group, s.samples, s.details, schedule.confidence);
+                    // The instrument's notes join the summary's own (an exact count that
+                    // varied).
+                    result.notes.extend(notes);
+                    result.failed_runs = s.failed;
+                    result
                 })
                 .collect(),
             warnings: c.warnings,
