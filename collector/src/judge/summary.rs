@@ -87,6 +87,67 @@ pub fn metric_result(
     }
 }
 
+/// A modified z-score (Iglewicz and Hoaglin) above this marks an outlier.
+const OUTLIER_Z: f64 = 3.5;
+/// Timing runs whose coefficient of variation is above this are too noisy to trust.
+const NOISY_COV: f64 = 0.2;
+
+/// Warnings about the wall times of a benchmark's timing runs, as hyperfine gives them:
+/// runs far from the others (a modified z-score, `0.6745 · |x − median| / MAD`, above 3.5,
+/// from 5 runs on) or, without them, a spread too wide to trust (CoV above 20%, from 3
+/// runs on).
+pub fn timing_warnings(metrics: &[MetricResult]) -> Vec<String> {
+    let Some(wall) = metrics.iter().find(|m| m.id == "time.wall") else {
+        return Vec::new();
+    };
+    let (samples, unit) = (&wall.samples, wall.unit);
+    let show = |v: f64| sbs_reports::human::value(v, unit);
+    let mut warnings = Vec::new();
+    let remedy = "close other programs, pin with --pin, or count instead of timing \
+                  (--instructions valgrind, --counters task-clock), which noise does not blur";
+    if samples.len() >= 5 {
+        let median = Data::new(samples.to_vec()).median();
+        let deviations: Vec<f64> = samples.iter().map(|x| (x - median).abs()).collect();
+        let mad = Data::new(deviations).median();
+        if mad > 0.0 {
+            let z = |x: f64| 0.6745 * (x - median).abs() / mad;
+            let outliers: Vec<usize> = (0..samples.len())
+                .filter(|&i| z(samples[i]) > OUTLIER_Z)
+                .collect();
+            if let Some(&worst) = outliers
+                .iter()
+                .max_by(|&&a, &&b| z(samples[a]).total_cmp(&z(samples[b])))
+            {
+                let first = if outliers == [0] && samples[0] > median {
+                    " Only the first run: caches or the page cache were cold; add warm-up runs (--warmup)."
+                } else {
+                    ""
+                };
+                warnings.push(format!(
+                    "time.wall: {} of {} runs are outliers (e.g. run {} took {} against a median \
+                     of {}): something else ran at the same time; {remedy}.{first}",
+                    outliers.len(),
+                    samples.len(),
+                    worst + 1,
+                    show(samples[worst]),
+                    show(median)
+                ));
+            }
+        }
+    }
+    // Outliers alone widen the CoV: the spread is named only when they do not explain it.
+    if warnings.is_empty() && samples.len() >= 3 {
+        if let Some(cov) = wall.summary.cov.filter(|c| *c > NOISY_COV) {
+            warnings.push(format!(
+                "time.wall varies by {:.0}% (CoV) between runs, too much to trust small \
+                 changes; {remedy}",
+                cov * 100.0
+            ));
+        }
+    }
+    warnings
+}
+
 /// The note for a metric whose mechanism counts exactly but whose samples differ (a
 /// threaded program whose allocation count depends on scheduling, a HashMap's random
 /// seed under valgrind): the comparisons then treat it as measured, and the report says
@@ -307,5 +368,41 @@ mod tests {
         ));
         // A quantity that can be negative keeps its interval.
         assert_eq!(summarize_metric("heap.live_at_exit", &skewed, 0.95), raw);
+    }
+
+    fn wall(samples: &[f64]) -> Vec<MetricResult> {
+        vec![metric_result(
+            "time.wall".into(),
+            Unit::Seconds,
+            "clock".into(),
+            false,
+            samples.to_vec(),
+            Vec::new(),
+            0.95,
+        )]
+    }
+
+    #[test]
+    fn noisy_timing_runs_are_warned_about() {
+        let quiet = [0.010, 0.0101, 0.0099, 0.0100, 0.0102, 0.0098];
+        assert!(timing_warnings(&wall(&quiet)).is_empty());
+        let mut spiked = quiet.to_vec();
+        spiked[3] = 0.030;
+        let w = timing_warnings(&wall(&spiked));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("time.wall: 1 of 6 runs are outliers (e.g. run 4 took 30.00 ms"),
+            "{w:?}"
+        );
+        let mut cold = quiet.to_vec();
+        cold[0] = 0.025;
+        assert!(timing_warnings(&wall(&cold))[0].contains("Only the first run"));
+        let noisy = [0.010, 0.016, 0.007, 0.013, 0.004];
+        let w = timing_warnings(&wall(&noisy));
+        assert!(
+            w.iter()
+                .any(|w| w.starts_with("time.wall varies by 47% (CoV)")),
+            "{w:?}"
+        );
     }
 }

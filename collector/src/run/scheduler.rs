@@ -3,7 +3,9 @@
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use sbs_reports::model::{BenchmarkResult, Conditions, Report, SCHEMA_VERSION};
+use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
+
+use crate::judge::summary::timing_warnings;
 
 use crate::run::hooks::{Hook, Hooks};
 use crate::run::instrument::{ExitKind, Group, MetricSpec, RunOutcome, Sample};
@@ -387,15 +389,8 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
     let results = benchmarks
         .iter()
         .zip(collected)
-        .map(|(bench, c)| BenchmarkResult {
-            name: bench.name.clone(),
-            command: bench
-                .run
-                .args
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect(),
-            metrics: c
+        .map(|(bench, c)| {
+            let metrics: Vec<MetricResult> = c
                 .series
                 .into_iter()
                 .map(|s| {
@@ -419,8 +414,20 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
                     result.failed_runs = s.failed;
                     result
                 })
-                .collect(),
-            warnings: c.warnings,
+                .collect();
+            let mut warnings = c.warnings;
+            warnings.extend(timing_warnings(&metrics));
+            BenchmarkResult {
+                name: bench.name.clone(),
+                command: bench
+                    .run
+                    .args
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
+                metrics,
+                warnings,
+            }
         })
         .collect();
     let first = benchmarks.first().map(|b| &b.run);
