@@ -9,7 +9,7 @@ use plotters::prelude::*;
 
 use crate::human;
 use crate::markup::escape;
-use crate::model::{MetricResult, Report};
+use crate::model::{GrowthFit, MetricResult, Report, Scan};
 use crate::Render;
 
 /// Renders the report as one HTML page.
@@ -174,6 +174,117 @@ pub fn trend_plot(m: &MetricResult) -> Result<String, String> {
     Ok(svg)
 }
 
+/// A scan's section: each fitted metric's mean and interval against the parameter, with
+/// the fitted curve, and the fit in words.
+fn scan_section(page: &mut String, report: &Report, scan: &Scan) -> Result<(), String> {
+    let _ = writeln!(
+        page,
+        "<section class=scan><h2>Growth over {} ({} points of {})</h2><div class=plots>",
+        escape(&scan.parameter),
+        scan.points.len(),
+        escape(&scan.series)
+    );
+    for fit in &scan.fits {
+        let points: Vec<(f64, &MetricResult)> = scan
+            .points
+            .iter()
+            .filter_map(|p| {
+                let b = report.benchmarks.iter().find(|b| b.name == p.benchmark)?;
+                Some((p.x?, b.metrics.iter().find(|m| m.id == fit.metric)?))
+            })
+            .collect();
+        let svg = scan_plot(&points, fit)?;
+        let _ = writeln!(
+            page,
+            "<figure class=scan><figcaption>{}</figcaption>{svg}</figure>",
+            escape(&fit.sentence(&scan.parameter))
+        );
+    }
+    page.push_str("</div></section>\n");
+    Ok(())
+}
+
+/// A metric's mean with its interval at each point of a scan, and the fitted curve.
+pub fn scan_plot(points: &[(f64, &MetricResult)], fit: &GrowthFit) -> Result<String, String> {
+    let Some(&(_, first)) = points.first() else {
+        return Ok(String::new());
+    };
+    let unit = first.unit;
+    let f = |x: f64| -> f64 {
+        let shape = match fit.shape.as_str() {
+            "log n" => x.ln(),
+            "n" => x,
+            "n log n" => x * x.ln(),
+            "n^2" => x * x,
+            _ => 0.0,
+        };
+        fit.intercept + fit.slope * shape
+    };
+    let xs = points.iter().map(|p| p.0);
+    let (x_lo, x_hi) = (
+        xs.clone().fold(f64::INFINITY, f64::min),
+        xs.fold(f64::NEG_INFINITY, f64::max),
+    );
+    let low = |m: &MetricResult| m.summary.ci_low.unwrap_or(m.summary.mean);
+    let high = |m: &MetricResult| m.summary.ci_high.unwrap_or(m.summary.mean);
+    let mut lo = points
+        .iter()
+        .map(|p| low(p.1))
+        .fold(f64::INFINITY, f64::min);
+    let mut hi = points
+        .iter()
+        .map(|p| high(p.1))
+        .fold(f64::NEG_INFINITY, f64::max);
+    if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
+        let pad = if hi == 0.0 { 1.0 } else { hi.abs() * 0.01 };
+        lo -= pad;
+        hi += pad;
+    }
+    let (pad_x, pad_y) = ((x_hi - x_lo).max(1e-9) * 0.05, (hi - lo) * 0.1);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (480, 220)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(28)
+            .y_label_area_size(70)
+            .build_cartesian_2d((x_lo - pad_x)..(x_hi + pad_x), (lo - pad_y)..(hi + pad_y))
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_labels(6)
+            .y_labels(4)
+            .y_label_formatter(&|v| human::value(*v, unit))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let steps = 60;
+        chart
+            .draw_series(LineSeries::new(
+                (0..=steps).map(|i| {
+                    let x = x_lo + (x_hi - x_lo) * i as f64 / steps as f64;
+                    (x, f(x))
+                }),
+                RGBColor(66, 133, 244).stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(points.iter().map(|&(x, m)| {
+                ErrorBar::new_vertical(x, low(m), m.summary.mean, high(m), BLACK.stroke_width(1), 8)
+            }))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(x, m)| Circle::new((x, m.summary.mean), 4, BLACK.filled())),
+            )
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
 fn summary_table(out: &mut String, metrics: &[MetricResult]) {
     out.push_str("<table><thead><tr><th>metric</th><th>mean</th><th>CI</th><th>±CI</th><th>CoV</th><th>n</th><th>source</th></tr></thead><tbody>\n");
     for m in metrics {
@@ -266,6 +377,9 @@ impl Render for Html {
                 }
             }
             page.push_str("</div></section>\n");
+        }
+        for scan in &report.scans {
+            scan_section(&mut page, report, scan).map_err(io::Error::other)?;
         }
         page.push_str("</body></html>\n");
         out.write_all(page.as_bytes())

@@ -116,6 +116,18 @@ impl Render for Markdown {
                     .is_some_and(|c| c.verdict == Verdict::Regressed)
             })
             .count();
+        for scan in &report.scans {
+            writeln!(
+                out,
+                "\n**Growth over {}** ({} points of {}):\n",
+                cell(&scan.parameter),
+                scan.points.len(),
+                cell(&scan.series)
+            )?;
+            for fit in &scan.fits {
+                writeln!(out, "- {}", cell(&fit.sentence(&scan.parameter)))?;
+            }
+        }
         if !report.speed.is_empty() {
             writeln!(out)?;
             for r in &report.speed {

@@ -194,6 +194,102 @@ pub struct Report {
     /// from the comparison of their wall times.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub speed: Vec<SpeedRatio>,
+    /// Parameter scans (`-P`/`-L`): one per scanned command or harness benchmark, with its
+    /// points (one benchmark each) and how every metric grows over the parameter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scans: Vec<Scan>,
+}
+
+/// A run over several values of one parameter, each value its own benchmark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Scan {
+    /// What was scanned: the command with `{NAME}` left in, or the harness benchmark.
+    pub series: String,
+    /// The parameter's name (`{NAME}` in the command).
+    pub parameter: String,
+    /// The points, in the order given.
+    pub points: Vec<ScanPoint>,
+    /// One fit per metric measured at every numeric point (at least 3 distinct values).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fits: Vec<GrowthFit>,
+}
+
+/// One value of a scanned parameter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScanPoint {
+    /// The benchmark measured at this value.
+    pub benchmark: String,
+    /// The value as given.
+    pub value: String,
+    /// The value as a number, if it is one (only numeric points are fitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x: Option<f64>,
+}
+
+/// The shape that best explains a metric's means over a scan: `mean ≈ intercept + slope ·
+/// f(x)` by least squares, `f` one of `1`, `log n`, `n`, `n log n`, `n^2`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GrowthFit {
+    /// The metric id.
+    pub metric: String,
+    /// `1` (constant), `log n`, `n`, `n log n` or `n^2`.
+    pub shape: String,
+    /// `a` of `a + b·f(x)`.
+    pub intercept: f64,
+    /// `b` of `a + b·f(x)` (0 for a constant).
+    pub slope: f64,
+    /// Coefficient of determination of the fit.
+    pub r2: f64,
+    /// Points fitted.
+    pub points: usize,
+    /// Whether the fit explains the points (R² of at least 0.5); otherwise the growth is
+    /// unclear (noise larger than the change).
+    pub clear: bool,
+}
+
+impl GrowthFit {
+    /// "alloc.count grows as n: 2.00 per unit of n, R^2 = 1.000", with `parameter` for n.
+    pub fn sentence(&self, parameter: &str) -> String {
+        let shape = self.shape.replace('n', parameter);
+        let per = match self.shape.as_str() {
+            "1" => return format!("{} is constant over {parameter}", self.metric),
+            "n" => format!("{} per unit of {parameter}", significant(self.slope)),
+            _ => format!("{} x {shape}", significant(self.slope)),
+        };
+        if self.clear {
+            format!(
+                "{} grows as {shape}: {per}, R^2 = {:.3}",
+                self.metric, self.r2
+            )
+        } else {
+            format!(
+                "{} has no clear growth over {parameter} (best: {shape}, R^2 = {:.3})",
+                self.metric, self.r2
+            )
+        }
+    }
+}
+
+/// Three significant digits, without an exponent for ordinary magnitudes.
+fn significant(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 || (1e-3..1e6).contains(&a) {
+        let digits = if a >= 100.0 {
+            0
+        } else if a >= 10.0 {
+            1
+        } else {
+            2
+        };
+        let digits = if a < 1.0 && a > 0.0 {
+            3 - a.log10().floor() as i32 - 1
+        } else {
+            digits
+        };
+        format!("{v:.*}", digits.max(0) as usize)
+    } else {
+        format!("{v:.2e}")
+    }
 }
 
 /// How many times longer a command's wall time is than the reference's (hyperfine's

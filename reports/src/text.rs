@@ -166,6 +166,25 @@ impl Render for Text {
             .flat_map(|b| &b.metrics)
             .map(|m| m.summary.confidence)
             .next();
+        for scan in &report.scans {
+            writeln!(
+                out,
+                "\nGrowth over {} ({} points of `{}`):",
+                scan.parameter,
+                scan.points.len(),
+                scan.series
+            )?;
+            if scan.fits.is_empty() {
+                writeln!(
+                    out,
+                    "  no fit: it takes at least 3 distinct numeric values of {}",
+                    scan.parameter
+                )?;
+            }
+            for fit in &scan.fits {
+                writeln!(out, "  {}", fit.sentence(&scan.parameter))?;
+            }
+        }
         if !report.speed.is_empty() {
             writeln!(out, "\nSummary (wall time):")?;
             for r in &report.speed {

@@ -161,6 +161,7 @@ pub fn report() -> Report {
         from_history: None,
         headline: None,
         speed: Vec::new(),
+        scans: Vec::new(),
     }
 }
 

@@ -205,6 +205,7 @@ fn report() -> Report {
         from_history: None,
         headline: None,
         speed: Vec::new(),
+        scans: Vec::new(),
     }
 }
 

@@ -12,6 +12,12 @@ use crate::plan::Target;
 /// The commands of `compare`, each with its name (given with `-n`, or its text; the same
 /// command twice, an A/A test, gets distinct names).
 pub(super) fn targets(args: &RunArgs) -> anyhow::Result<Vec<Target>> {
+    if args.parameter_scan.is_some() || args.parameter_list.is_some() {
+        bail!(
+            "compare does not scan parameters; scan each command in a run of its own \
+             (sbs-profile -P ... -- CMD {{NAME}}), and compare them through the history"
+        );
+    }
     if args.command.len() < 2 {
         bail!(
             "compare needs at least two commands, each one quoted argument, e.g. \

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::{exit_for, RunArgs};
+use crate::judge::growth::fit_scans;
 use crate::judge::regression::{Mode, Regression};
 use crate::output::{Sinks, Unwritten};
 use crate::plan::{self, Request, Target};
@@ -23,6 +24,7 @@ pub(super) fn measure(
         measures: args.measures(),
         controls: args.controls(),
         destinations: args.report.destinations(),
+        scan: args.scan()?,
     });
     // Said whether or not the plan could be built: the mount stays either way.
     if let Some(at) = sbs_probes::tracefs::Tracefs::mounted_by_this_process() {
@@ -46,6 +48,7 @@ pub(super) fn measure(
         .context("cannot install the handlers of Ctrl-C, SIGTERM, SIGHUP and SIGQUIT")?;
     let mut report = execute(&mut plan.benchmarks, &plan.schedule, &cancel)?;
     let regressions = regression.apply(&references, &mut report)?;
+    fit_scans(&mut report);
     // Save first, then write every report that can be written: a failing destination
     // loses neither the history nor the other reports, and a failing history loses no
     // report. Neither depends on stdout having a reader.

@@ -79,6 +79,7 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
         from_history: Some(args.history.display().to_string()),
         headline: None,
         speed: Vec::new(),
+        scans: Vec::new(),
     };
     let regressions = regression.apply(&references, &mut report)?;
     regression.check_threshold_names(&report)?;

@@ -3,6 +3,7 @@
 //! with its saved history or a baseline.
 pub mod compare;
 pub mod from_history;
+pub mod growth;
 pub mod headline;
 pub mod regression;
 pub mod sources;

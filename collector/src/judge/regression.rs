@@ -600,6 +600,7 @@ mod tests {
             from_history: None,
             headline: None,
             speed: Vec::new(),
+            scans: Vec::new(),
         }
     }
 

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 
 use super::groups::benchmark_groups;
-use super::{bench_binary, Benchmark, Controls, HarnessTarget, Plan, Request, Schedule, Target};
+use super::{
+    bench_binary, Benchmark, Controls, HarnessTarget, Plan, Point, Request, Schedule, Target,
+};
 use crate::run::runner::RunConfig;
 
 /// The most runs (warm-up included) a group may ask for: far beyond any useful series,
@@ -39,12 +41,21 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
         }
     }
     let mut benchmarks = Vec::new();
-    for target in &request.targets {
-        match target {
-            Target::Command { argv, name } => {
-                benchmarks.push(command_benchmark(&request, argv, name.as_deref())?)
+    let values: Vec<Option<&String>> = match &request.scan {
+        Some(scan) => scan.values.iter().map(Some).collect(),
+        None => vec![None],
+    };
+    for value in values {
+        for target in &request.targets {
+            let point = value
+                .zip(request.scan.as_ref())
+                .map(|(v, scan)| (scan.parameter.as_str(), v.as_str()));
+            match target {
+                Target::Command { argv, name } => {
+                    benchmarks.push(command_benchmark(&request, argv, name.as_deref(), point)?)
+                }
+                Target::Harness(h) => benchmarks.extend(harness_benchmarks(&request, h, point)?),
             }
-            Target::Harness(h) => benchmarks.extend(harness_benchmarks(&request, h)?),
         }
     }
     let Request {
@@ -66,11 +77,65 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
     })
 }
 
+/// `{NAME}` replaced by `value` in every word of `argv`; an error when no word has it.
+fn substitute(argv: &[OsString], parameter: &str, value: &str) -> anyhow::Result<Vec<OsString>> {
+    let placeholder = format!("{{{parameter}}}");
+    let mut found = false;
+    let out = argv
+        .iter()
+        .map(|w| {
+            let text = w.to_string_lossy();
+            if text.contains(&placeholder) {
+                found = true;
+                OsString::from(text.replace(&placeholder, value))
+            } else {
+                w.clone()
+            }
+        })
+        .collect();
+    if !found {
+        bail!(
+            "the scanned parameter `{parameter}` appears nowhere in the command; write \
+             {placeholder} where its value goes, e.g. -- ./bench --size {placeholder}"
+        );
+    }
+    Ok(out)
+}
+
 fn command_benchmark(
     request: &Request,
-    argv: &[OsString],
+    template: &[OsString],
     name: Option<&str>,
+    point: Option<(&str, &str)>,
 ) -> anyhow::Result<Benchmark> {
+    let text = |argv: &[OsString]| {
+        argv.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let series = name.map(str::to_string).unwrap_or_else(|| text(template));
+    let (argv, name, point) = match point {
+        Some((parameter, value)) => {
+            let argv = substitute(template, parameter, value)?;
+            let name = match name {
+                Some(n) if n.contains(&format!("{{{parameter}}}")) => {
+                    n.replace(&format!("{{{parameter}}}"), value)
+                }
+                Some(n) => format!("{n} [{parameter}={value}]"),
+                None => text(&argv),
+            };
+            let point = Point {
+                series,
+                parameter: parameter.to_string(),
+                value: value.to_string(),
+            };
+            (argv, Some(name), Some(point))
+        }
+        None => (template.to_vec(), name.map(str::to_string), None),
+    };
+    let argv = &argv[..];
+    let name = name.as_deref();
     let Some(program) = argv.first() else {
         bail!("no command given; usage: sbs-profile [OPTIONS] -- COMMAND [ARGS...]");
     };
@@ -93,12 +158,32 @@ fn command_benchmark(
         run,
         groups,
         hooks: request.controls.hooks.clone(),
+        point,
     })
 }
 
 /// One benchmark per harness benchmark selected, each in its own child processes
 /// (`BINARY --sbs-run NAME`), run interleaved like commands of `compare`.
-fn harness_benchmarks(request: &Request, h: &HarnessTarget) -> anyhow::Result<Vec<Benchmark>> {
+/// A scan point gives every benchmark `--param NAME=VALUE` and a name of its own.
+fn harness_benchmarks(
+    request: &Request,
+    h: &HarnessTarget,
+    point: Option<(&str, &str)>,
+) -> anyhow::Result<Vec<Benchmark>> {
+    let mut params = h.params.clone();
+    if let Some((parameter, value)) = point {
+        if params
+            .iter()
+            .any(|p| p.split_once('=').is_some_and(|(k, _)| k == parameter))
+        {
+            bail!("--param {parameter}=... and a scan of {parameter} were both given; drop one");
+        }
+        params.push(format!("{parameter}={value}"));
+    }
+    let h = &HarnessTarget {
+        params,
+        ..h.clone()
+    };
     if h.samples < 2 {
         bail!(
             "--samples {}: at least 2 measurements are needed",
@@ -115,11 +200,23 @@ fn harness_benchmarks(request: &Request, h: &HarnessTarget) -> anyhow::Result<Ve
             bench_binary::child_args(&exe, &l.name, &h.params, h.samples, &h.harness_args);
         let run = run_config(&request.controls, exe.clone(), child_args, env.clone())?;
         let groups = benchmark_groups(&request.measures, &run, Some(&l.name))?;
+        let (name, point) = match point {
+            Some((parameter, value)) => (
+                format!("{} [{parameter}={value}]", l.name),
+                Some(Point {
+                    series: l.name,
+                    parameter: parameter.to_string(),
+                    value: value.to_string(),
+                }),
+            ),
+            None => (l.name, None),
+        };
         benchmarks.push(Benchmark {
-            name: l.name,
+            name,
             run,
             groups,
             hooks: request.controls.hooks.clone(),
+            point,
         });
     }
     Ok(benchmarks)

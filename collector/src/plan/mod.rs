@@ -10,9 +10,9 @@ mod request;
 
 use std::path::PathBuf;
 
-pub use crate::run::scheduler::{Benchmark, FailurePolicy, Schedule};
+pub use crate::run::scheduler::{Benchmark, FailurePolicy, Point, Schedule};
 pub use build::{build, resolve_program, CLEAN_PATH};
-pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, Target};
+pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, ScanRequest, Target};
 
 /// The format of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,6 +21,17 @@ pub struct Request {
     pub controls: Controls,
     /// Where the report goes.
     pub destinations: Destinations,
+    /// A parameter to scan: every target runs once per value, each its own benchmark.
+    pub scan: Option<ScanRequest>,
+}
+
+/// `-P NAME START END [-D STEP]` or `-L NAME A,B,C`, its values listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanRequest {
+    /// The parameter: `{NAME}` in a command, `--param NAME=VALUE` for a harness.
+    pub parameter: String,
+    /// Its values, in order.
+    pub values: Vec<String>,
 }
 
 /// Something to run.

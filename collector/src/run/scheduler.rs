@@ -3,7 +3,9 @@
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use sbs_reports::model::{BenchmarkResult, Conditions, MetricResult, Report, SCHEMA_VERSION};
+use sbs_reports::model::{
+    BenchmarkResult, Conditions, MetricResult, Report, Scan, ScanPoint, SCHEMA_VERSION,
+};
 
 use crate::judge::summary::timing_warnings;
 
@@ -22,6 +24,19 @@ pub struct Benchmark {
     pub groups: Vec<Group>,
     /// Commands run around its runs, unmeasured.
     pub hooks: Hooks,
+    /// Its value of a scanned parameter, if it is a point of a scan.
+    pub point: Option<Point>,
+}
+
+/// One value of a scanned parameter (`-P`/`-L`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Point {
+    /// What is scanned: the command with `{NAME}` left in, or the harness benchmark.
+    pub series: String,
+    /// The parameter's name.
+    pub parameter: String,
+    /// Its value here, as given.
+    pub value: String,
 }
 
 /// What to do with a run whose child fails.
@@ -431,6 +446,31 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
         })
         .collect();
     let first = benchmarks.first().map(|b| &b.run);
+    let mut scans: Vec<Scan> = Vec::new();
+    for (bench, point) in benchmarks
+        .iter()
+        .filter_map(|b| Some((b, b.point.as_ref()?)))
+    {
+        let at = ScanPoint {
+            benchmark: bench.name.clone(),
+            value: point.value.clone(),
+            x: point
+                .value
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite()),
+        };
+        match scans.iter_mut().find(|s| s.series == point.series) {
+            Some(scan) => scan.points.push(at),
+            None => scans.push(Scan {
+                series: point.series.clone(),
+                parameter: point.parameter.clone(),
+                points: vec![at],
+                fits: Vec::new(),
+            }),
+        }
+    }
     Report {
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -445,6 +485,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
         from_history: None,
         headline: None,
         speed: Vec::new(),
+        scans,
     }
 }
 
@@ -519,6 +560,7 @@ mod tests {
                     instruments: vec![Box::new(Timing { rss: true })],
                 }],
                 hooks: Hooks::default(),
+                point: None,
             })
             .collect()
     }
