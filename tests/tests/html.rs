@@ -42,6 +42,47 @@ fn headless(browser: &Path, profile: &Path) -> Command {
     cmd
 }
 
+/// The sizes of the SVGs matching `selector` once Chromium rendered `html`, measured by a
+/// probe script added to a copy of the page (the report itself has no scripts), and the
+/// console errors it logged.
+fn rendered_svg_sizes(
+    browser: &Path,
+    dir: &Path,
+    html: &str,
+    selector: &str,
+) -> (Vec<[f64; 2]>, Vec<String>) {
+    let probe = html.replace(
+        "</body>",
+        &format!(
+            "<script>document.body.setAttribute('data-svg', JSON.stringify([...document.querySelectorAll('{selector}')]\
+             .map(s => {{ const b = s.getBoundingClientRect(); return [b.width, b.height]; }})));</script></body>"
+        ),
+    );
+    let probe_path = dir.join("probe.html");
+    std::fs::write(&probe_path, probe).unwrap();
+    let out = headless(browser, &dir.join("profile"))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", probe_path.display()))
+        .output()
+        .expect("run chromium");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let attr = dom
+        .split("data-svg=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no measurement in the DOM; chromium said:\n{stderr}"))
+        .replace("&quot;", "\"");
+    let errors = stderr
+        .lines()
+        .filter(|l| {
+            l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
+        })
+        .map(str::to_string)
+        .collect();
+    (serde_json::from_str(&attr).unwrap(), errors)
+}
+
 #[test]
 fn html_report_renders_its_plots_in_chromium() {
     let Some(browser) = chromium() else {
@@ -68,39 +109,11 @@ fn html_report_renders_its_plots_in_chromium() {
     let plots = html.matches("<svg").count();
     run.check(plots == 4, "one plot per timing metric");
 
-    // Measure the rendered SVGs with a probe script added to a copy of the page (the
-    // report itself has no scripts).
-    let probe = html.replace(
-        "</body>",
-        "<script>document.body.setAttribute('data-svg', JSON.stringify([...document.querySelectorAll('svg')]\
-         .map(s => { const b = s.getBoundingClientRect(); return [b.width, b.height]; })));</script></body>",
-    );
-    let probe_path = dir.path().join("probe.html");
-    std::fs::write(&probe_path, probe).unwrap();
-    let out = headless(&browser, &dir.path().join("profile"))
-        .arg("--dump-dom")
-        .arg(format!("file://{}", probe_path.display()))
-        .output()
-        .expect("run chromium");
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let attr = dom
-        .split("data-svg=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| panic!("no measurement in the DOM; chromium said:\n{stderr}"))
-        .replace("&quot;", "\"");
-    let sizes: Vec<[f64; 2]> = serde_json::from_str(&attr).unwrap();
+    let (sizes, errors) = rendered_svg_sizes(&browser, dir.path(), &html, "svg");
     assert_eq!(sizes.len(), 4, "{sizes:?}");
     for [w, h] in &sizes {
         assert!(*w > 100.0 && *h > 30.0, "plot too small: {sizes:?}");
     }
-    let errors: Vec<&str> = stderr
-        .lines()
-        .filter(|l| {
-            l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
-        })
-        .collect();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
 
     // And a screenshot of the report itself.
@@ -121,4 +134,49 @@ fn html_report_renders_its_plots_in_chromium() {
         "screenshot of {} bytes",
         png.len()
     );
+}
+
+#[test]
+fn html_report_draws_a_scan_against_its_parameter() {
+    let Some(browser) = chromium() else {
+        skip!(
+            Need::Chromium,
+            "no chromium in PATH (apt-get install chromium) to render the HTML report"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("scan.html");
+    let run = sbs([
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--alloc",
+        "--html",
+        page.to_str().unwrap(),
+        "-f",
+        "json",
+        "-P",
+        "n",
+        "100",
+        "300",
+        "-D",
+        "100",
+        "--",
+        fixture!("allocate"),
+        "{n}",
+        "64",
+    ])
+    .success();
+    let fits = run.json()["scans"][0]["fits"].as_array().unwrap().len();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Growth over n (3 points of"), "no scan section");
+    assert!(html.contains("alloc.count grows as n: 1.00 per unit of n"));
+    let (sizes, errors) = rendered_svg_sizes(&browser, dir.path(), &html, "figure.scan svg");
+    assert_eq!(sizes.len(), fits, "one plot per fitted metric: {sizes:?}");
+    for [w, h] in &sizes {
+        assert!(*w > 100.0 && *h > 30.0, "plot too small: {sizes:?}");
+    }
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
