@@ -118,9 +118,14 @@ pub fn trend_plot(m: &MetricResult) -> Result<String, String> {
             .build_cartesian_2d(-0.5..(k as f64 - 0.5), lo..hi)
             .map_err(|e| e.to_string())?;
         let unit = m.unit;
+        // `#3 @55533dc` (position and commit) for entries of the history; an older
+        // report's time label keeps its month, day and minute.
         let labels: Vec<String> = t
             .iter()
-            .map(|p| p.label.get(5..16).unwrap_or(&p.label).replace('T', " "))
+            .map(|p| match p.label.get(..2) {
+                Some("20") => p.label.get(5..16).unwrap_or(&p.label).replace('T', " "),
+                _ => p.label.chars().take(14).collect(),
+            })
             .collect();
         chart
             .configure_mesh()

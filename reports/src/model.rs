@@ -476,6 +476,24 @@ pub struct AnovaSummary {
     /// The pairs the post-hoc test found to differ (empty if none or not significant).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub differing: Vec<PairDifference>,
+    /// The series being judged (this run, or the later command); the text and HTML reports
+    /// show only the differing pairs that involve it, the JSON keeps them all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+}
+
+impl AnovaSummary {
+    /// The differing pairs that involve the subject (all of them without one), and how
+    /// many others there are.
+    pub fn pairs_of_subject(&self) -> (Vec<&PairDifference>, usize) {
+        let shown: Vec<&PairDifference> = self
+            .differing
+            .iter()
+            .filter(|p| self.subject.as_ref().is_none_or(|s| p.a == *s || p.b == *s))
+            .collect();
+        let others = self.differing.len() - shown.len();
+        (shown, others)
+    }
 }
 
 /// How a metric compares with a reference (history entry, baseline or first command).
@@ -525,4 +543,37 @@ pub struct Comparison {
     /// The ANOVA, when three or more series were compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anova: Option<AnovaSummary>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_pairs_of_the_subject_are_shown() {
+        let pair = |a: &str, b: &str| PairDifference {
+            a: a.into(),
+            b: b.into(),
+            difference: 1.0,
+            ci_low: 0.5,
+            ci_high: 1.5,
+            p_value: Some(0.01),
+        };
+        let mut anova = AnovaSummary {
+            groups: vec!["#1".into(), "#2".into(), "#3".into(), "this run".into()],
+            f: Some(10.0),
+            df_between: 3.0,
+            df_within: 8.0,
+            p_value: 0.001,
+            significant: true,
+            post_hoc: "bonferroni-welch".into(),
+            differing: vec![pair("#1", "#2"), pair("#2", "this run"), pair("#1", "#3")],
+            subject: Some("this run".into()),
+        };
+        let (shown, others) = anova.pairs_of_subject();
+        assert_eq!((shown.len(), others), (1, 2));
+        assert_eq!(shown[0].a, "#2");
+        anova.subject = None;
+        assert_eq!(anova.pairs_of_subject().0.len(), 3);
+    }
 }

@@ -136,12 +136,20 @@ fn anova_lines(b: &BenchmarkResult, written: &mut Written) -> Vec<String> {
                 "no significant difference"
             }
         );
-        if !a.differing.is_empty() {
-            let pairs: Vec<String> = a
-                .differing
+        let (shown, others) = a.pairs_of_subject();
+        if !shown.is_empty() || others > 0 {
+            let mut pairs: Vec<String> = shown
                 .iter()
                 .map(|p| format!("{} vs {}", p.a, p.b))
                 .collect();
+            if others > 0 {
+                pairs.push(format!(
+                    "{} pair{} not involving {} (in the JSON report)",
+                    others,
+                    if others == 1 { "" } else { "s" },
+                    a.subject.as_deref().unwrap_or("it")
+                ));
+            }
             line.push_str(&format!("; {} finds: {}", a.post_hoc, pairs.join(", ")));
         }
         if written.0.insert(line.clone()) {
@@ -310,6 +318,7 @@ mod tests {
             p_value: 0.0001,
             significant: true,
             post_hoc: "bonferroni-welch".into(),
+            subject: None,
             differing: vec![PairDifference {
                 a: "a".into(),
                 b: "this run".into(),
@@ -363,6 +372,7 @@ mod tests {
             p_value: 0.24,
             significant: false,
             post_hoc: "bonferroni-welch".into(),
+            subject: None,
             differing: vec![],
         });
         let bench = |name: &str| BenchmarkResult {

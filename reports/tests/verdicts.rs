@@ -99,6 +99,7 @@ fn report() -> Report {
         p_value: 0.00067,
         significant: true,
         post_hoc: "bonferroni-welch".into(),
+        subject: None,
         differing: vec![PairDifference {
             a: "2026-11-21T23:42:08.359Z".into(),
             b: "this run".into(),

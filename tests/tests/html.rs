@@ -171,7 +171,10 @@ fn html_report_draws_a_scan_against_its_parameter() {
     .success();
     let fits = run.json()["scans"][0]["fits"].as_array().unwrap().len();
     let html = std::fs::read_to_string(&page).unwrap();
-    assert!(html.contains("Growth over n (3 points of"), "no scan section");
+    assert!(
+        html.contains("Growth over n (3 points of"),
+        "no scan section"
+    );
     assert!(html.contains("alloc.count grows as n: 1.00 per unit of n"));
     let (sizes, errors) = rendered_svg_sizes(&browser, dir.path(), &html, "figure.scan svg");
     assert_eq!(sizes.len(), fits, "one plot per fitted metric: {sizes:?}");

@@ -39,6 +39,9 @@ fn report_compares_the_latest_entry_and_draws_trends() {
     let count = util::metric(&report, "alloc.count");
     assert_eq!(count["trend"].as_array().unwrap().len(), 2, "{count:#}");
     assert_eq!(count["comparison"]["verdict"], "no_change");
+    // Saved entries are named by their position in the history (and commit, if any).
+    let reference = count["comparison"]["reference"].as_str().unwrap();
+    assert!(reference.starts_with("#1 "), "{reference}");
 
     // A third entry with 10% more blocks: the latest regresses, exit 1, and the trend marks it.
     let saved = save(history, "110");

@@ -36,18 +36,24 @@ impl EntryMeta {
         }
     }
 
-    /// A short label for reports: the time to the millisecond, and the commit if known.
+    /// A label for an entry not in the history's order (a baseline): the time to the
+    /// millisecond, and the short commit if known.
     pub fn label(&self) -> String {
         let time = match self.time.split_once('.') {
             Some((secs, frac)) => format!("{secs}.{}Z", frac.get(..3).unwrap_or("000")),
             None => self.time.clone(),
         };
         match &self.git_commit {
-            // The file is text anyone may edit: cut by characters, never inside one.
-            Some(c) => format!("{time} @{}", c.chars().take(10).collect::<String>()),
+            Some(c) => format!("{time} @{}", short_commit(c)),
             None => time,
         }
     }
+}
+
+/// A commit's first 7 characters, as `git log --oneline` shows it. The file is text anyone
+/// may edit: cut by characters, never inside one.
+fn short_commit(c: &str) -> String {
+    c.chars().take(7).collect()
 }
 
 /// `20261121T233645.123456789Z-4242`: sorts by time, unique per process and instant.
@@ -121,9 +127,32 @@ pub struct Entry {
     pub meta: EntryMeta,
     /// Metrics, in file order.
     pub metrics: Vec<SavedMetric>,
+    /// 1 for the benchmark's oldest entry, counting up; 0 for a baseline (not read from
+    /// the history's entries).
+    pub position: usize,
 }
 
 impl Entry {
+    /// A short label for reports: `#3 @55533dc` (position and short commit), or with no
+    /// commit known `#3 2026-11-22 00:31`; a baseline's is its metadata's label.
+    pub fn label(&self) -> String {
+        if self.position == 0 {
+            return self.meta.label();
+        }
+        match &self.meta.git_commit {
+            Some(c) => format!("#{} @{}", self.position, short_commit(c)),
+            None => format!(
+                "#{} {}",
+                self.position,
+                self.meta
+                    .time
+                    .get(..16)
+                    .unwrap_or(&self.meta.time)
+                    .replace('T', " ")
+            ),
+        }
+    }
+
     /// The metric with this id, unit and source (series from different sources or in
     /// different units are never compared).
     pub fn metric(&self, id: &str, unit: Unit, source: &str) -> Option<&SavedMetric> {
@@ -148,10 +177,10 @@ mod tests {
     }
 
     #[test]
-    fn label_shortens_the_commit_to_ten_characters() {
+    fn label_shortens_the_commit_to_seven_characters() {
         assert_eq!(
             meta(Some("0123456789abcdef")).label(),
-            "2026-11-22T00:31:37.632Z @0123456789"
+            "2026-11-22T00:31:37.632Z @0123456"
         );
         assert_eq!(meta(Some("abc")).label(), "2026-11-22T00:31:37.632Z @abc");
         assert_eq!(meta(None).label(), "2026-11-22T00:31:37.632Z");
@@ -159,12 +188,31 @@ mod tests {
 
     #[test]
     fn label_of_a_multi_byte_commit_cuts_between_characters() {
-        // Byte 10 falls inside the second `é` (two bytes each, after `abcdefg`).
-        let label = meta(Some("abcdefgéééé")).label();
-        assert_eq!(label, "2026-11-22T00:31:37.632Z @abcdefgééé");
+        // Byte 7 falls inside the first `é` (two bytes each, after `abcdef`).
+        let label = meta(Some("abcdeféééé")).label();
+        assert_eq!(label, "2026-11-22T00:31:37.632Z @abcdefé");
         assert_eq!(
             meta(Some("日本語のコミット番号です")).label(),
-            "2026-11-22T00:31:37.632Z @日本語のコミット番号"
+            "2026-11-22T00:31:37.632Z @日本語のコミッ"
+        );
+    }
+
+    #[test]
+    fn an_entry_of_the_history_is_named_by_position_and_commit() {
+        let entry = |commit: Option<&str>, position| Entry {
+            path: PathBuf::new(),
+            benchmark: "b".into(),
+            command: "b".into(),
+            meta: meta(commit),
+            metrics: Vec::new(),
+            position,
+        };
+        assert_eq!(entry(Some("55533dc0ffee"), 3).label(), "#3 @55533dc");
+        assert_eq!(entry(None, 12).label(), "#12 2026-11-22 00:31");
+        // A baseline is not in the history's order.
+        assert_eq!(
+            entry(Some("55533dc0ffee"), 0).label(),
+            "2026-11-22T00:31:37.632Z @55533dc"
         );
     }
 }

@@ -346,7 +346,11 @@ mod tests {
         assert_eq!(latest.len(), 1);
         assert_eq!(latest[0].path, late);
         assert_eq!(h.latest_entries("b", 5).unwrap().len(), 2);
-        assert_eq!(e.meta.label(), "2026-11-21T10:00:00.000Z @0123456789");
+        assert_eq!(e.meta.label(), "2026-11-21T10:00:00.000Z @0123456");
+        // Named by position in the benchmark's history, oldest first.
+        let labels: Vec<String> = h.entries("b").unwrap().iter().map(|e| e.label()).collect();
+        assert_eq!(labels, ["#1 @0123456", "#2 @0123456"]);
+        assert_eq!(latest[0].label(), "#2 @0123456");
     }
 
     #[test]

@@ -99,7 +99,9 @@ impl History {
             paths.push(path);
         }
         paths.sort();
-        let paths = paths.split_off(paths.len().saturating_sub(latest));
+        let total = paths.len();
+        let paths = paths.split_off(total.saturating_sub(latest));
+        let skipped = total - paths.len();
         let mut entries = Vec::with_capacity(paths.len());
         for path in paths {
             let entry = read_entry(&path)?;
@@ -112,6 +114,9 @@ impl History {
             entries.push(entry);
         }
         entries.sort_by(|a, b| (&a.meta.time, &a.meta.id).cmp(&(&b.meta.time, &b.meta.id)));
+        for (i, e) in entries.iter_mut().enumerate() {
+            e.position = skipped + i + 1;
+        }
         Ok(entries)
     }
 
@@ -192,6 +197,7 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
 /// The entry a file's first row opens.
 fn first_row_entry(path: &Path, row: &Row) -> Entry {
     Entry {
+        position: 0,
         path: path.to_path_buf(),
         benchmark: row.benchmark.clone(),
         command: row.command.clone(),

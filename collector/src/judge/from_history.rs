@@ -57,7 +57,7 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
         } else {
             Reference::History(entries)
         });
-        latest_labels.push(latest.meta.label());
+        latest_labels.push(latest.label());
     }
     let max_n = benchmarks
         .iter()
@@ -150,6 +150,7 @@ fn name_latest(bench: &mut BenchmarkResult, label: &str) {
         m.trend.iter_mut().for_each(|p| rename(&mut p.label));
         if let Some(anova) = m.comparison.as_mut().and_then(|c| c.anova.as_mut()) {
             anova.groups.iter_mut().for_each(rename);
+            anova.subject.iter_mut().for_each(rename);
             for pair in anova.differing.iter_mut() {
                 rename(&mut pair.a);
                 rename(&mut pair.b);

@@ -236,7 +236,7 @@ impl Regression {
                     .iter()
                     .filter_map(|e| {
                         let m = e.metric(&metric.id, metric.unit, &metric.source)?;
-                        Some((e.meta.label(), samples(m)))
+                        Some((e.label(), samples(m)))
                     })
                     .collect();
                 let skip = with_metric.len().saturating_sub(self.depth);
@@ -520,7 +520,7 @@ fn against(mode: Mode, references: &[Reference], report: &Report) -> String {
         return format!("baseline `{name}`");
     }
     let mut latest = references.iter().filter_map(|r| match r {
-        Reference::History(entries) => entries.last().map(|e| e.meta.label()),
+        Reference::History(entries) => entries.last().map(|e| e.label()),
         _ => None,
     });
     match (latest.next(), report.benchmarks.len()) {

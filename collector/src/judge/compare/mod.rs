@@ -334,13 +334,17 @@ fn many_series(
         result.p_value = Some((interval.p_value * comparisons).min(1.0));
         result.verdict = verdict(interval.significant(), difference, relative, policy);
     }
-    result.anova = Some(anova_summary(kept, policy)?);
+    result.anova = Some(anova_summary(kept, c, policy)?);
     Ok(result)
 }
 
 /// The one-way ANOVA over every kept series, with the pairs a Bonferroni-corrected post-hoc
-/// test tells apart when the ANOVA is significant.
-fn anova_summary(kept: &[&Series<'_>], policy: &Policy) -> Result<AnovaSummary, CompareError> {
+/// test tells apart when the ANOVA is significant; `subject` is the series judged.
+fn anova_summary(
+    kept: &[&Series<'_>],
+    subject: usize,
+    policy: &Policy,
+) -> Result<AnovaSummary, CompareError> {
     let groups: Vec<&[f64]> = kept.iter().map(|s| s.samples).collect();
     let a = anova(&groups, policy.variance_floor())?;
     let significant = a.p_value < 1.0 - policy.confidence;
@@ -367,6 +371,10 @@ fn anova_summary(kept: &[&Series<'_>], policy: &Policy) -> Result<AnovaSummary, 
     };
     Ok(AnovaSummary {
         groups: kept.iter().map(|s| s.label.to_string()).collect(),
+        // Against a history, only the pairs with this run matter to the reader; between
+        // commands every pair does.
+        subject: (kept[subject].label == crate::judge::regression::THIS_RUN)
+            .then(|| kept[subject].label.to_string()),
         f: a.f,
         df_between: a.df_between,
         df_within: a.df_within,
