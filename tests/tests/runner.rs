@@ -692,3 +692,56 @@ fn a_whole_command_line_in_one_argument_gets_a_fix_that_works() {
     sbs(["--shell", "sh", "--invocations", "main", "true"])
         .fails_with(2, "would probe the shell, not your program");
 }
+
+#[test]
+fn target_ci_runs_until_the_timing_interval_is_narrow_or_says_it_is_not() {
+    let run = sbs([
+        "--target-ci",
+        "20",
+        "-m",
+        "3",
+        "-M",
+        "40",
+        "-f",
+        "json",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .success();
+    let report = run.json();
+    let wall = util::metric(&report, "time.wall");
+    let n = wall["summary"]["n"].as_u64().unwrap();
+    assert!((3..=40).contains(&n), "{n} runs");
+    let s = &wall["summary"];
+    let mean = s["mean"].as_f64().unwrap();
+    let half = s["ci_high"].as_f64().unwrap() - mean;
+    let warned = report["benchmarks"][0]["warnings"]
+        .to_string()
+        .contains("--target-ci 20.00% not reached");
+    // Either the interval got within ±20% before the maximum, or the report says it did not.
+    assert!(
+        half / mean <= 0.2 || (n == 40 && warned),
+        "n={n} ±{:.3} warned={warned}",
+        half / mean
+    );
+    sbs([
+        "--target-ci",
+        "5",
+        "-m",
+        "10",
+        "-M",
+        "5",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .fails_with(2, "--max-runs 5 is below --min-runs/--runs 10");
+    let without = sbs(["-M", "5", "--", fixture!("exit_with"), "0"]);
+    assert_eq!(without.code(), Some(2));
+    assert!(
+        without.stderr().contains("--target-ci"),
+        "{}",
+        without.stderr()
+    );
+}

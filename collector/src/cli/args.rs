@@ -14,6 +14,7 @@ use crate::judge::regression::Settings;
 use crate::plan::counters::{CounterOptions, InstructionsMode};
 use crate::plan::{Controls, Destinations, Export, FailurePolicy, Format, Measures, ScanRequest};
 use crate::run::hooks::{Hook, Hooks};
+use crate::run::scheduler::Target;
 
 /// `--format`: the report formats, as the command line names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -117,6 +118,20 @@ pub struct RunArgs {
     /// Measured runs per metric group.
     #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs, allow_negative_numbers = true)]
     pub runs: u64,
+
+    /// Keep adding timing runs until the interval of the wall time is within PCT percent
+    /// of its mean (`--target-ci 2`: ±2%), from --min-runs up to --max-runs; the report
+    /// warns when the maximum came first.
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub target_ci: Option<f64>,
+
+    /// With --target-ci: the runs to start from (default: --runs).
+    #[arg(short = 'm', long, value_name = "N", requires = "target_ci", value_parser = parse_runs)]
+    pub min_runs: Option<u64>,
+
+    /// With --target-ci: the most runs per group (default: 10 times the minimum).
+    #[arg(short = 'M', long, value_name = "N", requires = "target_ci", value_parser = parse_runs)]
+    pub max_runs: Option<u64>,
 
     /// Discarded warm-up runs before each group's measured runs.
     #[arg(
@@ -453,8 +468,15 @@ impl RunArgs {
 
     /// How runs are started and repeated.
     pub fn controls(&self) -> Controls {
+        let runs = self.min_runs.unwrap_or(self.runs) as usize;
         Controls {
-            runs: self.runs as usize,
+            runs,
+            target: self.target_ci.map(|ci| Target {
+                ci,
+                max_runs: self
+                    .max_runs
+                    .map_or(runs.saturating_mul(10), |m| m as usize),
+            }),
             warmup: self.warmup as usize,
             confidence: self.confidence,
             failure: if self.ignore_failure {
@@ -589,6 +611,16 @@ fn check_parameter_name(name: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('%');
+    match t.parse::<f64>() {
+        Ok(p) if p > 0.0 && p < 100.0 => Ok(p / 100.0),
+        _ => Err(format!(
+            "'{s}' is not a percentage between 0 and 100 (e.g. 2 for ±2%)"
+        )),
+    }
 }
 
 fn parse_runs(s: &str) -> Result<u64, String> {

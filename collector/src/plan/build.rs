@@ -22,7 +22,26 @@ pub const CLEAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 
 /// Validate the request and build the plan.
 pub fn build(request: Request) -> anyhow::Result<Plan> {
-    let Controls { runs, warmup, .. } = request.controls;
+    let Controls {
+        runs,
+        warmup,
+        target,
+        ..
+    } = request.controls;
+    if let Some(t) = target {
+        if t.max_runs < runs {
+            bail!(
+                "--max-runs {} is below --min-runs/--runs {runs}; give a maximum at least as large",
+                t.max_runs
+            );
+        }
+        if t.max_runs.checked_add(warmup).is_none_or(|n| n > MAX_RUNS) {
+            bail!(
+                "--max-runs {} is more than {MAX_RUNS} runs per group",
+                t.max_runs
+            );
+        }
+    }
     if runs.checked_add(warmup).is_none_or(|n| n > MAX_RUNS) {
         bail!(
             "--runs {runs} with --warmup {warmup} is more than {MAX_RUNS} runs per group; \
@@ -72,6 +91,7 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
             failure: controls.failure,
             clean_env: controls.clean_env,
             progress: controls.progress,
+            target: controls.target,
         },
         destinations,
     })

@@ -131,4 +131,6 @@ pub struct Controls {
     pub hooks: Hooks,
     /// A file the child reads as its stdin (`/dev/null` when `None`).
     pub input: Option<PathBuf>,
+    /// Adaptive runs: from `runs` up to a maximum until the timing intervals are narrow.
+    pub target: Option<crate::run::scheduler::Target>,
 }

@@ -61,8 +61,20 @@ pub struct Schedule {
     pub failure: FailurePolicy,
     /// Whether the child started from a clean environment (for the report).
     pub clean_env: bool,
+    /// `--target-ci`: keep adding measured runs to a group, from `runs` up to
+    /// `target.max_runs`, until the interval of every timing metric is this narrow.
+    pub target: Option<Target>,
     /// Show a progress bar.
     pub progress: bool,
+}
+
+/// Adaptive runs (`--target-ci PCT`, `--max-runs N`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Target {
+    /// The widest relative half-width a timing interval may have (0.02 for ±2%).
+    pub ci: f64,
+    /// The most measured runs per group.
+    pub max_runs: usize,
 }
 
 /// All values of one metric of one benchmark.
@@ -342,11 +354,22 @@ fn run_groups(
         failure,
         ..
     } = *schedule;
-    let total = (group_count * (warmup + runs) * benchmarks.len()) as u64;
+    let most = schedule.target.map_or(runs, |t| t.max_runs.max(runs));
+    let total = (group_count * (warmup + most) * benchmarks.len()) as u64;
     let bar = progress_bar(total, schedule.progress);
     let mut collected: Vec<Collected> = benchmarks.iter().map(|_| Collected::default()).collect();
     for g in 0..group_count {
-        for round in 0..warmup + runs {
+        let mut done = 0;
+        for round in 0..warmup + most {
+            if round >= warmup + runs
+                && schedule.target.is_some_and(|t| {
+                    let group = &benchmarks[0].groups[g].name;
+                    narrow_enough(&collected, group, t.ci, schedule.confidence)
+                })
+            {
+                break;
+            }
+            done = round + 1 - warmup.min(round + 1);
             let measured = round >= warmup;
             for (b, bench) in benchmarks.iter_mut().enumerate() {
                 let group = &mut bench.groups[g];
@@ -380,7 +403,18 @@ fn run_groups(
                 bar.inc(1);
             }
         }
+        let runs = done;
         for (b, bench) in benchmarks.iter_mut().enumerate() {
+            if let Some(t) = schedule.target {
+                let warning = target_warning(
+                    &collected[b],
+                    &bench.groups[g].name,
+                    t,
+                    runs,
+                    schedule.confidence,
+                );
+                collected[b].warnings.extend(warning);
+            }
             if let Some(w) = collected[b].failures_warning(&bench.groups[g].name, runs) {
                 collected[b].warnings.push(w);
             }
@@ -396,6 +430,66 @@ fn run_groups(
     }
     bar.finish_and_clear();
     Ok(collected)
+}
+
+/// The relative half-width of the wall-time intervals of `group` collected so far, by
+/// metric id.
+fn timing_widths<'a>(
+    c: &'a Collected,
+    group: &str,
+    confidence: f64,
+) -> Vec<(&'a str, Option<f64>)> {
+    c.series
+        .iter()
+        // Wall time (or a harness's time per operation): user and system time of a short
+        // program are near 0 and relatively wide whatever the number of runs.
+        .filter(|s| s.group == group && matches!(s.spec.id.as_str(), "time.wall" | "time.op"))
+        .map(|s| {
+            let summary =
+                crate::judge::summary::summarize_metric(&s.spec.id, &s.samples, confidence);
+            (s.spec.id.as_str(), summary.relative_ci_half_width())
+        })
+        .collect()
+}
+
+/// Whether every benchmark's timing intervals in `group` are within `target` (a group
+/// without timing metrics always is).
+fn narrow_enough(collected: &[Collected], group: &str, target: f64, confidence: f64) -> bool {
+    collected.iter().all(|c| {
+        timing_widths(c, group, confidence)
+            .iter()
+            .all(|(_, w)| w.is_some_and(|w| w <= target))
+    })
+}
+
+/// What `--target-ci` came to for one group: a note of the runs it took, or a warning
+/// that `--max-runs` came first.
+fn target_warning(
+    c: &Collected,
+    group: &str,
+    target: Target,
+    runs: usize,
+    confidence: f64,
+) -> Option<String> {
+    let widths = timing_widths(c, group, confidence);
+    let wide: Vec<String> = widths
+        .iter()
+        .filter(|(_, w)| w.is_none_or(|w| w > target.ci))
+        .map(|(id, w)| match w {
+            Some(w) => format!("{id} ±{:.2}%", w * 100.0),
+            None => format!("{id} (no interval)"),
+        })
+        .collect();
+    if widths.is_empty() || wide.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "--target-ci {:.2}% not reached in the {group} runs after {runs} runs (--max-runs): \
+         {}; the machine is too noisy for it, so raise --max-runs, quiet the machine, or count \
+         instead of timing",
+        target.ci * 100.0,
+        wide.join(", ")
+    ))
 }
 
 /// The report of the collected series: each metric summarized, with the notes that
@@ -573,7 +667,43 @@ mod tests {
             failure,
             clean_env: false,
             progress: false,
+            target: None,
         }
+    }
+
+    #[test]
+    fn target_ci_adds_runs_until_the_interval_is_narrow_or_the_maximum_comes() {
+        // Scripted walls are 10, 11, 12... ms: ±60% after 2 runs, ±22% after 3, and
+        // never below ±10% before 40.
+        let run = |ci: f64, max_runs: usize| {
+            let mut benches = benchmarks(&["a"]);
+            let mut script = Script {
+                exits: Vec::new(),
+                calls: Vec::new(),
+            };
+            let schedule = Schedule {
+                target: Some(Target { ci, max_runs }),
+                ..schedule(2, 0, FailurePolicy::Fail)
+            };
+            let cancel = Cancel::install().unwrap();
+            let report = execute_with(&mut benches, &schedule, &cancel, &mut script).unwrap();
+            (script.calls.len(), report.benchmarks[0].warnings.clone())
+        };
+        let (calls, warnings) = run(0.3, 20);
+        assert_eq!(calls, 3);
+        assert!(
+            warnings.iter().all(|w| !w.contains("--target-ci")),
+            "{warnings:?}"
+        );
+        let (calls, warnings) = run(0.01, 6);
+        assert_eq!(calls, 6);
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w
+                    .starts_with("--target-ci 1.00% not reached in the timing runs after 6 runs")),
+            "{warnings:?}"
+        );
     }
 
     #[test]
