@@ -25,6 +25,8 @@ table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:.5rem 0 
 th,td{padding:.25rem .6rem;border-bottom:1px solid #e4e4e4;text-align:right}
 th:first-child,td:first-child{text-align:left}td.src{text-align:left;color:#666}
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(20rem,1fr));gap:1rem}
+.row{grid-column:1/-1;display:grid;grid-template-columns:1fr 1fr;gap:1rem}
+figure.exact p.value{font-size:1.8rem;font-variant-numeric:tabular-nums;text-align:center;margin:1.5rem 0}
 figure{margin:0;border:1px solid #e4e4e4;padding:.4rem}figcaption{font-size:.85rem;color:#333;margin-bottom:.2rem}
 figure svg{width:100%;height:auto;display:block}
 .warning{color:#8a4b00}.note{color:#444;font-size:.9rem}
@@ -364,14 +366,32 @@ impl Render for Html {
             }
             page.push_str("<div class=plots>\n");
             for m in &b.metrics {
-                let svg = strip_plot(m).map_err(io::Error::other)?;
-                let _ = writeln!(
-                    page,
-                    "<figure><figcaption>{} — samples, mean (red) and {}% CI (band)</figcaption>{svg}</figure>",
-                    escape(&m.id),
-                    (m.summary.confidence * 100.0).round()
-                );
-                if m.trend.len() >= 2 {
+                // A metric's samples and its history side by side, one metric per row when
+                // it has a history.
+                let with_trend = m.trend.len() >= 2;
+                if with_trend {
+                    page.push_str("<div class=row>");
+                }
+                if m.summary.sd == 0.0 && m.summary.n > 0 {
+                    // Identical samples (an exact count): the number says it all.
+                    let _ = writeln!(
+                        page,
+                        "<figure class=exact><figcaption>{} — the same in all {} runs</figcaption>\
+                         <p class=value>{}</p></figure>",
+                        escape(&m.id),
+                        m.summary.n,
+                        escape(&human::value(m.summary.mean, m.unit))
+                    );
+                } else {
+                    let svg = strip_plot(m).map_err(io::Error::other)?;
+                    let _ = writeln!(
+                        page,
+                        "<figure><figcaption>{} — samples, mean (red) and {}% CI (band)</figcaption>{svg}</figure>",
+                        escape(&m.id),
+                        (m.summary.confidence * 100.0).round()
+                    );
+                }
+                if with_trend {
                     let svg = trend_plot(m).map_err(io::Error::other)?;
                     let _ = writeln!(
                         page,
@@ -379,6 +399,7 @@ impl Render for Html {
                          regressions in red</figcaption>{svg}</figure>",
                         escape(&m.id)
                     );
+                    page.push_str("</div>");
                 }
             }
             page.push_str("</div></section>\n");
