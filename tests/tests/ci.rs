@@ -83,7 +83,7 @@ fn the_workflow_saves_a_baseline_on_main_and_gates_a_pull_request() {
     assert_eq!(out.trim(), "code=1");
     let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(
-        report.contains("regressed against baseline \\`main\\` (alloc.count +"),
+        report.contains("regressed against baseline \\`main\\`: alloc.count +"),
         "{report}"
     );
     let bmf: serde_json::Value =

@@ -80,7 +80,7 @@ fn report_compares_the_latest_entry_and_draws_trends() {
         "trend figure present"
     );
 
-    // The latest entry is named by its time, never "this run", in every part of the text.
+    // The latest entry is named by its position, never "this run", in every part of the text.
     let text = sbs(["report", "--history", history]);
     assert_eq!(text.code(), Some(1));
     // Exact counts are compared exactly with the entry before the latest (no ANOVA and

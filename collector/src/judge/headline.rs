@@ -18,7 +18,11 @@ pub fn headline(report: &Report, against: &str) -> Option<String> {
             let Some(c) = &m.comparison else { continue };
             compared += 1;
             let change = match c.relative {
-                Some(r) => format!("{:+.3}%", r * 100.0),
+                Some(r) => format!(
+                    "{}{}",
+                    if r < 0.0 { "-" } else { "+" },
+                    sbs_reports::human::percent(r.abs())
+                ),
                 None => format!("{:+}", c.difference),
             };
             let named = if several {
@@ -41,7 +45,7 @@ pub fn headline(report: &Report, against: &str) -> Option<String> {
         format!("none of {compared} {metrics} regressed against {against}")
     } else {
         format!(
-            "{} of {compared} {metrics} regressed against {against} ({})",
+            "{} of {compared} {metrics} regressed against {against}: {}",
             regressed.len(),
             list(&regressed)
         )

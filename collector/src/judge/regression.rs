@@ -524,7 +524,7 @@ fn against(mode: Mode, references: &[Reference], report: &Report) -> String {
         _ => None,
     });
     match (latest.next(), report.benchmarks.len()) {
-        (Some(label), 1) => format!("the history (latest entry {label})"),
+        (Some(label), 1) => format!("the history up to {label}"),
         _ => "the history".to_string(),
     }
 }
