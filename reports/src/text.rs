@@ -26,14 +26,20 @@ fn row(label: String, unit: Unit, source: &str, exact: bool, s: &Summary) -> [St
         .map(human::percent)
         .unwrap_or_else(|| "-".into());
     let cov = s.cov.map(human::percent).unwrap_or_else(|| "-".into());
+    let mean = human::value(s.mean, unit);
+    // The unit the mean is printed in (`ms`, `MiB`), not the base unit it is stored in.
+    let shown = match mean.rsplit_once(' ') {
+        Some((_, suffix)) => suffix.to_string(),
+        None => unit.as_str().to_string(),
+    };
     [
         label,
-        human::value(s.mean, unit),
+        mean,
         ci,
         rel,
         cov,
         s.n.to_string(),
-        unit.as_str().to_string(),
+        shown,
         source.to_string(),
     ]
 }
