@@ -11,6 +11,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use sbs_reports::human::TimeUnit;
 use sbs_reports::model::Report;
 use sbs_reports::Render;
 
@@ -137,6 +138,7 @@ pub struct Sinks {
     output: Output,
     format: Format,
     color: Option<bool>,
+    time_unit: Option<TimeUnit>,
     files: Vec<FileSink>,
 }
 
@@ -194,6 +196,7 @@ impl Sinks {
             output: Output::open(destinations.output.as_deref())?,
             format: destinations.format,
             color: destinations.color,
+            time_unit: destinations.time_unit,
             files,
         })
     }
@@ -208,7 +211,7 @@ impl Sinks {
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
         });
         let main_path = self.output.path().map(Path::to_path_buf);
-        let main = render(renderer(self.format, color), report)
+        let main = render(renderer(self.format, color, self.time_unit), report)
             .and_then(|bytes| Ok(self.output.write_all(&bytes)?));
         if let Err(e) = main {
             failures.push(match main_path {
@@ -238,7 +241,7 @@ impl Sinks {
                 .unwrap_or_default();
             let (what, renderer): (&str, Box<dyn Render>) = match file.format {
                 None => ("the HTML page", Box::new(sbs_reports::html::Html)),
-                Some(format) => ("the report", renderer(format, false)),
+                Some(format) => ("the report", renderer(format, false, self.time_unit)),
             };
             let written = render(renderer, report).and_then(|b| Ok(file.output.write_all(&b)?));
             if let Err(e) = written {
@@ -259,7 +262,7 @@ impl Sinks {
 
 /// The plain text report on stdout, in place of a report file that could not be written.
 fn print_text(report: &Report) -> anyhow::Result<()> {
-    let text = render(renderer(Format::Text, false), report)?;
+    let text = render(renderer(Format::Text, false, None), report)?;
     Ok(Output::Stdout.write_all(&text)?)
 }
 
@@ -272,12 +275,13 @@ fn render(renderer: Box<dyn Render>, report: &Report) -> anyhow::Result<Vec<u8>>
     Ok(buf)
 }
 
-/// The renderer of a format; `color` applies to text. By default text is coloured on a
-/// terminal only, and never with `NO_COLOR` (<https://no-color.org>).
-fn renderer(format: Format, color: bool) -> Box<dyn Render> {
+/// The renderer of a format; `color` applies to text, `time_unit` to text and Markdown.
+/// By default text is coloured on a terminal only, and never with `NO_COLOR`
+/// (<https://no-color.org>).
+fn renderer(format: Format, color: bool, time_unit: Option<TimeUnit>) -> Box<dyn Render> {
     match format {
-        Format::Text => Box::new(sbs_reports::text::Text { color }),
-        Format::Markdown => Box::new(sbs_reports::markdown::Markdown),
+        Format::Text => Box::new(sbs_reports::text::Text { color, time_unit }),
+        Format::Markdown => Box::new(sbs_reports::markdown::Markdown { time_unit }),
         Format::Json => Box::new(sbs_reports::json::Json),
         Format::Csv => Box::new(sbs_reports::csv::Csv),
         Format::Bmf => Box::new(sbs_reports::bmf::Bmf),

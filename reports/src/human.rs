@@ -44,6 +44,48 @@ pub fn seconds(v: f64) -> String {
     format!("{} {unit}", sig(v * scale))
 }
 
+/// A fixed unit for times (`--time-unit`), instead of the one that suits each value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeUnit {
+    /// `s`.
+    Second,
+    /// `ms`.
+    Millisecond,
+    /// `us`.
+    Microsecond,
+    /// `ns`.
+    Nanosecond,
+}
+
+impl TimeUnit {
+    fn scale(self) -> (f64, &'static str) {
+        match self {
+            TimeUnit::Second => (1.0, "s"),
+            TimeUnit::Millisecond => (1e3, "ms"),
+            TimeUnit::Microsecond => (1e6, "us"),
+            TimeUnit::Nanosecond => (1e9, "ns"),
+        }
+    }
+}
+
+/// [`value`], with times in `time` when it is given.
+pub fn value_in(v: f64, unit: Unit, time: Option<TimeUnit>) -> String {
+    match (unit, time) {
+        (Unit::Seconds, Some(t)) => {
+            let (scale, name) = t.scale();
+            // Four significant digits, however small the value is in this unit.
+            let x = v * scale;
+            let digits = if x == 0.0 {
+                3
+            } else {
+                (3 - x.abs().log10().floor() as i32).clamp(0, 9) as usize
+            };
+            format!("{x:.digits$} {name}")
+        }
+        _ => value(v, unit),
+    }
+}
+
 /// Bytes in B, KiB, MiB or GiB.
 pub fn bytes(v: f64) -> String {
     let a = v.abs();
@@ -114,5 +156,32 @@ mod tests {
         assert_eq!(percent(0.0123), "1.23%");
         assert_eq!(percent(0.00012), "0.012%");
         assert_eq!(percent(0.0), "0%");
+    }
+
+    #[test]
+    fn a_fixed_time_unit_keeps_four_significant_digits() {
+        use super::{value_in, TimeUnit};
+        use crate::model::Unit;
+        assert_eq!(
+            value_in(0.0029783, Unit::Seconds, Some(TimeUnit::Microsecond)),
+            "2978 us"
+        );
+        assert_eq!(
+            value_in(0.0029783, Unit::Seconds, Some(TimeUnit::Second)),
+            "0.002978 s"
+        );
+        assert_eq!(
+            value_in(12.5, Unit::Seconds, Some(TimeUnit::Millisecond)),
+            "12500 ms"
+        );
+        assert_eq!(
+            value_in(0.0, Unit::Seconds, Some(TimeUnit::Millisecond)),
+            "0.000 ms"
+        );
+        // Other units are untouched.
+        assert_eq!(
+            value_in(2048.0, Unit::Bytes, Some(TimeUnit::Second)),
+            "2.000 KiB"
+        );
     }
 }

@@ -9,7 +9,11 @@ use crate::Render;
 
 /// Renders one Markdown table per benchmark.
 #[derive(Debug, Default)]
-pub struct Markdown;
+pub struct Markdown {
+    /// Print every time in this unit (`--time-unit`); each in the unit that suits it when
+    /// `None`.
+    pub time_unit: Option<human::TimeUnit>,
+}
 
 /// Escape what would break a table cell or render as markup.
 fn cell(s: &str) -> String {
@@ -46,15 +50,12 @@ fn badge(v: Verdict) -> &'static str {
     }
 }
 
-fn row(m: &MetricResult) -> [String; 5] {
-    let after = human::value(m.summary.mean, m.unit);
+fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
+    let value = |v| human::value_in(v, m.unit, time);
+    let after = value(m.summary.mean);
     let Some(c) = &m.comparison else {
         let ci = match (m.summary.ci_low, m.summary.ci_high) {
-            (Some(l), Some(h)) if l != h => format!(
-                " [{}, {}]",
-                human::value(l, m.unit),
-                human::value(h, m.unit)
-            ),
+            (Some(l), Some(h)) if l != h => format!(" [{}, {}]", value(l), value(h)),
             _ => String::new(),
         };
         return [
@@ -71,11 +72,11 @@ fn row(m: &MetricResult) -> [String; 5] {
             (Some(l), Some(h)) => format!("{} [{}, {}]", signed(r), signed(l), signed(h)),
             _ => signed(r),
         },
-        (None, _) => format!("+{} from 0", human::value(c.difference, m.unit)),
+        (None, _) => format!("+{} from 0", value(c.difference)),
     };
     [
         format!("`{}`", m.id.replace('`', "'")),
-        cell(&human::value(c.reference_mean, m.unit)),
+        cell(&value(c.reference_mean)),
         cell(&after),
         cell(&change),
         badge(c.verdict).to_string(),
@@ -95,7 +96,7 @@ impl Render for Markdown {
             writeln!(out, "| metric | before | after | change [CI] | verdict |")?;
             writeln!(out, "|---|---:|---:|---:|---|")?;
             for m in &b.metrics {
-                writeln!(out, "| {} |", row(m).join(" | "))?;
+                writeln!(out, "| {} |", row(m, self.time_unit).join(" | "))?;
             }
             for m in &b.metrics {
                 for n in &m.notes {

@@ -11,14 +11,25 @@ use crate::Render;
 pub struct Text {
     /// Colour the verdicts (only for a terminal, and never with `NO_COLOR`).
     pub color: bool,
+    /// Print every time in this unit (`--time-unit`); each in the unit that suits it when
+    /// `None`.
+    pub time_unit: Option<human::TimeUnit>,
 }
 
 const HEADER: [&str; 8] = ["metric", "mean", "CI", "±CI", "CoV", "n", "unit", "source"];
 
-fn row(label: String, unit: Unit, source: &str, exact: bool, s: &Summary) -> [String; 8] {
+fn row(
+    label: String,
+    unit: Unit,
+    source: &str,
+    exact: bool,
+    s: &Summary,
+    time: Option<human::TimeUnit>,
+) -> [String; 8] {
+    let value = |v| human::value_in(v, unit, time);
     let ci = match (s.ci_low, s.ci_high) {
         (Some(lo), Some(hi)) if lo == hi && exact => "exact".to_string(),
-        (Some(lo), Some(hi)) => format!("[{}, {}]", human::value(lo, unit), human::value(hi, unit)),
+        (Some(lo), Some(hi)) => format!("[{}, {}]", value(lo), value(hi)),
         _ => "-".to_string(),
     };
     let rel = s
@@ -26,7 +37,7 @@ fn row(label: String, unit: Unit, source: &str, exact: bool, s: &Summary) -> [St
         .map(human::percent)
         .unwrap_or_else(|| "-".into());
     let cov = s.cov.map(human::percent).unwrap_or_else(|| "-".into());
-    let mean = human::value(s.mean, unit);
+    let mean = value(s.mean);
     // The unit the mean is printed in (`ms`, `MiB`), not the base unit it is stored in.
     let shown = match mean.rsplit_once(' ') {
         Some((_, suffix)) => suffix.to_string(),
@@ -48,8 +59,15 @@ fn blank() -> [String; 8] {
     Default::default()
 }
 
-fn metric_rows(m: &MetricResult, rows: &mut Vec<[String; 8]>) {
-    rows.push(row(m.id.clone(), m.unit, &m.source, m.exact, &m.summary));
+fn metric_rows(m: &MetricResult, rows: &mut Vec<[String; 8]>, time: Option<human::TimeUnit>) {
+    rows.push(row(
+        m.id.clone(),
+        m.unit,
+        &m.source,
+        m.exact,
+        &m.summary,
+        time,
+    ));
     // A breakdown line that is 0 in every run (a matched function never called) says
     // nothing in a table; it is counted in one line instead (JSON keeps every line).
     let shown: Vec<_> = m
@@ -70,6 +88,7 @@ fn metric_rows(m: &MetricResult, rows: &mut Vec<[String; 8]>) {
             "",
             m.exact,
             &d.summary,
+            time,
         ));
     }
     if hidden > 0 {
@@ -129,7 +148,7 @@ impl Render for Text {
             writeln!(out, "Benchmark: {}", b.name)?;
             let mut rows = vec![HEADER.map(String::from)];
             for m in &b.metrics {
-                metric_rows(m, &mut rows);
+                metric_rows(m, &mut rows, self.time_unit);
             }
             let mut widths = [0usize; 8];
             for r in &rows {

@@ -178,15 +178,18 @@ fn text() {
 
 #[test]
 fn markdown() {
-    insta::assert_snapshot!(render(&sbs_reports::markdown::Markdown));
+    insta::assert_snapshot!(render(&sbs_reports::markdown::Markdown::default()));
 }
 
 #[test]
 fn colour_only_when_asked() {
     let mut out = Vec::new();
-    sbs_reports::text::Text { color: true }
-        .render(&report(), &mut out)
-        .unwrap();
+    sbs_reports::text::Text {
+        color: true,
+        ..Default::default()
+    }
+    .render(&report(), &mut out)
+    .unwrap();
     let coloured = String::from_utf8(out).unwrap();
     assert!(coloured.contains("\x1b[1;31mREGRESSED"), "{coloured}");
     assert!(!render(&sbs_reports::text::Text::default()).contains('\x1b'));

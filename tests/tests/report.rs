@@ -252,3 +252,38 @@ fn the_headline_comes_first_and_compare_ends_with_the_speed_ratio() {
     .success();
     assert!(plain.json().get("headline").is_none());
 }
+
+#[test]
+fn time_unit_fixes_the_unit_of_every_time_in_text_and_markdown() {
+    let run = |format: &str| {
+        sbs([
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "-u",
+            "microsecond",
+            "-f",
+            format,
+            "--",
+            fixture!("exit_with"),
+            "0",
+        ])
+        .success()
+        .stdout()
+    };
+    let text = run("text");
+    for id in ["time.wall", "time.user", "time.sys"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(id))
+            .unwrap();
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        // mean, its unit, and the unit column all in microseconds.
+        assert_eq!(cells[2], "us", "{line}");
+        assert!(line.contains("  us  "), "{line}");
+        assert!(!line.contains(" ms") && !line.contains(" s "), "{line}");
+    }
+    assert!(run("markdown").contains(" us"));
+    assert!(!run("json").contains(" us"), "JSON keeps seconds");
+}

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use sbs_reports::human::TimeUnit;
 
 use crate::history;
 use crate::judge::regression::Settings;
@@ -54,6 +55,19 @@ pub enum ColorArg {
     Never,
 }
 
+/// `--time-unit`: the unit of every time in the text and Markdown reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TimeUnitArg {
+    /// Seconds.
+    Second,
+    /// Milliseconds.
+    Millisecond,
+    /// Microseconds.
+    Microsecond,
+    /// Nanoseconds.
+    Nanosecond,
+}
+
 /// `--instructions`: how instructions are counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum InstructionsArg {
@@ -94,6 +108,11 @@ pub struct OutputArgs {
     /// `never`.
     #[arg(long, value_name = "WHEN", value_enum, default_value_t = ColorArg::Auto)]
     pub color: ColorArg,
+
+    /// Print every time of the text and Markdown reports in this unit (default: each in
+    /// the unit that suits it). JSON, CSV and BMF keep their fixed units.
+    #[arg(short = 'u', long, value_name = "UNIT", value_enum)]
+    pub time_unit: Option<TimeUnitArg>,
 
     /// Also write the JSON report to FILE, from the same measurements.
     #[arg(long, value_name = "FILE")]
@@ -411,6 +430,12 @@ impl OutputArgs {
                 ColorArg::Always => Some(true),
                 ColorArg::Never => Some(false),
             },
+            time_unit: self.time_unit.map(|u| match u {
+                TimeUnitArg::Second => TimeUnit::Second,
+                TimeUnitArg::Millisecond => TimeUnit::Millisecond,
+                TimeUnitArg::Microsecond => TimeUnit::Microsecond,
+                TimeUnitArg::Nanosecond => TimeUnit::Nanosecond,
+            }),
             output: self.output.clone(),
             html: self.html.clone(),
             exports: exports

@@ -36,6 +36,8 @@ pub struct Destinations {
     pub format: Format,
     /// Colour the text report (`None`: on a terminal, unless `NO_COLOR` is set).
     pub color: Option<bool>,
+    /// The unit of every time in the text and Markdown reports (`None`: each its own).
+    pub time_unit: Option<sbs_reports::human::TimeUnit>,
     /// A file for the main report (stdout when `None`).
     pub output: Option<PathBuf>,
     /// A file for the HTML page, if one is asked for.
