@@ -154,3 +154,32 @@ fn a_scan_must_name_its_parameter_in_the_command() {
     sbs(["compare", "-P", "n", "1", "3", "a {n}", "b {n}"])
         .fails_with(2, "compare does not scan parameters");
 }
+
+#[test]
+fn the_hooks_of_a_scan_point_see_its_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let log = log.to_str().unwrap();
+    sbs([
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "-L",
+        "n",
+        "7,8",
+        "--setup",
+        &format!("echo setup {{n}} >> {log}"),
+        "--prepare",
+        &format!("echo prepare {{n}} >> {log}"),
+        "--",
+        fixture!("allocate"),
+        "{n}",
+        "64",
+    ])
+    .success();
+    assert_eq!(
+        std::fs::read_to_string(log).unwrap(),
+        "setup 7\nsetup 8\nprepare 7\nprepare 8\n"
+    );
+}

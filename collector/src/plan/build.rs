@@ -11,6 +11,7 @@ use super::groups::benchmark_groups;
 use super::{
     bench_binary, Benchmark, Controls, HarnessTarget, Plan, Point, Request, Schedule, Target,
 };
+use crate::run::hooks::{Hook, Hooks};
 use crate::run::runner::RunConfig;
 
 /// The most runs (warm-up included) a group may ask for: far beyond any useful series,
@@ -97,6 +98,25 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
     })
 }
 
+/// The hooks of a scan point: `{NAME}` replaced by its value in each command.
+fn hooks_at(hooks: &Hooks, point: Option<(&str, &str)>) -> Hooks {
+    let Some((parameter, value)) = point else {
+        return hooks.clone();
+    };
+    let placeholder = format!("{{{parameter}}}");
+    let at = |hook: &Option<Hook>| {
+        hook.clone().map(|h| Hook {
+            command: h.command.replace(&placeholder, value),
+            ..h
+        })
+    };
+    Hooks {
+        setup: at(&hooks.setup),
+        prepare: at(&hooks.prepare),
+        cleanup: at(&hooks.cleanup),
+    }
+}
+
 /// `{NAME}` replaced by `value` in every word of `argv`; an error when no word has it.
 fn substitute(argv: &[OsString], parameter: &str, value: &str) -> anyhow::Result<Vec<OsString>> {
     let placeholder = format!("{{{parameter}}}");
@@ -177,7 +197,12 @@ fn command_benchmark(
         name,
         run,
         groups,
-        hooks: request.controls.hooks.clone(),
+        hooks: hooks_at(
+            &request.controls.hooks,
+            point
+                .as_ref()
+                .map(|p| (p.parameter.as_str(), p.value.as_str())),
+        ),
         point,
     })
 }
@@ -235,7 +260,12 @@ fn harness_benchmarks(
             name,
             run,
             groups,
-            hooks: request.controls.hooks.clone(),
+            hooks: hooks_at(
+                &request.controls.hooks,
+                point
+                    .as_ref()
+                    .map(|p| (p.parameter.as_str(), p.value.as_str())),
+            ),
             point,
         });
     }
