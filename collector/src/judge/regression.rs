@@ -22,8 +22,7 @@ use crate::judge::compare::{against_sessions, compare, CompareError, Policy, Ser
 use crate::judge::headline::{headline, speed_ratios};
 use crate::judge::sources::ensure_same_source;
 
-/// Label of the current run's series in comparisons.
-pub const THIS_RUN: &str = "this run";
+pub use crate::judge::compare::THIS_RUN;
 
 /// The regression settings of a run, as asked for (validated by [`Regression::new`]).
 #[derive(Debug, Clone)]

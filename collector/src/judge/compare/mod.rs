@@ -37,6 +37,9 @@ pub use welch::{welch_df, welch_interval, DiffInterval};
 use anova::zero_variance;
 use welch::check_confidence;
 
+/// Label of the current run's series in comparisons.
+pub const THIS_RUN: &str = "this run";
+
 /// Name of the post-hoc test reported with an ANOVA.
 pub const POST_HOC: &str = "bonferroni-welch";
 
@@ -373,8 +376,7 @@ fn anova_summary(
         groups: kept.iter().map(|s| s.label.to_string()).collect(),
         // Against a history, only the pairs with this run matter to the reader; between
         // commands every pair does.
-        subject: (kept[subject].label == crate::judge::regression::THIS_RUN)
-            .then(|| kept[subject].label.to_string()),
+        subject: (kept[subject].label == THIS_RUN).then(|| kept[subject].label.to_string()),
         f: a.f,
         df_between: a.df_between,
         df_within: a.df_within,
