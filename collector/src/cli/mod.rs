@@ -5,12 +5,14 @@
 //! - a plain run (`sbs-profile [OPTIONS] -- COMMAND`) and `compare`: [`run`], with the
 //!   commands of `compare` split in [`compare`];
 //! - `report`: [`report`];
-//! - the options they share and their conversion: [`args`].
+//! - the options they share and their conversion: [`args`]; the values of a parameter
+//!   scan: [`scan`].
 
 pub mod args;
 mod compare;
 pub mod report;
 mod run;
+mod scan;
 
 use std::io::Write;
 use std::process::ExitCode;
