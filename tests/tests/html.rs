@@ -15,6 +15,18 @@ fn chromium() -> Option<PathBuf> {
         .find_map(|name| which_in_path(name))
 }
 
+/// Chromium, or a skip that says how to install it.
+fn chromium_or_skip() -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        skip!(
+            Need::Chromium,
+            "no chromium in PATH (apt-get install chromium) to render the HTML report"
+        );
+    }
+    found
+}
+
 fn which_in_path(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
@@ -85,11 +97,7 @@ fn rendered_svg_sizes(
 
 #[test]
 fn html_report_renders_its_plots_in_chromium() {
-    let Some(browser) = chromium() else {
-        skip!(
-            Need::Chromium,
-            "no chromium in PATH (apt-get install chromium) to render the HTML report"
-        );
+    let Some(browser) = chromium_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -144,11 +152,7 @@ fn html_report_renders_its_plots_in_chromium() {
 
 #[test]
 fn html_report_draws_a_scan_against_its_parameter() {
-    let Some(browser) = chromium() else {
-        skip!(
-            Need::Chromium,
-            "no chromium in PATH (apt-get install chromium) to render the HTML report"
-        );
+    let Some(browser) = chromium_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

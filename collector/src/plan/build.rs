@@ -99,14 +99,14 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
 }
 
 /// The hooks of a scan point: `{NAME}` replaced by its value in each command.
-fn hooks_at(hooks: &Hooks, point: Option<(&str, &str)>) -> Hooks {
-    let Some((parameter, value)) = point else {
+fn hooks_at(hooks: &Hooks, point: Option<&Point>) -> Hooks {
+    let Some(point) = point else {
         return hooks.clone();
     };
-    let placeholder = format!("{{{parameter}}}");
+    let placeholder = format!("{{{}}}", point.parameter);
     let at = |hook: &Option<Hook>| {
         hook.clone().map(|h| Hook {
-            command: h.command.replace(&placeholder, value),
+            command: h.command.replace(&placeholder, &point.value),
             ..h
         })
     };
@@ -197,12 +197,7 @@ fn command_benchmark(
         name,
         run,
         groups,
-        hooks: hooks_at(
-            &request.controls.hooks,
-            point
-                .as_ref()
-                .map(|p| (p.parameter.as_str(), p.value.as_str())),
-        ),
+        hooks: hooks_at(&request.controls.hooks, point.as_ref()),
         point,
     })
 }
@@ -260,12 +255,7 @@ fn harness_benchmarks(
             name,
             run,
             groups,
-            hooks: hooks_at(
-                &request.controls.hooks,
-                point
-                    .as_ref()
-                    .map(|p| (p.parameter.as_str(), p.value.as_str())),
-            ),
+            hooks: hooks_at(&request.controls.hooks, point.as_ref()),
             point,
         });
     }
