@@ -24,8 +24,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|p| format!("{:#x}", p.address))
             .collect();
+        let split = match &inst.split_from {
+            None => String::new(),
+            Some(from) => format!(" SPLIT PART of {from:?}"),
+        };
         println!(
-            "{} at {} in {}: ranges [{}] entries [{}]{}",
+            "{} at {} in {}: ranges [{}] entries [{}]{}{split}",
             inst.demangled,
             inst.call_site.as_deref().unwrap_or("?"),
             e.caller,

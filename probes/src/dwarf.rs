@@ -294,6 +294,20 @@ pub struct InlinedInstance {
     pub ranges: Vec<(u64, u64)>,
     /// The call site, `file:line` (`DW_AT_call_file`, `DW_AT_call_line`), when known.
     pub call_site: Option<String>,
+    /// Set when this is no call but a part of the function that GCC split off
+    /// (`F.part.N`, partial inlining) and inlined back into a copy of the same function:
+    /// DWARF nests it in that copy, with the function's own declaration as its call site.
+    pub split_from: Option<SplitFrom>,
+}
+
+/// The copy of a function that one of its split parts was inlined back into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SplitFrom {
+    /// Another inlined instance of the function: its index in the same list.
+    Instance(usize),
+    /// An out-of-line copy of it (the function itself or one of its clones), with that
+    /// copy's code: half-open ranges, sorted.
+    Function(Vec<(u64, u64)>),
 }
 
 /// The DWARF sections of an ELF file, or `None` when it has none. Errors are described in
@@ -362,9 +376,17 @@ fn collect_instances(
     let mut out = Vec::new();
     for (_, header) in &headers {
         let unit = dwarf.unit(*header)?;
+        // The enclosing subprograms and inlined instances of the current DIE.
+        let mut copies: Vec<Enclosing> = Vec::new();
+        let mut depth: isize = 0;
         let mut cursor = unit.entries();
-        while let Some((_, entry)) = cursor.next_dfs()? {
-            if entry.tag() != gimli::DW_TAG_inlined_subroutine {
+        while let Some((delta, entry)) = cursor.next_dfs()? {
+            depth += delta;
+            while copies.last().is_some_and(|c| c.depth >= depth) {
+                copies.pop();
+            }
+            let tag = entry.tag();
+            if tag != gimli::DW_TAG_inlined_subroutine && tag != gimli::DW_TAG_subprogram {
                 continue;
             }
             let origin = match entry.attr_value(gimli::DW_AT_abstract_origin)? {
@@ -374,6 +396,17 @@ fn collect_instances(
                 Some(AttributeValue::DebugInfoRef(o)) => Some(o.0),
                 _ => None,
             };
+            if tag == gimli::DW_TAG_subprogram {
+                // An out-of-line copy (concrete instance) of an inlinable function.
+                if let Some(origin) = origin {
+                    copies.push(Enclosing {
+                        depth,
+                        origin,
+                        what: EnclosingCopy::Function(entry.offset()),
+                    });
+                }
+                continue;
+            }
             let Some(origin) = origin else { continue };
             if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(origin) {
                 let named = origin_name(dwarf, &headers, &mut units, origin, 0)?.and_then(|raw| {
@@ -386,18 +419,15 @@ fn collect_instances(
                 slot.insert(named);
             }
             let Some(Some((raw, demangled))) = names.get(&origin) else {
+                copies.push(Enclosing {
+                    depth,
+                    origin,
+                    what: EnclosingCopy::Unmatched,
+                });
                 continue;
             };
-            let mut ranges = Vec::new();
-            let mut it = dwarf.die_ranges(&unit, entry)?;
-            while let Some(r) = it.next()? {
-                // Code removed by the linker keeps its ranges at a tombstone address (0).
-                if r.end > r.begin && r.begin != 0 {
-                    ranges.push((r.begin, r.end));
-                }
-            }
-            ranges.sort_unstable();
-            let file = match entry.attr_value(gimli::DW_AT_call_file)? {
+            let ranges = die_code(dwarf, &unit, entry)?;
+            let call_file = match entry.attr_value(gimli::DW_AT_call_file)? {
                 Some(AttributeValue::FileIndex(i)) => file_name(dwarf, &unit, i),
                 Some(AttributeValue::Udata(i)) => file_name(dwarf, &unit, i),
                 _ => None,
@@ -406,16 +436,186 @@ fn collect_instances(
                 Some(v) => v.udata_value().unwrap_or(0),
                 None => 0,
             };
-            let call_site = file.map(|f| if line > 0 { format!("{f}:{line}") } else { f });
+            let split_from = match copies.iter().rev().find(|c| c.origin == origin) {
+                Some(copy)
+                    if line > 0
+                        && call_file.is_some()
+                        && decl_site(dwarf, &headers, &mut units, origin)?
+                            == call_file.clone().map(|f| (f, line)) =>
+                {
+                    match copy.what {
+                        EnclosingCopy::Instance(k) => Some(SplitFrom::Instance(k)),
+                        EnclosingCopy::Function(at) => Some(SplitFrom::Function(die_code(
+                            dwarf,
+                            &unit,
+                            &unit.entry(at)?,
+                        )?)),
+                        EnclosingCopy::Unmatched => None,
+                    }
+                }
+                _ => None,
+            };
+            let call_site = call_file.map(|f| if line > 0 { format!("{f}:{line}") } else { f });
+            copies.push(Enclosing {
+                depth,
+                origin,
+                what: EnclosingCopy::Instance(out.len()),
+            });
             out.push(InlinedInstance {
                 raw: raw.clone(),
                 demangled: demangled.clone(),
                 ranges,
                 call_site,
+                split_from,
             });
         }
     }
     Ok(out)
+}
+
+/// A DIE enclosing the current one in [`collect_instances`]'s walk: a copy of the
+/// function whose abstract DIE is `origin`.
+struct Enclosing {
+    depth: isize,
+    origin: usize,
+    what: EnclosingCopy,
+}
+
+enum EnclosingCopy {
+    /// An out-of-line copy: the concrete `DW_TAG_subprogram` at this offset.
+    Function(gimli::UnitOffset),
+    /// An inlined instance the pattern names: its index in the list.
+    Instance(usize),
+    /// An inlined instance of a function the pattern does not name.
+    Unmatched,
+}
+
+/// The code of a DIE: half-open ranges, sorted, without empty ones and without the
+/// linker's tombstone (code removed by `--gc-sections` keeps its ranges at address 0).
+fn die_code(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    entry: &gimli::DebuggingInformationEntry<Reader<'_>>,
+) -> gimli::Result<Vec<(u64, u64)>> {
+    let mut ranges = Vec::new();
+    let mut it = dwarf.die_ranges(unit, entry)?;
+    while let Some(r) = it.next()? {
+        if r.end > r.begin && r.begin != 0 {
+            ranges.push((r.begin, r.end));
+        }
+    }
+    ranges.sort_unstable();
+    Ok(ranges)
+}
+
+/// Where the function whose abstract DIE is at `offset` is declared: (file, line).
+fn decl_site<'a>(
+    dwarf: &gimli::Dwarf<Reader<'a>>,
+    headers: &[(usize, gimli::UnitHeader<Reader<'a>>)],
+    units: &mut HashMap<usize, gimli::Unit<Reader<'a>>>,
+    offset: usize,
+) -> gimli::Result<Option<(String, u64)>> {
+    let idx = match headers.binary_search_by_key(&offset, |(o, _)| *o) {
+        Ok(i) => i,
+        Err(0) => return Ok(None),
+        Err(i) => i - 1,
+    };
+    if let std::collections::hash_map::Entry::Vacant(v) = units.entry(idx) {
+        v.insert(dwarf.unit(headers[idx].1)?);
+    }
+    let Some(unit) = units.get(&idx) else {
+        return Ok(None);
+    };
+    let Some(unit_offset) = DebugInfoOffset(offset).to_unit_offset(&unit.header) else {
+        return Ok(None);
+    };
+    let entry = unit.entry(unit_offset)?;
+    let file = match entry.attr_value(gimli::DW_AT_decl_file)? {
+        Some(AttributeValue::FileIndex(i)) => file_name(dwarf, unit, i),
+        Some(AttributeValue::Udata(i)) => file_name(dwarf, unit, i),
+        _ => None,
+    };
+    let line = match entry.attr_value(gimli::DW_AT_decl_line)? {
+        Some(v) => v.udata_value(),
+        None => None,
+    };
+    Ok(file.zip(line))
+}
+
+/// The origin (linkage name, else plain DWARF name) of the out-of-line copies whose code
+/// begins at one of `addresses`: a concrete `DW_TAG_subprogram` with an
+/// `DW_AT_abstract_origin` or `DW_AT_specification` (how GCC describes a clone such as
+/// `scale.constprop.0`, and the `.cold` part of a function, one of whose ranges begins
+/// there). `data` is a whole ELF file; errors are described in a sentence.
+pub fn copy_origins(data: &[u8], addresses: &HashSet<u64>) -> Result<HashMap<u64, String>, String> {
+    let mut out = HashMap::new();
+    if addresses.is_empty() {
+        return Ok(out);
+    }
+    let Some(sections) = load_dwarf(data)? else {
+        return Ok(out);
+    };
+    let endian = match object::File::parse(data) {
+        Ok(f) if !f.is_little_endian() => RunTimeEndian::Big,
+        _ => RunTimeEndian::Little,
+    };
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
+    collect_copy_origins(&dwarf, addresses, &mut out)
+        .map_err(|e| format!("malformed DWARF ({e})"))?;
+    Ok(out)
+}
+
+fn collect_copy_origins(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    addresses: &HashSet<u64>,
+    out: &mut HashMap<u64, String>,
+) -> gimli::Result<()> {
+    let mut headers = Vec::new();
+    let mut iter = dwarf.units();
+    while let Some(header) = iter.next()? {
+        if let UnitSectionOffset::DebugInfoOffset(o) = header.offset() {
+            headers.push((o.0, header));
+        }
+    }
+    headers.sort_by_key(|(o, _)| *o);
+    let mut units: HashMap<usize, gimli::Unit<Reader<'_>>> = HashMap::new();
+    for (_, header) in &headers {
+        let unit = dwarf.unit(*header)?;
+        let mut cursor = unit.entries();
+        while let Some((_, entry)) = cursor.next_dfs()? {
+            if entry.tag() != gimli::DW_TAG_subprogram {
+                continue;
+            }
+            let mut origin = None;
+            for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
+                origin = match entry.attr_value(at)? {
+                    Some(AttributeValue::UnitRef(o)) => {
+                        o.to_debug_info_offset(&unit.header).map(|o| o.0)
+                    }
+                    Some(AttributeValue::DebugInfoRef(o)) => Some(o.0),
+                    _ => None,
+                };
+                if origin.is_some() {
+                    break;
+                }
+            }
+            let Some(origin) = origin else { continue };
+            let starts: Vec<u64> = die_code(dwarf, &unit, entry)?
+                .into_iter()
+                .map(|(b, _)| b)
+                .filter(|b| addresses.contains(b))
+                .collect();
+            if starts.is_empty() {
+                continue;
+            }
+            if let Some(name) = origin_name(dwarf, &headers, &mut units, origin, 0)? {
+                for b in starts {
+                    out.insert(b, name.clone());
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The name of file `index` of a unit's line program: the path as written, joined to its

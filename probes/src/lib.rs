@@ -4,7 +4,10 @@
 //! loads, [`demangle`] and [`pattern`] pick the functions a user names, [`dwarf`] counts
 //! the inlined instances a probe cannot see, [`tracefs`] defines the uprobes (and always
 //! removes them), [`hits`] counts their hits in a child process and its descendants.
+//! [`clones`] ties the copies GCC makes of a function (`F.constprop.0`, `F.part.0`,
+//! `F.cold`) to it, and [`entries`] finds where control enters an inlined copy.
 
+pub mod clones;
 pub mod demangle;
 pub mod dwarf;
 pub mod elf;

@@ -6,10 +6,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use crate::clones::{clone_name, References};
 use crate::demangle::{demangle, Demangled};
-use crate::dwarf::{debug_file_problem, has_dwarf, inlined_instances, InlinedIndex, InlinedMatch};
+use crate::dwarf::{
+    debug_file_problem, has_dwarf, inlined_instances, InlinedIndex, InlinedInstance, InlinedMatch,
+    SplitFrom,
+};
 use crate::elf::{resolve_libraries, Image, Libraries};
-use crate::entries::{call_probe, entries, EntryPoint, EntryRefusal};
+use crate::entries::{call_probe, entries, Entries, EntryPoint, EntryRefusal};
 use crate::error::ProbeError;
 use crate::pattern::{edit_distance, Pattern};
 
@@ -212,8 +216,19 @@ pub struct MatchedFunction {
     /// [`crate::entries::call_probe`]).
     pub probe: u64,
     /// Row label: demangled name, a hash or address when needed to tell rows apart,
-    /// and `[library]` when not in the executable.
+    /// the clone (`[clone .constprop.0]`) when it is one, and `[library]` when not in the
+    /// executable.
     pub label: String,
+    /// Virtual address and size of its code.
+    pub code: (u64, u64),
+    /// The demangled name of the function it is a copy of (its own name when it is no
+    /// clone).
+    pub origin: String,
+    /// The clone suffix (`.constprop.0`, `.part.0`, `.cold`), when it is a clone, and
+    /// whether it is a piece (a part split off a function, entered from its copies).
+    pub clone: Option<(String, bool)>,
+    /// Why its count may differ from the calls of the function, if it may.
+    pub uncertain: Option<String>,
 }
 
 /// What one pattern matched.
@@ -234,6 +249,13 @@ pub struct PatternMatch {
     pub not_counted: Vec<(String, usize)>,
     /// Files without any debug info, in which inlined instances cannot be seen.
     pub no_debug_info: Vec<String>,
+    /// Parts split off a function (`F.part.0`, `F.cold`) that only its copies enter:
+    /// not probed, their entries continue calls counted already (labels).
+    pub pieces: Vec<String>,
+    /// Parts split off a function and inlined back into a copy of it (DWARF shows them as
+    /// inlined instances of the function itself), found to be entered only from that
+    /// copy: counted with it, not as calls of their own.
+    pub split_parts: usize,
 }
 
 impl PatternMatch {
@@ -274,6 +296,19 @@ impl PatternMatch {
                 short(&first.caller, 80),
             ));
         }
+        if !self.pieces.is_empty() {
+            out.push(format!(
+                "`{p}`: not counted as calls: {}, split off by the compiler and entered only from the function's own copies (each entry there continues a call counted already)",
+                self.pieces.join(", ")
+            ));
+        }
+        for f in self.functions.iter().filter(|f| f.uncertain.is_some()) {
+            out.push(format!(
+                "`{p}`: {} is counted as calls, but it is a part split off the function, and may continue calls counted already: {}",
+                f.label,
+                f.uncertain.as_deref().unwrap_or_default()
+            ));
+        }
         for file in &self.no_debug_info {
             out.push(format!(
                 "`{p}`: {file} has no debug info (nor a separate debug file under /usr/lib/debug): calls inlined into it cannot be seen; build with debug info (`debug = 1` or `-C debuginfo=1`) to count them"
@@ -312,6 +347,7 @@ pub fn match_patterns(
         .map(|p| Pattern::parse(p))
         .collect::<Result<_, _>>()?;
     let mut out = Vec::with_capacity(parsed.len());
+    let mut references: HashMap<usize, References> = HashMap::new();
     for pattern in parsed {
         let (functions, label_errors) = find_functions(target, &pattern)?;
         let mut inlined = InlinedMatch::default();
@@ -319,6 +355,9 @@ pub fn match_patterns(
         let mut sites = Vec::new();
         let mut not_counted: BTreeMap<String, usize> = BTreeMap::new();
         let mut no_debug_info = Vec::new();
+        // (image, demangled name) -> the code of its inlined copies.
+        let mut copies: HashMap<(usize, String), Vec<(u64, u64)>> = HashMap::new();
+        let mut split_parts = 0;
         for i in 0..target.images.len() {
             let path = target.images[i].path.clone();
             let found = match target.inlined_of(i) {
@@ -357,7 +396,33 @@ pub fn match_patterns(
                 }
             };
             let image = &target.images[i];
+            let instances = fold_split_parts(instances);
+            for instance in &instances {
+                copies
+                    .entry((i, instance.demangled.clone()))
+                    .or_default()
+                    .extend(&instance.ranges);
+            }
             for instance in instances {
+                if let Some(SplitFrom::Function(copy)) = &instance.split_from {
+                    // A part split off an out-of-line copy and inlined back into it: its
+                    // calls are counted at that copy's entry, unless control reaches it
+                    // from elsewhere.
+                    match split_part_entries(image, copy, &instance.ranges) {
+                        Ok(None) => split_parts += 1,
+                        Ok(Some(e)) => sites.push(InlinedSite {
+                            path: path.clone(),
+                            image: i,
+                            function: instance.demangled,
+                            caller: e.caller,
+                            call_site: instance.call_site,
+                            points: e.points,
+                            uncertain: e.uncertain,
+                        }),
+                        Err(why) => *not_counted.entry(why).or_default() += 1,
+                    }
+                    continue;
+                }
                 if instance.ranges.is_empty() {
                     *not_counted
                         .entry("no code of their own (optimised away or merged)".into())
@@ -381,6 +446,7 @@ pub fn match_patterns(
                 });
             }
         }
+        let (functions, pieces) = judge_pieces(target, functions, &copies, &mut references);
         let mut not_counted: Vec<(String, usize)> = not_counted.into_iter().collect();
         not_counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut seen = std::collections::HashSet::new();
@@ -415,9 +481,114 @@ pub fn match_patterns(
             sites,
             not_counted,
             no_debug_info,
+            pieces,
+            split_parts,
         });
     }
     Ok(out)
+}
+
+/// Split parts inlined back into an inlined instance of their function belong to that
+/// instance's pass: their code joins its ranges (DWARF nests them, so it is usually
+/// there already) and they are no instances of their own.
+fn fold_split_parts(mut instances: Vec<InlinedInstance>) -> Vec<InlinedInstance> {
+    for k in 0..instances.len() {
+        if let Some(SplitFrom::Instance(outer)) = instances[k].split_from {
+            let more = instances[k].ranges.clone();
+            let ranges = &mut instances[outer].ranges;
+            ranges.extend(more);
+            ranges.sort_unstable();
+            ranges.dedup();
+        }
+    }
+    instances.retain(|i| !matches!(i.split_from, Some(SplitFrom::Instance(_))));
+    instances
+}
+
+/// The entries of a split part (`part`) inlined back into an out-of-line copy of its
+/// function (`copy`) that are not the copy's own: `None` when control enters the part
+/// only from the copy (the analysis of the copy with and without the part finds the same
+/// entries), else the extra entries, marked uncertain. An error when it cannot be told.
+fn split_part_entries(
+    image: &Image,
+    copy: &[(u64, u64)],
+    part: &[(u64, u64)],
+) -> Result<Option<Entries>, String> {
+    let mut both: Vec<(u64, u64)> = copy.iter().chain(part).copied().collect();
+    both.sort_unstable();
+    let with = entries(image, &both);
+    let without = entries(image, copy);
+    if with.points.is_empty() {
+        return Err(with
+            .uncertain
+            .unwrap_or_else(|| "its function's code has no entry".into()));
+    }
+    let in_part = |a: u64| part.iter().any(|&(b, e)| a >= b && a < e);
+    let extra: Vec<EntryPoint> = with
+        .points
+        .iter()
+        .filter(|p| in_part(p.address) && !without.points.contains(p))
+        .copied()
+        .collect();
+    if extra.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Entries {
+        caller: with.caller,
+        points: extra,
+        uncertain: Some(
+            "a part GCC split off its function, entered from outside the copy it was split from"
+                .into(),
+        ),
+    }))
+}
+
+/// Whether the pieces among `functions` (`F.part.N`, `F.cold`: code split off `F` and
+/// entered from `F`'s code) make calls of their own. A piece that only `F`'s copies lead
+/// to (its out-of-line copies, its clones and its inlined instances, in `copies`) carries
+/// on a call counted there: it is not probed, and its label goes into the second list. A
+/// piece that something else may reach is probed, marked uncertain with the reason.
+fn judge_pieces(
+    target: &Target,
+    functions: Vec<MatchedFunction>,
+    copies: &HashMap<(usize, String), Vec<(u64, u64)>>,
+    references: &mut HashMap<usize, References>,
+) -> (Vec<MatchedFunction>, Vec<String>) {
+    let mut kept = Vec::new();
+    let mut pieces = Vec::new();
+    for mut f in functions {
+        if !f.clone.as_ref().is_some_and(|(_, piece)| *piece) {
+            kept.push(f);
+            continue;
+        }
+        let image = &target.images[f.image];
+        // The out-of-line copies of its function: every symbol that is it or a clone.
+        let origin_raw = clone_name(&f.raw).map_or(f.raw.as_str(), |c| c.origin);
+        let mut code: Vec<(u64, u64)> = image
+            .functions
+            .iter()
+            .filter(|g| clone_name(&g.name).map_or(g.name.as_str(), |c| c.origin) == origin_raw)
+            .map(|g| (g.address, g.address + g.size))
+            .collect();
+        if let Some(inlined) = copies.get(&(f.image, f.origin.clone())) {
+            code.extend(inlined);
+        }
+        let refs = references
+            .entry(f.image)
+            .or_insert_with(|| References::scan(image));
+        let (begin, size) = f.code;
+        match refs.reached_only_from(image, begin, begin + size, &code) {
+            Ok(()) => pieces.push(f.label),
+            Err(why) => {
+                let suffix = f.clone.as_ref().map_or("", |(s, _)| s.as_str());
+                let marked = format!("[clone {suffix}, uncertain]");
+                f.label = f.label.replacen(&format!("[clone {suffix}]"), &marked, 1);
+                f.uncertain = Some(why);
+                kept.push(f);
+            }
+        }
+    }
+    (kept, pieces)
 }
 
 /// Whether the raw name may contain `ident` (mangled names keep identifiers verbatim);
@@ -426,6 +597,39 @@ fn may_match(raw: &str, pattern: &Pattern) -> bool {
     let last = pattern.last_segment();
     let ident = !last.is_empty() && last.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     !ident || raw.contains(last) || raw == pattern.as_str()
+}
+
+/// What DWARF says the clones that `pattern` may name are copies of: (image, address) ->
+/// raw origin name, for the symbols with a clone suffix whose suffix-less name matches;
+/// and the DWARF errors met.
+fn clone_origins(
+    target: &mut Target,
+    pattern: &Pattern,
+) -> (HashMap<(usize, u64), String>, Vec<String>) {
+    let mut out = HashMap::new();
+    let mut errors = Vec::new();
+    for i in 0..target.images.len() {
+        let addresses: std::collections::HashSet<u64> = target.images[i]
+            .functions
+            .iter()
+            .filter(|f| may_match(&f.name, pattern))
+            .filter_map(|f| {
+                let c = clone_name(&f.name)?;
+                pattern
+                    .matches(c.origin, &demangle(c.origin).label)
+                    .then_some(f.address)
+            })
+            .collect();
+        if addresses.is_empty() || !target.has_debug_info(i) {
+            continue;
+        }
+        let data = target.dwarf_data(i).unwrap_or(&[]);
+        match crate::dwarf::copy_origins(data, &addresses) {
+            Ok(names) => out.extend(names.into_iter().map(|(a, n)| ((i, a), n))),
+            Err(e) => errors.push(format!("{}: {e}", target.images[i].path.display())),
+        }
+    }
+    (out, errors)
 }
 
 /// The functions `pattern` matches, and the DWARF errors met while labelling them; an
@@ -438,13 +642,30 @@ fn find_functions(
     // (image, offset) -> function; aliases at one address are probed once.
     let mut found: BTreeMap<(usize, u64), MatchedFunction> = BTreeMap::new();
     let mut refused: BTreeMap<(usize, u64), EntryRefusal> = BTreeMap::new();
+    let (origins, mut label_errors) = clone_origins(target, pattern);
     for (i, image) in target.images.iter().enumerate() {
         for f in &image.functions {
             if !may_match(&f.name, pattern) {
                 continue;
             }
-            let d = demangle(&f.name);
-            if !pattern.matches(&f.name, &d.label) {
+            let mut d = demangle(&f.name);
+            let mut origin = d.label.clone();
+            let clone = clone_name(&f.name);
+            if let Some(c) = &clone {
+                // The function it copies: as DWARF names it, else as its name says.
+                let raw = origins
+                    .get(&(i, f.address))
+                    .map_or(c.origin, String::as_str);
+                let o = demangle(raw);
+                if !pattern.matches(&f.name, &d.label) && !pattern.matches(raw, &o.label) {
+                    continue;
+                }
+                origin = o.label.clone();
+                d = Demangled {
+                    label: format!("{} [clone {}]", o.label, c.suffix),
+                    ..o
+                };
+            } else if !pattern.matches(&f.name, &d.label) {
                 continue;
             }
             found
@@ -470,6 +691,10 @@ fn find_functions(
                         offset: f.offset,
                         probe,
                         label: String::new(),
+                        code: (f.address, f.size),
+                        origin,
+                        clone: clone.map(|c| (c.suffix.to_string(), c.piece)),
+                        uncertain: None,
                     }
                 });
         }
@@ -490,7 +715,6 @@ fn find_functions(
         }
     }
     let mut generic: HashMap<(usize, String), String> = HashMap::new();
-    let mut label_errors = Vec::new();
     for (image, raws) in wanted {
         target.debug_of(image);
         let data = target

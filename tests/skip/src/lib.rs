@@ -67,11 +67,14 @@ pub enum Need {
     Chromium,
     /// The unprivileged user `nobody` can run programs from a temporary directory.
     Nobody,
+    /// A python 3.11.7 built from source with -O3 and DWARF (pyenv's, under
+    /// `$PYENV_ROOT`, default `/root/.pyenv`): a real -O3 C library.
+    Pyenv311,
 }
 
 impl Need {
     /// Every capability, in the order the docs list them.
-    pub const ALL: [Need; 15] = [
+    pub const ALL: [Need; 16] = [
         Need::Root,
         Need::Tracefs,
         Need::PerfEvents,
@@ -87,6 +90,7 @@ impl Need {
         Need::Rustc,
         Need::Chromium,
         Need::Nobody,
+        Need::Pyenv311,
     ];
 
     /// The name used in `SBS_REQUIRE` and in reports.
@@ -107,6 +111,7 @@ impl Need {
             Need::Rustc => "rustc",
             Need::Chromium => "chromium",
             Need::Nobody => "nobody",
+            Need::Pyenv311 => "pyenv-python3.11",
         }
     }
 
