@@ -36,7 +36,7 @@
 //! instance is not counted. [`call_probe`] applies the same rule to a function's first
 //! instruction.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
@@ -408,6 +408,11 @@ fn analyze(
             kept.retain(|&k| k != a);
         }
     }
+    let counted_elsewhere: Vec<usize> = candidates
+        .iter()
+        .copied()
+        .filter(|c| !kept.contains(c))
+        .collect();
     // A kept entry that control reaches only right after leaving the instance, from
     // places that only other kept entries lead to without leaving it, continues their
     // pass (caller code between two pieces of one call, on a path the first rule could
@@ -440,8 +445,32 @@ fn analyze(
             kept.retain(|&k| k != b);
         }
     }
-    for &a in &kept {
-        if let Some(&b) = kept.iter().find(|&&b| b != a && graph.reaches(a, b)) {
+    // A kept entry that a jump from inside the instance also reaches counts the passes
+    // of that jump again (GCC's inlined `_PyObject_Malloc` in `_PyObject_Realloc` jumps
+    // from its size check to its fallback, which the caller's code also falls into).
+    // When every way in from outside is an instruction of the caller that leads to the
+    // entry and nowhere else, those instructions count the entries from outside instead.
+    let mut moved: HashMap<usize, Vec<usize>> = kept
+        .iter()
+        .filter_map(|&b| Some((b, edge_probes(&insns, &graph, &preds, &inside_k, b)?)))
+        .collect();
+    let probes_of = |moved: &HashMap<usize, Vec<usize>>| -> Vec<usize> {
+        kept.iter()
+            .flat_map(|b| moved.get(b).cloned().unwrap_or_else(|| vec![*b]))
+            .collect()
+    };
+    let mut probed = probes_of(&moved);
+    // The candidates dropped above are counted where they lead: they must still reach a
+    // probe on every path, else the move is not made.
+    if counted_elsewhere
+        .iter()
+        .any(|&c| !graph.always_reaches(c, &probed))
+    {
+        moved.clear();
+        probed = probes_of(&moved);
+    }
+    for &a in &probed {
+        if let Some(&b) = probed.iter().find(|&&b| b != a && graph.reaches(a, b)) {
             reasons.push(format!(
                 "entries {:#x} and {:#x} can both run: if one call passes both, it counts twice",
                 insns[a].ip, insns[b].ip
@@ -450,10 +479,10 @@ fn analyze(
         }
     }
     for insn in insns.iter().filter(|i| inside(i.ip)) {
-        if let Some(t) = insn
-            .target
-            .filter(|&t| kept.iter().any(|&k| insns[k].ip == t))
-        {
+        if let Some(t) = insn.target.filter(|&t| {
+            kept.iter()
+                .any(|&k| insns[k].ip == t && !moved.contains_key(&k))
+        }) {
             reasons.push(format!(
                 "a jump from inside it ({:#x}) goes back to its entry {t:#x}: each pass counts",
                 insn.ip
@@ -473,6 +502,14 @@ fn analyze(
     let mut stepped = false;
     let mut points: Vec<(u64, u64)> = Vec::new();
     for &k in &kept {
+        if let Some(edges) = moved.get(&k) {
+            for &p in edges {
+                if !points.iter().any(|&(a, _)| a == insns[p].ip) {
+                    points.push((insns[p].ip, insns[p].len));
+                }
+            }
+            continue;
+        }
         let mut j = k;
         while j < insns.len() && insns[j].padding && inside(insns[j].ip) {
             j += 1;
@@ -527,6 +564,38 @@ fn analyze(
         reasons,
         stepped,
     })
+}
+
+/// The instructions outside the instance that count the entries into its kept entry `b`
+/// from outside, when `b` is also reached from inside (so a probe on `b` would count
+/// those passes again): every predecessor of `b` outside the instance, each of which must
+/// lead to `b` and nowhere else (it falls through into `b` or jumps to it) and take a
+/// uprobe (no NOP, nothing refused), and `b` must lie on no cycle. `None` when `b` needs
+/// no such move or cannot have it.
+fn edge_probes(
+    insns: &[Insn],
+    graph: &Graph,
+    preds: &[Vec<usize>],
+    inside: &[bool],
+    b: usize,
+) -> Option<Vec<usize>> {
+    // On a cycle through `b`, the jump from inside may be the caller's loop, one call per
+    // pass (the instance's code at the loop head): moving would count one per loop.
+    if b == 0 || !preds[b].iter().any(|&p| inside[p]) || graph.reaches(b, b) {
+        return None;
+    }
+    let outside: Vec<usize> = preds[b].iter().copied().filter(|&p| !inside[p]).collect();
+    let only_to_b = |p: usize| {
+        graph.succ[p] == [b]
+            && !graph.exits[p]
+            && !insns[p].padding
+            && insns[p].refused.is_none()
+            && matches!(
+                insns[p].flow,
+                FlowControl::Next | FlowControl::UnconditionalBranch
+            )
+    };
+    (!outside.is_empty() && outside.iter().all(|&p| only_to_b(p))).then_some(outside)
 }
 
 /// Whether control can pass from an instruction to the next one in memory.
@@ -762,6 +831,48 @@ mod tests {
         assert_eq!(points, vec![0x2]);
         assert!(
             reasons[0].contains("goes back to its entry 0x2"),
+            "{reasons:?}"
+        );
+    }
+
+    #[test]
+    fn an_entry_also_reached_from_inside_is_counted_on_the_way_in() {
+        // GCC's inlined _PyObject_Malloc in _PyObject_Realloc: the fallback (0xc) is
+        // entered from the caller's code (0xa) and by a jump from the instance's own size
+        // check (0x7). A probe on 0xc would count the calls through 0x4 that jump there
+        // twice; the caller's instruction before it counts the entries from outside.
+        let code = [
+            0x85, 0xff, // 0x0 test edi,edi
+            0x74, 0x06, // 0x2 je 0xa
+            0x83, 0xfe, 0x40, // 0x4 cmp esi,0x40  (instance)
+            0x77, 0x03, // 0x7 ja 0xc              (instance)
+            0xc3, // 0x9 ret                       (instance)
+            0x31, 0xc0, // 0xa xor eax,eax         (caller, only before 0xc)
+            0x31, 0xd2, // 0xc xor edx,edx         (instance, fallback)
+            0xc3, // 0xe ret
+        ];
+        assert_eq!(
+            kept(&code, &[(0x4, 0xa), (0xc, 0xe)]),
+            (vec![0x4, 0xa], vec![])
+        );
+        // Entered from outside by a conditional jump, which also runs when not taken:
+        // no instruction counts only the entries; the doubt stays.
+        let code = [
+            0x85, 0xff, // 0x0 test edi,edi
+            0x74, 0x06, // 0x2 je 0xa
+            0x83, 0xfe, 0x40, // 0x4 cmp esi,0x40  (instance)
+            0x77, 0x03, // 0x7 ja 0xc              (instance)
+            0xc3, // 0x9 ret                       (instance)
+            0x75, 0x00, // 0xa jne 0xc             (caller)
+            0x31, 0xd2, // 0xc xor edx,edx         (instance)
+            0xc3, // 0xe ret
+        ];
+        let (points, reasons) = kept(&code, &[(0x4, 0xa), (0xc, 0xe)]);
+        assert_eq!(points, vec![0x4, 0xc]);
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains("goes back to its entry 0xc")),
             "{reasons:?}"
         );
     }

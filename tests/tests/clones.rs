@@ -178,6 +178,15 @@ fn python_allocator_split_parts_are_not_counted_twice() {
         .map(|(_, v)| v)
         .sum();
     assert!(entries > 10_000.0, "{malloc:#}");
+    // Its fallback is entered from the caller's code and by a jump from its own size
+    // check: probed on the way in from the caller, it is counted once per call, exactly.
+    let realloc_rows: Vec<&String> = rows
+        .iter()
+        .map(|(l, _)| l)
+        .filter(|l| l.contains("inlined in _PyObject_Realloc"))
+        .collect();
+    assert_eq!(realloc_rows.len(), 1, "{malloc:#}");
+    assert!(!realloc_rows[0].contains("uncertain"), "{malloc:#}");
     assert_eq!(samples(malloc), vec![entries + realloc], "{malloc:#}");
     let free = metric(&report, "invocations._PyObject_Free");
     assert_eq!(
