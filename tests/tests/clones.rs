@@ -1,6 +1,7 @@
 //! `--invocations` on the copies GCC makes of a function (`tests/fixtures/c/clones.c`):
-//! a split part inlined back into its function (partial inlining), `.constprop` and
-//! `.isra` clones, a `.cold` part. Each count equals the count the fixture keeps itself,
+//! a split part inlined back into its function (partial inlining), a split part left out
+//! of line (`.part.0`, entered from the function's head inlined into its callers),
+//! `.constprop` and `.isra` clones, a `.cold` part. Each count equals the count the fixture keeps itself,
 //! at -O2 and -O3, and at -O0 (no copies) as a cross-check; and on a python built from
 //! source with -O3 and DWARF, when one is installed. Needs root (uprobes) and gcc;
 //! skipped with a printed reason otherwise.
@@ -35,7 +36,14 @@ fn symbols(exe: &Path, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-const PATTERNS: [&str; 4] = ["my_malloc", "scale", "area", "check"];
+/// The patterns, with the calls per round.
+const PATTERNS: [(&str, u64); 5] = [
+    ("my_malloc", 1),
+    ("scale", 1),
+    ("area", 1),
+    ("check", 1),
+    ("total", 3),
+];
 
 fn count_all(exe: &Path, n: u64) -> serde_json::Value {
     let arg = n.to_string();
@@ -46,7 +54,7 @@ fn count_all(exe: &Path, n: u64) -> serde_json::Value {
         "json".as_ref(),
         "--invocations-detail".as_ref(),
     ];
-    for p in PATTERNS {
+    for (p, _) in PATTERNS {
         args.push("--invocations".as_ref());
         args.push(p.as_ref());
     }
@@ -68,6 +76,13 @@ fn clones_and_split_parts_are_counted_once() {
         };
         if opt != "-O0" {
             // The fixture means something only if gcc made the copies it is about.
+            if opt == "-O2" {
+                assert!(
+                    !symbols(&exe, "total.part.").is_empty(),
+                    "gcc -O2 split total: {:?}",
+                    symbols(&exe, "")
+                );
+            }
             for (prefix, what) in [
                 ("scale.constprop.", "a constprop clone"),
                 ("area.isra.", "an isra clone"),
@@ -90,9 +105,10 @@ fn clones_and_split_parts_are_counted_once() {
         for n in [1u64, 1000] {
             let report = count_all(&exe, n);
             let nf = n as f64;
-            for p in PATTERNS {
+            for (p, per_round) in PATTERNS {
                 let m = metric(&report, &format!("invocations.{p}"));
-                assert_eq!(samples(m), vec![nf], "{opt} N={n}: {p}: {m:#}");
+                let want = (per_round * n) as f64;
+                assert_eq!(samples(m), vec![want], "{opt} N={n}: {p}: {m:#}");
             }
             if opt == "-O0" {
                 continue;
@@ -111,6 +127,14 @@ fn clones_and_split_parts_are_counted_once() {
                 warnings.contains("check [clone .cold], split off by the compiler"),
                 "{opt}: {warnings}"
             );
+            // At -O2 total's head is inlined into its callers and the rest stays out of
+            // line, entered from those inlined heads and from total itself.
+            if opt == "-O2" {
+                assert!(
+                    warnings.contains("total [clone .part.0]"),
+                    "{opt}: {warnings}"
+                );
+            }
         }
     }
 }
