@@ -350,220 +350,313 @@ fn analyze(
                 .to_string(),
         );
     }
-    let inside = |a: u64| ranges.iter().any(|&(b, e)| a >= b && a < e);
-
-    let insns = decode(code, start)?;
-    let index_of = |a: u64| insns.binary_search_by_key(&a, |i| i.ip).ok();
-
-    // Candidate entries: where control comes in from outside the instance.
-    let mut candidates: Vec<usize> = Vec::new();
-    let mut targeted: HashSet<u64> = insns.iter().filter_map(|i| i.target).collect();
-    // Dead padding: NOPs after a jump or return that no jump targets never run, so they
-    // fall into nothing (GCC pads before out-of-line slow paths of an instance).
-    let mut dead = vec![false; insns.len()];
-    for k in 1..insns.len() {
-        let prev = &insns[k - 1];
-        dead[k] = insns[k].padding
-            && !targeted.contains(&insns[k].ip)
-            && (!falls_through(prev.flow) || dead[k - 1]);
-    }
-    let mut orphans = 0;
-    for (k, insn) in insns.iter().enumerate().filter(|(_, i)| inside(i.ip)) {
-        match k.checked_sub(1).map(|p| &insns[p]) {
-            None => candidates.push(k),
-            Some(prev) if falls_through(prev.flow) && !dead[k - 1] => {
-                if !inside(prev.ip) {
-                    candidates.push(k);
-                }
-            }
-            // Nothing falls into it: reached by a direct jump, else by an indirect one
-            // (a jump table) or the unwinder, which this analysis cannot follow.
-            Some(_) => orphans += usize::from(!insn.padding && !targeted.contains(&insn.ip)),
-        }
-    }
-    for insn in insns.iter().filter(|i| !inside(i.ip)) {
-        let Some(t) = insn.target.filter(|&t| inside(t)) else {
-            continue;
-        };
-        match index_of(t) {
-            Some(k) => candidates.push(k),
-            None => reasons.push(format!(
-                "a jump at {:#x} targets {t:#x}, not an instruction boundary",
-                insn.ip
-            )),
-        }
-    }
-    candidates.sort_unstable();
-    candidates.dedup();
-
-    // One call can pass several candidates: hoisted set-up code before a loop, an
-    // alignment NOP before the loop head, or caller code interleaved with the instance's.
-    // A candidate from which every path reaches another kept candidate (before it comes
-    // back to itself or leaves the function) is counted there, so it is dropped.
-    let graph = Graph::new(&insns);
-    let mut kept = candidates.clone();
-    for &a in &candidates {
-        let others: Vec<usize> = kept.iter().copied().filter(|&k| k != a).collect();
-        if !others.is_empty() && graph.always_reaches(a, &others) {
-            kept.retain(|&k| k != a);
-        }
-    }
-    let counted_elsewhere: Vec<usize> = candidates
-        .iter()
-        .copied()
-        .filter(|c| !kept.contains(c))
-        .collect();
-    // A kept entry that control reaches only right after leaving the instance, from
-    // places that only other kept entries lead to without leaving it, continues their
-    // pass (caller code between two pieces of one call, on a path the first rule could
-    // not see through, e.g. next to a slow path that skips the second piece).
-    let inside_k: Vec<bool> = insns.iter().map(|i| inside(i.ip)).collect();
-    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); insns.len()];
-    for (k, succ) in graph.succ.iter().enumerate() {
-        if k + 1 < insns.len() && succ.contains(&(k + 1)) && dead[k] {
-            continue;
-        }
-        for &s in succ {
-            preds[s].push(k);
-        }
-    }
-    for &b in &kept.clone() {
-        let Some(feeders) = feeders(&preds, &inside_k, b) else {
-            continue;
-        };
-        let mut sources: Vec<usize> = candidates
-            .iter()
-            .copied()
-            .filter(|&c| {
-                feeders
-                    .iter()
-                    .any(|&x| graph.reaches_inside(c, x, &inside_k))
-            })
-            .collect();
-        sources.sort_unstable();
-        if !sources.is_empty() && sources.iter().all(|&c| c != b && kept.contains(&c)) {
-            kept.retain(|&k| k != b);
-        }
-    }
-    // A kept entry that a jump from inside the instance also reaches counts the passes
-    // of that jump again (GCC's inlined `_PyObject_Malloc` in `_PyObject_Realloc` jumps
-    // from its size check to its fallback, which the caller's code also falls into).
-    // When every way in from outside is an instruction of the caller that leads to the
-    // entry and nowhere else, those instructions count the entries from outside instead.
-    let mut moved: HashMap<usize, Vec<usize>> = kept
-        .iter()
-        .filter_map(|&b| Some((b, edge_probes(&insns, &graph, &preds, &inside_k, b)?)))
-        .collect();
-    let probes_of = |moved: &HashMap<usize, Vec<usize>>| -> Vec<usize> {
-        kept.iter()
-            .flat_map(|b| moved.get(b).cloned().unwrap_or_else(|| vec![*b]))
-            .collect()
-    };
-    let mut probed = probes_of(&moved);
-    // The candidates dropped above are counted where they lead: they must still reach a
-    // probe on every path, else the move is not made.
-    if counted_elsewhere
-        .iter()
-        .any(|&c| !graph.always_reaches(c, &probed))
-    {
-        moved.clear();
-        probed = probes_of(&moved);
-    }
-    for &a in &probed {
-        if let Some(&b) = probed.iter().find(|&&b| b != a && graph.reaches(a, b)) {
-            reasons.push(format!(
-                "entries {:#x} and {:#x} can both run: if one call passes both, it counts twice",
-                insns[a].ip, insns[b].ip
-            ));
-            break;
-        }
-    }
-    for insn in insns.iter().filter(|i| inside(i.ip)) {
-        if let Some(t) = insn.target.filter(|&t| {
-            kept.iter()
-                .any(|&k| insns[k].ip == t && !moved.contains_key(&k))
-        }) {
-            reasons.push(format!(
-                "a jump from inside it ({:#x}) goes back to its entry {t:#x}: each pass counts",
-                insn.ip
-            ));
-            break;
-        }
-    }
+    let flow = Flow::new(decode(code, start)?, ranges);
+    let (candidates, orphans) = flow.candidates(&mut reasons);
+    let (kept, counted_elsewhere) = flow.one_pass(&candidates);
+    let moved = flow.moves_to_edges(&kept, &counted_elsewhere);
+    flow.doubts(&kept, &moved, &mut reasons);
     if orphans > 0 {
         reasons.push(format!(
             "{orphans} of its blocks are reached by no direct jump nor fall-through (jump-table targets or landing pads): not probed"
         ));
     }
-    // A uprobe on a NOP is never hit on this kernel (6.18: a probe on an alignment NOP
-    // that runs once counted 0 while the next instruction counted every pass): an entry
-    // on padding moves to the first real instruction after it.
-    targeted.extend(more_targets);
-    let mut stepped = false;
-    let mut points: Vec<(u64, u64)> = Vec::new();
-    for &k in &kept {
-        if let Some(edges) = moved.get(&k) {
-            for &p in edges {
-                if !points.iter().any(|&(a, _)| a == insns[p].ip) {
-                    points.push((insns[p].ip, insns[p].len));
-                }
+    flow.place_probes(&kept, &moved, more_targets, reasons)
+}
+
+/// One function's decoded instructions, its control flow, and which instructions belong
+/// to the instance being analysed.
+struct Flow {
+    insns: Vec<Insn>,
+    /// The instance's code: half-open ranges.
+    ranges: Vec<(u64, u64)>,
+    /// Per instruction: part of the instance.
+    inside: Vec<bool>,
+    /// Per instruction: padding that never runs (a NOP after a jump or return that no jump
+    /// targets; GCC pads before out-of-line slow paths of an instance).
+    dead: Vec<bool>,
+    /// Targets of the function's direct jumps and calls.
+    targeted: HashSet<u64>,
+    graph: Graph,
+    /// Predecessors by index; dead padding falls into nothing.
+    preds: Vec<Vec<usize>>,
+}
+
+impl Flow {
+    fn new(insns: Vec<Insn>, ranges: &[(u64, u64)]) -> Flow {
+        let inside: Vec<bool> = insns
+            .iter()
+            .map(|i| ranges.iter().any(|&(b, e)| i.ip >= b && i.ip < e))
+            .collect();
+        let targeted: HashSet<u64> = insns.iter().filter_map(|i| i.target).collect();
+        let mut dead = vec![false; insns.len()];
+        for k in 1..insns.len() {
+            let prev = &insns[k - 1];
+            dead[k] = insns[k].padding
+                && !targeted.contains(&insns[k].ip)
+                && (!falls_through(prev.flow) || dead[k - 1]);
+        }
+        let graph = Graph::new(&insns);
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); insns.len()];
+        for (k, succ) in graph.succ.iter().enumerate() {
+            if k + 1 < insns.len() && succ.contains(&(k + 1)) && dead[k] {
+                continue;
             }
-            continue;
-        }
-        let mut j = k;
-        while j < insns.len() && insns[j].padding && inside(insns[j].ip) {
-            j += 1;
-        }
-        if j == insns.len() || !inside(insns[j].ip) {
-            reasons.push(format!(
-                "its entry {:#x} is only NOPs, which uprobes do not count: not probed",
-                insns[k].ip
-            ));
-            continue;
-        }
-        if j != k && targeted.contains(&insns[j].ip) && !kept.contains(&j) {
-            reasons.push(format!(
-                "its entry {:#x} is a NOP, probed at {:#x}, which a jump also reaches",
-                insns[k].ip, insns[j].ip
-            ));
-        }
-        if let Some(why) = insns[j].refused {
-            // A uprobe would never fire there: the next instruction counts the passes
-            // instead when it runs exactly once per pass; else the instance cannot be
-            // counted at all (the calls entering there would read 0).
-            let moved = step_over(&insns, j, &targeted).and_then(|n| {
-                if kept.contains(&n) || points.iter().any(|&(a, _)| a == insns[n].ip) {
-                    Err("the next instruction is an entry of its own".to_string())
-                } else {
-                    Ok(n)
-                }
-            });
-            match moved {
-                Ok(n) => {
-                    j = n;
-                    stepped = true;
-                }
-                Err(next) => {
-                    let why = format!(
-                        "an entry is `{}`, {why}, on which uprobes never fire, and {next}",
-                        insns[j].name
-                    );
-                    return Ok(Analysis {
-                        reasons: vec![why],
-                        ..Analysis::default()
-                    });
-                }
+            for &s in succ {
+                preds[s].push(k);
             }
         }
-        if !points.iter().any(|&(a, _)| a == insns[j].ip) {
-            points.push((insns[j].ip, insns[j].len));
+        Flow {
+            insns,
+            ranges: ranges.to_vec(),
+            inside,
+            dead,
+            targeted,
+            graph,
+            preds,
         }
     }
-    Ok(Analysis {
-        points,
-        reasons,
-        stepped,
-    })
+
+    /// Candidate entries, where control comes in from outside the instance (sorted), and
+    /// how many of its blocks nothing falls into and no direct jump targets.
+    fn candidates(&self, reasons: &mut Vec<String>) -> (Vec<usize>, usize) {
+        let insns = &self.insns;
+        let mut candidates: Vec<usize> = Vec::new();
+        let mut orphans = 0;
+        for (k, insn) in insns.iter().enumerate().filter(|&(k, _)| self.inside[k]) {
+            match k.checked_sub(1) {
+                None => candidates.push(k),
+                Some(p) if falls_through(insns[p].flow) && !self.dead[p] => {
+                    if !self.inside[p] {
+                        candidates.push(k);
+                    }
+                }
+                // Nothing falls into it: reached by a direct jump, else by an indirect one
+                // (a jump table) or the unwinder, which this analysis cannot follow.
+                Some(_) => {
+                    orphans += usize::from(!insn.padding && !self.targeted.contains(&insn.ip))
+                }
+            }
+        }
+        let index_of = |a: u64| insns.binary_search_by_key(&a, |i| i.ip).ok();
+        let in_ranges = |a: u64| self.ranges.iter().any(|&(b, e)| a >= b && a < e);
+        for (_, insn) in insns.iter().enumerate().filter(|&(k, _)| !self.inside[k]) {
+            let Some(t) = insn.target.filter(|&t| in_ranges(t)) else {
+                continue;
+            };
+            match index_of(t) {
+                Some(k) => candidates.push(k),
+                None => reasons.push(format!(
+                    "a jump at {:#x} targets {t:#x}, not an instruction boundary",
+                    insn.ip
+                )),
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        (candidates, orphans)
+    }
+
+    /// The candidates kept so that one call passes one of them once, and those dropped by
+    /// the first rule (counted where they always lead).
+    fn one_pass(&self, candidates: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        // One call can pass several candidates: hoisted set-up code before a loop, an
+        // alignment NOP before the loop head, or caller code interleaved with the
+        // instance's. A candidate from which every path reaches another kept candidate
+        // (before it comes back to itself or leaves the function) is counted there, so it
+        // is dropped.
+        let graph = &self.graph;
+        let mut kept = candidates.to_vec();
+        for &a in candidates {
+            let others: Vec<usize> = kept.iter().copied().filter(|&k| k != a).collect();
+            if !others.is_empty() && graph.always_reaches(a, &others) {
+                kept.retain(|&k| k != a);
+            }
+        }
+        let counted_elsewhere: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|c| !kept.contains(c))
+            .collect();
+        // A kept entry that control reaches only right after leaving the instance, from
+        // places that only other kept entries lead to without leaving it, continues their
+        // pass (caller code between two pieces of one call, on a path the first rule could
+        // not see through, e.g. next to a slow path that skips the second piece).
+        for &b in &kept.clone() {
+            let Some(feeders) = feeders(&self.preds, &self.inside, b) else {
+                continue;
+            };
+            let mut sources: Vec<usize> = candidates
+                .iter()
+                .copied()
+                .filter(|&c| {
+                    feeders
+                        .iter()
+                        .any(|&x| graph.reaches_inside(c, x, &self.inside))
+                })
+                .collect();
+            sources.sort_unstable();
+            if !sources.is_empty() && sources.iter().all(|&c| c != b && kept.contains(&c)) {
+                kept.retain(|&k| k != b);
+            }
+        }
+        (kept, counted_elsewhere)
+    }
+
+    /// The kept entries whose probes move to the caller's instructions before them, with
+    /// those instructions ([`edge_probes`]).
+    fn moves_to_edges(
+        &self,
+        kept: &[usize],
+        counted_elsewhere: &[usize],
+    ) -> HashMap<usize, Vec<usize>> {
+        // A kept entry that a jump from inside the instance also reaches counts the passes
+        // of that jump again (GCC's inlined `_PyObject_Malloc` in `_PyObject_Realloc`
+        // jumps from its size check to its fallback, which the caller's code also falls
+        // into). When every way in from outside is an instruction of the caller that leads
+        // to the entry and nowhere else, those instructions count the entries from outside
+        // instead.
+        let moved: HashMap<usize, Vec<usize>> = kept
+            .iter()
+            .filter_map(|&b| {
+                let edges = edge_probes(&self.insns, &self.graph, &self.preds, &self.inside, b)?;
+                Some((b, edges))
+            })
+            .collect();
+        // The candidates dropped by the first rule are counted where they lead: they must
+        // still reach a probe on every path, else the move is not made.
+        let probed = probes_of(kept, &moved);
+        if counted_elsewhere
+            .iter()
+            .any(|&c| !self.graph.always_reaches(c, &probed))
+        {
+            return HashMap::new();
+        }
+        moved
+    }
+
+    /// The reasons to doubt that one call passes one probe once.
+    fn doubts(
+        &self,
+        kept: &[usize],
+        moved: &HashMap<usize, Vec<usize>>,
+        reasons: &mut Vec<String>,
+    ) {
+        let insns = &self.insns;
+        let probed = probes_of(kept, moved);
+        for &a in &probed {
+            if let Some(&b) = probed.iter().find(|&&b| b != a && self.graph.reaches(a, b)) {
+                reasons.push(format!(
+                    "entries {:#x} and {:#x} can both run: if one call passes both, it counts twice",
+                    insns[a].ip, insns[b].ip
+                ));
+                break;
+            }
+        }
+        for (_, insn) in insns.iter().enumerate().filter(|&(k, _)| self.inside[k]) {
+            if let Some(t) = insn.target.filter(|&t| {
+                kept.iter()
+                    .any(|&k| insns[k].ip == t && !moved.contains_key(&k))
+            }) {
+                reasons.push(format!(
+                    "a jump from inside it ({:#x}) goes back to its entry {t:#x}: each pass counts",
+                    insn.ip
+                ));
+                break;
+            }
+        }
+    }
+
+    /// Where the uprobes go: a kept entry's own instruction, the first real instruction
+    /// after it when it is padding, the next instruction when uprobes refuse it, or the
+    /// caller's instructions it moved to. `more_targets`: jump targets from outside the
+    /// function. An instance with an entry that no instruction can count gets no points.
+    fn place_probes(
+        &self,
+        kept: &[usize],
+        moved: &HashMap<usize, Vec<usize>>,
+        more_targets: &HashSet<u64>,
+        mut reasons: Vec<String>,
+    ) -> Result<Analysis, String> {
+        let insns = &self.insns;
+        let inside = |j: usize| self.inside[j];
+        // A uprobe on a NOP is never hit on this kernel (6.18: a probe on an alignment NOP
+        // that runs once counted 0 while the next instruction counted every pass): an
+        // entry on padding moves to the first real instruction after it.
+        let mut targeted = self.targeted.clone();
+        targeted.extend(more_targets);
+        let mut stepped = false;
+        let mut points: Vec<(u64, u64)> = Vec::new();
+        for &k in kept {
+            if let Some(edges) = moved.get(&k) {
+                for &p in edges {
+                    if !points.iter().any(|&(a, _)| a == insns[p].ip) {
+                        points.push((insns[p].ip, insns[p].len));
+                    }
+                }
+                continue;
+            }
+            let mut j = k;
+            while j < insns.len() && insns[j].padding && inside(j) {
+                j += 1;
+            }
+            if j == insns.len() || !inside(j) {
+                reasons.push(format!(
+                    "its entry {:#x} is only NOPs, which uprobes do not count: not probed",
+                    insns[k].ip
+                ));
+                continue;
+            }
+            if j != k && targeted.contains(&insns[j].ip) && !kept.contains(&j) {
+                reasons.push(format!(
+                    "its entry {:#x} is a NOP, probed at {:#x}, which a jump also reaches",
+                    insns[k].ip, insns[j].ip
+                ));
+            }
+            if let Some(why) = insns[j].refused {
+                // A uprobe would never fire there: the next instruction counts the passes
+                // instead when it runs exactly once per pass; else the instance cannot be
+                // counted at all (the calls entering there would read 0).
+                let next = step_over(insns, j, &targeted).and_then(|n| {
+                    if kept.contains(&n) || points.iter().any(|&(a, _)| a == insns[n].ip) {
+                        Err("the next instruction is an entry of its own".to_string())
+                    } else {
+                        Ok(n)
+                    }
+                });
+                match next {
+                    Ok(n) => {
+                        j = n;
+                        stepped = true;
+                    }
+                    Err(next) => {
+                        let why = format!(
+                            "an entry is `{}`, {why}, on which uprobes never fire, and {next}",
+                            insns[j].name
+                        );
+                        return Ok(Analysis {
+                            reasons: vec![why],
+                            ..Analysis::default()
+                        });
+                    }
+                }
+            }
+            if !points.iter().any(|&(a, _)| a == insns[j].ip) {
+                points.push((insns[j].ip, insns[j].len));
+            }
+        }
+        Ok(Analysis {
+            points,
+            reasons,
+            stepped,
+        })
+    }
+}
+
+/// The instructions probed for the kept entries: their own, or those they moved to.
+fn probes_of(kept: &[usize], moved: &HashMap<usize, Vec<usize>>) -> Vec<usize> {
+    kept.iter()
+        .flat_map(|b| moved.get(b).cloned().unwrap_or_else(|| vec![*b]))
+        .collect()
 }
 
 /// The instructions outside the instance that count the entries into its kept entry `b`
