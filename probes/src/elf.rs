@@ -89,27 +89,7 @@ impl Image {
         let file = ElfFile64::<Endianness>::parse(&*data)
             .map_err(|e| unsupported(format!("malformed ELF file ({e})")))?;
         let endian = file.endian();
-        let headers = file.elf_program_headers();
-
-        let mut exec_segments = Vec::new();
-        let mut interpreter = None;
-        let mut has_dynamic = false;
-        for ph in headers {
-            match ph.p_type(endian) {
-                elf::PT_LOAD if ph.p_flags(endian) & elf::PF_X != 0 => exec_segments.push((
-                    ph.p_vaddr(endian),
-                    ph.p_filesz(endian),
-                    ph.p_offset(endian),
-                )),
-                elf::PT_INTERP => {
-                    if let Ok(Some(interp)) = ph.interpreter(endian, &*data) {
-                        interpreter = Some(PathBuf::from(OsStr::from_bytes(interp)));
-                    }
-                }
-                elf::PT_DYNAMIC => has_dynamic = true,
-                _ => {}
-            }
-        }
+        let segments = Segments::read(&file, &data);
         let e_type = file.elf_header().e_type(endian);
         if e_type != elf::ET_EXEC && e_type != elf::ET_DYN {
             return Err(unsupported(
@@ -121,55 +101,7 @@ impl Image {
             .map_err(|e| unsupported(format!("malformed dynamic section ({e})")))?;
 
         let stripped = file.elf_symbol_table().is_empty();
-        let mut functions = Vec::new();
-        let mut rejected = 0;
-        let mut seen = HashSet::new();
-        let tables = [
-            (file.elf_dynamic_symbol_table(), true),
-            (file.elf_symbol_table(), false),
-        ];
-        for (table, exported) in tables {
-            for (_, sym) in table.enumerate() {
-                let st_type = sym.st_type();
-                if (st_type != elf::STT_FUNC && st_type != elf::STT_GNU_IFUNC)
-                    || sym.st_shndx(endian) == elf::SHN_UNDEF
-                {
-                    continue;
-                }
-                let Ok(name) = table.symbol_name(endian, sym) else {
-                    continue;
-                };
-                let Ok(name) = std::str::from_utf8(name) else {
-                    continue;
-                };
-                if name.is_empty() {
-                    continue;
-                }
-                let address = sym.st_value(endian);
-                let size = sym.st_size(endian);
-                if !seen.insert((name.to_string(), address)) {
-                    // Already found in .dynsym.
-                    continue;
-                }
-                let offset = if st_type == elf::STT_GNU_IFUNC {
-                    // The symbol is the resolver, run once at load time, not the function.
-                    None
-                } else {
-                    safe_offset(&exec_segments, address, size)
-                };
-                match offset {
-                    Some(offset) => functions.push(Function {
-                        name: name.to_string(),
-                        address,
-                        size,
-                        offset,
-                        exported,
-                    }),
-                    None => rejected += 1,
-                }
-            }
-        }
-        functions.sort_by(|a, b| a.address.cmp(&b.address).then(a.name.cmp(&b.name)));
+        let (functions, rejected) = function_symbols(&file, &segments.exec);
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let debuglink = file
             .gnu_debuglink()
@@ -181,13 +113,13 @@ impl Image {
             path,
             functions,
             stripped,
-            is_static: interpreter.is_none() && !has_dynamic,
+            is_static: segments.interpreter.is_none() && !segments.has_dynamic,
             needed,
             rpath,
             runpath,
-            interpreter,
+            interpreter: segments.interpreter,
             rejected,
-            exec_segments,
+            exec_segments: segments.exec,
             build_id,
             debuglink,
             data,
@@ -225,6 +157,102 @@ pub fn safe_offset(exec_segments: &[(u64, u64, u64)], address: u64, size: u64) -
         .iter()
         .find(|&&(vaddr, filesz, _)| address >= vaddr && end <= vaddr.saturating_add(filesz))
         .map(|&(vaddr, _, file_offset)| address - vaddr + file_offset)
+}
+
+/// What the program headers say.
+struct Segments {
+    /// Executable `PT_LOAD` segments: (virtual address, file size, file offset).
+    exec: Vec<(u64, u64, u64)>,
+    /// `PT_INTERP`.
+    interpreter: Option<PathBuf>,
+    /// Has a `PT_DYNAMIC`.
+    has_dynamic: bool,
+}
+
+impl Segments {
+    fn read(file: &ElfFile64<'_, Endianness>, data: &[u8]) -> Segments {
+        let endian = file.endian();
+        let mut out = Segments {
+            exec: Vec::new(),
+            interpreter: None,
+            has_dynamic: false,
+        };
+        for ph in file.elf_program_headers() {
+            match ph.p_type(endian) {
+                elf::PT_LOAD if ph.p_flags(endian) & elf::PF_X != 0 => {
+                    out.exec
+                        .push((ph.p_vaddr(endian), ph.p_filesz(endian), ph.p_offset(endian)))
+                }
+                elf::PT_INTERP => {
+                    if let Ok(Some(interp)) = ph.interpreter(endian, data) {
+                        out.interpreter = Some(PathBuf::from(OsStr::from_bytes(interp)));
+                    }
+                }
+                elf::PT_DYNAMIC => out.has_dynamic = true,
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// The probeable functions of `.dynsym` and `.symtab` (one per name and address, sorted
+/// by address), and how many function symbols were rejected as unsafe to probe.
+fn function_symbols(
+    file: &ElfFile64<'_, Endianness>,
+    exec_segments: &[(u64, u64, u64)],
+) -> (Vec<Function>, usize) {
+    let endian = file.endian();
+    let mut functions = Vec::new();
+    let mut rejected = 0;
+    let mut seen = HashSet::new();
+    let tables = [
+        (file.elf_dynamic_symbol_table(), true),
+        (file.elf_symbol_table(), false),
+    ];
+    for (table, exported) in tables {
+        for (_, sym) in table.enumerate() {
+            let st_type = sym.st_type();
+            if (st_type != elf::STT_FUNC && st_type != elf::STT_GNU_IFUNC)
+                || sym.st_shndx(endian) == elf::SHN_UNDEF
+            {
+                continue;
+            }
+            let Ok(name) = table.symbol_name(endian, sym) else {
+                continue;
+            };
+            let Ok(name) = std::str::from_utf8(name) else {
+                continue;
+            };
+            if name.is_empty() {
+                continue;
+            }
+            let address = sym.st_value(endian);
+            let size = sym.st_size(endian);
+            if !seen.insert((name.to_string(), address)) {
+                // Already found in .dynsym.
+                continue;
+            }
+            let offset = if st_type == elf::STT_GNU_IFUNC {
+                // The symbol is the resolver, run once at load time, not the function.
+                None
+            } else {
+                safe_offset(exec_segments, address, size)
+            };
+            match offset {
+                Some(offset) => functions.push(Function {
+                    name: name.to_string(),
+                    address,
+                    size,
+                    offset,
+                    exported,
+                }),
+                None => rejected += 1,
+            }
+        }
+    }
+    functions.sort_by(|a, b| a.address.cmp(&b.address).then(a.name.cmp(&b.name)));
+    (functions, rejected)
 }
 
 fn check_header(path: &Path, data: &[u8]) -> Result<(), ProbeError> {
