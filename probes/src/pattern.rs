@@ -140,79 +140,85 @@ fn parse_paths(c: &[char]) -> Vec<Vec<String>> {
     while i < c.len() {
         let ch = c[i];
         let is_operator = cur == "operator" || cur.ends_with("::operator");
-        match ch {
-            '<' if cur.is_empty() => {
-                // A qualified path: `<Type>` or `<Type as Trait>`.
-                let end = closing(c, i, '<', '>');
-                let inner = &c[i + 1..end.min(c.len())];
-                let prefixes = qualified(inner);
-                alts = alts
-                    .iter()
-                    .flat_map(|a| {
-                        prefixes.iter().map(move |p| {
-                            let mut v = a.clone();
-                            v.extend(p.iter().cloned());
-                            v
-                        })
-                    })
-                    .collect();
-                i = end + 1;
-                continue;
-            }
-            '<' | '(' | '[' if is_operator => {
-                // operator<, operator<<, operator(), operator[], operator<=>...
-                if ch == '(' || ch == '[' {
-                    cur.push(ch);
-                    if let Some(&next) = c.get(i + 1) {
-                        cur.push(next);
-                    }
-                    i += 2;
-                } else {
-                    while i < c.len() && matches!(c[i], '<' | '=' | '>') {
-                        cur.push(c[i]);
-                        i += 1;
-                    }
-                }
-                continue;
-            }
-            '<' => {
-                // Generic arguments: dropped.
-                i = closing(c, i, '<', '>') + 1;
-                continue;
-            }
+        i = match ch {
+            // A qualified path: `<Type>` or `<Type as Trait>`.
+            '<' if cur.is_empty() => qualified_prefix(&mut alts, c, i),
+            '<' | '(' | '[' if is_operator => operator_symbol(&mut cur, c, i),
+            // Generic arguments: dropped.
+            '<' => closing(c, i, '<', '>') + 1,
             '(' if cur.is_empty() => {
                 // `(anonymous namespace)`: part of the name.
                 let end = closing(c, i, '(', ')');
                 cur.extend(&c[i..(end + 1).min(c.len())]);
-                i = end + 1;
-                continue;
+                end + 1
             }
             '(' => break, // C++ parameter list: the rest is not the name.
             ':' if c.get(i + 1) == Some(&':') => {
                 push_segment(&mut alts, &mut cur);
-                i += 2;
-                continue;
+                i + 2
             }
             ' ' => {
-                let next = c[i + 1..].iter().find(|&&n| n != ' ').copied();
-                if is_operator || matches!(next, Some('<' | '(' | '[') | None) {
-                    if is_operator && !matches!(next, Some('<' | '(')) {
-                        cur.push(' '); // operator new, operator delete[]
-                    }
-                } else if !cur.is_empty() {
-                    // A C++ return type precedes the name: start over.
-                    alts = vec![Vec::new()];
-                    cur.clear();
-                }
-                i += 1;
-                continue;
+                space(&mut alts, &mut cur, c, i, is_operator);
+                i + 1
             }
-            _ => cur.push(ch),
-        }
-        i += 1;
+            _ => {
+                cur.push(ch);
+                i + 1
+            }
+        };
     }
     push_segment(&mut alts, &mut cur);
     alts
+}
+
+/// The qualified path `<Type>` or `<Type as Trait>` opening at `c[i]`: each of its
+/// prefixes extends every alternative. Returns the index after it.
+fn qualified_prefix(alts: &mut Vec<Vec<String>>, c: &[char], i: usize) -> usize {
+    let end = closing(c, i, '<', '>');
+    let inner = &c[i + 1..end.min(c.len())];
+    let prefixes = qualified(inner);
+    *alts = alts
+        .iter()
+        .flat_map(|a| {
+            prefixes.iter().map(move |p| {
+                let mut v = a.clone();
+                v.extend(p.iter().cloned());
+                v
+            })
+        })
+        .collect();
+    end + 1
+}
+
+/// The symbol of `operator<`, `operator<<`, `operator()`, `operator[]`, `operator<=>`...
+/// starting at `c[i]`, appended to `cur`. Returns the index after it.
+fn operator_symbol(cur: &mut String, c: &[char], mut i: usize) -> usize {
+    if c[i] == '(' || c[i] == '[' {
+        cur.push(c[i]);
+        if let Some(&next) = c.get(i + 1) {
+            cur.push(next);
+        }
+        return i + 2;
+    }
+    while i < c.len() && matches!(c[i], '<' | '=' | '>') {
+        cur.push(c[i]);
+        i += 1;
+    }
+    i
+}
+
+/// A space at `c[i]`: part of `operator new`, before a bracket (ignored), or after a C++
+/// return type, which precedes the name (everything so far is dropped).
+fn space(alts: &mut Vec<Vec<String>>, cur: &mut String, c: &[char], i: usize, is_operator: bool) {
+    let next = c[i + 1..].iter().find(|&&n| n != ' ').copied();
+    if is_operator || matches!(next, Some('<' | '(' | '[') | None) {
+        if is_operator && !matches!(next, Some('<' | '(')) {
+            cur.push(' '); // operator new, operator delete[]
+        }
+    } else if !cur.is_empty() {
+        *alts = vec![Vec::new()];
+        cur.clear();
+    }
 }
 
 fn push_segment(alts: &mut [Vec<String>], cur: &mut String) {
