@@ -350,103 +350,23 @@ pub fn match_patterns(
     let mut references: HashMap<usize, References> = HashMap::new();
     for pattern in parsed {
         let (functions, label_errors) = find_functions(target, &pattern)?;
-        let mut inlined = InlinedMatch::default();
-        let mut dwarf_errors = label_errors;
-        let mut sites = Vec::new();
-        let mut not_counted: BTreeMap<String, usize> = BTreeMap::new();
-        let mut no_debug_info = Vec::new();
-        // (image, demangled name) -> the code of its inlined copies.
-        let mut copies: HashMap<(usize, String), Vec<(u64, u64)>> = HashMap::new();
-        let mut split_parts = 0;
+        let mut found = Inlined {
+            dwarf_errors: label_errors,
+            ..Inlined::default()
+        };
         for i in 0..target.images.len() {
-            let path = target.images[i].path.clone();
-            let found = match target.inlined_of(i) {
-                Ok(index) => {
-                    let m = index.matching(&pattern);
-                    inlined.instances += m.instances;
-                    inlined.functions.extend(m.functions);
-                    if index.split_units > 0 {
-                        dwarf_errors.push(format!(
-                            "{}: {} of its units are split into .dwo/.dwp files (-gsplit-dwarf, split-debuginfo), which are not read; build without split debug info",
-                            path.display(),
-                            index.split_units
-                        ));
-                    }
-                    m.instances
-                }
-                Err(e) => {
-                    dwarf_errors.push(format!("{}: {e}", path.display()));
-                    0
-                }
-            };
-            if let Some(why) = target.unusable_debug_file(i) {
-                dwarf_errors.push(format!("{}: {why}", path.display()));
-            } else if i == 0 && !target.has_debug_info(0) {
-                no_debug_info.push(target.images[0].file_name());
-            }
-            if found == 0 {
-                continue;
-            }
-            let data = target.dwarf_data(i).unwrap_or(&[]);
-            let instances = match inlined_instances(data, &pattern) {
-                Ok(v) => v,
-                Err(e) => {
-                    dwarf_errors.push(format!("{}: {e}", path.display()));
-                    continue;
-                }
-            };
-            let image = &target.images[i];
-            let instances = fold_split_parts(instances);
-            for instance in &instances {
-                copies
-                    .entry((i, instance.demangled.clone()))
-                    .or_default()
-                    .extend(&instance.ranges);
-            }
-            for instance in instances {
-                if let Some(SplitFrom::Function(copy)) = &instance.split_from {
-                    // A part split off an out-of-line copy and inlined back into it: its
-                    // calls are counted at that copy's entry, unless control reaches it
-                    // from elsewhere.
-                    match split_part_entries(image, copy, &instance.ranges) {
-                        Ok(None) => split_parts += 1,
-                        Ok(Some(e)) => sites.push(InlinedSite {
-                            path: path.clone(),
-                            image: i,
-                            function: instance.demangled,
-                            caller: e.caller,
-                            call_site: instance.call_site,
-                            points: e.points,
-                            uncertain: e.uncertain,
-                        }),
-                        Err(why) => *not_counted.entry(why).or_default() += 1,
-                    }
-                    continue;
-                }
-                if instance.ranges.is_empty() {
-                    *not_counted
-                        .entry("no code of their own (optimised away or merged)".into())
-                        .or_default() += 1;
-                    continue;
-                }
-                let e = entries(image, &instance.ranges);
-                if e.points.is_empty() {
-                    let why = e.uncertain.unwrap_or_else(|| "no entry found".into());
-                    *not_counted.entry(why).or_default() += 1;
-                    continue;
-                }
-                sites.push(InlinedSite {
-                    path: path.clone(),
-                    image: i,
-                    function: instance.demangled,
-                    caller: e.caller,
-                    call_site: instance.call_site,
-                    points: e.points,
-                    uncertain: e.uncertain,
-                });
-            }
+            found.scan_image(target, i, &pattern);
         }
-        let (functions, pieces) = judge_pieces(target, functions, &copies, &mut references);
+        let (functions, pieces) = judge_pieces(target, functions, &found.copies, &mut references);
+        let Inlined {
+            inlined,
+            mut dwarf_errors,
+            sites,
+            not_counted,
+            no_debug_info,
+            split_parts,
+            ..
+        } = found;
         let mut not_counted: Vec<(String, usize)> = not_counted.into_iter().collect();
         not_counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut seen = std::collections::HashSet::new();
@@ -460,19 +380,7 @@ pub fn match_patterns(
                 &dwarf_errors,
             ));
         }
-        let points = functions.len() + sites.iter().map(|s| s.points.len()).sum::<usize>();
-        if points > max_probes {
-            let mut examples: Vec<&str> = functions.iter().map(|f| f.label.as_str()).collect();
-            examples.extend(sites.iter().map(|s| s.function.as_str()));
-            examples.dedup();
-            examples.truncate(3);
-            return Err(ProbeError::TooMany {
-                pattern: pattern.as_str().to_string(),
-                count: points,
-                limit: max_probes,
-                examples: examples.join(", "),
-            });
-        }
+        check_limit(&pattern, &functions, &sites, max_probes)?;
         out.push(PatternMatch {
             pattern,
             functions,
@@ -486,6 +394,135 @@ pub fn match_patterns(
         });
     }
     Ok(out)
+}
+
+/// An error when the probes a pattern needs exceed `max_probes`.
+fn check_limit(
+    pattern: &Pattern,
+    functions: &[MatchedFunction],
+    sites: &[InlinedSite],
+    max_probes: usize,
+) -> Result<(), ProbeError> {
+    let points = functions.len() + sites.iter().map(|s| s.points.len()).sum::<usize>();
+    if points <= max_probes {
+        return Ok(());
+    }
+    let mut examples: Vec<&str> = functions.iter().map(|f| f.label.as_str()).collect();
+    examples.extend(sites.iter().map(|s| s.function.as_str()));
+    examples.dedup();
+    examples.truncate(3);
+    Err(ProbeError::TooMany {
+        pattern: pattern.as_str().to_string(),
+        count: points,
+        limit: max_probes,
+        examples: examples.join(", "),
+    })
+}
+
+/// What one pattern names among the inlined instances of a target's files.
+#[derive(Default)]
+struct Inlined {
+    inlined: InlinedMatch,
+    dwarf_errors: Vec<String>,
+    sites: Vec<InlinedSite>,
+    /// Reason -> instances not counted for it.
+    not_counted: BTreeMap<String, usize>,
+    no_debug_info: Vec<String>,
+    /// (image, demangled name) -> the code of its inlined copies.
+    copies: HashMap<(usize, String), Vec<(u64, u64)>>,
+    /// Split parts counted with the copy they were split from.
+    split_parts: usize,
+}
+
+impl Inlined {
+    /// Read the inlined instances of image `i` that `pattern` names.
+    fn scan_image(&mut self, target: &mut Target, i: usize, pattern: &Pattern) {
+        let path = target.images[i].path.clone();
+        let found = match target.inlined_of(i) {
+            Ok(index) => {
+                let m = index.matching(pattern);
+                self.inlined.instances += m.instances;
+                self.inlined.functions.extend(m.functions);
+                if index.split_units > 0 {
+                    self.dwarf_errors.push(format!(
+                        "{}: {} of its units are split into .dwo/.dwp files (-gsplit-dwarf, split-debuginfo), which are not read; build without split debug info",
+                        path.display(),
+                        index.split_units
+                    ));
+                }
+                m.instances
+            }
+            Err(e) => {
+                self.dwarf_errors.push(format!("{}: {e}", path.display()));
+                0
+            }
+        };
+        if let Some(why) = target.unusable_debug_file(i) {
+            self.dwarf_errors.push(format!("{}: {why}", path.display()));
+        } else if i == 0 && !target.has_debug_info(0) {
+            self.no_debug_info.push(target.images[0].file_name());
+        }
+        if found == 0 {
+            return;
+        }
+        let data = target.dwarf_data(i).unwrap_or(&[]);
+        match inlined_instances(data, pattern) {
+            Ok(instances) => self.add_instances(&target.images[i], i, instances),
+            Err(e) => self.dwarf_errors.push(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// Analyse the entries of the inlined instances of image `i`.
+    fn add_instances(&mut self, image: &Image, i: usize, instances: Vec<InlinedInstance>) {
+        let instances = fold_split_parts(instances);
+        for instance in &instances {
+            self.copies
+                .entry((i, instance.demangled.clone()))
+                .or_default()
+                .extend(&instance.ranges);
+        }
+        for instance in instances {
+            let e = if let Some(SplitFrom::Function(copy)) = &instance.split_from {
+                // A part split off an out-of-line copy and inlined back into it: its
+                // calls are counted at that copy's entry, unless control reaches it from
+                // elsewhere.
+                match split_part_entries(image, copy, &instance.ranges) {
+                    Ok(None) => {
+                        self.split_parts += 1;
+                        continue;
+                    }
+                    Ok(Some(e)) => e,
+                    Err(why) => {
+                        *self.not_counted.entry(why).or_default() += 1;
+                        continue;
+                    }
+                }
+            } else if instance.ranges.is_empty() {
+                *self
+                    .not_counted
+                    .entry("no code of their own (optimised away or merged)".into())
+                    .or_default() += 1;
+                continue;
+            } else {
+                let e = entries(image, &instance.ranges);
+                if e.points.is_empty() {
+                    let why = e.uncertain.unwrap_or_else(|| "no entry found".into());
+                    *self.not_counted.entry(why).or_default() += 1;
+                    continue;
+                }
+                e
+            };
+            self.sites.push(InlinedSite {
+                path: image.path.clone(),
+                image: i,
+                function: instance.demangled,
+                caller: e.caller,
+                call_site: instance.call_site,
+                points: e.points,
+                uncertain: e.uncertain,
+            });
+        }
+    }
 }
 
 /// Split parts inlined back into an inlined instance of their function belong to that
@@ -634,15 +671,31 @@ fn clone_origins(
 
 /// The functions `pattern` matches, and the DWARF errors met while labelling them; an
 /// error for a function whose calls a uprobe cannot count.
-#[allow(clippy::type_complexity)]
 fn find_functions(
     target: &mut Target,
     pattern: &Pattern,
 ) -> Result<(Vec<MatchedFunction>, Vec<String>), ProbeError> {
-    // (image, offset) -> function; aliases at one address are probed once.
+    let (origins, mut label_errors) = clone_origins(target, pattern);
+    let (mut functions, refused) = matching_symbols(target, pattern, &origins);
+    label_errors.extend(label_functions(target, &mut functions));
+    functions.sort_by(|a, b| a.label.cmp(&b.label));
+    if let Some(e) = first_refusal(&functions, &refused) {
+        return Err(e);
+    }
+    Ok((functions, label_errors))
+}
+
+/// The function symbols `pattern` matches (clones by the function they copy, `origins`
+/// naming them from DWARF), unlabelled, one per (image, offset): aliases at one address
+/// are probed once. And those whose calls a uprobe cannot count, with why.
+#[allow(clippy::type_complexity)]
+fn matching_symbols(
+    target: &Target,
+    pattern: &Pattern,
+    origins: &HashMap<(usize, u64), String>,
+) -> (Vec<MatchedFunction>, BTreeMap<(usize, u64), EntryRefusal>) {
     let mut found: BTreeMap<(usize, u64), MatchedFunction> = BTreeMap::new();
     let mut refused: BTreeMap<(usize, u64), EntryRefusal> = BTreeMap::new();
-    let (origins, mut label_errors) = clone_origins(target, pattern);
     for (i, image) in target.images.iter().enumerate() {
         for f in &image.functions {
             if !may_match(&f.name, pattern) {
@@ -699,17 +752,23 @@ fn find_functions(
                 });
         }
     }
-    let mut functions: Vec<MatchedFunction> = found.into_values().collect();
+    (found.into_values().collect(), refused)
+}
+
+/// Give `functions` labels that are unique within the pattern; returns the DWARF errors
+/// met (rows then fall back to their hashes).
+fn label_functions(target: &mut Target, functions: &mut [MatchedFunction]) -> Vec<String> {
+    let mut label_errors = Vec::new();
     // Labels: unique within the pattern. Legacy Rust monomorphizations share a demangled
     // name; DWARF often names them with their generic arguments (`generic_step<u32>`).
     let mut counts: BTreeMap<(usize, String), usize> = BTreeMap::new();
-    for f in &functions {
+    for f in functions.iter() {
         *counts
             .entry((f.image, f.demangled.label.clone()))
             .or_default() += 1;
     }
     let mut wanted: BTreeMap<usize, std::collections::HashSet<String>> = BTreeMap::new();
-    for f in &functions {
+    for f in functions.iter() {
         if counts[&(f.image, f.demangled.label.clone())] > 1 && f.demangled.hash.is_some() {
             wanted.entry(f.image).or_default().insert(f.raw.clone());
         }
@@ -726,7 +785,7 @@ fn find_functions(
             Err(e) => label_errors.push(format!("{}: {e}", target.images[image].path.display())),
         }
     }
-    for f in &mut functions {
+    for f in functions.iter_mut() {
         let mut label = f.demangled.label.clone();
         if counts[&(f.image, label.clone())] > 1 {
             label = match (generic.get(&(f.image, f.raw.clone())), &f.demangled.hash) {
@@ -755,31 +814,35 @@ fn find_functions(
     }
     // Still equal (DWARF names without arguments): the offset tells them apart.
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for f in &functions {
+    for f in functions.iter() {
         *seen.entry(f.label.clone()).or_default() += 1;
     }
-    for f in &mut functions {
+    for f in functions.iter_mut() {
         if seen[&f.label] > 1 {
             f.label = format!("{} [@{:#x}]", f.label, f.offset);
         }
     }
-    functions.sort_by(|a, b| a.label.cmp(&b.label));
-    if let Some((f, why)) = functions
+    label_errors
+}
+
+/// The error for the first function (by label) whose calls a uprobe cannot count.
+fn first_refusal(
+    functions: &[MatchedFunction],
+    refused: &BTreeMap<(usize, u64), EntryRefusal>,
+) -> Option<ProbeError> {
+    let (f, why) = functions
         .iter()
-        .find_map(|f| Some((f, refused.get(&(f.image, f.offset))?)))
-    {
-        return Err(ProbeError::UnprobeableEntry {
-            function: f.label.clone(),
-            path: f.path.clone(),
-            offset: f.offset,
-            instruction: why.instruction.clone(),
-            reason: format!(
-                "{}, on which the kernel's x86 uprobes never fire, and {}",
-                why.why, why.next
-            ),
-        });
-    }
-    Ok((functions, label_errors))
+        .find_map(|f| Some((f, refused.get(&(f.image, f.offset))?)))?;
+    Some(ProbeError::UnprobeableEntry {
+        function: f.label.clone(),
+        path: f.path.clone(),
+        offset: f.offset,
+        instruction: why.instruction.clone(),
+        reason: format!(
+            "{}, on which the kernel's x86 uprobes never fire, and {}",
+            why.why, why.next
+        ),
+    })
 }
 
 fn no_match(
