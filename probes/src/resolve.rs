@@ -530,7 +530,15 @@ impl Inlined {
 /// there already) and they are no instances of their own.
 fn fold_split_parts(mut instances: Vec<InlinedInstance>) -> Vec<InlinedInstance> {
     for k in 0..instances.len() {
-        if let Some(SplitFrom::Instance(outer)) = instances[k].split_from {
+        if let Some(SplitFrom::Instance(mut outer)) = instances[k].split_from {
+            // A part of a part: into the copy the first was split from. DWARF nests
+            // children after their parents, so `outer < k` and this ends.
+            while let Some(SplitFrom::Instance(o)) = instances[outer].split_from {
+                if o >= outer {
+                    break;
+                }
+                outer = o;
+            }
             let more = instances[k].ranges.clone();
             let ranges = &mut instances[outer].ranges;
             ranges.extend(more);
@@ -1054,6 +1062,34 @@ mod tests {
                 "sbs_probes::resolve::tests::probe_me_generic<u64>"
             ]
         );
+    }
+
+    #[test]
+    fn split_parts_fold_into_the_copy_they_were_split_from() {
+        let instance = |ranges: Vec<(u64, u64)>, split_from| InlinedInstance {
+            raw: "f".into(),
+            demangled: "f".into(),
+            ranges,
+            call_site: None,
+            split_from,
+        };
+        let folded = fold_split_parts(vec![
+            instance(vec![(0x10, 0x20)], None),
+            // A part nested in the copy, partly outside its ranges.
+            instance(vec![(0x18, 0x28)], Some(SplitFrom::Instance(0))),
+            // A part of that part.
+            instance(vec![(0x30, 0x38)], Some(SplitFrom::Instance(1))),
+            instance(
+                vec![(0x40, 0x48)],
+                Some(SplitFrom::Function(vec![(0x40, 0x60)])),
+            ),
+        ]);
+        assert_eq!(folded.len(), 2, "{folded:?}");
+        assert_eq!(
+            folded[0].ranges,
+            vec![(0x10, 0x20), (0x18, 0x28), (0x30, 0x38)]
+        );
+        assert!(matches!(folded[1].split_from, Some(SplitFrom::Function(_))));
     }
 
     #[test]
