@@ -1,5 +1,7 @@
-//! Builds the allocation agent (`agent/`) as a preload library and leaves it in `OUT_DIR`,
-//! where `src/run/instruments/alloc.rs` embeds it with `include_bytes!`. A user who installs
+//! Builds the allocation agent (`agent/`) and the in-process counting library
+//! (`agent/inproc/`) as preload libraries and leaves them in `OUT_DIR`, where
+//! `src/run/instruments/alloc.rs` and `src/run/instruments/invocations/inproc.rs` embed
+//! them with `include_bytes!`. A user who installs
 //! `sbs-profile` alone (`cargo install --path collector`) so gets a working `--alloc`.
 //!
 //! Why rustc and not a nested `cargo build`: the agent must be a `no_std` cdylib built
@@ -19,10 +21,15 @@ fn main() {
     let agent = manifest.join("../agent");
     let abi_src = agent.join("abi/src/lib.rs");
     let agent_src = agent.join("src/lib.rs");
-    for dir in [agent.join("src"), agent.join("abi/src")] {
+    let inproc_src = agent.join("inproc/src/lib.rs");
+    for dir in [
+        agent.join("src"),
+        agent.join("abi/src"),
+        agent.join("inproc/src"),
+    ] {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
-    if !abi_src.exists() || !agent_src.exists() {
+    if !abi_src.exists() || !agent_src.exists() || !inproc_src.exists() {
         panic!(
             "the allocation agent's sources are missing ({}); build sbs-profile from its \
              workspace checkout (cargo install --path collector)",
@@ -55,8 +62,20 @@ fn main() {
         "cdylib",
         &["--extern", &extern_abi, "-C", "strip=debuginfo"],
     );
-    let lib = out.join("libsbs_agent.so");
-    assert!(lib.exists(), "rustc did not produce {}", lib.display());
+    // The in-process counting library (`--invocations-engine inproc`), built the same way.
+    compile(
+        &rustc,
+        &target,
+        &out,
+        &inproc_src,
+        "sbs_inproc",
+        "cdylib",
+        &["--extern", &extern_abi, "-C", "strip=debuginfo"],
+    );
+    for name in ["libsbs_agent.so", "libsbs_inproc.so"] {
+        let lib = out.join(name);
+        assert!(lib.exists(), "rustc did not produce {}", lib.display());
+    }
 }
 
 fn compile(

@@ -13,6 +13,13 @@ use util::{metric, samples, sbs, skip_without_uprobes};
 
 const UPROBE_EVENTS: &str = "/sys/kernel/tracing/uprobe_events";
 
+/// Both engines, where every site of the test's patterns can be patched: each counting
+/// test runs with both and requires the same counts.
+const ENGINES: [&str; 2] = ["uprobe", "inproc"];
+/// Both engines, where some sites (inlined copies in ld.so, functions with indirect
+/// calls among their first bytes) are left to uprobes by the in-process engine.
+const ENGINES_AUTO: [&str; 2] = ["uprobe", "auto"];
+
 /// Details (label -> samples) of a metric.
 fn details(m: &serde_json::Value) -> Vec<(String, Vec<f64>)> {
     m["details"]
@@ -61,8 +68,13 @@ fn counts_are_exact_from_main_thread_threads_and_forked_child() {
     if skip_without_uprobes("uprobes") {
         return;
     }
-    for (n, threads) in [(1000u64, 3u64), (250, 0), (4000, 1)] {
+    for (engine, (n, threads)) in ENGINES
+        .into_iter()
+        .flat_map(|e| [(1000u64, 3u64), (250, 0), (4000, 1)].map(|c| (e, c)))
+    {
         let run = sbs([
+            "--invocations-engine",
+            engine,
             "--runs",
             "3",
             "--format",
@@ -80,8 +92,12 @@ fn counts_are_exact_from_main_thread_threads_and_forked_child() {
         let report = run.json();
         let work = metric(&report, "invocations.calls::work");
         let expected = (n * (threads + 2)) as f64;
-        assert_eq!(samples(work), vec![expected; 3], "n={n} threads={threads}");
-        assert_eq!(work["source"], "uprobe");
+        assert_eq!(
+            samples(work),
+            vec![expected; 3],
+            "{engine}: n={n} threads={threads}"
+        );
+        assert_eq!(work["source"], engine);
         assert_eq!(work["exact"], true);
         assert_eq!(work["group"], "invocations");
         assert_eq!(detail(work, "calls::work"), vec![expected; 3]);
@@ -107,52 +123,59 @@ fn trait_methods_generics_and_malloc_of_glibc() {
         return;
     }
     let n = 500.0;
-    let run = sbs([
-        "--runs",
-        "2",
-        "--format",
-        "json",
-        "--invocations",
-        "Widget::fmt",
-        "--invocations",
-        "Display::fmt",
-        "--invocations",
-        "generic_step",
-        "--invocations",
-        "malloc",
-        "--",
-        fixture!("calls"),
-        "500",
-        "1",
-    ])
-    .success();
-    let report = run.json();
-    let widget = metric(&report, "invocations.Widget::fmt");
-    assert_eq!(samples(widget), vec![n; 2]);
-    assert_eq!(
-        detail(widget, "<calls::Widget as core::fmt::Display>::fmt"),
-        vec![n; 2]
-    );
-    // Through the trait: the same function, among every other Display::fmt.
-    let display = metric(&report, "invocations.Display::fmt");
-    assert_eq!(
-        detail(display, "<calls::Widget as core::fmt::Display>::fmt"),
-        vec![n; 2]
-    );
-    // Two monomorphizations, each on its own row: N and 2N calls.
-    let generic = metric(&report, "invocations.generic_step");
-    assert_eq!(samples(generic), vec![3.0 * n; 2]);
-    // Labelled with their generic arguments, from DWARF.
-    assert_eq!(detail(generic, "calls::generic_step<u32>"), vec![n; 2]);
-    assert_eq!(
-        detail(generic, "calls::generic_step<u64>"),
-        vec![2.0 * n; 2]
-    );
-    // glibc's malloc, found through DT_NEEDED, deterministic run after run.
-    let malloc = metric(&report, "invocations.malloc");
-    let m = samples(malloc);
-    assert!(m[0] >= 1.0 && m[0] == m[1], "{m:?}");
-    assert_eq!(detail(malloc, "malloc [libc.so.6]"), m);
+    let mut mallocs = Vec::new();
+    for engine in ENGINES_AUTO {
+        let run = sbs([
+            "--invocations-engine",
+            engine,
+            "--runs",
+            "2",
+            "--format",
+            "json",
+            "--invocations",
+            "Widget::fmt",
+            "--invocations",
+            "Display::fmt",
+            "--invocations",
+            "generic_step",
+            "--invocations",
+            "malloc",
+            "--",
+            fixture!("calls"),
+            "500",
+            "1",
+        ])
+        .success();
+        let report = run.json();
+        let widget = metric(&report, "invocations.Widget::fmt");
+        assert_eq!(samples(widget), vec![n; 2]);
+        assert_eq!(
+            detail(widget, "<calls::Widget as core::fmt::Display>::fmt"),
+            vec![n; 2]
+        );
+        // Through the trait: the same function, among every other Display::fmt.
+        let display = metric(&report, "invocations.Display::fmt");
+        assert_eq!(
+            detail(display, "<calls::Widget as core::fmt::Display>::fmt"),
+            vec![n; 2]
+        );
+        // Two monomorphizations, each on its own row: N and 2N calls.
+        let generic = metric(&report, "invocations.generic_step");
+        assert_eq!(samples(generic), vec![3.0 * n; 2]);
+        // Labelled with their generic arguments, from DWARF.
+        assert_eq!(detail(generic, "calls::generic_step<u32>"), vec![n; 2]);
+        assert_eq!(
+            detail(generic, "calls::generic_step<u64>"),
+            vec![2.0 * n; 2]
+        );
+        // glibc's malloc, found through DT_NEEDED, deterministic run after run.
+        let malloc = metric(&report, "invocations.malloc");
+        let m = samples(malloc);
+        assert!(m[0] >= 1.0 && m[0] == m[1], "{m:?}");
+        assert_eq!(detail(malloc, "malloc [libc.so.6]"), m);
+        mallocs.push(m);
+    }
+    assert_eq!(mallocs[0], mallocs[1], "malloc counts of both engines");
 }
 
 #[test]
@@ -240,42 +263,50 @@ fn cpp_overloads_templates_and_operators() {
     let Some(exe) = build_cpp(dir.path()) else {
         return;
     };
-    let run = sbs([
-        "--runs".as_ref(),
-        "2".as_ref(),
-        "--format".as_ref(),
-        "json".as_ref(),
-        "--invocations".as_ref(),
-        "Widget::draw".as_ref(),
-        "--invocations".as_ref(),
-        "Widget::operator<<".as_ref(),
-        "--invocations".as_ref(),
-        "Box::get".as_ref(),
-        "--invocations".as_ref(),
-        "shapes::scale".as_ref(),
-        "--".as_ref(),
-        exe.as_os_str(),
-        "300".as_ref(),
-    ])
-    .success();
-    let report = run.json();
-    let draw = metric(&report, "invocations.Widget::draw");
-    assert_eq!(samples(draw), vec![900.0; 2]);
-    assert_eq!(detail(draw, "shapes::Widget::draw(int)"), vec![300.0; 2]);
-    assert_eq!(detail(draw, "shapes::Widget::draw(double)"), vec![600.0; 2]);
-    let op = metric(&report, "invocations.Widget::operator<<");
-    assert_eq!(
-        detail(op, "shapes::Widget::operator<<(int)"),
-        vec![900.0; 2]
-    );
-    let get = metric(&report, "invocations.Box::get");
-    assert_eq!(detail(get, "shapes::Box<int>::get() const"), vec![300.0; 2]);
-    assert_eq!(
-        detail(get, "shapes::Box<double>::get() const"),
-        vec![300.0; 2]
-    );
-    let scale = metric(&report, "invocations.shapes::scale");
-    assert_eq!(detail(scale, "shapes::scale(long)"), vec![300.0; 2]);
+    for engine in ENGINES_AUTO {
+        let run = sbs([
+            "--invocations-engine".as_ref(),
+            engine.as_ref(),
+            "--runs".as_ref(),
+            "2".as_ref(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            "--invocations".as_ref(),
+            "Widget::draw".as_ref(),
+            "--invocations".as_ref(),
+            "Widget::operator<<".as_ref(),
+            "--invocations".as_ref(),
+            "Box::get".as_ref(),
+            "--invocations".as_ref(),
+            "shapes::scale".as_ref(),
+            "--".as_ref(),
+            exe.as_os_str(),
+            "300".as_ref(),
+        ])
+        .success();
+        let report = run.json();
+        let draw = metric(&report, "invocations.Widget::draw");
+        assert_eq!(samples(draw), vec![900.0; 2]);
+        assert_eq!(detail(draw, "shapes::Widget::draw(int)"), vec![300.0; 2]);
+        assert_eq!(detail(draw, "shapes::Widget::draw(double)"), vec![600.0; 2]);
+        let op = metric(&report, "invocations.Widget::operator<<");
+        assert_eq!(
+            detail(op, "shapes::Widget::operator<<(int)"),
+            vec![900.0; 2]
+        );
+        let get = metric(&report, "invocations.Box::get");
+        assert_eq!(detail(get, "shapes::Box<int>::get() const"), vec![300.0; 2]);
+        assert_eq!(
+            detail(get, "shapes::Box<double>::get() const"),
+            vec![300.0; 2]
+        );
+        let scale = metric(&report, "invocations.shapes::scale");
+        assert_eq!(
+            detail(scale, "shapes::scale(long)"),
+            vec![300.0; 2],
+            "{engine}"
+        );
+    }
 }
 
 /// Debian's `perf probe` + `perf stat` on the same function and command: equal counts.
@@ -329,22 +360,26 @@ fn equals_perf_probe_and_perf_stat() {
         .and_then(|l| l.split(',').next())
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no count in perf stat output: {text}"));
-    let run = sbs([
-        "--runs",
-        "2",
-        "--format",
-        "json",
-        "--invocations",
-        "calls::work",
-        "--",
-        exe,
-        "1234",
-        "2",
-    ])
-    .success();
-    let ours = samples(metric(&run.json(), "invocations.calls::work"));
     assert_eq!(perf_count, 1234.0 * 4.0);
-    assert_eq!(ours, vec![perf_count; 2]);
+    for engine in ENGINES {
+        let run = sbs([
+            "--invocations-engine",
+            engine,
+            "--runs",
+            "2",
+            "--format",
+            "json",
+            "--invocations",
+            "calls::work",
+            "--",
+            exe,
+            "1234",
+            "2",
+        ])
+        .success();
+        let ours = samples(metric(&run.json(), "invocations.calls::work"));
+        assert_eq!(ours, vec![perf_count; 2], "{engine}");
+    }
 }
 
 #[test]
@@ -495,6 +530,8 @@ fn probes_are_removed_after_success_crash_and_ctrl_c() {
         return;
     }
     let (pid, out) = sbs_with_pid(&[
+        "--invocations-engine",
+        "uprobe",
         "--runs",
         "1",
         "--invocations",
@@ -513,6 +550,8 @@ fn probes_are_removed_after_success_crash_and_ctrl_c() {
 
     // A crashing child: the run fails, the probes go.
     let (pid, out) = sbs_with_pid(&[
+        "--invocations-engine",
+        "uprobe",
         "--runs",
         "1",
         "--invocations",
@@ -531,6 +570,8 @@ fn probes_are_removed_after_success_crash_and_ctrl_c() {
     // Ctrl-C while the child runs.
     let child = Command::new(util::sbs_profile())
         .args([
+            "--invocations-engine",
+            "uprobe",
             "--runs",
             "1",
             "--invocations",
@@ -573,6 +614,8 @@ fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
     // behind, and its lock file, which nobody holds any more.
     let mut killed = Command::new(util::sbs_profile())
         .args([
+            "--invocations-engine",
+            "uprobe",
             "--runs",
             "1",
             "--invocations",
@@ -623,6 +666,8 @@ fn stale_definitions_of_a_dead_sbs_profile_are_removed() {
     // (Another test's run may clean them up first: any run does.)
     // The next run removes them, and the lock file.
     sbs([
+        "--invocations-engine",
+        "uprobe",
         "--runs",
         "1",
         "--invocations",
@@ -654,6 +699,8 @@ fn without_root_the_error_says_what_is_needed() {
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&sbs_copy)
         .args([
+            "--invocations-engine".as_ref(),
+            "uprobe".as_ref(),
             "--invocations".as_ref(),
             "work".as_ref(),
             "--".as_ref(),
@@ -676,6 +723,32 @@ fn without_root_the_error_says_what_is_needed() {
     assert!(err.contains("uprobes need root or CAP_SYS_ADMIN"), "{err}");
     assert!(err.contains("perf_event_paranoid is"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // The in-process engine needs no privilege: the same count as root gets.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&sbs_copy)
+        .args([
+            "--invocations-engine".as_ref(),
+            "inproc".as_ref(),
+            "--runs".as_ref(),
+            "2".as_ref(),
+            "-f".as_ref(),
+            "json".as_ref(),
+            "--invocations".as_ref(),
+            "calls::work".as_ref(),
+            "--".as_ref(),
+            calls_copy.as_os_str(),
+            "100".as_ref(),
+            "1".as_ref(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let work = metric(&report, "invocations.calls::work");
+    assert_eq!(samples(work), vec![300.0; 2]);
+    assert_eq!(work["source"], "inproc");
 }
 
 /// util-linux's `unshare`, or `None` with the reason printed.
@@ -716,6 +789,8 @@ fn missing_tracefs_is_mounted_or_a_clear_error() {
         return;
     }
     let args = [
+        "--invocations-engine",
+        "uprobe",
         "--runs",
         "2",
         "--format",
@@ -778,6 +853,8 @@ fn ctrl_c_while_probes_are_defined_stops_at_once() {
     // period each), which is what an interruption used to wait for.
     let child = Command::new(util::sbs_profile())
         .args([
+            "--invocations-engine",
+            "uprobe",
             "--runs",
             "1",
             "--max-probes",
@@ -855,6 +932,8 @@ fn clean_up_in_another_pid_namespace_leaves_a_live_run_alone() {
         .args(["--pid", "--fork", "--mount-proc"])
         .arg(util::sbs_profile())
         .args([
+            "--invocations-engine",
+            "uprobe",
             "--runs",
             "1",
             "--invocations",
@@ -908,30 +987,36 @@ fn locked_first_instructions_are_counted_exactly_or_refused_loudly() {
     );
     // A uprobe on the LOCK instruction never fires (it counted 0 here, reported as
     // exact): the count comes from the instruction after it, which runs once per call.
-    let run = sbs([
-        "--runs".as_ref(),
-        "2".as_ref(),
-        "--format".as_ref(),
-        "json".as_ref(),
-        "--invocations".as_ref(),
-        "bump_ool".as_ref(),
-        "--invocations".as_ref(),
-        "bump_inl".as_ref(),
-        "--".as_ref(),
-        exe.as_os_str(),
-        "100".as_ref(),
-    ])
-    .success();
-    let report = run.json();
-    assert_eq!(
-        samples(metric(&report, "invocations.bump_ool")),
-        vec![100.0; 2]
-    );
-    // Inlined: the LOCK instruction is the whole copy, at the head of the loop.
-    assert_eq!(
-        samples(metric(&report, "invocations.bump_inl")),
-        vec![100.0; 2]
-    );
+    // The in-process engine moves the LOCK instruction into its trampoline.
+    for engine in ENGINES {
+        let run = sbs([
+            "--invocations-engine".as_ref(),
+            engine.as_ref(),
+            "--runs".as_ref(),
+            "2".as_ref(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            "--invocations".as_ref(),
+            "bump_ool".as_ref(),
+            "--invocations".as_ref(),
+            "bump_inl".as_ref(),
+            "--".as_ref(),
+            exe.as_os_str(),
+            "100".as_ref(),
+        ])
+        .success();
+        let report = run.json();
+        assert_eq!(
+            samples(metric(&report, "invocations.bump_ool")),
+            vec![100.0; 2]
+        );
+        // Inlined: the LOCK instruction is the whole copy, at the head of the loop.
+        assert_eq!(
+            samples(metric(&report, "invocations.bump_inl")),
+            vec![100.0; 2],
+            "{engine}"
+        );
+    }
     // Another LOCK instruction right after the first: no exact place, a one-line error
     // naming the function and the site.
     let site = format!("{}:0x", exe.display());
@@ -951,6 +1036,8 @@ fn locked_first_instructions_are_counted_exactly_or_refused_loudly() {
     // the probes are set up, before any run, and named the same way: not "Unknown error
     // 524", not a silent 0.
     let run = sbs([
+        "--invocations-engine".as_ref(),
+        "uprobe".as_ref(),
         "--invocations".as_ref(),
         "vex_first".as_ref(),
         "--".as_ref(),
@@ -962,4 +1049,16 @@ fn locked_first_instructions_are_counted_exactly_or_refused_loudly() {
         !run.stderr().contains("Unknown error"),
         "the errno is explained",
     );
+    // Shorter than the in-process engine's jump (`vpxor; ret`): not patched, and with
+    // `inproc` alone that is an error naming the site and why.
+    let run = sbs([
+        "--invocations-engine".as_ref(),
+        "inproc".as_ref(),
+        "--invocations".as_ref(),
+        "vex_first".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ])
+    .fails_with(2, "cannot be patched safely");
+    run.check(run.stderr().contains(&site), "the error names the site");
 }

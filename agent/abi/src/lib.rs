@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod counters;
+pub mod inproc;
 
 // Not in the preload library (`collector/build.rs` compiles this crate without features):
 // its float parsing would pull in a reference to `rust_eh_personality`, which a no_std

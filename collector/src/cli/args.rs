@@ -15,6 +15,7 @@ use crate::judge::regression::Settings;
 use crate::plan::counters::{CounterOptions, InstructionsMode};
 use crate::plan::{Controls, Destinations, Export, FailurePolicy, Format, Measures};
 use crate::run::hooks::{Hook, Hooks};
+use crate::run::instruments::invocations::Engine;
 use crate::run::scheduler::Target;
 
 /// `--format`: the report formats, as the command line names them.
@@ -85,6 +86,27 @@ impl From<InstructionsArg> for InstructionsMode {
             InstructionsArg::Perf => InstructionsMode::Perf,
             InstructionsArg::Valgrind => InstructionsMode::Valgrind,
             InstructionsArg::Auto => InstructionsMode::Auto,
+        }
+    }
+}
+
+/// `--invocations-engine`: what counts the calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineArg {
+    /// In-process counters where a site can be patched safely, uprobes for the rest.
+    Auto,
+    /// In-process counters only (no root needed); a site that cannot be patched is an error.
+    Inproc,
+    /// Uprobes only (root): a trap per call, no preloaded library.
+    Uprobe,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(e: EngineArg) -> Engine {
+        match e {
+            EngineArg::Auto => Engine::Auto,
+            EngineArg::Inproc => Engine::Inproc,
+            EngineArg::Uprobe => Engine::Uprobe,
         }
     }
 }
@@ -333,6 +355,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub invocations_detail: bool,
 
+    /// What counts --invocations and --boxing: `auto` patches each site that can be
+    /// patched safely to increment a counter in the process (a few ns per call) and puts a
+    /// uprobe (~10 µs per call, root) on the others; `inproc` only patches; `uprobe` only
+    /// probes (no preloaded library).
+    #[arg(long, value_enum, value_name = "ENGINE", default_value_t = EngineArg::Auto)]
+    pub invocations_engine: EngineArg,
+
     /// Build cargo bench target NAME (release, with debug info and symbols kept) and
     /// measure each of its sbs-harness benchmarks in its own child processes, per
     /// operation; arguments after `--` are name filters.
@@ -479,6 +508,7 @@ impl RunArgs {
             memory: self.memory,
             invocations: self.invocations.clone(),
             invocations_detail: self.invocations_detail,
+            invocations_engine: self.invocations_engine.into(),
             max_probes: self.max_probes,
             counters: CounterOptions {
                 counters: self.counters.clone(),

@@ -11,7 +11,7 @@ use super::Measures;
 use crate::run::instrument::{Group, Instrument};
 use crate::run::instruments::alloc::{AgentError, AllocAgent, AllocMetrics, AllocPath};
 use crate::run::instruments::boxing::Boxing;
-use crate::run::instruments::invocations::Invocations;
+use crate::run::instruments::invocations::{Invocations, Options as InvocationOptions};
 use crate::run::instruments::memory::Memory;
 use crate::run::instruments::per_op::{PerOpMode, PerOpRecords};
 use crate::run::instruments::timing::Timing;
@@ -95,20 +95,32 @@ fn ld_library_path(run: &RunConfig) -> Option<&OsStr> {
         .map(|(_, v)| v.as_os_str())
 }
 
+/// The child's own `LD_PRELOAD`, kept after a preloaded library of ours.
+fn ld_preload(run: &RunConfig) -> Option<&OsStr> {
+    run.env
+        .iter()
+        .find(|(k, _)| k == "LD_PRELOAD")
+        .map(|(_, v)| v.as_os_str())
+}
+
+fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
+    InvocationOptions {
+        max_probes: measures.max_probes,
+        detail: measures.invocations_detail,
+        engine: measures.invocations_engine,
+        region,
+    }
+}
+
 /// All `--invocations` patterns share one group of runs.
 fn invocations_group(measures: &Measures, run: &RunConfig, region: bool) -> anyhow::Result<Group> {
     let instrument = Invocations::new(
         &run.program,
         ld_library_path(run),
+        ld_preload(run),
         &measures.invocations,
-        measures.max_probes,
-        measures.invocations_detail,
+        invocation_options(measures, region),
     )?;
-    let instrument = if region {
-        instrument.in_region()
-    } else {
-        instrument
-    };
     Ok(Group {
         name: "invocations".into(),
         instruments: vec![Box::new(instrument)],
@@ -116,8 +128,12 @@ fn invocations_group(measures: &Measures, run: &RunConfig, region: bool) -> anyh
 }
 
 fn boxing_group(measures: &Measures, run: &RunConfig, region: bool) -> anyhow::Result<Group> {
-    let boxing = Boxing::new(&run.program, ld_library_path(run), measures.max_probes)?;
-    let boxing = if region { boxing.in_region() } else { boxing };
+    let boxing = Boxing::new(
+        &run.program,
+        ld_library_path(run),
+        ld_preload(run),
+        invocation_options(measures, region),
+    )?;
     Ok(Group {
         name: "boxing".into(),
         instruments: vec![Box::new(boxing)],

@@ -94,6 +94,8 @@ pub struct Measures {
     pub invocations: Vec<String>,
     /// One row per inlined site of the invocation counts.
     pub invocations_detail: bool,
+    /// Which engine counts invocations.
+    pub invocations_engine: crate::run::instruments::invocations::Engine,
     /// Refuse a pattern that matches more functions than this.
     pub max_probes: usize,
     /// Perf counters and instruction counting (its `region` is set per benchmark).

@@ -227,7 +227,7 @@ impl ReportFile {
     }
 }
 
-fn random_token() -> u64 {
+pub(crate) fn random_token() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -444,7 +444,7 @@ pub fn run_with_agent(
 /// The child gets descriptors 1018 and 1019: make sure it may have them. A soft
 /// `RLIMIT_NOFILE` at or below that is raised (the child inherits ours); a hard limit
 /// that low is an error with the command that fixes it.
-fn ensure_fd_limit() -> anyhow::Result<()> {
+pub(crate) fn ensure_fd_limit() -> anyhow::Result<()> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let needed = (REPORT_FD.max(LIBRARY_FD) + 1) as u64;
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("cannot read RLIMIT_NOFILE")?;

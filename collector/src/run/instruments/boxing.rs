@@ -23,7 +23,7 @@ use nix::unistd::Pid;
 use sbs_reports::model::Unit;
 
 use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
-use crate::run::instruments::invocations::Invocations;
+use crate::run::instruments::invocations::{Invocations, Options};
 
 /// The functions every `Box::new` goes through (current and older compilers).
 pub const BOX_ENTRY_POINTS: &[&str] = &[
@@ -42,20 +42,28 @@ impl Boxing {
     pub fn new(
         program: &Path,
         ld_library_path: Option<&OsStr>,
-        max_probes: usize,
+        ld_preload: Option<&OsStr>,
+        options: Options,
     ) -> anyhow::Result<Self> {
+        let options = Options {
+            detail: false,
+            ..options
+        };
         let mut last_error = None;
         for pattern in BOX_ENTRY_POINTS {
             match Invocations::new(
                 program,
                 ld_library_path,
+                ld_preload,
                 &[pattern.to_string()],
-                max_probes,
-                false,
+                options,
             ) {
                 Ok(inner) => return Ok(Boxing { inner }),
-                Err(e @ sbs_probes::ProbeError::NoMatch { .. }) => last_error = Some(e),
-                Err(e) => return Err(e).context("--boxing counts Box::new through uprobes"),
+                Err(e) => match e.downcast::<sbs_probes::ProbeError>() {
+                    Ok(e @ sbs_probes::ProbeError::NoMatch { .. }) => last_error = Some(e),
+                    Ok(e) => return Err(e).context("--boxing counts Box::new calls"),
+                    Err(e) => return Err(e.context("--boxing counts Box::new calls")),
+                },
             }
         }
         let e = last_error.map(|e| e.to_string()).unwrap_or_default();
@@ -69,19 +77,13 @@ impl Boxing {
     }
 }
 
-impl Boxing {
-    /// Count only inside the measured region of a harnessed benchmark, as
-    /// [`Invocations::in_region`] does.
-    pub fn in_region(self) -> Self {
-        Boxing {
-            inner: self.inner.in_region(),
-        }
-    }
-}
-
 impl Instrument for Boxing {
     fn name(&self) -> &str {
         "boxing"
+    }
+
+    fn needs_start_gate(&self) -> bool {
+        self.inner.needs_start_gate()
     }
 
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
@@ -96,7 +98,7 @@ impl Instrument for Boxing {
         let mut samples = Vec::new();
         self.inner.collect(outcome, &mut samples)?;
         for mut s in samples {
-            s.metric = MetricSpec::new("boxing.count", Unit::Count, "uprobe", true);
+            s.metric = MetricSpec::new("boxing.count", Unit::Count, self.inner.source(), true);
             out.push(s);
         }
         Ok(())
@@ -108,6 +110,14 @@ impl Instrument for Boxing {
 
     fn warnings(&self) -> Vec<String> {
         self.inner.warnings()
+    }
+
+    fn metric_notes(&self) -> Vec<(String, String)> {
+        self.inner
+            .metric_notes()
+            .into_iter()
+            .map(|(_, note)| ("boxing.count".to_string(), note))
+            .collect()
     }
 
     fn finish(&mut self) {

@@ -1,0 +1,524 @@
+//! The contract of in-process invocation counting (`--invocations-engine inproc`): the
+//! *site table* the collector writes and the counting library (`agent/inproc`) reads.
+//!
+//! The collector resolves the sites and builds, per module (the program or one of its
+//! shared libraries, identified by its GNU build id), a block of trampoline code encoded
+//! for a trampoline at an unknown address `T`, a list of *fixups* (32-bit fields of that
+//! code that hold `target - end of instruction` for a target in the module) and the sites
+//! (link-time address, the bytes expected there, where the site's stub starts in the
+//! code). The library finds each module in memory, checks the bytes, maps the code at a
+//! `T` of its choosing with the *live region* (status words and counters, shared with
+//! the collector and every process of the run) right after it, applies the fixups and
+//! writes a `jmp rel32` to the stub at each site. Everything position-dependent that the
+//! library computes is one subtraction ([`rel32`]).
+//!
+//! Layout of the table file (all fields 64-bit little-endian words):
+//!
+//! ```text
+//! 0                      header (HEADER_WORDS)
+//! MODULES_AT             module records (MODULE_WORDS each)
+//! ...                    code blocks, fixups (FIXUP_WORDS each), sites (SITE_WORDS each)
+//! live_offset (page)     live region: word 0 = images that read the table,
+//!                        then STATUS_WORDS per module, then one counter per site at
+//!                        counters_at(modules)
+//! ```
+//!
+//! Everything before `live_offset` is written once by the collector and only read
+//! afterwards; only the live region changes during a run.
+
+/// Env var: the descriptor number of the site table in the child.
+pub const ENV_TABLE_FD: &str = "SBS_INPROC_FD";
+/// Env var: the table's token (16 hex digits), checked against its header.
+pub const ENV_TABLE_TOKEN: &str = "SBS_INPROC_TOKEN";
+/// [`ENV_TABLE_FD`], NUL-terminated.
+pub const ENV_TABLE_FD_C: &[u8] = b"SBS_INPROC_FD\0";
+/// [`ENV_TABLE_TOKEN`], NUL-terminated.
+pub const ENV_TABLE_TOKEN_C: &[u8] = b"SBS_INPROC_TOKEN\0";
+/// Descriptor number of the site table in the child.
+pub const TABLE_FD: i32 = 1017;
+/// Descriptor number of the counting library (a sealed memfd) in the child.
+pub const LIBRARY_FD: i32 = 1016;
+
+/// First word of the table.
+pub const TABLE_MAGIC: u64 = 0x5342_5349_4e50_5243; // "SBSINPRC"
+/// Layout version.
+pub const TABLE_VERSION: u64 = 1;
+/// Page size the layout assumes (x86-64).
+pub const PAGE: u64 = 4096;
+/// Longest build id kept (SHA-1 ids are 20 bytes; 40 leaves room for others).
+pub const MAX_BUILD_ID: usize = 40;
+/// Longest patch: the bytes displaced from a site (whole instructions, at least 5).
+pub const MAX_PATCH: usize = 16;
+
+/// Words of the header.
+pub const HEADER_WORDS: usize = 8;
+/// Words of a module record.
+pub const MODULE_WORDS: usize = 16;
+/// Words of a fixup.
+pub const FIXUP_WORDS: usize = 2;
+/// Words of a site.
+pub const SITE_WORDS: usize = 4;
+/// Status words per module in the live region.
+pub const STATUS_WORDS: usize = 3;
+/// Byte offset of the first module record.
+pub const MODULES_AT: usize = HEADER_WORDS * 8;
+
+/// Why a process image could not patch a module (the `reason` status word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The bytes at a site are not the ones the collector read from the file.
+    BytesDiffer = 1,
+    /// No free address near the module for the trampoline (or it could not be mapped).
+    NoRoom = 2,
+    /// A fixup or a site jump does not fit 32 bits from where the trampoline landed.
+    OutOfRange = 3,
+    /// `mprotect` refused to make the code writable or to restore it.
+    Protect = 4,
+    /// More modules in the table than the library can hold.
+    TooMany = 5,
+    /// Other threads were running when the library's constructor ran: patching code
+    /// that another thread may be executing is not safe.
+    Threads = 6,
+}
+
+impl Refusal {
+    /// The stored word.
+    pub const fn code(self) -> u64 {
+        self as u64
+    }
+
+    /// The refusal for a stored word.
+    pub const fn from_code(code: u64) -> Option<Refusal> {
+        match code {
+            1 => Some(Refusal::BytesDiffer),
+            2 => Some(Refusal::NoRoom),
+            3 => Some(Refusal::OutOfRange),
+            4 => Some(Refusal::Protect),
+            5 => Some(Refusal::TooMany),
+            6 => Some(Refusal::Threads),
+            _ => None,
+        }
+    }
+
+    /// For messages.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            Refusal::BytesDiffer => "the code in memory differs from the file at a site (the file changed, or something else patched it)",
+            Refusal::NoRoom => "no free address within 2 GiB of the code for the trampolines",
+            Refusal::OutOfRange => "the trampolines landed too far from the code",
+            Refusal::Protect => "mprotect refused to make the code writable (a W^X policy such as SELinux execmod, or PaX)",
+            Refusal::TooMany => "too many modules",
+            Refusal::Threads => "threads were already running when the counting library started (a library constructor started them)",
+        }
+    }
+}
+
+/// The table header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableHeader {
+    /// The random token also passed in [`ENV_TABLE_TOKEN`].
+    pub token: u64,
+    /// Number of module records.
+    pub modules: u64,
+    /// Byte offset of the live region (a multiple of [`PAGE`]).
+    pub live_offset: u64,
+    /// Bytes of the live region (a multiple of [`PAGE`]).
+    pub live_len: u64,
+}
+
+impl TableHeader {
+    /// Encode into the first `HEADER_WORDS * 8` bytes of `out`.
+    pub fn write(&self, out: &mut [u8]) {
+        let words = [
+            TABLE_MAGIC,
+            TABLE_VERSION,
+            self.token,
+            self.modules,
+            self.live_offset,
+            self.live_len,
+            0,
+            0,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            put(out, i * 8, *w);
+        }
+    }
+
+    /// Decode and check magic and version; `None` if short or foreign.
+    pub fn read(bytes: &[u8]) -> Option<TableHeader> {
+        if word(bytes, 0)? != TABLE_MAGIC || word(bytes, 8)? != TABLE_VERSION {
+            return None;
+        }
+        let header = TableHeader {
+            token: word(bytes, 16)?,
+            modules: word(bytes, 24)?,
+            live_offset: word(bytes, 32)?,
+            live_len: word(bytes, 40)?,
+        };
+        let sane = header.live_offset % PAGE == 0
+            && header.live_len % PAGE == 0
+            && header.live_len > 0
+            && counters_at(header.modules) <= header.live_len;
+        sane.then_some(header)
+    }
+}
+
+/// One module: a file whose code the table patches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleRecord {
+    /// Length of the build id.
+    pub build_id_len: u64,
+    /// The GNU build id, zero-padded.
+    pub build_id: [u8; MAX_BUILD_ID],
+    /// Byte offset of the trampoline code in the table.
+    pub code_offset: u64,
+    /// Bytes of trampoline code.
+    pub code_len: u64,
+    /// Bytes reserved for the code at `T` (a multiple of [`PAGE`]); the live region is
+    /// mapped right after, at `T + code_pages`.
+    pub code_pages: u64,
+    /// Byte offset of the fixups.
+    pub fixups_offset: u64,
+    /// Number of fixups.
+    pub fixups: u64,
+    /// Byte offset of the sites.
+    pub sites_offset: u64,
+    /// Number of sites.
+    pub sites: u64,
+}
+
+impl ModuleRecord {
+    /// The build id's bytes.
+    pub fn build_id(&self) -> &[u8] {
+        &self.build_id[..(self.build_id_len as usize).min(MAX_BUILD_ID)]
+    }
+
+    /// Encode at byte `at` of `out`.
+    pub fn write(&self, out: &mut [u8], at: usize) {
+        put(out, at, self.build_id_len);
+        out[at + 8..at + 8 + MAX_BUILD_ID].copy_from_slice(&self.build_id);
+        let rest = [
+            self.code_offset,
+            self.code_len,
+            self.code_pages,
+            self.fixups_offset,
+            self.fixups,
+            self.sites_offset,
+            self.sites,
+        ];
+        for (i, w) in rest.iter().enumerate() {
+            put(out, at + 48 + i * 8, *w);
+        }
+    }
+
+    /// Decode the record at byte `at`; `None` if it does not fit the table or its parts
+    /// lie outside `bytes` (the part of the table before the live region).
+    pub fn read(bytes: &[u8], at: usize) -> Option<ModuleRecord> {
+        let mut build_id = [0u8; MAX_BUILD_ID];
+        build_id.copy_from_slice(bytes.get(at + 8..at + 8 + MAX_BUILD_ID)?);
+        let w = |i: usize| word(bytes, at + 48 + i * 8);
+        let m = ModuleRecord {
+            build_id_len: word(bytes, at)?,
+            build_id,
+            code_offset: w(0)?,
+            code_len: w(1)?,
+            code_pages: w(2)?,
+            fixups_offset: w(3)?,
+            fixups: w(4)?,
+            sites_offset: w(5)?,
+            sites: w(6)?,
+        };
+        let inside = |offset: u64, len: u64| {
+            offset
+                .checked_add(len)
+                .is_some_and(|end| end <= bytes.len() as u64)
+        };
+        let ok = m.build_id_len > 0
+            && m.build_id_len as usize <= MAX_BUILD_ID
+            && m.code_pages % PAGE == 0
+            && m.code_len <= m.code_pages
+            && inside(m.code_offset, m.code_len)
+            && inside(
+                m.fixups_offset,
+                m.fixups.checked_mul(FIXUP_WORDS as u64 * 8)?,
+            )
+            && inside(m.sites_offset, m.sites.checked_mul(SITE_WORDS as u64 * 8)?);
+        ok.then_some(m)
+    }
+}
+
+/// A 32-bit field of the trampoline code that holds `target - end`, where `target` is a
+/// link-time address in the module and `end` the end of the instruction in the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fixup {
+    /// Offset of the 4-byte field in the code.
+    pub field: u32,
+    /// Offset in the code of the end of the instruction holding it.
+    pub end: u32,
+    /// Link-time address of the target in the module.
+    pub target: u64,
+}
+
+impl Fixup {
+    /// Encode at byte `at` of `out`.
+    pub fn write(&self, out: &mut [u8], at: usize) {
+        put(out, at, u64::from(self.field) | (u64::from(self.end) << 32));
+        put(out, at + 8, self.target);
+    }
+
+    /// Decode the fixup at byte `at`.
+    pub fn read(bytes: &[u8], at: usize) -> Option<Fixup> {
+        let a = word(bytes, at)?;
+        Some(Fixup {
+            field: a as u32,
+            end: (a >> 32) as u32,
+            target: word(bytes, at + 8)?,
+        })
+    }
+}
+
+/// One patched site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteRecord {
+    /// Link-time address of the site.
+    pub address: u64,
+    /// Bytes displaced (5 to [`MAX_PATCH`]): a `jmp rel32`, then `int3` fill.
+    pub len: u8,
+    /// Offset of the site's stub in the trampoline code.
+    pub stub: u32,
+    /// The bytes expected at the site (the first `len`).
+    pub original: [u8; MAX_PATCH],
+}
+
+impl SiteRecord {
+    /// Encode at byte `at` of `out`.
+    pub fn write(&self, out: &mut [u8], at: usize) {
+        put(out, at, self.address);
+        put(
+            out,
+            at + 8,
+            u64::from(self.len) | (u64::from(self.stub) << 32),
+        );
+        out[at + 16..at + 16 + MAX_PATCH].copy_from_slice(&self.original);
+    }
+
+    /// Decode the site at byte `at`; `None` if short or its length is impossible.
+    pub fn read(bytes: &[u8], at: usize) -> Option<SiteRecord> {
+        let b = word(bytes, at + 8)?;
+        let mut original = [0u8; MAX_PATCH];
+        original.copy_from_slice(bytes.get(at + 16..at + 16 + MAX_PATCH)?);
+        let site = SiteRecord {
+            address: word(bytes, at)?,
+            len: b as u8,
+            stub: (b >> 32) as u32,
+            original,
+        };
+        (5..=MAX_PATCH)
+            .contains(&(site.len as usize))
+            .then_some(site)
+    }
+
+    /// The bytes to write at the site when its stub lies at `stub_address` and the site
+    /// at `site_address`: `jmp rel32` and `int3` fill. `None` if out of range.
+    pub fn patch(&self, site_address: u64, stub_address: u64) -> Option<[u8; MAX_PATCH]> {
+        let rel = rel32(site_address.checked_add(5)?, stub_address)?;
+        let mut out = [0xccu8; MAX_PATCH];
+        out[0] = 0xe9;
+        out[1..5].copy_from_slice(&rel.to_le_bytes());
+        Some(out)
+    }
+}
+
+/// `to - from_end` as a 32-bit displacement, if it fits.
+pub fn rel32(from_end: u64, to: u64) -> Option<i32> {
+    i32::try_from(to.wrapping_sub(from_end) as i64).ok()
+}
+
+/// Byte offset, in the live region, of module `index`'s status words.
+pub const fn status_at(index: usize) -> usize {
+    8 + index * STATUS_WORDS * 8
+}
+
+/// Byte offset, in the live region, of the first counter (cache-line aligned).
+pub const fn counters_at(modules: u64) -> u64 {
+    (8 + modules * STATUS_WORDS as u64 * 8).div_ceil(64) * 64
+}
+
+/// `n` rounded up to whole pages.
+pub const fn pages(n: u64) -> u64 {
+    n.div_ceil(PAGE) * PAGE
+}
+
+/// A module's status after a run, decoded from the live region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ModuleStatus {
+    /// Process images that patched the module.
+    pub patched: u64,
+    /// Process images that found the module but could not patch it.
+    pub refused: u64,
+    /// The last refusal's [`Refusal::code`].
+    pub reason: u64,
+}
+
+impl ModuleStatus {
+    /// Decode module `index`'s status from the live region's bytes.
+    pub fn read(live: &[u8], index: usize) -> Option<ModuleStatus> {
+        let at = status_at(index);
+        Some(ModuleStatus {
+            patched: word(live, at)?,
+            refused: word(live, at + 8)?,
+            reason: word(live, at + 16)?,
+        })
+    }
+}
+
+/// The GNU build id (`NT_GNU_BUILD_ID`) among the notes of one `PT_NOTE` segment.
+pub fn build_id_in_notes(mut notes: &[u8]) -> Option<&[u8]> {
+    let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
+    while notes.len() >= 12 {
+        let u32_at = |at: usize| {
+            u32::from_le_bytes([notes[at], notes[at + 1], notes[at + 2], notes[at + 3]]) as usize
+        };
+        let (namesz, descsz, kind) = (u32_at(0), u32_at(4), u32_at(8));
+        let name_end = 12usize.checked_add(namesz)?;
+        let desc_at = align4(name_end)?;
+        let desc_end = desc_at.checked_add(descsz)?;
+        let name = notes.get(12..name_end)?;
+        let desc = notes.get(desc_at..desc_end)?;
+        if kind == 3 && name == b"GNU\0" {
+            return Some(desc);
+        }
+        notes = notes.get(align4(desc_end)?.min(notes.len())..)?;
+    }
+    None
+}
+
+fn word(bytes: &[u8], at: usize) -> Option<u64> {
+    let raw: [u8; 8] = bytes.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(u64::from_le_bytes(raw))
+}
+
+fn put(out: &mut [u8], at: usize, value: u64) {
+    out[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_damage_is_refused() {
+        let mut table = [0u8; 4096];
+        let h = TableHeader {
+            token: 7,
+            modules: 1,
+            live_offset: 4096,
+            live_len: 4096,
+        };
+        h.write(&mut table);
+        assert_eq!(TableHeader::read(&table), Some(h));
+        let mut bad = table;
+        bad[8] = 9; // version
+        assert_eq!(TableHeader::read(&bad), None);
+
+        let mut id = [0u8; MAX_BUILD_ID];
+        id[..3].copy_from_slice(&[1, 2, 3]);
+        let m = ModuleRecord {
+            build_id_len: 3,
+            build_id: id,
+            code_offset: 1024,
+            code_len: 100,
+            code_pages: 4096,
+            fixups_offset: 1200,
+            fixups: 2,
+            sites_offset: 1300,
+            sites: 3,
+        };
+        m.write(&mut table, MODULES_AT);
+        assert_eq!(ModuleRecord::read(&table, MODULES_AT), Some(m));
+        assert_eq!(m.build_id(), &[1, 2, 3]);
+        // Parts outside the table are refused.
+        assert_eq!(ModuleRecord::read(&table[..1300], MODULES_AT), None);
+
+        let f = Fixup {
+            field: 17,
+            end: 21,
+            target: 0x1234_5678_9abc,
+        };
+        f.write(&mut table, 1200);
+        assert_eq!(Fixup::read(&table, 1200), Some(f));
+
+        let s = SiteRecord {
+            address: 0x1130,
+            len: 6,
+            stub: 40,
+            original: [
+                0x55, 0x48, 0x89, 0xe5, 0x41, 0x57, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ],
+        };
+        s.write(&mut table, 1300);
+        assert_eq!(SiteRecord::read(&table, 1300), Some(s));
+        let mut short = s;
+        short.len = 4;
+        short.write(&mut table, 1300);
+        assert_eq!(SiteRecord::read(&table, 1300), None);
+    }
+
+    #[test]
+    fn site_jumps_are_relative_to_the_end_of_the_jump() {
+        let s = SiteRecord {
+            address: 0,
+            len: 7,
+            stub: 0,
+            original: [0; MAX_PATCH],
+        };
+        let p = s.patch(0x1000, 0x2000).unwrap();
+        assert_eq!(p[0], 0xe9);
+        assert_eq!(
+            i32::from_le_bytes(p[1..5].try_into().unwrap()),
+            0x2000 - 0x1005
+        );
+        assert_eq!(p[5..7], [0xcc, 0xcc]);
+        // Backwards, and out of range.
+        let p = s.patch(0x7fff_0000_0000, 0x7fff_0000_0000 - 0x100).unwrap();
+        assert_eq!(i32::from_le_bytes(p[1..5].try_into().unwrap()), -0x105);
+        assert!(s.patch(0x1000, 0x1000 + (1 << 31) + 5).is_none());
+        assert_eq!(rel32(10, 10 + i32::MAX as u64), Some(i32::MAX));
+        assert_eq!(rel32(10 + (1 << 31), 10), Some(i32::MIN));
+        assert_eq!(rel32(11 + (1 << 31), 10), None);
+    }
+
+    #[test]
+    fn build_id_is_found_among_notes() {
+        let mut notes = Vec::new();
+        // An ABI tag note first (type 1, "GNU", 16 bytes), then the build id.
+        for (kind, desc) in [(1u32, vec![0u8; 16]), (3u32, vec![0xab, 0xcd, 0xef])] {
+            notes.extend_from_slice(&4u32.to_le_bytes());
+            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&kind.to_le_bytes());
+            notes.extend_from_slice(b"GNU\0");
+            notes.extend_from_slice(&desc);
+            while notes.len() % 4 != 0 {
+                notes.push(0);
+            }
+        }
+        assert_eq!(build_id_in_notes(&notes), Some(&[0xab, 0xcd, 0xef][..]));
+        assert_eq!(build_id_in_notes(&notes[..20]), None);
+        assert_eq!(build_id_in_notes(&[]), None);
+    }
+
+    #[test]
+    fn live_region_layout() {
+        assert_eq!(status_at(0), 8);
+        assert_eq!(counters_at(1), 64);
+        assert_eq!(counters_at(3), 128);
+        assert_eq!(pages(1), 4096);
+        assert_eq!(pages(4096), 4096);
+        let mut live = [0u8; 64];
+        put(&mut live, status_at(1), 2);
+        put(&mut live, status_at(1) + 16, Refusal::NoRoom.code());
+        let s = ModuleStatus::read(&live, 1).unwrap();
+        assert_eq!((s.patched, s.refused), (2, 0));
+        assert_eq!(Refusal::from_code(s.reason), Some(Refusal::NoRoom));
+    }
+}

@@ -1,0 +1,445 @@
+//! The constructor: read the site table, find its modules in memory, map the trampolines
+//! and write the jumps. Every step that touches raw memory is here, each with its
+//! `SAFETY` argument; what to write and where was decided by the collector (the table)
+//! and by [`crate::plan`].
+//!
+//! Order of work: first everything that calls libc (environment, `dl_iterate_phdr`),
+//! then the patching, which uses raw system calls only, so that no call the library
+//! makes is ever counted. A module is patched all or nothing as far as the checks go
+//! (bytes, room, reach are checked before the first write); if `mprotect` fails half way
+//! the module is reported refused and the collector fails the run.
+
+use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::Ordering::{Relaxed, SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicU64};
+
+use sbs_agent_abi::inproc::{
+    build_id_in_notes, rel32, status_at, Fixup, ModuleRecord, Refusal, SiteRecord, TableHeader,
+    ENV_TABLE_FD_C, ENV_TABLE_TOKEN_C, FIXUP_WORDS, HEADER_WORDS, MODULES_AT, MODULE_WORDS, PAGE,
+    SITE_WORDS,
+};
+use sbs_agent_abi::{parse_fd, parse_token};
+
+use crate::plan::{candidates, within_reach};
+use crate::sys::{self, DlPhdrInfo, Phdr};
+
+/// Modules one table may name.
+const MAX_MODULES: usize = 64;
+/// `PT_LOAD` segments kept per module.
+const MAX_SEGMENTS: usize = 8;
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: abort has no preconditions; unwinding out of a constructor is never allowed.
+    unsafe { sys::abort() }
+}
+
+// A no_std library built with panic=abort never unwinds, but the unwind tables of some
+// code it links still name `rust_eh_personality`. A hidden definition (never exported, so
+// it cannot interpose the program's own) lets the library load; reaching it would be a
+// bug, so it traps.
+#[cfg(not(test))]
+core::arch::global_asm!(
+    ".globl rust_eh_personality",
+    ".hidden rust_eh_personality",
+    ".type rust_eh_personality, @function",
+    "rust_eh_personality:",
+    "ud2",
+);
+
+/// Run at load time, before the program's own constructors and `main`.
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init_at_load;
+
+extern "C" fn init_at_load() {
+    if STARTED.swap(true, SeqCst) {
+        return;
+    }
+    // SAFETY: runs once per process image (guarded by STARTED), from the loader's
+    // constructor call.
+    unsafe { start() };
+}
+
+/// A loaded object that the table names.
+#[derive(Clone, Copy)]
+struct Loaded {
+    /// Index of its module record.
+    module: usize,
+    /// Load bias: memory address = link-time address + bias.
+    bias: u64,
+    /// Lowest and highest memory address of its `PT_LOAD` segments.
+    lo: u64,
+    hi: u64,
+    /// Its `PT_LOAD` segments: (start, end, flags), memory addresses.
+    segments: [(u64, u64, u32); MAX_SEGMENTS],
+    segment_count: usize,
+}
+
+const NONE: Loaded = Loaded {
+    module: usize::MAX,
+    bias: 0,
+    lo: 0,
+    hi: 0,
+    segments: [(0, 0, 0); MAX_SEGMENTS],
+    segment_count: 0,
+};
+
+/// What the `dl_iterate_phdr` callback fills in.
+struct Search<'a> {
+    table: &'a [u8],
+    modules: usize,
+    found: [Loaded; MAX_MODULES],
+    count: usize,
+}
+
+/// Read the table and patch what it names.
+///
+/// # Safety
+/// Runs once, in the constructor.
+unsafe fn start() {
+    // SAFETY: NUL-terminated names; getenv returns null or a NUL-terminated string.
+    let Some(fd) = (unsafe { env_bytes(ENV_TABLE_FD_C) }).and_then(parse_fd) else {
+        return;
+    };
+    // SAFETY: as above.
+    let Some(token) = (unsafe { env_bytes(ENV_TABLE_TOKEN_C) }).and_then(parse_token) else {
+        return;
+    };
+    let mut raw = [0u8; HEADER_WORDS * 8];
+    // SAFETY: reads at most raw.len() bytes into a stack buffer.
+    let got = unsafe { sys::pread(fd, raw.as_mut_ptr().cast(), raw.len(), 0) };
+    if got != raw.len() as isize {
+        return;
+    }
+    let Some(header) = TableHeader::read(&raw).filter(|h| h.token == token) else {
+        return;
+    };
+    let size = header.live_offset + header.live_len;
+    // SAFETY: a fresh shared mapping of the table file; the header check shows the
+    // descriptor is the collector's table of this size.
+    let Some(map) = (unsafe {
+        sys::mmap(
+            0,
+            size,
+            sys::PROT_READ | sys::PROT_WRITE,
+            sys::MAP_SHARED,
+            fd as i64,
+            0,
+        )
+    }) else {
+        return;
+    };
+    // SAFETY: the first live_offset bytes of the mapping are written by the collector
+    // before the run and never changed during it; the mapping is never unmapped.
+    let table =
+        unsafe { core::slice::from_raw_parts(map as *const u8, header.live_offset as usize) };
+    let live = map + header.live_offset;
+    // SAFETY: word 0 of the live region (8-byte aligned, page-aligned region).
+    unsafe { live_word(live, 0) }.fetch_add(1, Relaxed);
+    let modules = header.modules as usize;
+    if modules > MAX_MODULES {
+        for m in 0..modules.min(1 << 16) {
+            // SAFETY: TableHeader::read checked that the status words fit the live region.
+            unsafe { refuse(live, m, Refusal::TooMany) };
+        }
+        return;
+    }
+    let mut search = Search {
+        table,
+        modules,
+        found: [NONE; MAX_MODULES],
+        count: 0,
+    };
+    // SAFETY: the callback only reads the loader's program headers and the notes they
+    // point to; `search` outlives the call.
+    unsafe { sys::dl_iterate_phdr(on_object, (&mut search as *mut Search).cast::<c_void>()) };
+    // SAFETY: a plain read of a `char` glibc exports for this purpose.
+    let single = unsafe { core::ptr::addr_of!(sys::__libc_single_threaded).read() } != 0;
+    for loaded in &search.found[..search.count] {
+        let Some(record) = ModuleRecord::read(table, MODULES_AT + loaded.module * MODULE_WORDS * 8)
+        else {
+            continue;
+        };
+        let result = if single {
+            // SAFETY: the module is mapped (the loader just listed it), the process has
+            // one thread, and the record's parts lie inside the table.
+            unsafe { patch_module(table, fd as i64, &header, &record, loaded) }
+        } else {
+            Err(Refusal::Threads)
+        };
+        match result {
+            // SAFETY: status words of a module of the table.
+            Ok(()) => unsafe { live_word(live, status_at(loaded.module)) }.fetch_add(1, Relaxed),
+            // SAFETY: as above.
+            Err(why) => unsafe { refuse(live, loaded.module, why) },
+        };
+    }
+}
+
+/// The live region's word at byte `at`.
+///
+/// # Safety
+/// `at + 8` lies inside the live region.
+unsafe fn live_word(live: u64, at: usize) -> &'static AtomicU64 {
+    // SAFETY: contract; the region is page-aligned and `at` a multiple of 8, and it is
+    // shared memory that everyone updates with atomics only.
+    unsafe { &*((live + at as u64) as *const AtomicU64) }
+}
+
+/// Record that module `m` could not be patched in this image.
+///
+/// # Safety
+/// Module `m`'s status words lie inside the live region.
+unsafe fn refuse(live: u64, m: usize, why: Refusal) -> u64 {
+    // SAFETY: contract.
+    unsafe { live_word(live, status_at(m) + 16) }.store(why.code(), Relaxed);
+    // SAFETY: contract.
+    unsafe { live_word(live, status_at(m) + 8) }.fetch_add(1, Relaxed)
+}
+
+unsafe extern "C" fn on_object(info: *mut DlPhdrInfo, _size: usize, data: *mut c_void) -> c_int {
+    // SAFETY: dl_iterate_phdr passes the `Search` given to it and a valid info.
+    let (search, info) = unsafe { (&mut *data.cast::<Search>(), &*info) };
+    if search.count == MAX_MODULES || info.dlpi_phdr.is_null() {
+        return 0;
+    }
+    // SAFETY: the loader's program headers of this object, dlpi_phnum of them.
+    let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let bias = info.dlpi_addr;
+    let mut loaded = NONE;
+    loaded.bias = bias;
+    loaded.lo = u64::MAX;
+    for p in phdrs.iter().filter(|p| p.p_type == sys::PT_LOAD) {
+        let start = bias.wrapping_add(p.p_vaddr);
+        let end = start.wrapping_add(p.p_memsz);
+        loaded.lo = loaded.lo.min(start);
+        loaded.hi = loaded.hi.max(end);
+        if loaded.segment_count < MAX_SEGMENTS {
+            loaded.segments[loaded.segment_count] = (start, end, p.p_flags);
+            loaded.segment_count += 1;
+        }
+    }
+    let Some(id) = phdrs
+        .iter()
+        .filter(|p| p.p_type == sys::PT_NOTE)
+        .find_map(|p| note_build_id(&loaded, bias, p))
+    else {
+        return 0;
+    };
+    for m in 0..search.modules {
+        let Some(record) = ModuleRecord::read(search.table, MODULES_AT + m * MODULE_WORDS * 8)
+        else {
+            continue;
+        };
+        let taken = search.found[..search.count].iter().any(|f| f.module == m);
+        if !taken && same(record.build_id(), id) {
+            loaded.module = m;
+            search.found[search.count] = loaded;
+            search.count += 1;
+            break;
+        }
+    }
+    0
+}
+
+/// The build id in a `PT_NOTE` segment, if the segment lies in loaded memory.
+fn note_build_id(loaded: &Loaded, bias: u64, p: &Phdr) -> Option<&'static [u8]> {
+    let start = bias.checked_add(p.p_vaddr)?;
+    let end = start.checked_add(p.p_memsz)?;
+    let mapped = loaded.segments[..loaded.segment_count]
+        .iter()
+        .any(|&(s, e, flags)| start >= s && end <= e && flags & sys::PF_R != 0);
+    if !mapped {
+        return None;
+    }
+    // SAFETY: the notes lie inside a readable PT_LOAD segment of an object the loader
+    // has mapped, and loaded objects stay mapped while the constructor runs.
+    let notes = unsafe { core::slice::from_raw_parts(start as *const u8, p.p_memsz as usize) };
+    build_id_in_notes(notes)
+}
+
+/// Byte-wise equality without a call to libc's `memcmp`/`bcmp`.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// Patch one module.
+///
+/// # Safety
+/// `loaded` describes a mapped object, the process has a single thread, and `record`
+/// was read from `table`.
+unsafe fn patch_module(
+    table: &[u8],
+    fd: i64,
+    header: &TableHeader,
+    record: &ModuleRecord,
+    loaded: &Loaded,
+) -> Result<(), Refusal> {
+    let site = |i: u64| {
+        SiteRecord::read(
+            table,
+            (record.sites_offset + i * SITE_WORDS as u64 * 8) as usize,
+        )
+    };
+    let segment_of = |start: u64, len: u64| {
+        loaded.segments[..loaded.segment_count]
+            .iter()
+            .find(|&&(s, e, flags)| start >= s && start + len <= e && flags & sys::PF_X != 0)
+            .copied()
+    };
+    // 1. Every site lies in the module's code and holds the bytes the collector read.
+    for i in 0..record.sites {
+        let s = site(i).ok_or(Refusal::BytesDiffer)?;
+        let at = loaded.bias.wrapping_add(s.address);
+        if segment_of(at, s.len as u64).is_none() {
+            return Err(Refusal::BytesDiffer);
+        }
+        for k in 0..s.len as u64 {
+            // SAFETY: inside an executable (so mapped, readable) segment of the module.
+            let b = unsafe { core::ptr::read_volatile((at + k) as *const u8) };
+            if b != s.original[k as usize] {
+                return Err(Refusal::BytesDiffer);
+            }
+        }
+    }
+    // 2. Room for the code and the live region, near the module.
+    let size = record.code_pages + header.live_len;
+    let mut area = None;
+    for cand in candidates(loaded.lo, loaded.hi, size) {
+        if !within_reach(cand, size, loaded.lo, loaded.hi) {
+            continue;
+        }
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+        let got = unsafe {
+            sys::mmap(
+                cand,
+                size,
+                sys::PROT_READ | sys::PROT_WRITE,
+                sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        match got {
+            Some(a) if a == cand => {
+                area = Some(a);
+                break;
+            }
+            // An old kernel took the flag as a hint and mapped elsewhere.
+            // SAFETY: the mapping just made, unused.
+            Some(a) => unsafe { sys::munmap(a, size) },
+            None => {}
+        }
+    }
+    let t = area.ok_or(Refusal::NoRoom)?;
+    // SAFETY: [t, t + size) is the mapping just made; the live region replaces its tail.
+    let undo = || unsafe { sys::munmap(t, size) };
+    // SAFETY: replaces our own anonymous pages with the table's live region.
+    let live = unsafe {
+        sys::mmap(
+            t + record.code_pages,
+            header.live_len,
+            sys::PROT_READ | sys::PROT_WRITE,
+            sys::MAP_SHARED | sys::MAP_FIXED,
+            fd,
+            header.live_offset,
+        )
+    };
+    if live != Some(t + record.code_pages) {
+        undo();
+        return Err(Refusal::NoRoom);
+    }
+    // 3. The code, its fixups, and the site jumps, all checked before the first write
+    //    to the module.
+    for k in 0..record.code_len {
+        let b = table[(record.code_offset + k) as usize];
+        // SAFETY: inside our writable code pages (code_len <= code_pages).
+        unsafe { core::ptr::write_volatile((t + k) as *mut u8, b) };
+    }
+    for i in 0..record.fixups {
+        let at = (record.fixups_offset + i * FIXUP_WORDS as u64 * 8) as usize;
+        let Some(f) = Fixup::read(table, at).filter(|f| f.field as u64 + 4 <= record.code_len)
+        else {
+            undo();
+            return Err(Refusal::OutOfRange);
+        };
+        let Some(v) = rel32(t + f.end as u64, loaded.bias.wrapping_add(f.target)) else {
+            undo();
+            return Err(Refusal::OutOfRange);
+        };
+        for (k, b) in v.to_le_bytes().iter().enumerate() {
+            // SAFETY: the 4-byte field lies inside the code (checked above).
+            unsafe { core::ptr::write_volatile((t + f.field as u64 + k as u64) as *mut u8, *b) };
+        }
+    }
+    for i in 0..record.sites {
+        let s = site(i).ok_or(Refusal::BytesDiffer)?;
+        if s.stub as u64 >= record.code_len
+            || s.patch(loaded.bias.wrapping_add(s.address), t + s.stub as u64)
+                .is_none()
+        {
+            undo();
+            return Err(Refusal::OutOfRange);
+        }
+    }
+    // SAFETY: our own code pages, now complete.
+    if !unsafe { sys::mprotect(t, record.code_pages, sys::PROT_READ | sys::PROT_EXEC) } {
+        undo();
+        return Err(Refusal::Protect);
+    }
+    // 4. The jumps. From here on the trampolines are in use: never unmapped.
+    for i in 0..record.sites {
+        let s = site(i).ok_or(Refusal::BytesDiffer)?;
+        let at = loaded.bias.wrapping_add(s.address);
+        let (_, _, flags) = segment_of(at, s.len as u64).ok_or(Refusal::BytesDiffer)?;
+        let bytes = s.patch(at, t + s.stub as u64).ok_or(Refusal::OutOfRange)?;
+        let first = at & !(PAGE - 1);
+        let len = (at + s.len as u64 - first).div_ceil(PAGE) * PAGE;
+        // SAFETY: pages of the module's executable segment; they stay executable while
+        // writable (our own code, e.g. libc's, may run from them), and the process has
+        // one thread, so nothing executes the bytes while they change.
+        if !unsafe {
+            sys::mprotect(
+                first,
+                len,
+                sys::PROT_READ | sys::PROT_WRITE | sys::PROT_EXEC,
+            )
+        } {
+            return Err(Refusal::Protect);
+        }
+        for k in 0..s.len as u64 {
+            // SAFETY: the site's bytes, writable now; checked to be the collector's
+            // original bytes, which no branch enters except at the site (collector).
+            unsafe { core::ptr::write_volatile((at + k) as *mut u8, bytes[k as usize]) };
+        }
+        let prot = crate::plan::protection(flags);
+        // SAFETY: back to the segment's own protection.
+        if !unsafe { sys::mprotect(first, len, prot) } {
+            return Err(Refusal::Protect);
+        }
+    }
+    Ok(())
+}
+
+/// The value of env var `name` (NUL-terminated) as bytes.
+///
+/// # Safety
+/// `name` is NUL-terminated.
+unsafe fn env_bytes(name: &[u8]) -> Option<&'static [u8]> {
+    // SAFETY: contract; getenv returns null or a NUL-terminated string.
+    let value = unsafe { sys::getenv(name.as_ptr().cast::<c_char>()) };
+    if value.is_null() {
+        return None;
+    }
+    let mut len = 0;
+    // SAFETY: reading up to the terminating NUL, at most 32 bytes (our values are shorter).
+    while len < 32 && unsafe { *value.add(len) } != 0 {
+        len += 1;
+    }
+    // SAFETY: `len` bytes from `value` were just read.
+    Some(unsafe { core::slice::from_raw_parts(value.cast::<u8>(), len) })
+}

@@ -1,0 +1,116 @@
+//! The libc functions the library calls before it patches anything, and raw system calls
+//! for what it does while patching. Declared by hand: the library has no dependencies,
+//! so that `collector/build.rs` can compile it with a bare `rustc`.
+//!
+//! Why raw system calls: once a site in libc is patched, a call the library itself makes
+//! to that libc function would be counted (`--invocations mprotect`). So from the first
+//! patch on, the library calls nothing outside itself.
+
+use core::ffi::{c_char, c_int, c_void};
+
+pub const PROT_READ: u64 = 1;
+pub const PROT_WRITE: u64 = 2;
+pub const PROT_EXEC: u64 = 4;
+pub const MAP_SHARED: u64 = 0x01;
+pub const MAP_PRIVATE: u64 = 0x02;
+pub const MAP_FIXED: u64 = 0x10;
+pub const MAP_ANONYMOUS: u64 = 0x20;
+pub const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
+pub const PT_LOAD: u32 = 1;
+pub const PT_NOTE: u32 = 4;
+pub const PF_X: u32 = 1;
+pub const PF_R: u32 = 4;
+
+const SYS_MMAP: u64 = 9;
+const SYS_MPROTECT: u64 = 10;
+const SYS_MUNMAP: u64 = 11;
+
+/// `Elf64_Phdr`.
+#[repr(C)]
+pub struct Phdr {
+    pub p_type: u32,
+    pub p_flags: u32,
+    pub p_offset: u64,
+    pub p_vaddr: u64,
+    pub p_paddr: u64,
+    pub p_filesz: u64,
+    pub p_memsz: u64,
+    pub p_align: u64,
+}
+
+/// The start of glibc's `struct dl_phdr_info` (the fields used).
+#[repr(C)]
+pub struct DlPhdrInfo {
+    pub dlpi_addr: u64,
+    pub dlpi_name: *const c_char,
+    pub dlpi_phdr: *const Phdr,
+    pub dlpi_phnum: u16,
+}
+
+pub type PhdrCallback = unsafe extern "C" fn(*mut DlPhdrInfo, usize, *mut c_void) -> c_int;
+
+#[link(name = "c")]
+extern "C" {
+    pub fn getenv(name: *const c_char) -> *const c_char;
+    pub fn pread(fd: c_int, buf: *mut c_void, count: usize, offset: i64) -> isize;
+    pub fn dl_iterate_phdr(callback: PhdrCallback, data: *mut c_void) -> c_int;
+    pub fn abort() -> !;
+    /// Non-zero while the process has a single thread (glibc 2.32+).
+    pub static __libc_single_threaded: c_char;
+}
+
+/// A raw system call with up to six arguments; returns the kernel's value (negative
+/// errno on failure).
+///
+/// # Safety
+/// The call's own contract (which memory it may change).
+unsafe fn syscall6(n: u64, a: [u64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: the x86-64 Linux system call convention: number in rax, arguments in rdi,
+    // rsi, rdx, r10, r8, r9; rcx and r11 are clobbered; no stack is used.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") n as i64 => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// `mmap`; the address, or `None`.
+///
+/// # Safety
+/// With `MAP_FIXED`, `addr..addr+len` must be memory the caller owns.
+pub unsafe fn mmap(addr: u64, len: u64, prot: u64, flags: u64, fd: i64, off: u64) -> Option<u64> {
+    // SAFETY: contract.
+    let r = unsafe { syscall6(SYS_MMAP, [addr, len, prot, flags, fd as u64, off]) };
+    (r >= 0).then_some(r as u64)
+}
+
+/// `mprotect`.
+///
+/// # Safety
+/// The pages must not hold code or data that the new protection would break while it
+/// is in force.
+pub unsafe fn mprotect(addr: u64, len: u64, prot: u64) -> bool {
+    // SAFETY: contract.
+    unsafe { syscall6(SYS_MPROTECT, [addr, len, prot, 0, 0, 0]) == 0 }
+}
+
+/// `munmap`.
+///
+/// # Safety
+/// The caller owns the mapping and nothing uses it any more.
+pub unsafe fn munmap(addr: u64, len: u64) {
+    // SAFETY: contract.
+    unsafe { syscall6(SYS_MUNMAP, [addr, len, 0, 0, 0, 0]) };
+}

@@ -1,0 +1,281 @@
+//! The in-process engine: the collector decides which sites can be patched
+//! (`sbs_probes::patch`), encodes their trampolines and writes the site table
+//! (`sbs_agent_abi::inproc`); the counting library, preloaded into the child, patches
+//! them before the program's code runs; the counters live in the table's live region,
+//! shared by every process of the run, read after the child is reaped.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+use sbs_agent_abi::inproc::{
+    counters_at, pages, ModuleRecord, ModuleStatus, Refusal, TableHeader, ENV_TABLE_FD,
+    ENV_TABLE_TOKEN, FIXUP_WORDS, LIBRARY_FD, MAX_BUILD_ID, MODULES_AT, MODULE_WORDS, SITE_WORDS,
+    TABLE_FD,
+};
+use sbs_probes::patch::{module_code, Displaced};
+use sbs_probes::resolve::Target;
+
+use crate::run::instrument::ChildSetup;
+
+/// The counting library, built by `build.rs` from `agent/inproc`.
+pub static INPROC_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsbs_inproc.so"));
+
+/// One module of the table, for messages.
+#[derive(Debug)]
+struct Module {
+    path: PathBuf,
+}
+
+/// The in-process engine of one group of runs.
+#[derive(Debug)]
+pub(super) struct Inproc {
+    /// Everything before the live region, with a zero token (set per run).
+    table: Vec<u8>,
+    live_len: u64,
+    modules: Vec<Module>,
+    counters: usize,
+    library: File,
+    ld_preload: OsString,
+    run: Option<(File, u64)>,
+}
+
+impl Inproc {
+    /// Encode the table for `sites` (image index, displaced site; the counter of a site
+    /// is its index in this list). Sites whose module cannot be encoded are returned with
+    /// the reason, and are not in the table: the caller counts them otherwise.
+    #[allow(clippy::type_complexity)]
+    pub fn build(
+        target: &Target,
+        sites: &[(usize, Displaced)],
+        existing_preload: Option<&OsStr>,
+    ) -> anyhow::Result<(Inproc, Vec<Option<usize>>, Vec<(usize, String)>)> {
+        let mut images: Vec<usize> = sites.iter().map(|(i, _)| *i).collect();
+        images.sort_unstable();
+        images.dedup();
+        let at = counters_at(images.len() as u64);
+        let mut counter_of = vec![None; sites.len()];
+        let mut refused = Vec::new();
+        let mut encoded = Vec::new();
+        let mut next = 0usize;
+        for &image in &images {
+            let idx: Vec<usize> = (0..sites.len()).filter(|&k| sites[k].0 == image).collect();
+            let img = &target.images[image];
+            let build_id = img
+                .build_id
+                .clone()
+                .filter(|id| !id.is_empty() && id.len() <= MAX_BUILD_ID);
+            let Some(build_id) = build_id else {
+                for &k in &idx {
+                    refused.push((k, format!("{} has no build id", img.path.display())));
+                }
+                continue;
+            };
+            let list: Vec<(Displaced, usize)> = idx
+                .iter()
+                .enumerate()
+                .map(|(n, &k)| (sites[k].1.clone(), next + n))
+                .collect();
+            match module_code(img, &list, at) {
+                Ok(code) => {
+                    for (n, &k) in idx.iter().enumerate() {
+                        counter_of[k] = Some(next + n);
+                    }
+                    next += idx.len();
+                    encoded.push((img.path.clone(), build_id, code));
+                }
+                Err(why) => {
+                    for &k in &idx {
+                        refused.push((k, why.clone()));
+                    }
+                }
+            }
+        }
+        let modules = encoded.len();
+        let mut table = vec![0u8; MODULES_AT + modules * MODULE_WORDS * 8];
+        let mut records = Vec::new();
+        for (_, build_id, code) in &encoded {
+            while table.len() % 16 != 0 {
+                table.push(0);
+            }
+            let code_offset = table.len() as u64;
+            table.extend_from_slice(&code.code);
+            let fixups_offset = align8(&mut table);
+            for f in &code.fixups {
+                let at = table.len();
+                table.resize(at + FIXUP_WORDS * 8, 0);
+                f.write(&mut table, at);
+            }
+            let sites_offset = table.len() as u64;
+            for s in &code.sites {
+                let at = table.len();
+                table.resize(at + SITE_WORDS * 8, 0);
+                s.write(&mut table, at);
+            }
+            let mut id = [0u8; MAX_BUILD_ID];
+            id[..build_id.len()].copy_from_slice(build_id);
+            records.push(ModuleRecord {
+                build_id_len: build_id.len() as u64,
+                build_id: id,
+                code_offset,
+                code_len: code.code.len() as u64,
+                code_pages: code.code_pages,
+                fixups_offset,
+                fixups: code.fixups.len() as u64,
+                sites_offset,
+                sites: code.sites.len() as u64,
+            });
+        }
+        for (m, r) in records.iter().enumerate() {
+            r.write(&mut table, MODULES_AT + m * MODULE_WORDS * 8);
+        }
+        let live_offset = pages(table.len() as u64);
+        table.resize(live_offset as usize, 0);
+        let live_len = pages(at + 8 * next as u64).max(4096);
+        TableHeader {
+            token: 0,
+            modules: modules as u64,
+            live_offset,
+            live_len,
+        }
+        .write(&mut table);
+        let mut ld_preload = OsString::from(format!("/proc/self/fd/{LIBRARY_FD}"));
+        if let Some(existing) = existing_preload.filter(|e| !e.is_empty()) {
+            ld_preload.push(" ");
+            ld_preload.push(existing);
+        }
+        let inproc = Inproc {
+            table,
+            live_len,
+            modules: encoded
+                .into_iter()
+                .map(|(path, _, _)| Module { path })
+                .collect(),
+            counters: next,
+            library: sealed_library().context("cannot hand the counting library to the child")?,
+            ld_preload,
+            run: None,
+        };
+        Ok((inproc, counter_of, refused))
+    }
+
+    /// Whether any site is counted in-process.
+    pub fn is_empty(&self) -> bool {
+        self.counters == 0
+    }
+
+    /// A fresh table for one run, passed to the child with the library.
+    pub fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        let token = crate::run::instruments::alloc::random_token() | 1;
+        let file: File = memfd_create(c"sbs-inproc-table", MemFdCreateFlag::MFD_CLOEXEC)
+            .context("cannot create the in-memory site table (memfd_create)")?
+            .into();
+        let mut table = self.table.clone();
+        let header = TableHeader::read(&table).context("internal error: site table header")?;
+        TableHeader { token, ..header }.write(&mut table);
+        file.write_all_at(&table, 0)
+            .and_then(|()| file.set_len(table.len() as u64 + self.live_len))
+            .context("cannot write the site table")?;
+        setup.pass_fds.push((
+            OwnedFd::from(file.try_clone().context("cannot pass the site table")?),
+            TABLE_FD,
+        ));
+        setup.pass_fds.push((
+            OwnedFd::from(
+                self.library
+                    .try_clone()
+                    .context("cannot pass the counting library")?,
+            ),
+            LIBRARY_FD,
+        ));
+        setup
+            .env
+            .push(("LD_PRELOAD".into(), self.ld_preload.clone()));
+        setup
+            .env
+            .push((ENV_TABLE_FD.into(), TABLE_FD.to_string().into()));
+        setup
+            .env
+            .push((ENV_TABLE_TOKEN.into(), format!("{token:016x}").into()));
+        self.run = Some((file, token));
+        Ok(())
+    }
+
+    /// The run's counters, after the child was reaped; an error if a module that holds
+    /// counted sites was not patched in the run, or not in every process that loaded it.
+    pub fn read(&mut self) -> anyhow::Result<Vec<u64>> {
+        let Some((file, _)) = self.run.take() else {
+            anyhow::bail!("internal error: no site table for this run (prepare was not called)");
+        };
+        let mut live = vec![0u8; self.live_len as usize];
+        file.read_exact_at(&mut live, self.table.len() as u64)
+            .context("cannot read the in-process counters")?;
+        let images = u64::from_le_bytes(live[..8].try_into().unwrap_or_default());
+        for (m, module) in self.modules.iter().enumerate() {
+            let status = ModuleStatus::read(&live, m).unwrap_or_default();
+            if status.refused > 0 {
+                let why = Refusal::from_code(status.reason)
+                    .map_or("an unknown reason", Refusal::describe);
+                anyhow::bail!(
+                    "the in-process engine could not patch {} in {} process image(s) of the run: {why}; \
+                     count with uprobes instead: --invocations-engine uprobe",
+                    module.path.display(),
+                    status.refused
+                );
+            }
+            if status.patched == 0 {
+                anyhow::bail!(
+                    "the in-process engine did not patch {} in any process of the run ({images} \
+                     loaded the counting library): does the program clear LD_PRELOAD or close \
+                     descriptors {LIBRARY_FD} and {TABLE_FD}? Count with uprobes instead: \
+                     --invocations-engine uprobe",
+                    module.path.display()
+                );
+            }
+        }
+        let at = counters_at(self.modules.len() as u64) as usize;
+        Ok((0..self.counters)
+            .map(|k| {
+                let from = at + 8 * k;
+                u64::from_le_bytes(live[from..from + 8].try_into().unwrap_or_default())
+            })
+            .collect())
+    }
+
+    /// Drop the run's table (a run that did not reach `read`).
+    pub fn abort(&mut self) {
+        self.run = None;
+    }
+}
+
+fn align8(table: &mut Vec<u8>) -> u64 {
+    while table.len() % 8 != 0 {
+        table.push(0);
+    }
+    table.len() as u64
+}
+
+/// The embedded library in a sealed memfd.
+fn sealed_library() -> io::Result<File> {
+    let mut file: File = memfd_create(
+        c"sbs-inproc",
+        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )?
+    .into();
+    file.write_all(INPROC_LIBRARY)?;
+    let seals = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SEAL;
+    fcntl(
+        std::os::fd::AsRawFd::as_raw_fd(&file),
+        FcntlArg::F_ADD_SEALS(seals),
+    )?;
+    Ok(file)
+}

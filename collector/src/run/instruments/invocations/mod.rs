@@ -1,0 +1,509 @@
+//! Invocation counts (`--invocations PATTERN`): how often the functions a pattern names
+//! are called, exactly, in the child, its threads and its descendants. Inlined instances
+//! of a matched function are counted too, at every entry point of each instance (see
+//! `sbs_probes::entries`); their rows are labelled `[inlined, N sites]`, or one per site
+//! with `--invocations-detail`.
+//!
+//! Two engines count a site ([`Engine`]): the in-process engine ([`inproc`]: the site is
+//! redirected to a trampoline that increments a counter in shared memory, a few
+//! nanoseconds per call) wherever patching is provably safe, and uprobes (a trap per
+//! call, ~10 µs) for the others and where nothing can be preloaded. Each site is counted
+//! by exactly one engine.
+//!
+//! Resolution (symbols, patterns, inlined instances, which engine counts which site)
+//! happens when the plan is built, so a bad pattern fails before any run. The uprobes
+//! are defined in tracefs before the first run and removed in `finish` (and by the probe
+//! set's `Drop`); definitions left by a killed sbs-profile are removed before ours are
+//! made.
+
+mod inproc;
+mod sites;
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use anyhow::bail;
+use nix::unistd::Pid;
+use sbs_probes::hits::{Anchors, RunCounters};
+use sbs_probes::patch::{displace, Displaced};
+use sbs_probes::resolve::{match_patterns, PatternMatch, Target};
+use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
+
+use crate::run::instrument::{ChildSetup, Instrument, RunOutcome, Sample};
+use crate::run::region_fds::RegionSocket;
+use inproc::Inproc;
+use sites::{PatternRows, Site};
+
+/// Which engine counts the sites (`--invocations-engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// In-process where a site can be patched safely, uprobes for the rest.
+    #[default]
+    Auto,
+    /// In-process only: a site that cannot be patched is an error.
+    Inproc,
+    /// Uprobes only (root).
+    Uprobe,
+}
+
+/// How the invocations are counted.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Refuse a pattern that needs more sites than this.
+    pub max_probes: usize,
+    /// One row per inlined site instead of one per function.
+    pub detail: bool,
+    /// Which engine counts.
+    pub engine: Engine,
+    /// Count only inside a harness's measured region (uprobes only).
+    pub region: bool,
+}
+
+/// Which engine counts one site, and its index among that engine's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Inproc(usize),
+    Uprobe(usize),
+}
+
+/// Counts calls of the functions named by patterns.
+#[derive(Debug)]
+pub struct Invocations {
+    patterns: Vec<PatternRows>,
+    /// How each site (index as in the rows) is counted.
+    counted: Vec<Counted>,
+    /// The uprobe engine's locations.
+    targets: Vec<ProbeTarget>,
+    warnings: Vec<String>,
+    notes: Vec<(String, String)>,
+    tracefs: Option<Tracefs>,
+    inproc: Option<Inproc>,
+    set: Option<ProbeSet>,
+    anchors: Option<Anchors>,
+    counters: Option<RunCounters>,
+    /// Count only inside a harness's measured region (see [`crate::run::region_fds`]).
+    region: Option<RegionSocket>,
+}
+
+impl Invocations {
+    /// Resolve `patterns` against `program` (with the child's `LD_LIBRARY_PATH`) and
+    /// decide which engine counts each site. `ld_preload` is the child's own
+    /// `LD_PRELOAD`, kept after the counting library.
+    pub fn new(
+        program: &Path,
+        ld_library_path: Option<&OsStr>,
+        ld_preload: Option<&OsStr>,
+        patterns: &[String],
+        options: Options,
+    ) -> anyhow::Result<Invocations> {
+        let mut target = Target::load(program, ld_library_path)?;
+        // With uprobes only, fail before any run (of any group) when they cannot be used.
+        let mut tracefs = match options.engine {
+            Engine::Uprobe => Some(Tracefs::open_or_mount()?),
+            _ => None,
+        };
+        let matches = match_patterns(&mut target, patterns, options.max_probes)?;
+        let warnings = resolution_warnings(&target, &matches);
+        let (sites, mut rows) = sites::sites_and_rows(&target, &matches, options.detail);
+        let (counted, inproc, targets, fallback) =
+            choose_engines(program, &target, &sites, options, ld_preload)?;
+        if !targets.is_empty() && tracefs.is_none() {
+            tracefs = Some(Tracefs::open_or_mount()?);
+        }
+        let notes = label_engines(&mut rows, &counted, &fallback, options);
+        Ok(Invocations {
+            patterns: rows,
+            counted,
+            targets,
+            warnings,
+            notes,
+            tracefs,
+            inproc,
+            set: None,
+            anchors: None,
+            counters: None,
+            region: options
+                .region
+                .then(|| RegionSocket::new(sbs_agent_abi::harness::REGION_SOCKET_UPROBES)),
+        })
+    }
+
+    /// How many distinct locations (functions and inlined entry points) are counted.
+    pub fn probe_count(&self) -> usize {
+        self.counted.len()
+    }
+
+    /// The metric source of every pattern: `inproc`, `uprobe` or `inproc+uprobe`.
+    pub fn source(&self) -> String {
+        let mut s: Vec<&str> = self
+            .patterns
+            .iter()
+            .map(|p| p.metric.source.as_str())
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        match s.as_slice() {
+            [one] => one.to_string(),
+            _ => "inproc+uprobe".into(),
+        }
+    }
+
+    /// The probe set, defined on first use (before the first run).
+    fn define(&mut self) -> anyhow::Result<Option<&ProbeSet>> {
+        if self.targets.is_empty() {
+            return Ok(None);
+        }
+        let set = match self.set.take() {
+            Some(set) => set,
+            None => {
+                let Some(tracefs) = &self.tracefs else {
+                    bail!("internal error: uprobe sites without tracefs");
+                };
+                tracefs.clean_stale()?;
+                // Hundreds of probes take a while: a Ctrl-C stops them at once (the partial
+                // set removes itself) and the runner reports the interruption.
+                let stop = crate::run::runner::interrupt_requested;
+                let set = ProbeSet::define(tracefs, &self.targets, &stop)?;
+                self.anchors = Some(Anchors::open(&set, &stop)?);
+                set
+            }
+        };
+        Ok(Some(self.set.insert(set)))
+    }
+}
+
+/// Warnings about what resolution could not see.
+fn resolution_warnings(target: &Target, matches: &[PatternMatch]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some(script) = &target.script {
+        warnings.push(format!(
+            "{} is a script: probing its interpreter {}",
+            script.display(),
+            target.exe().path.display()
+        ));
+    }
+    if !target.libraries.missing.is_empty() {
+        warnings.push(format!(
+            "libraries of {} not found, so not probed (set LD_LIBRARY_PATH with --env?): {}",
+            target.exe().file_name(),
+            target.libraries.missing.join(", ")
+        ));
+    }
+    for m in matches {
+        warnings.extend(m.inlined_warnings());
+        for e in &m.dwarf_errors {
+            warnings.push(format!(
+                "`{}`: inlined instances unknown, DWARF unreadable: {e}",
+                m.pattern.as_str()
+            ));
+        }
+    }
+    warnings
+}
+
+/// Which engine counts each site: the in-process engine where it may run and the site
+/// can be patched, uprobes for the rest. Returns how each site is counted, the
+/// in-process engine (if it counts any site), the uprobe locations, and why sites were
+/// left to uprobes: (site, reason), or (usize::MAX, reason) for all of them.
+#[allow(clippy::type_complexity)]
+fn choose_engines(
+    program: &Path,
+    target: &Target,
+    sites: &[Site],
+    options: Options,
+    ld_preload: Option<&OsStr>,
+) -> anyhow::Result<(
+    Vec<Counted>,
+    Option<Inproc>,
+    Vec<ProbeTarget>,
+    Vec<(usize, String)>,
+)> {
+    let mut fallback: Vec<(usize, String)> = Vec::new();
+    let unavailable = match options.engine {
+        Engine::Uprobe => Some(String::new()),
+        _ if options.region => {
+            Some("it cannot count inside a harness's measured region (uprobes can)".to_string())
+        }
+        _ => match crate::run::instruments::alloc::preflight(program) {
+            Err(e) => Some(format!("it needs LD_PRELOAD: {e}")),
+            Ok(_) => crate::run::instruments::alloc::ensure_fd_limit()
+                .err()
+                .map(|e| format!("{e:#}")),
+        },
+    };
+    let mut inproc = None;
+    let mut counter_of = vec![None; sites.len()];
+    match unavailable {
+        Some(why) if options.engine == Engine::Inproc => {
+            bail!("--invocations-engine inproc cannot count here: {why}; use --invocations-engine uprobe (root)")
+        }
+        Some(why) => {
+            if !why.is_empty() {
+                fallback.push((
+                    usize::MAX,
+                    format!("in-process counting unavailable: {why}"),
+                ));
+            }
+        }
+        None => {
+            let mut candidates: Vec<(usize, Displaced)> = Vec::new();
+            let mut which = Vec::new();
+            for (k, s) in sites.iter().enumerate() {
+                let image = &target.images[s.image];
+                let displaced = image
+                    .functions
+                    .iter()
+                    .find(|f| f.address == s.function)
+                    .ok_or_else(|| "its function is unknown".to_string())
+                    .and_then(|f| displace(image, f, s.address, s.kind));
+                match displaced {
+                    Ok(d) => {
+                        candidates.push((s.image, d));
+                        which.push(k);
+                    }
+                    Err(why) => fallback.push((k, why)),
+                }
+            }
+            if !candidates.is_empty() {
+                let (engine, counters, refused) = Inproc::build(target, &candidates, ld_preload)?;
+                for (n, c) in counters.into_iter().enumerate() {
+                    counter_of[which[n]] = c;
+                }
+                for (n, why) in refused {
+                    fallback.push((which[n], why));
+                }
+                if !engine.is_empty() {
+                    inproc = Some(engine);
+                }
+            }
+            if options.engine == Engine::Inproc {
+                if let Some((k, why)) = fallback.first() {
+                    let s = &sites[*k];
+                    bail!(
+                        "--invocations-engine inproc: {} at {}:0x{:x} cannot be patched safely: {why}; \
+                         --invocations-engine auto counts such sites with uprobes (root)",
+                        s.what,
+                        s.path.display(),
+                        s.address
+                    );
+                }
+            }
+        }
+    }
+    let mut targets: Vec<ProbeTarget> = Vec::new();
+    let counted = sites
+        .iter()
+        .zip(counter_of)
+        .map(|(s, c)| match c {
+            Some(k) => Counted::Inproc(k),
+            None => {
+                targets.push(ProbeTarget {
+                    path: s.path.clone(),
+                    offset: s.uprobe_offset,
+                    what: s.what.clone(),
+                });
+                Counted::Uprobe(targets.len() - 1)
+            }
+        })
+        .collect();
+    Ok((counted, inproc, targets, fallback))
+}
+
+/// Set each pattern's source from the engines of its sites, mark each row's engine under
+/// `--invocations-detail`, and return a note per pattern saying which engine counted how
+/// many sites (and why sites were left to uprobes).
+fn label_engines(
+    rows: &mut [PatternRows],
+    counted: &[Counted],
+    fallback: &[(usize, String)],
+    options: Options,
+) -> Vec<(String, String)> {
+    let engine_of = |indices: &[usize]| {
+        let inproc = indices
+            .iter()
+            .filter(|&&i| matches!(counted[i], Counted::Inproc(_)))
+            .count();
+        match (inproc, indices.len() - inproc) {
+            (_, 0) => "inproc",
+            (0, _) => "uprobe",
+            _ => "inproc+uprobe",
+        }
+    };
+    let mut notes = Vec::new();
+    for p in rows.iter_mut() {
+        let mut all: Vec<usize> = p.rows.iter().flat_map(|(_, i)| i.iter().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        p.metric.source = engine_of(&all).into();
+        if options.detail {
+            for (label, indices) in &mut p.rows {
+                label.push_str(&format!(" [{}]", engine_of(indices)));
+            }
+        }
+        if options.engine == Engine::Uprobe {
+            continue;
+        }
+        let by_uprobe: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|&i| matches!(counted[i], Counted::Uprobe(_)))
+            .collect();
+        let mut note = format!(
+            "{} of {} site(s) counted in-process, {} by uprobe",
+            all.len() - by_uprobe.len(),
+            all.len(),
+            by_uprobe.len()
+        );
+        let mut reasons: Vec<(String, usize)> = Vec::new();
+        for (k, why) in fallback {
+            if *k != usize::MAX && !by_uprobe.contains(k) {
+                continue;
+            }
+            let general = without_addresses(why);
+            match reasons.iter_mut().find(|(r, _)| *r == general) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((general, 1)),
+            }
+        }
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
+        if !reasons.is_empty() {
+            let listed: Vec<String> = reasons
+                .iter()
+                .take(3)
+                .map(|(r, n)| {
+                    if fallback.iter().any(|(k, _)| *k == usize::MAX) {
+                        r.clone()
+                    } else {
+                        format!("{n}: {r}")
+                    }
+                })
+                .collect();
+            note.push_str(&format!(" ({})", listed.join("; ")));
+        }
+        notes.push((p.metric.id.clone(), note));
+    }
+    notes
+}
+
+/// A reason with its addresses replaced by `…`, so that sites left to uprobes for the
+/// same reason are counted together.
+fn without_addresses(reason: &str) -> String {
+    let mut out = String::new();
+    let mut rest = reason;
+    while let Some(at) = rest.find("0x") {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 2..]
+            .find(|c: char| !c.is_ascii_hexdigit())
+            .unwrap_or(rest.len() - at - 2);
+        out.push('…');
+        rest = &rest[at + 2 + digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+impl Instrument for Invocations {
+    fn name(&self) -> &str {
+        "invocations"
+    }
+
+    fn needs_start_gate(&self) -> bool {
+        // Uprobe counters attach to the child before it execs; the in-process engine
+        // only passes descriptors and env vars.
+        !self.targets.is_empty() || self.region.is_some()
+    }
+
+    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        self.define()?;
+        if let Some(region) = &mut self.region {
+            region.prepare(setup)?;
+        }
+        if let Some(inproc) = &mut self.inproc {
+            inproc.prepare(setup)?;
+        }
+        Ok(())
+    }
+
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        let in_region = self.region.is_some();
+        let Some(set) = self.define()? else {
+            return Ok(());
+        };
+        let counters = if in_region {
+            RunCounters::open_for_region(set, pid.as_raw())?
+        } else {
+            RunCounters::open(set, pid.as_raw())?
+        };
+        if let Some(region) = &mut self.region {
+            region.send(&counters.raw_fds())?;
+        }
+        self.counters = Some(counters);
+        Ok(())
+    }
+
+    fn collect(&mut self, _outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        let uprobe = match self.counters.take() {
+            Some(mut counters) => counters.read()?,
+            None if self.targets.is_empty() => Vec::new(),
+            None => {
+                bail!("internal error: no uprobe counters for this run (attach was not called)")
+            }
+        };
+        let inproc = match &mut self.inproc {
+            Some(engine) => engine.read()?,
+            None => Vec::new(),
+        };
+        let count = |i: usize| match self.counted[i] {
+            Counted::Inproc(k) => inproc[k],
+            Counted::Uprobe(k) => uprobe[k],
+        };
+        for p in &self.patterns {
+            let details: Vec<(String, f64)> = p
+                .rows
+                .iter()
+                .map(|(label, sites)| {
+                    let n: u64 = sites.iter().map(|&i| count(i)).sum();
+                    (label.clone(), n as f64)
+                })
+                .collect();
+            out.push(Sample {
+                metric: p.metric.clone(),
+                value: details.iter().map(|(_, v)| v).sum(),
+                details,
+            });
+        }
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.counters = None;
+        if let Some(region) = &mut self.region {
+            region.abort();
+        }
+        if let Some(inproc) = &mut self.inproc {
+            inproc.abort();
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+
+    fn metric_notes(&self) -> Vec<(String, String)> {
+        self.notes.clone()
+    }
+
+    fn finish(&mut self) {
+        // Counters hold the events busy: close them before removing the definitions.
+        self.counters = None;
+        self.anchors = None;
+        if let Some(mut set) = self.set.take() {
+            if let Err(e) = set.remove() {
+                eprintln!(
+                    "sbs-profile: warning: {e}; remove what is left with `grep {} /sys/kernel/tracing/uprobe_events` and `echo '-:GROUP/EVENT' >> /sys/kernel/tracing/uprobe_events`",
+                    set.group()
+                );
+            }
+        }
+    }
+}

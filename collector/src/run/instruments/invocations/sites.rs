@@ -1,0 +1,164 @@
+//! From the resolved patterns to counted sites and report rows: each distinct place to
+//! count (a function's entry, an entry point of an inlined copy) is one [`Site`], and each
+//! row of a pattern sums some sites.
+
+use std::path::{Path, PathBuf};
+
+use sbs_probes::patch::SiteKind;
+use sbs_probes::resolve::{InlinedSite, PatternMatch, Target};
+use sbs_reports::model::Unit;
+
+use crate::run::instrument::MetricSpec;
+
+/// One place where calls are counted.
+#[derive(Debug, Clone)]
+pub(super) struct Site {
+    /// The file.
+    pub path: PathBuf,
+    /// Index of the file in the target's images.
+    pub image: usize,
+    /// File offset where a uprobe counts.
+    pub uprobe_offset: u64,
+    /// Link-time address where the in-process engine patches (a function's first
+    /// instruction, or the entry point of an inlined copy), and the function holding it.
+    pub address: u64,
+    pub function: u64,
+    /// Whether it is a function's entry or a place inside one.
+    pub kind: SiteKind,
+    /// What it counts, for messages.
+    pub what: String,
+}
+
+/// One pattern's metric and its rows: (label, indices of the sites summed in it).
+#[derive(Debug)]
+pub(super) struct PatternRows {
+    pub metric: MetricSpec,
+    pub rows: Vec<(String, Vec<usize>)>,
+}
+
+/// The sites of every pattern, deduplicated, and each pattern's rows. `detail` gives
+/// each inlined copy its own row (with its caller and call site).
+pub(super) fn sites_and_rows(
+    target: &Target,
+    matches: &[PatternMatch],
+    detail: bool,
+) -> (Vec<Site>, Vec<PatternRows>) {
+    let mut sites: Vec<Site> = Vec::new();
+    let mut rows_of = Vec::new();
+    for m in matches {
+        let mut add = |site: Site| match sites
+            .iter()
+            .position(|s| s.path == site.path && s.uprobe_offset == site.uprobe_offset)
+        {
+            Some(i) => i,
+            None => {
+                sites.push(site);
+                sites.len() - 1
+            }
+        };
+        let mut rows: Vec<(String, Vec<usize>)> = Vec::new();
+        for f in &m.functions {
+            let image = &target.images[f.image];
+            let address = image
+                .functions
+                .iter()
+                .find(|g| g.offset == f.offset)
+                .map(|g| g.address)
+                .unwrap_or(0);
+            let i = add(Site {
+                path: f.path.clone(),
+                image: f.image,
+                uprobe_offset: f.probe,
+                address,
+                function: address,
+                kind: SiteKind::Entry,
+                what: format!("`{}`", f.label),
+            });
+            rows.push((f.label.clone(), vec![i]));
+        }
+        let mut inlined: Vec<(String, Vec<usize>, usize)> = Vec::new();
+        for site in &m.sites {
+            let image = &target.images[site.image];
+            let what = format!(
+                "an inlined copy of `{}` in `{}`",
+                site.function, site.caller
+            );
+            let indices: Vec<usize> = site
+                .points
+                .iter()
+                .map(|p| {
+                    add(Site {
+                        path: site.path.clone(),
+                        image: site.image,
+                        uprobe_offset: p.offset,
+                        address: p.address,
+                        function: image.function_at(p.address).map_or(0, |f| f.address),
+                        kind: SiteKind::Inside,
+                        what: what.clone(),
+                    })
+                })
+                .collect();
+            let label = inlined_label(site, detail);
+            match inlined.iter_mut().find(|(l, _, _)| *l == label) {
+                Some((_, p, n)) => {
+                    p.extend(indices);
+                    *n += 1;
+                }
+                None => inlined.push((label, indices, 1)),
+            }
+        }
+        for (label, indices, count) in inlined {
+            let label = if detail && count > 1 {
+                format!("{label} [{count} sites]")
+            } else if detail {
+                label
+            } else {
+                format!(
+                    "{label} [inlined, {count} site{}]",
+                    if count == 1 { "" } else { "s" }
+                )
+            };
+            rows.push((label, indices));
+        }
+        rows_of.push(PatternRows {
+            metric: MetricSpec::new(
+                format!("invocations.{}", m.pattern.as_str()),
+                Unit::Count,
+                "uprobe",
+                true,
+            ),
+            rows,
+        });
+    }
+    (sites, rows_of)
+}
+
+fn inlined_label(site: &InlinedSite, detail: bool) -> String {
+    let library = library_suffix(site.image, &site.path);
+    if detail {
+        format!(
+            "{} [inlined in {} at {}{}]{}",
+            site.function,
+            site.caller,
+            site.call_site.as_deref().unwrap_or("?"),
+            if site.uncertain.is_some() {
+                ", uncertain"
+            } else {
+                ""
+            },
+            library
+        )
+    } else {
+        format!("{}{}", site.function, library)
+    }
+}
+
+/// ` [libfoo.so]` for a site in a library, nothing for the program itself.
+fn library_suffix(image: usize, path: &Path) -> String {
+    if image == 0 {
+        String::new()
+    } else {
+        let name = path.file_name().unwrap_or(path.as_os_str());
+        format!(" [{}]", name.to_string_lossy())
+    }
+}

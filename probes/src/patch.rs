@@ -1,0 +1,725 @@
+//! In-process counting: which sites can be redirected to a counting trampoline, and the
+//! trampoline code for them (decoded and relocated with `iced-x86`). The counting library
+//! in the child (`agent/inproc`) only copies this code next to the module, applies the
+//! fixups (32-bit fields relative to the module, which moves with ASLR) and writes a
+//! `jmp rel32` over each site.
+//!
+//! A site is patched only when that is provably safe ([`displace`]):
+//! - the displaced bytes (at least 5, for the `jmp rel32`) are whole instructions of the
+//!   enclosing function, decoded from its start, none of them a call, return, indirect
+//!   branch, interrupt or system call, so that each runs the same from the trampoline (a
+//!   RIP-relative operand or a direct jump is re-encoded for its new place and fixed up
+//!   for the load address; an unconditional jump only as the last one, so that every
+//!   other displaced instruction is entered by falling through from the one before);
+//! - no direct branch of the function or of its split-off `.cold` parts, and no return
+//!   address (the end of a call), lands inside the displaced bytes other than at the site
+//!   itself;
+//! - the function has no indirect jump other than a tail call through a RIP-relative
+//!   slot (`jmp [rip+X]`): a jump table or a computed goto could land anywhere.
+//!
+//! An `endbr64` at a function's start stays in place and the patch goes after it (so
+//! indirect calls still land on it); nothing may then jump to the instruction after it.
+//!
+//! Stubs: at a function entry the flags are dead and nothing lives below the stack
+//! pointer, so the stub is `lock inc qword [rip+counter]`, the displaced instructions and
+//! `jmp` back. Inside a function (the entry of an inlined copy) the flags may be live and
+//! the 128-byte red zone below `rsp` may hold data, so the stub steps over the red zone
+//! and saves the flags around the increment.
+
+use std::collections::HashSet;
+
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,
+    InstructionBlock, MemoryOperand, Mnemonic, Register,
+};
+use sbs_agent_abi::inproc::{pages, Fixup, SiteRecord, MAX_PATCH};
+
+use crate::elf::{Function, Image};
+
+/// Bytes of the `jmp rel32` written at a site.
+const JMP_LEN: usize = 5;
+
+/// Where a site lies in its function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiteKind {
+    /// A function's first instruction (reached by a call: flags dead, no red zone).
+    Entry,
+    /// An instruction inside a function (an inlined copy's entry).
+    Inside,
+}
+
+/// A site that can be patched: the instructions the `jmp` displaces.
+#[derive(Debug, Clone)]
+pub struct Displaced {
+    /// Link-time address where the patch starts (after an `endbr64`, if any).
+    pub address: u64,
+    /// The displaced bytes, as in the file.
+    pub original: Vec<u8>,
+    /// The displaced instructions, decoded at their link-time addresses.
+    instructions: Vec<Instruction>,
+    kind: SiteKind,
+}
+
+/// Why a site is left to the uprobe engine.
+pub type Unpatchable = String;
+
+/// Check that the site at `address` of `function` (in `image`) can be patched, and take
+/// its displaced instructions.
+pub fn displace(
+    image: &Image,
+    function: &Function,
+    address: u64,
+    kind: SiteKind,
+) -> Result<Displaced, Unpatchable> {
+    let code = image
+        .code_of(function)
+        .ok_or_else(|| "its code is not in the file".to_string())?;
+    let cold = cold_parts(image, function);
+    let segments = load_segments(image);
+    let read = |vaddr: u64, len: usize| -> Option<&[u8]> {
+        let &(at, size, offset) = segments
+            .iter()
+            .find(|&&(at, size, _)| vaddr >= at && vaddr + len as u64 <= at + size)?;
+        let from = usize::try_from(offset + (vaddr - at)).ok()?;
+        let _ = size;
+        image.data().get(from..from.checked_add(len)?)
+    };
+    displace_in(code, function.address, &cold, &read, address, kind)
+}
+
+/// The file-backed parts of the `PT_LOAD` segments: (vaddr, file size, file offset).
+fn load_segments(image: &Image) -> Vec<(u64, u64, u64)> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let data = image.data();
+    let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(data) else {
+        return Vec::new();
+    };
+    let Ok(endian) = header.endian() else {
+        return Vec::new();
+    };
+    let Ok(phdrs) = header.program_headers(endian, data) else {
+        return Vec::new();
+    };
+    phdrs
+        .iter()
+        .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+        .map(|p| (p.p_vaddr(endian), p.p_filesz(endian), p.p_offset(endian)))
+        .collect()
+}
+
+/// Longest jump table read.
+const MAX_TABLE: usize = 4096;
+
+/// The possible targets of the function's indirect jumps, if they can be bounded: every
+/// address a RIP-relative `lea` of the function loads that lies inside it (a label taken
+/// for a computed goto), and every entry of each table of 32-bit offsets relative to an
+/// address such a `lea` loads (how compilers lay out jump tables in position-independent
+/// code), read while the entries land on instructions of the function (a superset of the
+/// table's real entries). `None` when the function's indirect jumps cannot be bounded
+/// this way (an indirect jump through memory other than a RIP-relative slot, which is a
+/// tail call through the GOT).
+fn indirect_targets<'d>(
+    insns: &[Instruction],
+    read: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
+) -> Result<Vec<u64>, Unpatchable> {
+    let indirect: Vec<&Instruction> = insns
+        .iter()
+        .filter(|i| i.flow_control() == FlowControl::IndirectBranch)
+        .collect();
+    if let Some(i) = indirect
+        .iter()
+        .find(|i| i.op0_kind() == iced_x86::OpKind::Memory && !i.is_ip_rel_memory_operand())
+    {
+        return Err(format!(
+            "its function has an indirect jump through memory at 0x{:x} (an absolute jump table?), which could land inside the patch",
+            i.ip()
+        ));
+    }
+    if !indirect
+        .iter()
+        .any(|i| i.op0_kind() == iced_x86::OpKind::Register)
+    {
+        return Ok(Vec::new());
+    }
+    let boundaries: HashSet<u64> = insns.iter().map(|i| i.ip()).collect();
+    let (lo, hi) = (
+        insns.first().map_or(0, |i| i.ip()),
+        insns.last().map_or(0, |i| i.next_ip()),
+    );
+    let mut out = Vec::new();
+    for lea in insns
+        .iter()
+        .filter(|i| i.mnemonic() == Mnemonic::Lea && i.is_ip_rel_memory_operand())
+    {
+        let base = lea.ip_rel_memory_address();
+        if (lo..hi).contains(&base) {
+            out.push(base);
+            continue;
+        }
+        for n in 0..MAX_TABLE {
+            let Some(entry) = read(base + 4 * n as u64, 4) else {
+                break;
+            };
+            let offset = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
+            let target = base.wrapping_add(offset as i64 as u64);
+            if !boundaries.contains(&target) {
+                break;
+            }
+            out.push(target);
+        }
+    }
+    Ok(out)
+}
+
+/// [`displace`] on the bytes of a function at `function_address` and of its split-off
+/// cold parts (address, bytes); `read(address, len)` gives the file's bytes at a
+/// link-time address (for jump tables).
+pub fn displace_in<'d>(
+    code: &[u8],
+    function_address: u64,
+    cold: &[(u64, &[u8])],
+    read: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
+    address: u64,
+    kind: SiteKind,
+) -> Result<Displaced, Unpatchable> {
+    let end = function_address + code.len() as u64;
+    let insns = decode(code, function_address)?;
+    let mut targets: HashSet<u64> = HashSet::new();
+    for i in &insns {
+        match i.flow_control() {
+            FlowControl::UnconditionalBranch
+            | FlowControl::ConditionalBranch
+            | FlowControl::Call => {
+                targets.insert(i.near_branch_target());
+            }
+            _ => {}
+        }
+        if matches!(
+            i.flow_control(),
+            FlowControl::Call | FlowControl::IndirectCall
+        ) {
+            targets.insert(i.next_ip());
+        }
+    }
+    targets.extend(indirect_targets(&insns, read)?);
+    for &(at, bytes) in cold {
+        for i in decode(bytes, at)? {
+            if matches!(
+                i.flow_control(),
+                FlowControl::UnconditionalBranch
+                    | FlowControl::ConditionalBranch
+                    | FlowControl::Call
+            ) {
+                targets.insert(i.near_branch_target());
+            }
+        }
+    }
+    let mut k = insns
+        .iter()
+        .position(|i| i.ip() == address)
+        .ok_or_else(|| format!("0x{address:x} is not an instruction boundary of its function"))?;
+    let mut start = address;
+    // A function start that a jump inside the function also reaches (a loop made of a
+    // tail call) may be entered with live flags or data in the red zone: the careful stub.
+    let kind = if kind == SiteKind::Entry && targets.contains(&address) {
+        SiteKind::Inside
+    } else {
+        kind
+    };
+    if kind == SiteKind::Entry && insns[k].mnemonic() == Mnemonic::Endbr64 {
+        k += 1;
+        start = insns.get(k).map(|i| i.ip()).unwrap_or(end);
+        if targets.contains(&start) {
+            return Err(format!(
+                "a branch lands on 0x{start:x}, right after the endbr64 the patch would follow"
+            ));
+        }
+    }
+    let mut taken = Vec::new();
+    let mut len = 0usize;
+    while len < JMP_LEN {
+        let Some(i) = insns.get(k) else {
+            return Err(format!(
+                "the function ends {len} bytes after the site: shorter than the {JMP_LEN}-byte jump"
+            ));
+        };
+        let movable = match i.flow_control() {
+            FlowControl::Next => true,
+            // A direct jump: re-encoded with a 32-bit displacement and fixed up. Only as
+            // the last displaced instruction, so that every other one is reached by
+            // falling through from the one before.
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => {
+                i.is_jcc_short_or_near() || i.is_jmp_short_or_near()
+            }
+            _ => false,
+        };
+        if !movable || matches!(i.mnemonic(), Mnemonic::Syscall | Mnemonic::Xbegin) {
+            return Err(format!(
+                "the instruction at 0x{:x} is a {:?} ({:?}), which cannot be moved into a trampoline",
+                i.ip(),
+                i.flow_control(),
+                i.mnemonic()
+            ));
+        }
+        len += i.len();
+        taken.push(*i);
+        k += 1;
+        if i.flow_control() == FlowControl::UnconditionalBranch && len < JMP_LEN {
+            return Err(format!(
+                "the jump at 0x{:x} ends the block {len} bytes after the site: shorter than the {JMP_LEN}-byte jump",
+                i.ip()
+            ));
+        }
+    }
+    if len > MAX_PATCH {
+        return Err(format!(
+            "the displaced instructions take {len} bytes, more than {MAX_PATCH}"
+        ));
+    }
+    if let Some(t) = targets
+        .iter()
+        .find(|&&t| t > start && t < start + len as u64)
+    {
+        return Err(format!(
+            "a branch or return lands at 0x{t:x}, inside the {len} bytes the patch would replace"
+        ));
+    }
+    let from = usize::try_from(start - function_address).map_err(|e| e.to_string())?;
+    Ok(Displaced {
+        address: start,
+        original: code[from..from + len].to_vec(),
+        instructions: taken,
+        kind,
+    })
+}
+
+fn decode(code: &[u8], address: u64) -> Result<Vec<Instruction>, Unpatchable> {
+    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    let mut out = Vec::new();
+    while decoder.can_decode() {
+        let i = decoder.decode();
+        if i.is_invalid() {
+            return Err(format!(
+                "its function has bytes that do not decode at 0x{:x}",
+                i.ip()
+            ));
+        }
+        out.push(i);
+    }
+    Ok(out)
+}
+
+/// The parts GCC splits off `function` (`NAME.cold`, `NAME.cold.N`), which jump back
+/// into it: (address, bytes).
+fn cold_parts<'a>(image: &'a Image, function: &Function) -> Vec<(u64, &'a [u8])> {
+    let cold = format!("{}.cold", function.name);
+    image
+        .functions
+        .iter()
+        .filter(|f| {
+            f.name == cold
+                || f.name
+                    .strip_prefix(&cold)
+                    .is_some_and(|r| r.starts_with('.'))
+        })
+        .filter_map(|part| Some((part.address, image.code_of(part)?)))
+        .collect()
+}
+
+/// The trampoline code of one module and what the library needs to place it.
+#[derive(Debug, Clone)]
+pub struct ModuleCode {
+    /// The code, encoded for a trampoline at [`ModuleCode::code_pages`] before the live
+    /// region; its fields relative to the module are fixed up by the library.
+    pub code: Vec<u8>,
+    /// Bytes reserved for the code (whole pages).
+    pub code_pages: u64,
+    /// The 32-bit fields to fix up.
+    pub fixups: Vec<Fixup>,
+    /// One record per site, in the order given.
+    pub sites: Vec<SiteRecord>,
+}
+
+/// Build the trampolines of one module: one stub per `(site, counter index)`, where the
+/// counter of index `n` lies at byte `counters_at + 8 n` of the live region.
+pub fn module_code(
+    image: &Image,
+    sites: &[(Displaced, usize)],
+    counters_at: u64,
+) -> Result<ModuleCode, Unpatchable> {
+    let top = image
+        .exec_segments
+        .iter()
+        .map(|&(vaddr, size, _)| vaddr + size)
+        .max()
+        .unwrap_or(0);
+    module_code_at(top, sites, counters_at)
+}
+
+/// [`module_code`] for a module whose code ends at link-time address `top`.
+pub fn module_code_at(
+    top: u64,
+    sites: &[(Displaced, usize)],
+    counters_at: u64,
+) -> Result<ModuleCode, Unpatchable> {
+    // Encoded as if the trampoline lay just past the module's code, so that RIP-relative
+    // operands into the module stay in 32-bit reach; the library fixes them up for where
+    // it really lies.
+    let base = pages(top) + (16 << 20);
+    let first = encode_all(sites, base, 0, counters_at)?;
+    let code_pages = pages(first.code.len() as u64).max(4096);
+    let out = encode_all(sites, base, code_pages, counters_at)?;
+    if out.code.len() != first.code.len() {
+        return Err("the trampoline's length changed between passes".into());
+    }
+    Ok(out)
+}
+
+fn encode_all(
+    sites: &[(Displaced, usize)],
+    base: u64,
+    code_pages: u64,
+    counters_at: u64,
+) -> Result<ModuleCode, Unpatchable> {
+    let mut code = Vec::new();
+    let mut fixups = Vec::new();
+    let mut records = Vec::new();
+    for (d, counter) in sites {
+        let stub = code.len() as u64;
+        let counter_address = base + code_pages + counters_at + 8 * *counter as u64;
+        let (bytes, mut fx) = stub_code(d, base + stub, counter_address)?;
+        for f in &mut fx {
+            f.field += stub as u32;
+            f.end += stub as u32;
+        }
+        code.extend_from_slice(&bytes);
+        fixups.extend(fx);
+        let mut original = [0u8; MAX_PATCH];
+        original[..d.original.len()].copy_from_slice(&d.original);
+        records.push(SiteRecord {
+            address: d.address,
+            len: d.original.len() as u8,
+            stub: stub as u32,
+            original,
+        });
+        // Stubs start on 16 bytes (int3 between them: never executed).
+        while code.len() % 16 != 0 {
+            code.push(0xcc);
+        }
+    }
+    Ok(ModuleCode {
+        code,
+        code_pages,
+        fixups,
+        sites: records,
+    })
+}
+
+/// One site's stub, encoded at `rip`, and its fixups (offsets relative to the stub).
+fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixup>), Unpatchable> {
+    let e = |e: iced_x86::IcedError| e.to_string();
+    let mut inc = Instruction::with1(
+        Code::Inc_rm64,
+        MemoryOperand::with_base_displ(Register::RIP, counter as i64),
+    )
+    .map_err(e)?;
+    inc.set_has_lock_prefix(true);
+    let red_zone = |delta: i64| {
+        Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            MemoryOperand::with_base_displ(Register::RSP, delta),
+        )
+    };
+    let mut list = match d.kind {
+        SiteKind::Entry => vec![inc],
+        SiteKind::Inside => vec![
+            red_zone(-128).map_err(e)?,
+            Instruction::with(Code::Pushfq),
+            inc,
+            Instruction::with(Code::Popfq),
+            red_zone(128).map_err(e)?,
+        ],
+    };
+    let moved_from = list.len();
+    list.extend(d.instructions.iter().copied());
+    let block = InstructionBlock::new(&list, rip);
+    let result = BlockEncoder::encode(
+        64,
+        block,
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
+            | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS,
+    )
+    .map_err(|err| format!("relocating the displaced instructions failed: {err}"))?;
+    let mut bytes = result.code_buffer;
+    let mut fixups = Vec::new();
+    for (n, i) in list.iter().enumerate().skip(moved_from) {
+        let at = result.new_instruction_offsets[n];
+        if at == u32::MAX {
+            return Err("an instruction had to be rewritten to be moved".into());
+        }
+        let end = result
+            .new_instruction_offsets
+            .get(n + 1)
+            .copied()
+            .unwrap_or(bytes.len() as u32);
+        if i.is_jcc_short_or_near() || i.is_jmp_short_or_near() {
+            // Re-encoded near (the encoding address lies far from the target): the
+            // displacement is the instruction's last 4 bytes.
+            let moved = Decoder::with_ip(
+                64,
+                &bytes[at as usize..end as usize],
+                0,
+                DecoderOptions::NONE,
+            )
+            .decode();
+            if !(moved.is_jcc_near() || moved.is_jmp_near()) || moved.len() != (end - at) as usize {
+                return Err("a moved jump was not re-encoded as a near jump".into());
+            }
+            fixups.push(Fixup {
+                field: end - 4,
+                end,
+                target: i.near_branch_target(),
+            });
+            continue;
+        }
+        if !i.is_ip_rel_memory_operand() {
+            continue;
+        }
+        let offsets = result.constant_offsets[n];
+        if !offsets.has_displacement() || offsets.displacement_size() != 4 {
+            return Err("a RIP-relative operand without a 32-bit displacement".into());
+        }
+        fixups.push(Fixup {
+            field: at + offsets.displacement_offset() as u32,
+            end,
+            target: i.ip_rel_memory_address(),
+        });
+    }
+    // The jump back to the instruction after the displaced ones.
+    let back = bytes.len() as u32;
+    bytes.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
+    fixups.push(Fixup {
+        field: back + 1,
+        end: back + 5,
+        target: d.address + d.original.len() as u64,
+    });
+    Ok((bytes, fixups))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(code: &[u8], address: u64, kind: SiteKind) -> Result<Displaced, Unpatchable> {
+        displace_in(code, 0x1000, &[], &|_, _| None, address, kind)
+    }
+
+    fn mnemonics(code: &[u8]) -> Vec<Mnemonic> {
+        decode(code, 0)
+            .unwrap()
+            .iter()
+            .map(|i| i.mnemonic())
+            .collect()
+    }
+
+    #[test]
+    fn a_plain_prologue_is_displaced_and_relocated() {
+        // push rbp; mov rbp,rsp; lea rax,[rip+0x100]; ret
+        let code = [
+            0x55, 0x48, 0x89, 0xe5, 0x48, 0x8d, 0x05, 0x00, 0x01, 0x00, 0x00, 0xc3,
+        ];
+        let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
+        // push rbp (1) + mov (3) + lea (7): 11 bytes, the first run of >= 5.
+        assert_eq!(d.original, &code[..11]);
+        let m = module_code_at(0x2000, &[(d, 3)], 64).unwrap();
+        let first = decode(&m.code, 0).unwrap();
+        assert_eq!(first[0].mnemonic(), Mnemonic::Inc);
+        assert!(first[0].has_lock_prefix());
+        assert_eq!(
+            &mnemonics(&m.code)[1..5],
+            [Mnemonic::Push, Mnemonic::Mov, Mnemonic::Lea, Mnemonic::Jmp]
+        );
+        // The lea's displacement and the jump back are fixed up for the module.
+        assert_eq!(m.fixups.len(), 2);
+        assert_eq!(m.fixups[0].target, 0x1000 + 11 + 0x100);
+        assert_eq!(m.fixups[1].target, 0x1000 + 11);
+        assert_eq!(m.code[m.fixups[1].field as usize - 1], 0xe9);
+        assert_eq!(m.fixups[1].end, m.fixups[1].field + 4);
+        assert_eq!(m.sites[0].address, 0x1000);
+        assert_eq!(m.sites[0].len, 11);
+        // Applying the fixups for a trampoline at T and a module at bias B gives a lea
+        // that reaches the same data and a jump back after the displaced bytes.
+        let (t, bias) = (0x7000_0000u64, 0x6000_0000u64);
+        let mut placed = m.code.clone();
+        for f in &m.fixups {
+            let v = sbs_agent_abi::inproc::rel32(t + f.end as u64, bias + f.target).unwrap();
+            placed[f.field as usize..f.field as usize + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        let moved = decode(&placed, t).unwrap();
+        assert_eq!(moved[3].ip_rel_memory_address(), bias + 0x1000 + 11 + 0x100);
+        assert_eq!(moved[4].near_branch_target(), bias + 0x1000 + 11);
+        // The counter: after the code pages, in the live region's counters.
+        assert_eq!(
+            moved[0].ip_rel_memory_address(),
+            t + m.code_pages + 64 + 8 * 3
+        );
+    }
+
+    #[test]
+    fn unsafe_sites_are_refused() {
+        // A loop back into the first bytes:
+        // xor eax,eax; inc eax; cmp eax,10; jne 0x1002; ret
+        let back_into = [0x31, 0xc0, 0xff, 0xc0, 0x83, 0xf8, 0x0a, 0x75, 0xf9, 0xc3];
+        let err = site(&back_into, 0x1000, SiteKind::Entry).unwrap_err();
+        assert!(err.contains("lands at 0x1002"), "{err}");
+        // A loop back to the site itself is fine: each pass counts, as a uprobe would.
+        let to_site = [0x31, 0xc0, 0xff, 0xc0, 0x83, 0xf8, 0x0a, 0x75, 0xf7, 0xc3];
+        assert!(site(&to_site, 0x1000, SiteKind::Entry).is_ok());
+
+        // Shorter than the jump: xor eax,eax; ret.
+        let err = site(&[0x31, 0xc0, 0xc3], 0x1000, SiteKind::Entry).unwrap_err();
+        assert!(err.contains("Return"), "{err}");
+        // Function ends before 5 bytes.
+        let err = site(&[0x31, 0xc0, 0x31, 0xc9], 0x1000, SiteKind::Entry).unwrap_err();
+        assert!(err.contains("shorter"), "{err}");
+
+        // An absolute jump table: mov rax,rdi; mov rcx,rax; jmp [rax*8+0x2000].
+        let table = [
+            0x48, 0x89, 0xf8, 0x48, 0x89, 0xc1, 0xff, 0x24, 0xc5, 0, 0x20, 0, 0,
+        ];
+        let err = site(&table, 0x1000, SiteKind::Entry).unwrap_err();
+        assert!(err.contains("indirect jump"), "{err}");
+
+        // A tail call through a GOT slot is not a jump table.
+        let tail = [0x48, 0x89, 0xf8, 0x48, 0x89, 0xc1, 0xff, 0x25, 0, 0, 0, 0];
+        assert!(site(&tail, 0x1000, SiteKind::Entry).is_ok());
+
+        // A call among the first bytes cannot move (its return address would change).
+        let call = [0xe8, 0, 0, 0, 0, 0x90, 0xc3];
+        assert!(site(&call, 0x1000, SiteKind::Entry).is_err());
+
+        // A return address inside the patch of an inside site: call; mov; mov; ret,
+        // patching 2 bytes before the call's end is impossible, at its end fine.
+        let after_call = [0x31, 0xc0, 0xe8, 0, 0, 0, 0, 0xb8, 2, 0, 0, 0, 0xc3];
+        assert!(site(&after_call, 0x1007, SiteKind::Inside).is_ok());
+
+        // A jump from a cold part into the first bytes.
+        let body = [0x31, 0xc0, 0xff, 0xc0, 0x83, 0xf8, 0x0a, 0xc3];
+        let cold = [0xe9, 0xfd, 0xef, 0xff, 0xff]; // at 0x2000: jmp 0x1002
+        let err = displace_in(
+            &body,
+            0x1000,
+            &[(0x2000, &cold)],
+            &|_, _| None,
+            0x1000,
+            SiteKind::Entry,
+        )
+        .unwrap_err();
+        assert!(err.contains("0x1002"), "{err}");
+    }
+
+    #[test]
+    fn a_conditional_jump_among_the_displaced_bytes_is_relocated() {
+        // Inside: test edi,edi; je +0x20 (short); mov eax,1; ret ... site at the test.
+        let mut code = vec![0x85, 0xff, 0x74, 0x20, 0xb8, 1, 0, 0, 0, 0xc3];
+        code.resize(0x40, 0xcc);
+        let d = site(&code, 0x1000, SiteKind::Inside).unwrap();
+        assert_eq!(d.original.len(), 9);
+        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let moved = decode(&m.code, 0).unwrap();
+        assert_eq!(moved[6].mnemonic(), Mnemonic::Je);
+        assert!(moved[6].is_jcc_near());
+        // Fixed up for a trampoline at T and the module at bias B, the je reaches the
+        // same target.
+        let (t, bias) = (0x7000_0000u64, 0x6000_0000u64);
+        let mut placed = m.code.clone();
+        for f in &m.fixups {
+            let v = sbs_agent_abi::inproc::rel32(t + f.end as u64, bias + f.target).unwrap();
+            placed[f.field as usize..f.field as usize + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        let placed = decode(&placed, t).unwrap();
+        assert_eq!(placed[6].near_branch_target(), bias + 0x1004 + 0x20);
+        assert_eq!(placed[8].near_branch_target(), bias + 0x1009);
+        // A jump into the displaced bytes is still refused, and so is a short block
+        // ending in a jmp.
+        let into = [0x85, 0xff, 0x74, 0xfe, 0xb8, 1, 0, 0, 0, 0xc3];
+        assert!(site(&into, 0x1000, SiteKind::Inside).is_err());
+        let jmp = [0x31, 0xc0, 0xeb, 0x10, 0x90, 0x90, 0x90];
+        let err = site(&jmp, 0x1000, SiteKind::Inside).unwrap_err();
+        assert!(err.contains("ends the block"), "{err}");
+    }
+
+    #[test]
+    fn jump_table_entries_count_as_branch_targets() {
+        // 0x1000: mov eax,edi (2); lea rcx,[rip+0xf7] (7, -> 0x1100); movsxd rax,[rcx+rax*4]
+        // (4); add rax,rcx (3); jmp rax (2); then nops up to 0x1020 and ret.
+        let mut code = vec![
+            0x89, 0xf8, 0x48, 0x8d, 0x0d, 0xf7, 0x00, 0x00, 0x00, 0x48, 0x63, 0x04, 0x81, 0x48,
+            0x01, 0xc8, 0xff, 0xe0,
+        ];
+        code.resize(0x20, 0x90);
+        code.push(0xc3);
+        // The table at 0x1100: entries relative to it.
+        let entries = |targets: &[u64]| -> Vec<u8> {
+            targets
+                .iter()
+                .flat_map(|&t| ((t as i64 - 0x1100) as i32).to_le_bytes())
+                .chain([0xff; 4])
+                .collect()
+        };
+        // A table entry lands at 0x1001 (inside the patch at 0x1000): refused.
+        let table = entries(&[0x1020, 0x1002]);
+        let read = |vaddr: u64, len: usize| -> Option<&[u8]> {
+            let from = usize::try_from(vaddr.checked_sub(0x1100)?).ok()?;
+            table.get(from..from + len)
+        };
+        let err = displace_in(&code, 0x1000, &[], &read, 0x1000, SiteKind::Entry).unwrap_err();
+        assert!(err.contains("lands at 0x1002"), "{err}");
+        // Entries elsewhere: patchable.
+        let table2 = entries(&[0x1020, 0x1010]);
+        let read2 = |vaddr: u64, len: usize| -> Option<&[u8]> {
+            let from = usize::try_from(vaddr.checked_sub(0x1100)?).ok()?;
+            table2.get(from..from + len)
+        };
+        assert!(displace_in(&code, 0x1000, &[], &read2, 0x1000, SiteKind::Entry).is_ok());
+    }
+
+    #[test]
+    fn endbr64_stays_and_a_lock_prefixed_start_is_moved() {
+        // endbr64; lock add qword [rdi],1; ret
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0xf0, 0x48, 0x83, 0x07, 0x01, 0xc3];
+        let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
+        assert_eq!(d.address, 0x1004);
+        assert_eq!(d.original, &code[4..9]);
+        // lock add; ret: the lock add alone is 5 bytes, moved as it is.
+        let code = [0xf0, 0x48, 0x83, 0x07, 0x01, 0xc3];
+        let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
+        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let moved = decode(&m.code, 0).unwrap();
+        assert_eq!(moved[1].mnemonic(), Mnemonic::Add);
+        assert!(moved[1].has_lock_prefix());
+    }
+
+    #[test]
+    fn inside_a_function_the_stub_keeps_flags_and_red_zone() {
+        // cmp edi,1; mov eax,2; mov ecx,3; ret  (site at the mov eax: flags live)
+        let code = [0x83, 0xff, 0x01, 0xb8, 2, 0, 0, 0, 0xb9, 3, 0, 0, 0, 0xc3];
+        let d = site(&code, 0x1003, SiteKind::Inside).unwrap();
+        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let moved = decode(&m.code, 0).unwrap();
+        assert_eq!(moved[0].mnemonic(), Mnemonic::Lea);
+        assert_eq!(moved[0].memory_displacement64() as i64, -128);
+        assert_eq!(
+            mnemonics(&m.code)[1..7],
+            [
+                Mnemonic::Pushfq,
+                Mnemonic::Inc,
+                Mnemonic::Popfq,
+                Mnemonic::Lea,
+                Mnemonic::Mov,
+                Mnemonic::Jmp
+            ]
+        );
+    }
+}
