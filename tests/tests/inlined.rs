@@ -44,6 +44,20 @@ fn at_line(m: &serde_json::Value, line: u32) -> f64 {
     found[0].1
 }
 
+/// Each counting test runs with uprobes alone and with the default engine (in-process
+/// where a site can be patched, uprobes for the rest), and requires the same counts.
+const ENGINES: [&str; 2] = ["uprobe", "auto"];
+
+/// The metric was counted by `engine` (with `auto`, at least partly in-process: else the
+/// agreement of both runs would prove nothing).
+fn uses_engine(m: &serde_json::Value, engine: &str) {
+    let source = m["source"].as_str().unwrap_or_default();
+    match engine {
+        "uprobe" => assert_eq!(source, "uprobe", "{m:#}"),
+        _ => assert!(source.starts_with("inproc"), "{m:#}"),
+    }
+}
+
 #[test]
 fn inlined_vec_push_and_inline_always_are_counted_exactly() {
     if skip_without_uprobes("uprobes") {
@@ -53,9 +67,14 @@ fn inlined_vec_push_and_inline_always_are_counted_exactly() {
     let Some(exe) = build_fixture(dir.path()) else {
         return;
     };
-    for n in [1u64, 1000, 4097] {
+    for (engine, n) in ENGINES
+        .into_iter()
+        .flat_map(|e| [1u64, 1000, 4097].map(|n| (e, n)))
+    {
         let arg = n.to_string();
         let run = sbs([
+            "--invocations-engine".as_ref(),
+            engine.as_ref(),
             "--runs".as_ref(),
             "2".as_ref(),
             "--format".as_ref(),
@@ -89,6 +108,7 @@ fn inlined_vec_push_and_inline_always_are_counted_exactly() {
         assert_eq!(args_os, 2.0, "{push:#}");
         let total = 4.0 * n + third + 7.0 + 2.0;
         assert_eq!(samples(push), vec![total; 2], "{push:#}");
+        uses_engine(push, engine);
 
         let bump = metric(&report, "invocations.bump");
         assert_eq!(at_line(bump, 61), n);
@@ -157,30 +177,35 @@ fn out_of_line_and_inlined_copies_are_counted_apart() {
     ) else {
         return;
     };
-    let run = sbs([
-        "--runs".as_ref(),
-        "2".as_ref(),
-        "--format".as_ref(),
-        "json".as_ref(),
-        "--invocations".as_ref(),
-        "both".as_ref(),
-        "--".as_ref(),
-        exe.as_os_str(),
-        "500".as_ref(),
-    ]);
-    let report = run.json();
-    let m = metric(&report, "invocations.both");
-    let rows = details(m);
-    run.check(
-        rows.iter().any(|(l, v)| l == "both" && *v == 3.0),
-        "out-of-line copy: 3 calls through the pointer",
-    );
-    run.check(
-        rows.iter()
-            .any(|(l, v)| l == "both [inlined, 1 site]" && *v == 500.0),
-        "inlined copy in loop(): 500 calls",
-    );
-    assert_eq!(samples(m), vec![503.0; 2]);
+    for engine in ENGINES {
+        let run = sbs([
+            "--invocations-engine".as_ref(),
+            engine.as_ref(),
+            "--runs".as_ref(),
+            "2".as_ref(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            "--invocations".as_ref(),
+            "both".as_ref(),
+            "--".as_ref(),
+            exe.as_os_str(),
+            "500".as_ref(),
+        ]);
+        let report = run.json();
+        let m = metric(&report, "invocations.both");
+        let rows = details(m);
+        run.check(
+            rows.iter().any(|(l, v)| l == "both" && *v == 3.0),
+            "out-of-line copy: 3 calls through the pointer",
+        );
+        run.check(
+            rows.iter()
+                .any(|(l, v)| l == "both [inlined, 1 site]" && *v == 500.0),
+            "inlined copy in loop(): 500 calls",
+        );
+        assert_eq!(samples(m), vec![503.0; 2]);
+        uses_engine(m, engine);
+    }
 }
 
 #[test]
@@ -200,9 +225,14 @@ fn inlined_cpp_push_back_is_counted_exactly() {
     ) else {
         return;
     };
-    for n in [1u32, 1000, 3001] {
+    for (engine, n) in ENGINES
+        .into_iter()
+        .flat_map(|e| [1u32, 1000, 3001].map(|n| (e, n)))
+    {
         let arg = n.to_string();
         let run = sbs([
+            "--invocations-engine".as_ref(),
+            engine.as_ref(),
             "--runs".as_ref(),
             "1".as_ref(),
             "--format".as_ref(),
@@ -235,6 +265,7 @@ fn inlined_cpp_push_back_is_counted_exactly() {
             "{m:#}"
         );
         assert_eq!(samples(m), vec![2.0 * n + odd]);
+        uses_engine(m, engine);
     }
 }
 

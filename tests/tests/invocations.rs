@@ -1062,3 +1062,84 @@ fn locked_first_instructions_are_counted_exactly_or_refused_loudly() {
     .fails_with(2, "cannot be patched safely");
     run.check(run.stderr().contains(&site), "the error names the site");
 }
+
+/// The in-process engine patches a site only when that is provably safe; the others are
+/// counted by uprobes. Both engines give the same counts, the program's results are
+/// unchanged (it checks them and exits 1 otherwise), and the counts survive an `exec` of
+/// the program by itself (the new image patches again).
+#[test]
+fn unsafe_sites_are_left_to_uprobes_and_safe_ones_patched() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
+    let lib = dir.path().join("libpatchlib.so");
+    let Some(()) = build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(fixtures.join("patch_lib.c"))
+    ) else {
+        return;
+    };
+    let exe = dir.path().join("patch_cases");
+    let Some(()) = build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-g", "-Wall", "-DPATCH_LIB", "-o"])
+            .arg(&exe)
+            .arg(fixtures.join("patch_cases.c"))
+            .arg(format!("-L{}", dir.path().display()))
+            .arg(format!("-Wl,-rpath,{}", dir.path().display()))
+            .arg("-lpatchlib")
+    ) else {
+        return;
+    };
+    let cases = [
+        ("loop_into", "uprobe"),
+        ("tiny", "uprobe"),
+        ("rip_first", "inproc"),
+        ("table_fn", "inproc"),
+        ("table_into", "uprobe"),
+        ("lib_work", "inproc"),
+    ];
+    let n = 300.0;
+    for engine in ENGINES_AUTO {
+        let mut args = vec!["--invocations-engine", engine, "--runs", "2", "-f", "json"];
+        for (name, _) in cases {
+            args.extend(["--invocations", name]);
+        }
+        let exe_arg = exe.to_string_lossy().into_owned();
+        args.extend(["--", &exe_arg, "300", "exec"]);
+        let report = sbs(&args).success().json();
+        for (name, patched_by) in cases {
+            let m = metric(&report, &format!("invocations.{name}"));
+            assert_eq!(samples(m), vec![2.0 * n; 2], "{engine}: {name}: {m:#}");
+            let expected = if engine == "uprobe" {
+                "uprobe"
+            } else {
+                patched_by
+            };
+            assert_eq!(m["source"], expected, "{engine}: {name}");
+        }
+    }
+    // With the in-process engine alone, a site it cannot patch is an error saying why.
+    let exe_arg = exe.to_string_lossy().into_owned();
+    let run = sbs([
+        "--invocations-engine",
+        "inproc",
+        "--invocations",
+        "loop_into",
+        "--",
+        &exe_arg,
+        "1",
+    ])
+    .fails_with(2, "cannot be patched safely");
+    run.check(
+        run.stderr()
+            .contains("inside the 6 bytes the patch would replace"),
+        "the error says why",
+    );
+}
