@@ -518,32 +518,46 @@ fn boxing_counts_each_box_new() {
     if util::skip_without_uprobes("--boxing uses uprobes, which") {
         return;
     }
-    let count = |n: &str| {
-        let run = sbs([
-            "--boxing",
-            "--runs",
-            "2",
-            "--warmup",
-            "0",
-            "-f",
-            "json",
-            "--",
-            fixture!("alloc"),
-            "boxes",
-            n,
-        ])
-        .success();
-        let report = run.json();
-        let m = metric(&report, "boxing.count");
-        assert_eq!(m["source"], "uprobe");
-        assert_eq!(m["group"], "boxing");
-        let values = samples(m);
-        assert_eq!(values[0], values[1], "exact counts repeat");
-        values[0]
-    };
-    let (none, some) = (count("0"), count("25"));
-    // The fixture is a debug build: every Box::new is an out-of-line call.
-    assert_eq!(some - none, 25.0, "boxes 25 vs boxes 0: {some} vs {none}");
+    // Both engines: uprobes alone, and the default (in-process where a site can be
+    // patched, uprobes for the rest); the same difference.
+    for engine in ["uprobe", "auto"] {
+        let count = |n: &str| {
+            let run = sbs([
+                "--invocations-engine",
+                engine,
+                "--boxing",
+                "--runs",
+                "2",
+                "--warmup",
+                "0",
+                "-f",
+                "json",
+                "--",
+                fixture!("alloc"),
+                "boxes",
+                n,
+            ])
+            .success();
+            let report = run.json();
+            let m = metric(&report, "boxing.count");
+            let source = m["source"].as_str().unwrap_or_default();
+            match engine {
+                "uprobe" => assert_eq!(source, "uprobe"),
+                _ => assert!(source.starts_with("inproc"), "{m:#}"),
+            }
+            assert_eq!(m["group"], "boxing");
+            let values = samples(m);
+            assert_eq!(values[0], values[1], "exact counts repeat");
+            values[0]
+        };
+        let (none, some) = (count("0"), count("25"));
+        // The fixture is a debug build: every Box::new is an out-of-line call.
+        assert_eq!(
+            some - none,
+            25.0,
+            "{engine}: boxes 25 vs boxes 0: {some} vs {none}"
+        );
+    }
 }
 
 #[test]

@@ -340,7 +340,8 @@ fn label_engines(
                 label.push_str(&format!(" [{}]", engine_of(indices)));
             }
         }
-        if options.engine == Engine::Uprobe {
+        // Nothing to say where the in-process engine was never an option.
+        if options.engine == Engine::Uprobe || options.region {
             continue;
         }
         let by_uprobe: Vec<usize> = all
