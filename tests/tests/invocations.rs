@@ -1143,3 +1143,52 @@ fn unsafe_sites_are_left_to_uprobes_and_safe_ones_patched() {
         "the error says why",
     );
 }
+
+/// A second run of the same patterns on the same program takes its sites from the cache
+/// (shown here by a label edited in the cache file), and a changed program is resolved
+/// again. The in-process engine needs no root, so this runs everywhere.
+#[test]
+fn resolved_sites_are_cached_per_program_until_it_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let exe = dir.path().join("calls");
+    std::fs::copy(fixture!("calls"), &exe).unwrap();
+    let run = || {
+        let out = Command::new(util::sbs_profile())
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["--invocations-engine", "inproc", "--runs", "1", "-w", "0"])
+            .args(["-f", "json", "--invocations", "calls::work", "--"])
+            .arg(&exe)
+            .args(["10", "0"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let work = metric(&report, "invocations.calls::work");
+        assert_eq!(samples(work), vec![20.0]);
+        details(work)[0].0.clone()
+    };
+    assert_eq!(run(), "calls::work");
+    let files: Vec<PathBuf> = std::fs::read_dir(cache.join("sbs-profile/sites"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let edited = text.replace("[\"calls::work\",", "[\"calls::work (cached)\",");
+    assert_ne!(text, edited, "the row label is in the cache file");
+    std::fs::write(&files[0], edited).unwrap();
+    assert_eq!(
+        run(),
+        "calls::work (cached)",
+        "the second run used the cache"
+    );
+    // The program changes (a new file at the same path): resolved again.
+    std::fs::remove_file(&exe).unwrap();
+    std::fs::copy(fixture!("calls"), &exe).unwrap();
+    assert_eq!(run(), "calls::work");
+}

@@ -16,6 +16,7 @@
 //! set's `Drop`); definitions left by a killed sbs-profile are removed before ours are
 //! made.
 
+mod cache;
 mod inproc;
 mod sites;
 
@@ -102,9 +103,25 @@ impl Invocations {
             Engine::Uprobe => Some(Tracefs::open_or_mount()?),
             _ => None,
         };
-        let matches = match_patterns(&mut target, patterns, options.max_probes)?;
-        let warnings = resolution_warnings(&target, &matches);
-        let (sites, mut rows) = sites::sites_and_rows(&target, &matches, options.detail);
+        let cache = cache::SiteCache::new(
+            program,
+            ld_library_path,
+            patterns,
+            options.max_probes,
+            options.detail,
+        );
+        let (match_warnings, sites, mut rows) = match cache.load(&mut target) {
+            Some(resolved) => resolved,
+            None => {
+                let matches = match_patterns(&mut target, patterns, options.max_probes)?;
+                let (sites, rows) = sites::sites_and_rows(&target, &matches, options.detail);
+                let resolved = (match_warnings(&matches), sites, rows);
+                cache.store(&mut target, &resolved);
+                resolved
+            }
+        };
+        let mut warnings = target_warnings(&target);
+        warnings.extend(match_warnings);
         let (counted, inproc, targets, fallback) =
             choose_engines(program, &target, &sites, options, ld_preload)?;
         if !targets.is_empty() && tracefs.is_none() {
@@ -172,8 +189,8 @@ impl Invocations {
     }
 }
 
-/// Warnings about what resolution could not see.
-fn resolution_warnings(target: &Target, matches: &[PatternMatch]) -> Vec<String> {
+/// Warnings about the program and its libraries.
+fn target_warnings(target: &Target) -> Vec<String> {
     let mut warnings = Vec::new();
     if let Some(script) = &target.script {
         warnings.push(format!(
@@ -189,6 +206,12 @@ fn resolution_warnings(target: &Target, matches: &[PatternMatch]) -> Vec<String>
             target.libraries.missing.join(", ")
         ));
     }
+    warnings
+}
+
+/// Warnings about what the patterns' resolution could not see.
+fn match_warnings(matches: &[PatternMatch]) -> Vec<String> {
+    let mut warnings = Vec::new();
     for m in matches {
         warnings.extend(m.inlined_warnings());
         for e in &m.dwarf_errors {
