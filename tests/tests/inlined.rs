@@ -345,3 +345,59 @@ fn unreadable_debug_info_is_said_with_its_cause() {
     );
     invocations_of(&exe, "bump_inl").fails_with(2, "split into .dwo/.dwp files");
 }
+
+const BOXES: &str = r#"
+use std::hint::black_box;
+fn main() {
+    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(0);
+    let mut kept: Vec<Box<u64>> = Vec::new();
+    for i in 0..n {
+        kept.push(Box::new(black_box(i as u64)));
+    }
+    black_box(&kept);
+}
+"#;
+
+/// `--boxing` in a release build, where `Box::new` exists only inlined: its inlined
+/// copies are counted like any inlined function's, by both engines.
+#[test]
+fn boxing_counts_inlined_box_new_in_a_release_build() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("boxes.rs");
+    std::fs::write(&src, BOXES).unwrap();
+    let exe = dir.path().join("boxes");
+    let Some(()) = build!(
+        Need::Rustc,
+        sbs_skip::rustc_release().arg("-o").arg(&exe).arg(&src)
+    ) else {
+        return;
+    };
+    for engine in ENGINES {
+        let count = |n: &str| {
+            let report = sbs([
+                "--invocations-engine".as_ref(),
+                engine.as_ref(),
+                "--boxing".as_ref(),
+                "--runs".as_ref(),
+                "1".as_ref(),
+                "--warmup".as_ref(),
+                "0".as_ref(),
+                "-f".as_ref(),
+                "json".as_ref(),
+                "--".as_ref(),
+                exe.as_os_str(),
+                n.as_ref(),
+            ])
+            .success()
+            .json();
+            let m = metric(&report, "boxing.count");
+            uses_engine(m, engine);
+            samples(m)[0]
+        };
+        let (none, some) = (count("0"), count("300"));
+        assert_eq!(some - none, 300.0, "{engine}: {some} vs {none}");
+    }
+}

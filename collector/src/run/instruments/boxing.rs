@@ -1,19 +1,20 @@
 //! `--boxing`: how many values a Rust program puts in a `Box` (`boxing.count`), the
 //! counterpart of the boxing counts of the JVM tools.
 //!
-//! Mechanism: an exact uprobe count (the invocations instrument) of
+//! Mechanism: an exact count, by the invocations instrument and its engines (in-process
+//! where a site can be patched safely, uprobes for the rest), of
 //! `alloc::boxed::box_new_uninit`, the one non-generic function through which the
 //! compiler lowers every `Box::new(value)` of a non-zero-sized value (checked on Rust
 //! 1.95; older compilers called the `exchange_malloc` lang item, also matched). The
-//! `vec![a, b, c]` literal boxes its array first, so it counts once as well.
+//! `vec![a, b, c]` literal boxes its array first, so it counts once as well. In release
+//! builds the function exists only inlined: its inlined copies are counted at their
+//! entries, like any inlined function's.
 //!
-//! What it cannot see, said in the report's warnings: calls inlined into their callers
-//! (the norm in release builds: only the out-of-line copies are probed, and the warning
-//! gives how many inlined instances exist); `Box::new` of zero-sized values (they do not
-//! allocate); boxes made without `Box::new` (`Box::from(slice)`, `into_boxed_slice`,
-//! `Box::new_uninit`, `Box::pin` goes through `Box::new` and is counted). Allocation
-//! sizes cannot tell a `Box` from a `Vec`, so the agent is no alternative; an exact count
-//! in optimised builds needs probes at inlined sites (see the invocations instrument).
+//! What it cannot see, said in the report's warnings: inlined copies without code of
+//! their own; `Box::new` of zero-sized values (they do not allocate); boxes made without
+//! `Box::new` (`Box::from(slice)`, `into_boxed_slice`, `Box::new_uninit`; `Box::pin` goes
+//! through `Box::new` and is counted). Allocation sizes cannot tell a `Box` from a `Vec`,
+//! so the allocation agent is no alternative.
 
 use std::ffi::OsStr;
 use std::path::Path;
