@@ -232,9 +232,9 @@ impl Inproc {
             if status.patched == 0 {
                 anyhow::bail!(
                     "the in-process engine did not patch {} in any process of the run ({images} \
-                     loaded the counting library): does the program clear LD_PRELOAD or close \
-                     descriptors {LIBRARY_FD} and {TABLE_FD}? Count with uprobes instead: \
-                     --invocations-engine uprobe",
+                     loaded the counting library): did the loader pick another copy of it, or \
+                     does the program clear LD_PRELOAD or close descriptors {LIBRARY_FD} and \
+                     {TABLE_FD}? Count with uprobes instead: --invocations-engine uprobe",
                     module.path.display()
                 );
             }
