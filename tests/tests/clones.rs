@@ -13,13 +13,21 @@ use std::path::{Path, PathBuf};
 use sbs_skip::{skip, Need};
 use util::{metric, samples, sbs, skip_without_uprobes};
 
-/// Details (label -> first sample) of a metric.
+/// Details (label -> first sample) of a metric, the engine that counted each row
+/// (` [inproc]`, ` [uprobe]`) left out of its label.
 fn details(m: &serde_json::Value) -> Vec<(String, f64)> {
     m["details"]
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|d| (d["label"].as_str().unwrap().to_string(), samples(d)[0]))
+                .map(|d| {
+                    let label = d["label"].as_str().unwrap();
+                    let label = label
+                        .strip_suffix(" [inproc]")
+                        .or_else(|| label.strip_suffix(" [uprobe]"))
+                        .unwrap_or(label);
+                    (label.to_string(), samples(d)[0])
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -45,9 +53,11 @@ const PATTERNS: [(&str, u64); 5] = [
     ("total", 3),
 ];
 
-fn count_all(exe: &Path, n: u64) -> serde_json::Value {
+fn count_all(exe: &Path, n: u64, engine: &str) -> serde_json::Value {
     let arg = n.to_string();
     let mut args: Vec<&std::ffi::OsStr> = vec![
+        "--invocations-engine".as_ref(),
+        engine.as_ref(),
         "--runs".as_ref(),
         "1".as_ref(),
         "--format".as_ref(),
@@ -102,13 +112,20 @@ fn clones_and_split_parts_are_counted_once() {
                 "gcc {opt} split my_malloc and inlined the part back: {parts:?}"
             );
         }
-        for n in [1u64, 1000] {
-            let report = count_all(&exe, n);
+        // Both engines: the clone analysis decides which sites there are, the engine only
+        // how each is counted.
+        for (n, engine) in [
+            (1u64, "uprobe"),
+            (1000, "uprobe"),
+            (1, "auto"),
+            (1000, "auto"),
+        ] {
+            let report = count_all(&exe, n, engine);
             let nf = n as f64;
             for (p, per_round) in PATTERNS {
                 let m = metric(&report, &format!("invocations.{p}"));
                 let want = (per_round * n) as f64;
-                assert_eq!(samples(m), vec![want], "{opt} N={n}: {p}: {m:#}");
+                assert_eq!(samples(m), vec![want], "{opt} N={n} {engine}: {p}: {m:#}");
             }
             if opt == "-O0" {
                 continue;
