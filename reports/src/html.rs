@@ -296,18 +296,25 @@ fn summary_table(out: &mut String, metrics: &[MetricResult]) {
     out.push_str("<table><thead><tr><th>metric</th><th>mean</th><th>CI</th><th>±CI</th><th>CoV</th><th>n</th><th>source</th></tr></thead><tbody>\n");
     for m in metrics {
         let s = &m.summary;
+        let zero = m.distinguishable == Some(false);
         let ci = match (s.ci_low, s.ci_high) {
+            _ if zero => human::INDISTINGUISHABLE.to_string(),
             (Some(l), Some(h)) if l == h && m.exact => "exact".to_string(),
             (Some(l), Some(h)) => {
                 format!("[{}, {}]", human::value(l, m.unit), human::value(h, m.unit))
             }
             _ => "-".into(),
         };
+        let mean = if zero {
+            "≈ 0".to_string()
+        } else {
+            human::value(s.mean, m.unit)
+        };
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=src>{}</td></tr>",
             escape(&m.id),
-            escape(&human::value(s.mean, m.unit)),
+            escape(&mean),
             escape(&ci),
             s.relative_ci_half_width().map(human::percent).unwrap_or_else(|| "-".into()),
             s.cov.map(human::percent).unwrap_or_else(|| "-".into()),

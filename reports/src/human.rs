@@ -2,6 +2,9 @@
 
 use crate::model::Unit;
 
+/// What a calibrated value that cannot be told from zero shows instead of its mean.
+pub const INDISTINGUISHABLE: &str = "indistinguishable from 0";
+
 /// A count with thousands separators (`1,234,567`), or with two decimals when it is not
 /// a whole number (a mean of counts).
 pub fn count(v: f64) -> String {

@@ -52,9 +52,15 @@ fn badge(v: Verdict) -> &'static str {
 
 fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
     let value = |v| human::value_in(v, m.unit, time);
-    let after = value(m.summary.mean);
+    let zero = m.distinguishable == Some(false);
+    let after = if zero {
+        format!("≈ 0 ({})", human::INDISTINGUISHABLE)
+    } else {
+        value(m.summary.mean)
+    };
     let Some(c) = &m.comparison else {
         let ci = match (m.summary.ci_low, m.summary.ci_high) {
+            _ if zero => String::new(),
             (Some(l), Some(h)) if l != h => format!(" [{}, {}]", value(l), value(h)),
             _ => String::new(),
         };

@@ -118,6 +118,12 @@ pub struct MetricResult {
     /// was read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trend: Vec<TrendPoint>,
+    /// Only on a calibrated per-operation metric (`X.calibrated`: the raw `X` minus `X.empty`,
+    /// what the empty operation costs): `false` when it cannot be told from zero (its
+    /// interval contains 0, or an exact count within the harness's own jitter), and
+    /// renderers then say so instead of printing its mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distinguishable: Option<bool>,
 }
 
 /// One run of a metric's history.

@@ -60,14 +60,14 @@ fn blank() -> [String; 8] {
 }
 
 fn metric_rows(m: &MetricResult, rows: &mut Vec<[String; 8]>, time: Option<human::TimeUnit>) {
-    rows.push(row(
-        m.id.clone(),
-        m.unit,
-        &m.source,
-        m.exact,
-        &m.summary,
-        time,
-    ));
+    let mut main = row(m.id.clone(), m.unit, &m.source, m.exact, &m.summary, time);
+    if m.distinguishable == Some(false) {
+        // A calibrated value that cannot be told from zero: no meaningless small number.
+        main[1] = "≈ 0".into();
+        main[2] = human::INDISTINGUISHABLE.into();
+        main[3] = "-".into();
+    }
+    rows.push(main);
     // A breakdown line that is 0 in every run (a matched function never called) says
     // nothing in a table; it is counted in one line instead (JSON keeps every line).
     let shown: Vec<_> = m

@@ -282,6 +282,7 @@ mod tests {
             notes: vec![],
             comparison,
             trend: vec![],
+            distinguishable: None,
         }
     }
 

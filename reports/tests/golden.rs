@@ -48,6 +48,7 @@ fn metric(
         notes: Vec::new(),
         comparison: None,
         trend: Vec::new(),
+        distinguishable: None,
     }
 }
 

@@ -40,6 +40,7 @@ fn metric(
         notes: Vec::new(),
         comparison: c,
         trend: Vec::new(),
+        distinguishable: None,
     }
 }
 

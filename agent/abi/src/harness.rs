@@ -24,6 +24,10 @@ pub const ENV_OUT: &str = "SBS_HARNESS_OUT";
 pub const ENV_MODE: &str = "SBS_HARNESS_MODE";
 /// Env var: operations to run in a [`MODE_COUNT`] run.
 pub const ENV_OPS: &str = "SBS_HARNESS_OPS";
+/// Env var: set (to `1`) in a [`MODE_COUNT`] run to run the *empty* operation instead of
+/// the benchmark's (same state, set-up, reset, loop and region markers): what the harness
+/// itself costs per operation (the calibration).
+pub const ENV_EMPTY: &str = "SBS_HARNESS_EMPTY";
 /// Time the operation.
 pub const MODE_TIME: &str = "time";
 /// Count inside the measured region.
@@ -62,6 +66,17 @@ pub const REC_REGION_EVENTS: &str = "region.events";
 pub const REC_REGION_VALGRIND: &str = "region.valgrind";
 /// Record: mean seconds per operation of this process's kept measurements.
 pub const REC_TIME_OP: &str = "time.op";
+/// Record: mean seconds per operation of the *empty* operation, timed with the same loop,
+/// batch size and reset as the benchmark's (the calibration).
+pub const REC_TIME_EMPTY: &str = "time.op.empty";
+/// Record, repeated in order: each kept measurement, seconds per operation.
+pub const REC_TIME_KEPT: &str = "time.kept";
+/// Record, repeated in order: seconds of each of the first operations of the process,
+/// timed one at a time before anything else (the first is the first operation ever).
+pub const REC_TIME_FIRST: &str = "time.first";
+/// Record: mean seconds of the empty operation timed one at a time (what the clock and
+/// the loop add to each [`REC_TIME_FIRST`]).
+pub const REC_TIME_FIRST_EMPTY: &str = "time.first.empty";
 /// Record: measurements kept (each a batch of operations).
 pub const REC_SAMPLES: &str = "samples";
 /// Record: operations per measurement.

@@ -22,6 +22,14 @@ use crate::Runnable;
 /// 116 more), which would make the per-operation numbers depend on `--ops`.
 pub(crate) const COUNT_WARMUP: u64 = 1;
 
+/// Operations timed one at a time at the start of a timing process, before the batches: the
+/// first operation against the next ones shows an operation that changes its own input
+/// (the collector tests them, see `docs/harness.md`). They count as warm-up.
+pub(crate) const FIRST_OPS: usize = 8;
+
+/// Measurements of the empty operation discarded before the kept ones.
+const EMPTY_WARMUP: usize = 3;
+
 /// How to time.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TimeConfig {
@@ -33,7 +41,7 @@ pub(crate) struct TimeConfig {
 }
 
 /// One process's timing.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct TimeReport {
     /// Kept measurements, seconds per operation.
     pub kept: Vec<f64>,
@@ -45,6 +53,12 @@ pub(crate) struct TimeReport {
     pub steady_cov: Option<f64>,
     /// Steady state was asked for and not reached.
     pub not_steady: bool,
+    /// Mean seconds per operation of the empty operation (same loop, batch and reset).
+    pub empty: f64,
+    /// Seconds of each of the first [`FIRST_OPS`] operations, timed one at a time.
+    pub first: Vec<f64>,
+    /// Mean seconds of the empty operation timed one at a time.
+    pub first_empty: f64,
 }
 
 impl TimeReport {
@@ -67,8 +81,38 @@ pub(crate) struct CountReport {
     pub retained: Option<f64>,
 }
 
-/// Time `op` on `state`: one measurement is a batch of operations long enough to reach
-/// `batch_time` (single operations when there is a reset, which must stay outside).
+/// One measurement of `batch` operations of `op` on `state` (a single operation when there
+/// is a reset, which runs untimed before every operation but the very first: `fresh`).
+fn measure_once<S, R, Z: FnMut(&mut S) + ?Sized>(
+    state: &mut S,
+    op: &mut impl FnMut(&mut S) -> R,
+    reset: Option<&mut Z>,
+    fresh: &mut bool,
+    batch: u64,
+) -> Duration {
+    if let Some(reset) = reset {
+        if !*fresh {
+            reset(state);
+        }
+        *fresh = false;
+        let start = Instant::now();
+        let result = op(black_box(&mut *state));
+        let took = start.elapsed();
+        drop(black_box(result));
+        return took;
+    }
+    *fresh = false;
+    let start = Instant::now();
+    for _ in 0..batch {
+        black_box(op(black_box(&mut *state)));
+    }
+    start.elapsed()
+}
+
+/// Time `op` on `state`: first [`FIRST_OPS`] operations one at a time, then measurements
+/// of a batch of operations long enough to reach `batch_time` (single operations when
+/// there is a reset, which must stay outside). Then the empty operation, with the same
+/// loop, batch size and reset: the calibration.
 pub(crate) fn time<S, R, Z: FnMut(&mut S) + ?Sized>(
     state: &mut S,
     op: &mut impl FnMut(&mut S) -> R,
@@ -76,32 +120,35 @@ pub(crate) fn time<S, R, Z: FnMut(&mut S) + ?Sized>(
     config: &TimeConfig,
 ) -> Result<TimeReport, HarnessError> {
     let has_reset = reset.is_some();
-    let mut first = true;
-    let mut measure = |batch: u64| -> Duration {
-        if let Some(reset) = reset.as_deref_mut() {
-            // One operation per measurement, reset untimed before all but the first.
-            if !first {
-                reset(state);
-            }
-            first = false;
-            let start = Instant::now();
-            let result = op(black_box(&mut *state));
-            let took = start.elapsed();
-            drop(black_box(result));
-            return took;
-        }
-        let start = Instant::now();
-        for _ in 0..batch {
-            black_box(op(black_box(&mut *state)));
-        }
-        start.elapsed()
-    };
+    let mut fresh = true;
+    let first: Vec<f64> = (0..FIRST_OPS)
+        .map(|_| measure_once(state, op, reset.as_deref_mut(), &mut fresh, 1).as_secs_f64())
+        .collect();
+    let mut measure = |batch: u64| measure_once(state, op, reset.as_deref_mut(), &mut fresh, batch);
     let (batch, warmup) = if has_reset {
         (1, 0)
     } else {
         calibrate(&mut measure, config.batch_time)
     };
-    keep(&mut measure, config, batch, warmup)
+    let mut report = keep(&mut measure, config, batch, warmup + FIRST_OPS)?;
+    let mut empty = |s: &mut S| {
+        black_box(s);
+    };
+    let mut measure_empty =
+        |batch: u64| measure_once(state, &mut empty, reset.as_deref_mut(), &mut fresh, batch);
+    let per_op = |d: Duration, batch: u64| d.as_secs_f64() / batch as f64;
+    let single: Vec<f64> = (0..EMPTY_WARMUP + config.samples)
+        .map(|_| per_op(measure_empty(1), 1))
+        .skip(EMPTY_WARMUP)
+        .collect();
+    let batched: Vec<f64> = (0..EMPTY_WARMUP + config.samples)
+        .map(|_| per_op(measure_empty(batch), batch))
+        .skip(EMPTY_WARMUP)
+        .collect();
+    report.first = first;
+    report.first_empty = single.iter().mean();
+    report.empty = batched.iter().mean();
+    Ok(report)
 }
 
 /// The batch size whose measurement lasts `batch_time`, doubling (or more) from one
@@ -148,6 +195,7 @@ fn keep(
                 warmup: warmup + n,
                 steady_cov: None,
                 not_steady: false,
+                ..TimeReport::default()
             })
         }
         Warmup::Steady => {
@@ -166,6 +214,7 @@ fn keep(
                             warmup: warmup + s.warmup,
                             steady_cov: Some(s.window_cov),
                             not_steady: false,
+                            ..TimeReport::default()
                         })
                     }
                     Step::GaveUp(n) => {
@@ -175,6 +224,7 @@ fn keep(
                             batch,
                             steady_cov: None,
                             not_steady: true,
+                            ..TimeReport::default()
                         })
                     }
                 }
@@ -243,7 +293,8 @@ pub(crate) fn run_child(bench: &mut dyn Runnable, options: &Options) -> Result<(
                 Err(_) => options.ops,
             };
             let region = Region::from_env()?;
-            let r = bench.count(&params, COUNT_WARMUP, ops, &region)?;
+            let empty = std::env::var_os(proto::ENV_EMPTY).is_some_and(|v| v == "1");
+            let r = bench.count(&params, COUNT_WARMUP, ops, &region, empty)?;
             records.push((proto::REC_OPS, r.ops as f64));
             if let Some((n, b)) = r.alloc {
                 records.push((proto::REC_ALLOC_COUNT, n as f64));
@@ -274,6 +325,10 @@ pub(crate) fn run_child(bench: &mut dyn Runnable, options: &Options) -> Result<(
                 records.push((proto::REC_STEADY_COV, c));
             }
             records.push((proto::REC_NOT_STEADY, f64::from(u8::from(r.not_steady))));
+            records.push((proto::REC_TIME_EMPTY, r.empty));
+            records.extend(r.kept.iter().map(|&t| (proto::REC_TIME_KEPT, t)));
+            records.extend(r.first.iter().map(|&t| (proto::REC_TIME_FIRST, t)));
+            records.push((proto::REC_TIME_FIRST_EMPTY, r.first_empty));
         }
         other => {
             return Err(HarnessError::Usage(format!(
@@ -370,7 +425,33 @@ mod tests {
         .unwrap();
         assert_eq!(r.batch, 1);
         assert_eq!(r.kept.len(), 4);
-        assert_eq!(resets, r.warmup + r.kept.len() - 1);
+        // The operations (first ones, warm-up, kept), then the empty one timed alone and
+        // in batches of 1, each with its reset too.
+        let empty_ops = 2 * (EMPTY_WARMUP + 4);
+        assert_eq!(resets, r.warmup + r.kept.len() - 1 + empty_ops);
+        assert_eq!(r.first.len(), FIRST_OPS);
+    }
+
+    #[test]
+    fn the_empty_operation_costs_less_than_a_real_one_in_the_same_loop() {
+        let mut state = 1u64;
+        let mut op = |s: &mut u64| {
+            for i in 0..black_box(200u64) {
+                *s = black_box(s.wrapping_mul(6364136223846793005).wrapping_add(i));
+            }
+            *s
+        };
+        let r = time(
+            &mut state,
+            &mut op,
+            None::<&mut fn(&mut u64)>,
+            &config(Warmup::Fixed(2)),
+        )
+        .unwrap();
+        assert!(r.empty > 0.0 && r.empty < r.mean() / 5.0, "{r:?}");
+        assert!(r.first_empty > 0.0, "{r:?}");
+        assert_eq!(r.first.len(), FIRST_OPS);
+        assert!(r.first.iter().all(|&t| t > 0.0), "{r:?}");
     }
 
     #[test]

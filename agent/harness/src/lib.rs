@@ -72,6 +72,7 @@ trait Runnable {
         warmup: u64,
         ops: u64,
         region: &region::Region,
+        empty: bool,
     ) -> Result<child::CountReport, HarnessError>;
 }
 
@@ -110,16 +111,18 @@ impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<S, R, F> {
         warmup: u64,
         ops: u64,
         region: &region::Region,
+        empty: bool,
     ) -> Result<child::CountReport, HarnessError> {
         let mut state = (self.setup)(params);
-        child::count(
-            &mut state,
-            &mut self.op,
-            self.reset.as_deref_mut(),
-            warmup,
-            ops,
-            region,
-        )
+        let reset = self.reset.as_deref_mut();
+        if empty {
+            // The calibration: everything but the operation itself.
+            let mut nothing = |s: &mut S| {
+                black_box(s);
+            };
+            return child::count(&mut state, &mut nothing, reset, warmup, ops, region);
+        }
+        child::count(&mut state, &mut self.op, reset, warmup, ops, region)
     }
 }
 

@@ -159,7 +159,7 @@ pub(crate) fn smoke(
     let mut out = std::io::stdout().lock();
     for b in benches.iter_mut() {
         let params = Params::resolve(b.name(), b.defaults(), &options.params);
-        b.count(&params, 0, 1, &Region::default())?;
+        b.count(&params, 0, 1, &Region::default(), false)?;
         let _ = writeln!(
             out,
             "test {} ... ok (one operation; measure with --bench)",

@@ -7,6 +7,7 @@ use anyhow::Context;
 
 use super::{exit_for, RunArgs};
 use crate::judge::growth::fit_scans;
+use crate::judge::pitfalls;
 use crate::judge::regression::{Mode, Regression};
 use crate::output::{Sinks, Unwritten};
 use crate::plan::{self, Request, Target};
@@ -47,6 +48,9 @@ pub(super) fn measure(
     let cancel = Cancel::install()
         .context("cannot install the handlers of Ctrl-C, SIGTERM, SIGHUP and SIGQUIT")?;
     let mut report = execute(&mut plan.benchmarks, &plan.schedule, &cancel)?;
+    // Harnessed benchmarks: raw minus the empty operation, and what that says about them.
+    pitfalls::calibrate(&mut report, plan.schedule.confidence);
+    pitfalls::dead_work(&mut report);
     let regressions = regression.apply(&references, &mut report)?;
     fit_scans(&mut report);
     // Save first, then write every report that can be written: a failing destination

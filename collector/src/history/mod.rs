@@ -273,6 +273,7 @@ mod tests {
             notes: Vec::new(),
             comparison: None,
             trend: Vec::new(),
+            distinguishable: None,
         }
     }
 

@@ -5,6 +5,7 @@ pub mod compare;
 pub mod from_history;
 pub mod growth;
 pub mod headline;
+pub mod pitfalls;
 pub mod regression;
 pub mod sources;
 pub mod summary;

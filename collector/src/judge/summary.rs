@@ -84,6 +84,7 @@ pub fn metric_result(
         notes,
         comparison: None,
         trend: Vec::new(),
+        distinguishable: None,
     }
 }
 

@@ -17,6 +17,9 @@ use crate::run::instruments::per_op::{PerOpMode, PerOpRecords};
 use crate::run::instruments::timing::Timing;
 use crate::run::runner::RunConfig;
 
+/// Suffix of the name of a counting group's calibration twin (the empty operation's runs).
+pub const EMPTY_GROUP: &str = " (empty op)";
+
 /// The groups of one benchmark, in run order.
 ///
 /// For a harnessed benchmark (`harness` is its name) uprobes, perf counters and valgrind
@@ -61,10 +64,18 @@ pub(super) fn benchmark_groups(
     if measures.memory {
         groups.extend(memory_groups(measures, run, alloc_path)?);
     }
-    groups.extend(counters::groups(&CounterOptions {
+    let counter_options = CounterOptions {
         region,
         ..measures.counters.clone()
-    })?);
+    };
+    groups.extend(counters::groups(&counter_options)?);
+    // The calibration of a harnessed benchmark's counts: the same counter groups again, in
+    // which the harness runs the empty operation.
+    let calibrations = if region {
+        counters::groups(&counter_options)?
+    } else {
+        Vec::new()
+    };
     let others_requested = !groups.is_empty();
     // A harnessed benchmark is always timed: time.op is what it is for.
     if measures.time || !others_requested || region {
@@ -82,6 +93,16 @@ pub(super) fn benchmark_groups(
         for g in groups.iter_mut() {
             g.instruments
                 .push(Box::new(per_op_records(name, &g.name, measures)));
+        }
+        for mut twin in calibrations {
+            let records = per_op_records(name, &twin.name, measures).empty_operation();
+            twin.instruments.push(Box::new(records));
+            let at = groups
+                .iter()
+                .position(|g| g.name == twin.name)
+                .map_or(groups.len(), |i| i + 1);
+            twin.name.push_str(EMPTY_GROUP);
+            groups.insert(at, twin);
         }
     }
     Ok(groups)

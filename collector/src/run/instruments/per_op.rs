@@ -18,6 +18,7 @@ use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sam
 
 /// Suffix of per-operation metric ids.
 pub const PER_OP: &str = "/op";
+pub use crate::judge::pitfalls::EMPTY;
 
 /// What the harness in the child does in this group's runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +47,14 @@ pub struct PerOpRecords {
     alloc_source: &'static str,
     /// Whether the runs reported per-operation allocations (the group counts them).
     saw_alloc: bool,
+    /// The calibration runs: the harness runs the empty operation, and the per-operation
+    /// counts become `X/op.empty`.
+    empty: bool,
+    /// Per timing run: the first operations, timed one at a time (seconds), and what the
+    /// empty operation timed one at a time costs.
+    first: Vec<(Vec<f64>, f64)>,
+    /// Per timing run: the kept measurements, seconds per operation, in order.
+    kept: Vec<Vec<f64>>,
 }
 
 impl PerOpRecords {
@@ -60,7 +69,18 @@ impl PerOpRecords {
             not_steady: 0,
             alloc_source: "agent",
             saw_alloc: false,
+            empty: false,
+            first: Vec::new(),
+            kept: Vec::new(),
         }
+    }
+
+    /// The calibration runs of a counting group: the harness runs the empty operation
+    /// (same state, loop and region markers) and the per-operation counts are reported as
+    /// `X/op.empty`, the region totals not at all.
+    pub fn empty_operation(mut self) -> Self {
+        self.empty = true;
+        self
     }
 
     /// Allocations come from the program's `CountingAlloc` (`--alloc-harness`).
@@ -87,12 +107,21 @@ impl PerOpRecords {
         out: &mut Vec<Sample>,
     ) -> anyhow::Result<()> {
         let t = get(records, proto::REC_TIME_OP).ok_or_else(|| self.missing("time.op"))?;
-        out.push(Sample::new(
-            MetricSpec::new("time.op", Unit::Seconds, "harness", false),
-            t,
-        ));
+        let seconds = |id: &str| MetricSpec::new(id, Unit::Seconds, "harness", false);
+        out.push(Sample::new(seconds("time.op"), t));
+        if let Some(e) = get(records, proto::REC_TIME_EMPTY) {
+            out.push(Sample::new(seconds(&format!("time.op{EMPTY}")), e));
+        }
         if get(records, proto::REC_NOT_STEADY).unwrap_or(0.0) != 0.0 {
             self.not_steady += 1;
+        }
+        let first = get_all(records, proto::REC_TIME_FIRST);
+        if let (false, Some(e)) = (first.is_empty(), get(records, proto::REC_TIME_FIRST_EMPTY)) {
+            self.first.push((first, e));
+        }
+        let kept = get_all(records, proto::REC_TIME_KEPT);
+        if !kept.is_empty() {
+            self.kept.push(kept);
         }
         Ok(())
     }
@@ -129,6 +158,15 @@ impl PerOpRecords {
                     .map(|(l, v)| (l.clone(), v / ops))
                     .collect(),
             });
+        }
+        if self.empty {
+            // Only what the empty operation costs per operation; its totals mean nothing.
+            out.clear();
+            out.extend(per_op.into_iter().map(|mut s| {
+                s.metric.id.push_str(EMPTY);
+                s
+            }));
+            return Ok(());
         }
         out.extend(per_op);
         let agent = |id: &str, unit| MetricSpec::new(id, unit, self.alloc_source, true);
@@ -189,6 +227,15 @@ impl PerOpRecords {
     }
 }
 
+/// Every value of a repeated record, in order.
+fn get_all(records: &[(String, f64)], key: &str) -> Vec<f64> {
+    records
+        .iter()
+        .filter(|(k, _)| k == key)
+        .map(|(_, v)| *v)
+        .collect()
+}
+
 fn get(records: &[(String, f64)], key: &str) -> Option<f64> {
     records
         .iter()
@@ -228,6 +275,9 @@ impl Instrument for PerOpRecords {
                 setup
                     .env
                     .push((proto::ENV_MODE.into(), proto::MODE_COUNT.into()));
+                if self.empty {
+                    setup.env.push((proto::ENV_EMPTY.into(), "1".into()));
+                }
                 setup
                     .env
                     .push((proto::ENV_OPS.into(), ops.to_string().into()));
@@ -280,6 +330,9 @@ impl Instrument for PerOpRecords {
         let PerOpMode::Count { ops } = self.mode else {
             return Vec::new();
         };
+        if self.empty {
+            return Vec::new();
+        }
         let mut notes: Vec<(String, String)> = self
             .region_prefixes
             .iter()
@@ -304,14 +357,17 @@ impl Instrument for PerOpRecords {
     }
 
     fn warnings(&self) -> Vec<String> {
+        let mut warnings =
+            crate::judge::pitfalls::drift_warnings(&self.benchmark, &self.first, &self.kept);
         if self.not_steady == 0 {
-            return Vec::new();
+            return warnings;
         }
-        vec![format!(
+        warnings.push(format!(
             "time.op: no steady state in {} of {} processes, warm-up runs included (their last measurements were kept); \
              pass --harness-arg=--max-iterations=N or --harness-arg=--cov=X, or quiet the machine",
             self.not_steady, self.runs
-        )]
+        ));
+        warnings
     }
 }
 

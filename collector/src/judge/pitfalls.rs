@@ -1,0 +1,613 @@
+//! Benchmarks that measure the wrong thing: the calibration of per-operation metrics
+//! against the empty operation (MICROBE's calibrator), and the warnings for AutoJMH's
+//! payload pitfalls that counts and times make visible: dead work (an operation that costs
+//! what the empty one does) and state that drifts (an operation that changes its own
+//! input). Pure functions over numbers and the report model; see `docs/harness.md`.
+
+use sbs_reports::human;
+use sbs_reports::model::{BenchmarkResult, MetricResult, Report, Unit};
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+use super::summary::{metric_result, summarize};
+
+/// Suffix of the empty operation's cost of a per-operation metric (`time.op.empty`,
+/// `counter.instructions/op.empty`).
+pub const EMPTY: &str = ".empty";
+/// Suffix of a calibrated per-operation metric: the raw one minus the empty one, run by run.
+pub const CALIBRATED: &str = ".calibrated";
+
+/// An exact per-operation count (instructions under valgrind) this close to the empty
+/// operation's is the same cost: the two closures compile to loops that differ by a few
+/// register moves, so an operation the optimizer deleted can differ from the empty one by
+/// that much, and a real operation costs far more.
+pub const EXACT_JITTER: f64 = 8.0;
+
+/// Level of the drift tests. Stricter than the usual 5%: a warning on a noisy time series
+/// must be rare when nothing is wrong.
+pub const DRIFT_ALPHA: f64 = 0.01;
+/// The first operation must cost at least this fraction more than the next ones (0.75:
+/// the next ones cost a quarter of it) to count as an operation that changed its input...
+pub const STEP_MIN_FALL: f64 = 0.75;
+/// ... and at least this much more in seconds: a first call that is slower only because
+/// caches, branch predictors and TLB are cold costs a few microseconds more, not more.
+pub const STEP_MIN_SECONDS: f64 = 20e-6;
+/// A trend over the kept measurements must change the time per operation by at least this
+/// fraction between the first and the second half of the window.
+pub const TREND_MIN_CHANGE: f64 = 0.2;
+
+/// Add `X.calibrated` after every pair of per-operation metrics `X` and `X.empty` of each
+/// benchmark: the raw value minus the empty operation's, run by run (the same process for
+/// time, the runs of the calibration group in the same order for counts), with
+/// `distinguishable` saying whether it can be told from zero.
+pub fn calibrate(report: &mut Report, confidence: f64) {
+    for bench in &mut report.benchmarks {
+        let mut added = Vec::new();
+        for raw in &bench.metrics {
+            let Some(empty) = bench
+                .metrics
+                .iter()
+                .find(|m| m.id == format!("{}{EMPTY}", raw.id))
+            else {
+                continue;
+            };
+            if raw.samples.len() != empty.samples.len() || raw.samples.is_empty() {
+                continue;
+            }
+            let diff: Vec<f64> = raw
+                .samples
+                .iter()
+                .zip(&empty.samples)
+                .map(|(r, e)| r - e)
+                .collect();
+            let exact = raw.exact && empty.exact;
+            let mut m = metric_result(
+                format!("{}{CALIBRATED}", raw.id),
+                raw.unit,
+                raw.source.clone(),
+                exact,
+                diff,
+                Vec::new(),
+                confidence,
+            );
+            m.group = raw.group.clone();
+            let zero = !distinguishable(&m, raw, empty, confidence);
+            m.distinguishable = Some(!zero);
+            if zero {
+                // For the formats that show numbers only (CSV keeps the notes).
+                m.notes.push(format!(
+                    "{}: the operation costs what the empty one does ({})",
+                    human::INDISTINGUISHABLE,
+                    show(empty.summary.mean, raw.unit)
+                ));
+            }
+            added.push((empty.id.clone(), m));
+        }
+        for (after, m) in added {
+            let at = bench
+                .metrics
+                .iter()
+                .position(|x| x.id == after)
+                .map_or(bench.metrics.len(), |i| i + 1);
+            bench.metrics.insert(at, m);
+        }
+    }
+}
+
+/// A per-operation value for a message.
+fn show(v: f64, unit: Unit) -> String {
+    match unit {
+        Unit::Count => format!("{}/op", human::count(v)),
+        unit => format!("{}/op", human::value(v, unit)),
+    }
+}
+
+/// Whether a calibrated metric can be told from zero, that is, whether the operation
+/// costs more than the empty one:
+///
+/// - an exact count (the same in every run): by more than [`EXACT_JITTER`];
+/// - a time: the lower bound of the interval of the mean log ratio `ln(raw / empty)` over
+///   the processes is above 0. Timing noise between processes is multiplicative (a loaded
+///   machine slows both alike), so the ratio is what stays stable: a 3 us operation next to
+///   a 0.6 ns empty one is told apart with three processes at 40% CoV, where the interval
+///   of the difference would still contain 0;
+/// - any other measurement: the lower bound of the interval of the difference is above 0.
+///
+/// With a single sample of a measurement there is no interval and no claim: distinguishable.
+fn distinguishable(
+    m: &MetricResult,
+    raw: &MetricResult,
+    empty: &MetricResult,
+    confidence: f64,
+) -> bool {
+    let s = &m.summary;
+    if m.exact && s.sd == 0.0 {
+        return s.mean > EXACT_JITTER;
+    }
+    if raw.unit == Unit::Seconds {
+        let logs: Option<Vec<f64>> = raw
+            .samples
+            .iter()
+            .zip(&empty.samples)
+            .map(|(&r, &e)| (r > 0.0 && e > 0.0).then(|| (r / e).ln()))
+            .collect();
+        if let Some(logs) = logs {
+            return match summarize(&logs, confidence).ci_low {
+                Some(lo) => lo > 0.0,
+                None => true,
+            };
+        }
+    }
+    s.ci_low.is_none_or(|lo| lo > 0.0)
+}
+
+/// The dead-work warning of each benchmark whose operation costs what the empty one does:
+/// by its per-operation instructions when they were counted (exact), else by its time.
+/// At most one per benchmark.
+pub fn dead_work(report: &mut Report) {
+    for bench in &mut report.benchmarks {
+        if let Some(w) = dead_work_warning(bench) {
+            bench.warnings.push(w);
+        }
+    }
+}
+
+fn dead_work_warning(bench: &BenchmarkResult) -> Option<String> {
+    let find = |id: &str| bench.metrics.iter().find(|m| m.id == id);
+    let instructions = format!("counter.instructions/op{CALIBRATED}");
+    let time = format!("time.op{CALIBRATED}");
+    let (calibrated, raw) = match find(&instructions) {
+        Some(c) => (c, find("counter.instructions/op")?),
+        None => (find(&time)?, find("time.op")?),
+    };
+    if calibrated.distinguishable != Some(false) {
+        return None;
+    }
+    let cost = match raw.unit {
+        Unit::Count => format!("{} instructions/op", human::count(raw.summary.mean)),
+        unit => format!("{}/op", human::value(raw.summary.mean, unit)),
+    };
+    Some(format!(
+        "`{}`: the operation costs what an empty one does ({cost}); its result is probably \
+         unused or computed at compile time: return it or pass it to `black_box`",
+        bench.name
+    ))
+}
+
+/// Median of `values` (which must not be empty); NaN-free input assumed.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The step at the first operation, over several processes: in each, the first
+/// operation's rank among the first `n` operations (1 = cheapest). If the operations are
+/// exchangeable (nothing changes after the first), each rank is uniform on `1..=n`
+/// and independent between processes. Returns the exact one-sided p-values of the sum of
+/// the ranks being this large (the first is dearer) and this small (the first is cheaper).
+pub fn first_rank_p_values(ranks: &[usize], n: usize) -> (f64, f64) {
+    if n == 0 || ranks.is_empty() {
+        return (1.0, 1.0);
+    }
+    // Distribution of the sum of k uniform{1..n}: probability of each s in 0..=k*n.
+    let mut ways = vec![1.0f64];
+    for _ in ranks {
+        let mut next = vec![0.0f64; ways.len() + n];
+        for (s, &w) in ways.iter().enumerate() {
+            if w == 0.0 {
+                continue;
+            }
+            for r in 1..=n {
+                next[s + r] += w / n as f64;
+            }
+        }
+        ways = next;
+    }
+    let total: f64 = ways.iter().sum();
+    let observed: usize = ranks.iter().sum();
+    let at_least: f64 = ways[observed.min(ways.len() - 1)..].iter().sum();
+    let at_most: f64 = ways[..=observed.min(ways.len() - 1)].iter().sum();
+    (at_least / total, at_most / total)
+}
+
+/// Spearman's rank correlation of `(x, y)` pairs (average ranks for ties) and its
+/// two-sided p-value from Student's t with `n - 2` degrees of freedom. `None` with fewer
+/// than 4 pairs or when either side is constant.
+pub fn spearman(pairs: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let n = pairs.len();
+    if n < 4 {
+        return None;
+    }
+    let rx = ranks(&pairs.iter().map(|p| p.0).collect::<Vec<_>>());
+    let ry = ranks(&pairs.iter().map(|p| p.1).collect::<Vec<_>>());
+    let mean = (n as f64 + 1.0) / 2.0;
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in rx.iter().zip(&ry) {
+        sxy += (a - mean) * (b - mean);
+        sxx += (a - mean) * (a - mean);
+        syy += (b - mean) * (b - mean);
+    }
+    if sxx == 0.0 || syy == 0.0 {
+        return None;
+    }
+    let rho = (sxy / (sxx * syy).sqrt()).clamp(-1.0, 1.0);
+    let df = n as f64 - 2.0;
+    let p = if rho.abs() >= 1.0 {
+        0.0
+    } else {
+        let t = rho * (df / (1.0 - rho * rho)).sqrt();
+        let dist = StudentsT::new(0.0, 1.0, df).ok()?;
+        2.0 * (1.0 - dist.cdf(t.abs()))
+    };
+    Some((rho, p))
+}
+
+/// Ranks 1..=n, ties given their average rank.
+fn ranks(values: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
+    let mut out = vec![0.0; values.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && values[order[j + 1]] == values[order[i]] {
+            j += 1;
+        }
+        let rank = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &order[i..=j] {
+            out[k] = rank;
+        }
+        i = j + 1;
+    }
+    out
+}
+
+/// The state-drift warnings of one harnessed benchmark from its timing processes: `first`
+/// holds, per process, the first operations timed one at a time and what the empty
+/// operation costs timed the same way; `kept`, per process, the kept measurements (seconds
+/// per operation) in order.
+///
+/// - A step after the first operation: in every process the first operation is the
+///   dearest (exact rank test, [`first_rank_p_values`]) and the next ones cost at most a
+///   quarter of it, [`STEP_MIN_SECONDS`] less at least.
+/// - A trend within the kept measurements: Spearman's rank correlation of the time per
+///   operation with its index, pooled over the processes, significant at [`DRIFT_ALPHA`],
+///   with the second half of the window [`TREND_MIN_CHANGE`] dearer or cheaper than the first.
+pub fn drift_warnings(bench: &str, first: &[(Vec<f64>, f64)], kept: &[Vec<f64>]) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(w) = first_step(bench, first) {
+        out.push(w);
+    } else if let Some(w) = kept_trend(bench, kept) {
+        out.push(w);
+    }
+    out
+}
+
+fn first_step(bench: &str, first: &[(Vec<f64>, f64)]) -> Option<String> {
+    let n = first.first()?.0.len();
+    if n < 2 || first.iter().any(|(f, _)| f.len() != n) {
+        return None;
+    }
+    let mut ranks_high = Vec::new();
+    let mut ranks_low = Vec::new();
+    let mut dearest = 0;
+    let mut falls = Vec::new();
+    let mut rises = Vec::new();
+    let mut gaps = Vec::new();
+    for (ops, empty) in first {
+        let v: Vec<f64> = ops.iter().map(|t| (t - empty).max(0.0)).collect();
+        let (head, rest) = (v[0], &v[1..]);
+        ranks_high.push(1 + rest.iter().filter(|&&x| x < head).count());
+        if ranks_high.last() == Some(&n) {
+            dearest += 1;
+        }
+        ranks_low.push(n - rest.iter().filter(|&&x| x > head).count());
+        let later = median(rest);
+        falls.push(if head > 0.0 { 1.0 - later / head } else { 0.0 });
+        rises.push(if later > 0.0 { 1.0 - head / later } else { 0.0 });
+        gaps.push(head - later);
+    }
+    let (p_high, _) = first_rank_p_values(&ranks_high, n);
+    let (_, p_low) = first_rank_p_values(&ranks_low, n);
+    let gap = median(&gaps);
+    // Two one-sided tests: each at half the level.
+    if 2.0 * p_high < DRIFT_ALPHA && median(&falls) >= STEP_MIN_FALL && gap >= STEP_MIN_SECONDS {
+        return Some(format!(
+            "`{bench}`: time per operation falls by {:.0}% after the first operation \
+             (the dearest of the first {n} in {dearest} of {} processes, p = {:.2e}): \
+             the operation changes its own input; add `.reset(...)`",
+            median(&falls) * 100.0,
+            first.len(),
+            2.0 * p_high
+        ));
+    }
+    if 2.0 * p_low < DRIFT_ALPHA && median(&rises) >= STEP_MIN_FALL && -gap >= STEP_MIN_SECONDS {
+        return Some(format!(
+            "`{bench}`: time per operation rises by {:.0}% after the first operation \
+             (p = {:.2e}): the operation changes its own input; add `.reset(...)`",
+            (1.0 / (1.0 - median(&rises)) - 1.0) * 100.0,
+            2.0 * p_low
+        ));
+    }
+    None
+}
+
+fn kept_trend(bench: &str, kept: &[Vec<f64>]) -> Option<String> {
+    let pairs: Vec<(f64, f64)> = kept
+        .iter()
+        .flat_map(|k| k.iter().enumerate().map(|(i, &t)| (i as f64, t)))
+        .collect();
+    let (rho, p) = spearman(&pairs)?;
+    if p >= DRIFT_ALPHA {
+        return None;
+    }
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for k in kept {
+        let half = k.len() / 2;
+        a.extend_from_slice(&k[..half]);
+        b.extend_from_slice(&k[k.len() - half..]);
+    }
+    if a.is_empty() {
+        return None;
+    }
+    let (ma, mb) = (
+        a.iter().sum::<f64>() / a.len() as f64,
+        b.iter().sum::<f64>() / b.len() as f64,
+    );
+    if ma <= 0.0 {
+        return None;
+    }
+    let change = mb / ma - 1.0;
+    if change.abs() < TREND_MIN_CHANGE {
+        return None;
+    }
+    Some(format!(
+        "`{bench}`: time per operation {} by {:.0}% over the kept measurements (Spearman's \
+         rho {rho:.2} with the operation's index, p = {p:.2e}): the operation changes its own \
+         input; add `.reset(...)`",
+        if change > 0.0 { "rises" } else { "falls" },
+        change.abs() * 100.0
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_sum_p_values_are_exact() {
+        // One process, 8 operations: the first is the dearest with probability 1/8.
+        let (hi, lo) = first_rank_p_values(&[8], 8);
+        assert!((hi - 0.125).abs() < 1e-12 && (lo - 1.0).abs() < 1e-12);
+        // Three processes, all dearest: (1/8)^3.
+        let (hi, _) = first_rank_p_values(&[8, 8, 8], 8);
+        assert!((hi - 1.0 / 512.0).abs() < 1e-15, "{hi}");
+        // Two processes of 3, sum 5 or more: sums (2,3),(3,2),(3,3) = 3/9.
+        let (hi, lo) = first_rank_p_values(&[2, 3], 3);
+        assert!((hi - 3.0 / 9.0).abs() < 1e-12, "{hi}");
+        // Sum 5 or less: every pair but (3,3): 8/9.
+        assert!((lo - 8.0 / 9.0).abs() < 1e-12, "{lo}");
+        // Many processes: probabilities, no overflow.
+        let (hi, _) = first_rank_p_values(&[4; 400], 8);
+        assert!(hi.is_finite() && hi > 0.9, "{hi}");
+    }
+
+    #[test]
+    fn spearman_matches_scipy() {
+        // scipy.stats.spearmanr([1,2,3,4,5,6], [2,1,4,3,6,5]) -> (0.8285714, 0.0415626)
+        let pairs: Vec<(f64, f64)> = [2.0, 1.0, 4.0, 3.0, 6.0, 5.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &y)| (i as f64 + 1.0, y))
+            .collect();
+        let (rho, p) = spearman(&pairs).unwrap();
+        assert!((rho - 0.8285714285714285).abs() < 1e-12, "{rho}");
+        assert!((p - 0.04156268221574334).abs() < 1e-9, "{p}");
+        // Ties take their average rank: spearmanr([1,1,2,2,3,3], [1,2,3,4,5,6])
+        // -> (0.9561828874675149, 0.0028648...)
+        let pairs: Vec<(f64, f64)> = [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (x, i as f64 + 1.0))
+            .collect();
+        let (rho, _) = spearman(&pairs).unwrap();
+        assert!((rho - 0.9561828874675149).abs() < 1e-12, "{rho}");
+        assert_eq!(
+            spearman(&[(1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (4.0, 1.0)]),
+            None
+        );
+    }
+
+    fn sorted_in_place(processes: usize) -> Vec<(Vec<f64>, f64)> {
+        (0..processes)
+            .map(|p| {
+                let mut ops = vec![5e-3];
+                ops.extend((1..8).map(|i| 60e-6 + (i * 7 + p) as f64 % 5.0 * 1e-6));
+                (ops, 30e-9)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_operation_that_sorts_its_input_is_caught_at_the_first_step() {
+        let w = drift_warnings("list/sort", &sorted_in_place(3), &[]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with(
+                "`list/sort`: time per operation falls by 99% after the first operation"
+            ) && w[0].ends_with("add `.reset(...)`"),
+            "{w:?}"
+        );
+        // Two processes cannot reach the level: (1/8)^2 * 2 = 0.031.
+        assert!(drift_warnings("list/sort", &sorted_in_place(2), &[]).is_empty());
+    }
+
+    #[test]
+    fn a_cold_first_call_is_not_a_drift() {
+        // First operation 3 us dearer (cold caches) of a 1 us operation: a large fraction,
+        // a small time.
+        let first: Vec<(Vec<f64>, f64)> = (0..5)
+            .map(|_| {
+                let mut ops = vec![4e-6];
+                ops.extend([1.0e-6, 1.1e-6, 0.9e-6, 1.0e-6, 1.05e-6, 0.95e-6, 1.0e-6]);
+                (ops, 30e-9)
+            })
+            .collect();
+        assert!(drift_warnings("b", &first, &[]).is_empty());
+        // Stationary kept measurements: no trend.
+        let kept: Vec<Vec<f64>> = (0..5)
+            .map(|p| {
+                (0..10)
+                    .map(|i| 1e-6 * (1.0 + ((i * 3 + p) % 7) as f64 * 0.01))
+                    .collect()
+            })
+            .collect();
+        assert!(drift_warnings("b", &[], &kept).is_empty(), "{kept:?}");
+    }
+
+    #[test]
+    fn a_rising_trend_in_the_kept_measurements_is_caught() {
+        // A vector that grows without a reset: each operation dearer than the last.
+        let kept: Vec<Vec<f64>> = (0..5)
+            .map(|p| {
+                (0..10)
+                    .map(|i| 1e-6 * (1.0 + 0.1 * i as f64) + p as f64 * 1e-9)
+                    .collect()
+            })
+            .collect();
+        let w = drift_warnings("vec/grow", &[], &kept);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("rises by"), "{w:?}");
+    }
+
+    fn metric(id: &str, unit: Unit, exact: bool, samples: &[f64]) -> MetricResult {
+        let mut m = metric_result(
+            id.into(),
+            unit,
+            "test".into(),
+            exact,
+            samples.to_vec(),
+            Vec::new(),
+            0.95,
+        );
+        m.group = "g".into();
+        m
+    }
+
+    fn report(metrics: Vec<MetricResult>) -> Report {
+        Report {
+            schema_version: 1,
+            tool_version: "t".into(),
+            conditions: sbs_reports::model::Conditions {
+                runs: 3,
+                warmup: 0,
+                aslr_disabled: true,
+                pinned_cpus: Vec::new(),
+                clean_env: false,
+            },
+            benchmarks: vec![BenchmarkResult {
+                name: "vec/sum".into(),
+                command: Vec::new(),
+                metrics,
+                warnings: Vec::new(),
+            }],
+            from_history: None,
+        }
+    }
+
+    #[test]
+    fn calibration_subtracts_the_empty_operation_run_by_run() {
+        let mut r = report(vec![
+            metric("time.op", Unit::Seconds, false, &[10e-9, 11e-9, 12e-9]),
+            metric("time.op.empty", Unit::Seconds, false, &[1e-9, 1e-9, 2e-9]),
+            metric("counter.instructions/op", Unit::Count, true, &[1003.0; 3]),
+            metric(
+                "counter.instructions/op.empty",
+                Unit::Count,
+                true,
+                &[3.0; 3],
+            ),
+        ]);
+        calibrate(&mut r, 0.95);
+        let ids: Vec<&str> = r.benchmarks[0]
+            .metrics
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                "time.op",
+                "time.op.empty",
+                "time.op.calibrated",
+                "counter.instructions/op",
+                "counter.instructions/op.empty",
+                "counter.instructions/op.calibrated"
+            ]
+        );
+        let t = &r.benchmarks[0].metrics[2];
+        assert_eq!(t.samples.len(), 3);
+        assert!((t.summary.mean - 9.666666666666666e-9).abs() < 1e-18);
+        assert_eq!(t.distinguishable, Some(true));
+        let i = &r.benchmarks[0].metrics[5];
+        assert_eq!(
+            (i.summary.mean, i.exact, i.distinguishable),
+            (1000.0, true, Some(true))
+        );
+        dead_work(&mut r);
+        assert!(r.benchmarks[0].warnings.is_empty());
+    }
+
+    #[test]
+    fn an_operation_that_costs_what_the_empty_one_does_is_dead_work() {
+        let mut r = report(vec![
+            metric("time.op", Unit::Seconds, false, &[1.0e-9, 1.2e-9, 0.9e-9]),
+            metric(
+                "time.op.empty",
+                Unit::Seconds,
+                false,
+                &[1.1e-9, 1.0e-9, 1.0e-9],
+            ),
+            metric("counter.instructions/op", Unit::Count, true, &[5.0; 3]),
+            metric(
+                "counter.instructions/op.empty",
+                Unit::Count,
+                true,
+                &[3.0; 3],
+            ),
+        ]);
+        calibrate(&mut r, 0.95);
+        dead_work(&mut r);
+        assert_eq!(
+            r.benchmarks[0].warnings,
+            [
+                "`vec/sum`: the operation costs what an empty one does (5 instructions/op); its \
+             result is probably unused or computed at compile time: return it or pass it to \
+             `black_box`"
+            ]
+        );
+        // By time alone, when no instruction was counted.
+        let mut r = report(vec![
+            metric("time.op", Unit::Seconds, false, &[1.0e-9, 1.2e-9, 0.9e-9]),
+            metric(
+                "time.op.empty",
+                Unit::Seconds,
+                false,
+                &[1.1e-9, 1.0e-9, 1.0e-9],
+            ),
+        ]);
+        calibrate(&mut r, 0.95);
+        assert_eq!(r.benchmarks[0].metrics[2].distinguishable, Some(false));
+        dead_work(&mut r);
+        assert!(
+            r.benchmarks[0].warnings[0].contains("(1.033 ns/op)"),
+            "{:?}",
+            r.benchmarks[0].warnings
+        );
+    }
+}
