@@ -1,0 +1,246 @@
+//! Benchmarks that measure the wrong thing: the calibration against the empty operation,
+//! and the warnings for a discarded result, a constant input and state sorted in place
+//! (`examples/pitfalls-bench`, built in release mode by `sbs-profile --bench`), each given
+//! once and only for its benchmark, while the bundled example runs clean.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sbs_skip::{skip, Need};
+use util::{samples, sbs};
+
+const FIXTURE: &str = fixture!("harness_fixture");
+
+/// The pitfall warnings (not the harness's other warnings, such as an unsteady process).
+const PITFALLS: [&str; 4] = [
+    "costs what an empty one does",
+    "after the first operation",
+    "over the kept measurements",
+    "may be folded",
+];
+
+fn valgrind_installed() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Run `sbs-profile ARGS` in example `dir`, building with cargo into a target directory of
+/// the tests' own (shared with the harness tests, so the release build of the harness's
+/// dependencies is made once).
+fn in_example(dir: &str, args: &[&str]) -> util::Finished {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(dir);
+    let target: PathBuf = PathBuf::from(FIXTURE)
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("sbs-bench-test");
+    let output = Command::new(util::sbs_profile())
+        .args(args)
+        .current_dir(&example)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("spawn sbs-profile");
+    util::Finished {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        output,
+    }
+}
+
+fn bench<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["benchmarks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .unwrap_or_else(|| panic!("no benchmark {name} in {report:#}"))
+}
+
+fn metric_of<'a>(bench: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    bench["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("no metric {id} in {bench:#}"))
+}
+
+/// The pitfall warnings of benchmark `name`.
+fn pitfall_warnings(report: &serde_json::Value, name: &str) -> Vec<String> {
+    bench(report, name)["warnings"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .filter_map(|w| w.as_str())
+                .filter(|w| PITFALLS.iter().any(|p| w.contains(p)))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn each_pitfall_is_warned_about_once_and_only_for_its_benchmark() {
+    if !valgrind_installed() {
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
+        return;
+    }
+    let html = tempfile::NamedTempFile::new().unwrap();
+    let html_path = html.path().to_str().unwrap().to_string();
+    let out = in_example(
+        "pitfalls-bench",
+        &[
+            "--bench",
+            "pitfalls",
+            "--instructions",
+            "valgrind",
+            "--runs",
+            "3",
+            "--ops",
+            "3",
+            "-f",
+            "json",
+            "--html",
+            &html_path,
+        ],
+    )
+    .success();
+    let report = out.json();
+    // The calibration: the empty operation's instructions, the same for every benchmark
+    // (same loop, same region markers), exact, and small.
+    let empty = samples(metric_of(
+        bench(&report, "vec/sum"),
+        "counter.instructions/op.empty",
+    ));
+    out.check(
+        empty.len() == 3 && empty.iter().all(|&e| e == empty[0] && e > 0.0 && e < 100.0),
+        &format!("the empty operation's count: {empty:?}"),
+    );
+    for name in ["vec/sum", "vec/sum-unused", "vec/sum-constant", "list/sort"] {
+        let b = bench(&report, name);
+        let raw = samples(metric_of(b, "counter.instructions/op"));
+        let e = samples(metric_of(b, "counter.instructions/op.empty"));
+        let calibrated = metric_of(b, "counter.instructions/op.calibrated");
+        out.check(
+            e == empty,
+            &format!("{name}: the same empty operation: {e:?}"),
+        );
+        let expected: Vec<f64> = raw.iter().zip(&e).map(|(r, e)| r - e).collect();
+        out.check(
+            samples(calibrated) == expected,
+            &format!("{name}: calibrated = raw - empty, run by run"),
+        );
+        out.check(
+            calibrated["distinguishable"] == (name != "vec/sum-unused"),
+            &format!("{name}: {calibrated:#}"),
+        );
+        let t = samples(metric_of(b, "time.op.empty"));
+        out.check(
+            t.len() == 3 && t.iter().all(|&t| t > 0.0 && t < 1e-6),
+            &format!("{name}: the empty operation's time: {t:?}"),
+        );
+    }
+    // vec/sum adds 10,000 values: far more than the empty operation.
+    let sum = samples(metric_of(
+        bench(&report, "vec/sum"),
+        "counter.instructions/op.calibrated",
+    ));
+    out.check(sum[0] > 10_000.0, &format!("vec/sum: {sum:?}"));
+    // The discarded result: dead work, said once, with the count.
+    let dead = pitfall_warnings(&report, "vec/sum-unused");
+    out.check(
+        dead.len() == 1
+            && dead[0].starts_with(&format!(
+                "`vec/sum-unused`: the operation costs what an empty one does ({} \
+                 instructions/op); its result is probably unused",
+                empty[0]
+            )),
+        &format!("the dead-work warning: {dead:?}"),
+    );
+    // The vector sorted in place: its first operation sorts, the later ones do not.
+    let sort = pitfall_warnings(&report, "list/sort");
+    out.check(
+        sort.len() == 1
+            && sort[0].starts_with("`list/sort`: time per operation falls by ")
+            && sort[0].contains("after the first operation")
+            && sort[0].ends_with("add `.reset(...)`"),
+        &format!("the drift warning: {sort:?}"),
+    );
+    out.check(
+        pitfall_warnings(&report, "vec/sum").is_empty(),
+        "vec/sum does it right: no pitfall warning",
+    );
+    // Every format gets the warnings: the HTML page too.
+    let page = std::fs::read_to_string(html.path()).unwrap();
+    out.check(
+        page.contains("warning: `vec/sum-unused`: the operation costs what an empty one does")
+            && page.contains("indistinguishable from 0"),
+        "the HTML page carries the warning and the calibration",
+    );
+}
+
+#[test]
+fn the_bundled_example_runs_clean() {
+    let mut args = vec![
+        "--bench",
+        "wordfreq",
+        "--runs",
+        "3",
+        "--ops",
+        "2",
+        "--param",
+        "words=20000",
+        "-f",
+        "json",
+    ];
+    let valgrind = valgrind_installed();
+    if valgrind {
+        args.extend(["--instructions", "valgrind"]);
+    }
+    let out = in_example("wordfreq-bench", &args).success();
+    let report = out.json();
+    for name in ["wordfreq/count", "wordfreq/top"] {
+        let w = pitfall_warnings(&report, name);
+        out.check(w.is_empty(), &format!("{name}: no pitfall warning: {w:?}"));
+        let b = bench(&report, name);
+        out.check(
+            metric_of(b, "time.op.calibrated")["distinguishable"] == true,
+            &format!("{name}: its time is told from the empty operation's"),
+        );
+        if valgrind {
+            out.check(
+                metric_of(b, "counter.instructions/op.calibrated")["distinguishable"] == true,
+                &format!("{name}: its instructions are told from the empty operation's"),
+            );
+        }
+    }
+    if !valgrind {
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed: the example's instructions were not checked"
+        );
+    }
+}
+
+/// The text report shows the calibration rows, and a calibrated time that cannot be told
+/// from zero as such (the fixture's debug build keeps its operations, so this checks the
+/// rows, not the verdict).
+#[test]
+fn the_text_report_shows_the_calibration() {
+    let out = sbs(["--harness", "--runs", "2", "--", FIXTURE, "spin"]).success();
+    let text = out.stdout();
+    for row in ["time.op ", "time.op.empty ", "time.op.calibrated "] {
+        out.check(
+            text.lines().any(|l| l.trim_start().starts_with(row)),
+            &format!("a `{}` row", row.trim()),
+        );
+    }
+}
