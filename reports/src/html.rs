@@ -353,6 +353,9 @@ impl Render for Html {
             }
             page.push_str("</ul>\n");
         }
+        if let Some(w) = report.warnings_summary() {
+            let _ = writeln!(page, "<p class=warning>{}</p>", escape(&w));
+        }
         let mut anovas = crate::verdicts::Written::default();
         for b in &report.benchmarks {
             let _ = writeln!(page, "<section><h2>{}</h2>", escape(&b.name));

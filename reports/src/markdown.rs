@@ -142,9 +142,13 @@ impl Render for Markdown {
             }
         }
         let c = &report.conditions;
+        let warnings = report
+            .warnings_summary()
+            .map(|w| format!(", {w}"))
+            .unwrap_or_default();
         writeln!(
             out,
-            "\n<sub>sbs-profile {}: {} runs per group, {} regression{}; smaller is better.</sub>",
+            "\n<sub>sbs-profile {}: {} runs per group, {} regression{}{warnings}; smaller is better.</sub>",
             report.tool_version,
             c.runs,
             regressed,

@@ -351,6 +351,26 @@ impl SpeedRatio {
     }
 }
 
+impl Report {
+    /// Warnings over all benchmarks: what the summary line of each format counts, and what
+    /// `--strict` fails on.
+    pub fn warning_count(&self) -> usize {
+        self.benchmarks.iter().map(|b| b.warnings.len()).sum()
+    }
+
+    /// The summary line of the warnings, e.g. `3 warnings in 2 benchmarks`; `None` without.
+    pub fn warnings_summary(&self) -> Option<String> {
+        let n = self.warning_count();
+        let k = self
+            .benchmarks
+            .iter()
+            .filter(|b| !b.warnings.is_empty())
+            .count();
+        let s = |n: usize| if n == 1 { "" } else { "s" };
+        (n > 0).then(|| format!("{n} warning{} in {k} benchmark{}", s(n), s(k)))
+    }
+}
+
 /// What a comparison concluded about one metric. For every metric, smaller is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

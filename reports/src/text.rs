@@ -220,8 +220,12 @@ impl Render for Text {
             Some(dir) => writeln!(
                 out,
                 "\nrendered from the history in {dir}: latest entry of each benchmark against the ones before"
-            ),
-            None => writeln!(out, "\n{}", conditions_line(&report.conditions, confidence)),
+            )?,
+            None => writeln!(out, "\n{}", conditions_line(&report.conditions, confidence))?,
+        }
+        match report.warnings_summary() {
+            Some(line) => writeln!(out, "{line}"),
+            None => Ok(()),
         }
     }
 }

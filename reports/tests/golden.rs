@@ -303,3 +303,54 @@ fn text_folds_breakdown_lines_that_are_always_zero() {
     sbs_reports::json::Json.render(&r, &mut json).unwrap();
     assert!(String::from_utf8(json).unwrap().contains("never::called"));
 }
+
+#[test]
+fn a_calibrated_value_indistinguishable_from_zero_and_the_warnings_summary() {
+    let mut r = report();
+    let mut zero = metric(
+        "time.op.calibrated",
+        Unit::Seconds,
+        "harness",
+        false,
+        &[1e-10, -2e-10, 0.5e-10],
+        Some((-4e-10, 3e-10)),
+    );
+    zero.distinguishable = Some(false);
+    r.benchmarks[0].metrics.push(zero);
+    r.benchmarks[0].warnings = vec!["`b`: dead".into(), "`b`: drift".into()];
+    let text = {
+        let mut buf = Vec::new();
+        sbs_reports::text::Text { color: false }
+            .render(&r, &mut buf)
+            .unwrap();
+        String::from_utf8(buf).unwrap()
+    };
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("time.op.calibrated"))
+        .unwrap();
+    assert!(
+        row.contains("≈ 0") && row.contains("indistinguishable from 0") && !row.contains("e-"),
+        "{row}"
+    );
+    assert_eq!(
+        text.lines().last(),
+        Some("2 warnings in 1 benchmark"),
+        "{text}"
+    );
+    let mut buf = Vec::new();
+    sbs_reports::markdown::Markdown
+        .render(&r, &mut buf)
+        .unwrap();
+    let md = String::from_utf8(buf).unwrap();
+    assert!(md.contains("≈ 0 (indistinguishable from 0)"), "{md}");
+    assert!(
+        md.contains(", 2 warnings in 1 benchmark; smaller is better"),
+        "{md}"
+    );
+    let mut buf = Vec::new();
+    sbs_reports::html::Html.render(&r, &mut buf).unwrap();
+    let page = String::from_utf8(buf).unwrap();
+    assert!(page.contains("<p class=warning>2 warnings in 1 benchmark</p>"));
+    assert!(page.contains("<td>≈ 0</td><td>indistinguishable from 0</td>"));
+}

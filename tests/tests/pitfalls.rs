@@ -18,7 +18,7 @@ const PITFALLS: [&str; 4] = [
     "costs what an empty one does",
     "after the first operation",
     "over the kept measurements",
-    "may be folded",
+    "may be folded as a constant",
 ];
 
 fn valgrind_installed() -> bool {
@@ -149,11 +149,14 @@ fn each_pitfall_is_warned_about_once_and_only_for_its_benchmark() {
         );
     }
     // vec/sum adds 10,000 values: far more than the empty operation.
-    let sum = samples(metric_of(
+    let calibrated = samples(metric_of(
         bench(&report, "vec/sum"),
         "counter.instructions/op.calibrated",
     ));
-    out.check(sum[0] > 10_000.0, &format!("vec/sum: {sum:?}"));
+    out.check(
+        calibrated[0] > 10_000.0,
+        &format!("vec/sum: {calibrated:?}"),
+    );
     // The discarded result: dead work, said once, with the count.
     let dead = pitfall_warnings(&report, "vec/sum-unused");
     out.check(
@@ -173,6 +176,33 @@ fn each_pitfall_is_warned_about_once_and_only_for_its_benchmark() {
             && sort[0].contains("after the first operation")
             && sort[0].ends_with("add `.reset(...)`"),
         &format!("the drift warning: {sort:?}"),
+    );
+    // The constant input: the same count at n = 10,000 and at twice that.
+    let constant = pitfall_warnings(&report, "vec/sum-constant");
+    out.check(
+        constant.len() == 1
+            && constant[0].starts_with(
+                "`vec/sum-constant`: per-op instructions do not change when size parameter `n` \
+                 doubles",
+            ),
+        &format!("the constant-input warning: {constant:?}"),
+    );
+    let at_double = |name: &str, probe: &str| {
+        samples(metric_of(
+            bench(&report, name),
+            &format!("counter.instructions/op@{probe}"),
+        ))
+    };
+    let sum = samples(metric_of(
+        bench(&report, "vec/sum"),
+        "counter.instructions/op",
+    ));
+    let sum2 = at_double("vec/sum", "n=20000");
+    out.check(
+        sum2.iter()
+            .zip(&sum)
+            .all(|(b, a)| b / a > 1.9 && b / a < 2.1),
+        &format!("vec/sum counts twice the work at n=20000: {sum2:?} vs {sum:?}"),
     );
     out.check(
         pitfall_warnings(&report, "vec/sum").is_empty(),
@@ -243,4 +273,70 @@ fn the_text_report_shows_the_calibration() {
             &format!("a `{}` row", row.trim()),
         );
     }
+}
+
+/// Arguments that make the fixture's `spin` warn in every run: a CoV threshold no timing
+/// reaches, under a cap of 20 measurements, so no process reaches steady state.
+fn unsteady_spin(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec![
+        "--harness",
+        "--runs",
+        "2",
+        "--harness-arg=--cov=1e-12",
+        "--harness-arg=--max-iterations=20",
+    ];
+    args.extend(extra);
+    args.extend(["--", FIXTURE, "spin"]);
+    args
+}
+
+/// The summary line counts the warnings in every format, and `--strict` turns them into
+/// exit code 2 once the report is written.
+#[test]
+fn warnings_are_counted_and_strict_fails_on_them() {
+    let out = sbs(unsteady_spin(&[])).success();
+    let text = out.stdout();
+    let last = text.lines().last().unwrap_or_default().to_string();
+    out.check(
+        last.ends_with(" in 1 benchmark") && last.contains(" warning"),
+        &format!("the summary line: {last:?}"),
+    );
+    out.check(
+        text.contains("warning: time.op: no steady state in "),
+        "the warning itself",
+    );
+    let out = sbs(unsteady_spin(&["-f", "markdown"])).success();
+    out.check(
+        out.stdout()
+            .contains(" in 1 benchmark; smaller is better.</sub>"),
+        "the Markdown footer counts them",
+    );
+    let out = sbs(unsteady_spin(&["-f", "csv"])).success();
+    out.check(
+        out.stderr()
+            .contains("sbs-profile: warning (spin): time.op: no steady state"),
+        "CSV has no place for them: stderr",
+    );
+    let out = sbs(unsteady_spin(&["--strict", "-f", "json"])).fails_with(2, "and --strict");
+    // The report was written all the same.
+    let report = out.json();
+    out.check(
+        !report["benchmarks"][0]["warnings"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "the JSON report is on stdout with its warnings",
+    );
+    // Without warnings (a fixed warm-up cannot fail to reach steady state), --strict passes.
+    sbs([
+        "--harness",
+        "--runs",
+        "2",
+        "--strict",
+        "--harness-arg=--warmup=3",
+        "--",
+        FIXTURE,
+        "spin",
+    ])
+    .success();
 }

@@ -28,6 +28,9 @@ pub const ENV_OPS: &str = "SBS_HARNESS_OPS";
 /// the benchmark's (same state, set-up, reset, loop and region markers): what the harness
 /// itself costs per operation (the calibration).
 pub const ENV_EMPTY: &str = "SBS_HARNESS_EMPTY";
+/// Env var: parameter overrides, `KEY=VALUE` pairs separated by commas, applied after
+/// the command line's `--param`s: how the collector runs a benchmark at a second size.
+pub const ENV_PARAMS: &str = "SBS_HARNESS_PARAMS";
 /// Time the operation.
 pub const MODE_TIME: &str = "time";
 /// Count inside the measured region.
@@ -46,7 +49,9 @@ pub const REGION_SOCKET_ENVS: [(&str, i32); 2] = [REGION_SOCKET_UPROBES, REGION_
 /// harness toggles collection around each operation.
 pub const ENV_REGION_CALLGRIND: &str = "SBS_REGION_CALLGRIND";
 
-/// Command-line flag of a harness binary: list the benchmarks, one per line.
+/// Command-line flag of a harness binary: list the benchmarks, one per line:
+/// `NAME<TAB>KEY=DEFAULT,...<TAB>SIZE,...`, the last field naming the size parameters
+/// (those the operation's cost must depend on).
 pub const ARG_LIST: &str = "--list";
 /// Command-line flag of a harness binary: run this one benchmark in this process.
 pub const ARG_RUN: &str = "--sbs-run";

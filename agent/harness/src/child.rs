@@ -281,7 +281,13 @@ pub(crate) fn count<S, R, Z: FnMut(&mut S) + ?Sized>(
 
 /// `--sbs-run NAME`: run one benchmark as the env vars ask and write its records.
 pub(crate) fn run_child(bench: &mut dyn Runnable, options: &Options) -> Result<(), HarnessError> {
-    let params = Params::resolve(bench.name(), bench.defaults(), &options.params);
+    let mut overrides = options.params.clone();
+    if let Ok(extra) = std::env::var(proto::ENV_PARAMS) {
+        for pair in extra.split(',').filter(|p| !p.trim().is_empty()) {
+            overrides.push(crate::params::parse_assignment(pair)?);
+        }
+    }
+    let params = Params::resolve(bench.name(), bench.defaults(), &overrides);
     let mode = std::env::var(proto::ENV_MODE).unwrap_or_else(|_| proto::MODE_TIME.into());
     let mut records: Vec<(&'static str, f64)> = Vec::new();
     match mode.as_str() {

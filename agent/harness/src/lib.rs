@@ -61,6 +61,7 @@ use options::Action;
 trait Runnable {
     fn name(&self) -> &str;
     fn defaults(&self) -> &[(String, String)];
+    fn sizes(&self) -> &[String];
     fn time(
         &mut self,
         params: &Params,
@@ -82,6 +83,7 @@ type Reset<S> = Option<Box<dyn FnMut(&mut S)>>;
 struct Bench<S, R, F: FnMut(&mut S) -> R> {
     name: String,
     defaults: Vec<(String, String)>,
+    sizes: Vec<String>,
     setup: Setup<S>,
     reset: Reset<S>,
     op: F,
@@ -94,6 +96,10 @@ impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<S, R, F> {
 
     fn defaults(&self) -> &[(String, String)] {
         &self.defaults
+    }
+
+    fn sizes(&self) -> &[String] {
+        &self.sizes
     }
 
     fn time(
@@ -138,6 +144,7 @@ pub struct BenchBuilder<'a, S> {
     suite: &'a mut Suite,
     name: String,
     defaults: Vec<(String, String)>,
+    sizes: Vec<String>,
     setup: Setup<S>,
     reset: Reset<S>,
 }
@@ -149,6 +156,17 @@ impl<S: 'static> BenchBuilder<'_, S> {
         self.defaults.retain(|(k, _)| k != key);
         self.defaults.push((key.to_string(), default.to_string()));
         self
+    }
+
+    /// Declare a *size* parameter: one the operation's cost must depend on (the length of
+    /// the input the set-up builds from it). Otherwise like [`BenchBuilder::param`];
+    /// `sbs-profile` also counts the operation's instructions at twice the size and warns
+    /// when they do not change (an input folded as a constant, or ignored).
+    pub fn size(mut self, key: &str, default: u64) -> Self {
+        if !self.sizes.iter().any(|k| k == key) {
+            self.sizes.push(key.to_string());
+        }
+        self.param(key, default)
     }
 
     /// Restore what the operation mutates, between operations and outside the measured
@@ -164,6 +182,7 @@ impl<S: 'static> BenchBuilder<'_, S> {
         self.suite.benches.push(Box::new(Bench {
             name: self.name,
             defaults: self.defaults,
+            sizes: self.sizes,
             setup: self.setup,
             reset: self.reset,
             op,
@@ -188,6 +207,7 @@ impl Suite {
             suite: self,
             name: name.to_string(),
             defaults: Vec::new(),
+            sizes: Vec::new(),
             setup: Box::new(setup),
             reset: None,
         }
@@ -233,7 +253,13 @@ impl Suite {
             Action::List => {
                 let mut out = std::io::stdout().lock();
                 for b in self.benches.iter().filter(|b| options.selects(b.name())) {
-                    let _ = writeln!(out, "{}\t{}", b.name(), params::describe(b.defaults()));
+                    let _ = writeln!(
+                        out,
+                        "{}\t{}\t{}",
+                        b.name(),
+                        params::describe(b.defaults()),
+                        b.sizes().join(",")
+                    );
                 }
                 Ok(())
             }

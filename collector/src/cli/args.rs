@@ -331,6 +331,12 @@ pub struct RunArgs {
     #[command(flatten)]
     pub regression: RegressionArgs,
 
+    /// Exit with code 2 when the report has warnings (a harnessed benchmark that measures
+    /// nothing, a constant input, state that drifts, probes that could not be placed...),
+    /// once the report is written and the history saved: for CI.
+    #[arg(long)]
+    pub strict: bool,
+
     /// Count calls of the functions a PATTERN names, through uprobes (repeatable; needs
     /// root). Exact, across threads and child processes; these runs carry no timing.
     ///

@@ -10,7 +10,7 @@ use crate::judge::growth::fit_scans;
 use crate::judge::pitfalls;
 use crate::judge::regression::{Mode, Regression};
 use crate::output::{Sinks, Unwritten};
-use crate::plan::{self, Request, Target};
+use crate::plan::{self, Format, Request, Target};
 use crate::run::runner::Cancel;
 use crate::run::scheduler::execute;
 
@@ -51,6 +51,7 @@ pub(super) fn measure(
     // Harnessed benchmarks: raw minus the empty operation, and what that says about them.
     pitfalls::calibrate(&mut report, plan.schedule.confidence);
     pitfalls::dead_work(&mut report);
+    pitfalls::constant_inputs(&mut report);
     let regressions = regression.apply(&references, &mut report)?;
     fit_scans(&mut report);
     // Save first, then write every report that can be written: a failing destination
@@ -67,6 +68,19 @@ pub(super) fn measure(
     // measurements are safe.
     if let Err(e) = regression.check_threshold_names(&report) {
         failures.push(e);
+    }
+    // The numbers-only formats have no place for warnings: they go to stderr.
+    if matches!(plan.destinations.format, Format::Csv | Format::Bmf) {
+        for b in &report.benchmarks {
+            for w in &b.warnings {
+                eprintln!("sbs-profile: warning ({}): {w}", b.name);
+            }
+        }
+    }
+    if let (true, Some(summary)) = (args.strict, report.warnings_summary()) {
+        failures.push(anyhow::anyhow!(
+            "{summary} and --strict: fix what they say, or drop --strict to let them pass"
+        ));
     }
     if failures.is_empty() {
         Ok(code)

@@ -16,6 +16,12 @@ pub const EMPTY: &str = ".empty";
 /// Suffix of a calibrated per-operation metric: the raw one minus the empty one, run by run.
 pub const CALIBRATED: &str = ".calibrated";
 
+/// Separates a metric id from the size probe it was counted at
+/// (`counter.instructions/op@n=20000`).
+pub const AT: &str = "@";
+/// The per-operation instruction count, the one metric counted at each size probe.
+pub const INSTRUCTIONS_PER_OP: &str = "counter.instructions/op";
+
 /// An exact per-operation count (instructions under valgrind) this close to the empty
 /// operation's is the same cost: the two closures compile to loops that differ by a few
 /// register moves, so an operation the optimizer deleted can differ from the empty one by
@@ -171,6 +177,50 @@ fn dead_work_warning(bench: &BenchmarkResult) -> Option<String> {
          unused or computed at compile time: return it or pass it to `black_box`",
         bench.name
     ))
+}
+
+/// The constant-input warning of each benchmark whose per-operation instructions are the
+/// same at a size probe (a size parameter doubled) as at its own size: within
+/// [`EXACT_JITTER`] for exact counts, within 1% for measured ones. Not for a benchmark that
+/// is dead work already (an empty operation does not change with anything either).
+pub fn constant_inputs(report: &mut Report) {
+    for bench in &mut report.benchmarks {
+        if dead_work_warning(bench).is_some() {
+            continue;
+        }
+        let Some(base) = bench.metrics.iter().find(|m| m.id == INSTRUCTIONS_PER_OP) else {
+            continue;
+        };
+        let prefix = format!("{INSTRUCTIONS_PER_OP}{AT}");
+        let mut warnings = Vec::new();
+        for probe in &bench.metrics {
+            let Some(at) = probe.id.strip_prefix(&prefix) else {
+                continue;
+            };
+            let (a, b) = (base.summary.mean, probe.summary.mean);
+            let exact =
+                base.exact && probe.exact && base.summary.sd == 0.0 && probe.summary.sd == 0.0;
+            let same = if exact {
+                (a - b).abs() <= EXACT_JITTER
+            } else {
+                (a - b).abs() <= 0.01 * a.abs()
+            };
+            if !same {
+                continue;
+            }
+            let key = at.split_once('=').map_or(at, |(k, _)| k);
+            warnings.push(format!(
+                "`{}`: per-op instructions do not change when size parameter `{key}` doubles \
+                 ({} instructions/op, and {} at {at}): the input may be folded as a constant, \
+                 or the operation ignores `{key}`; build its input from the state the set-up \
+                 makes of `{key}` and pass it through `black_box`",
+                bench.name,
+                human::count(a),
+                human::count(b)
+            ));
+        }
+        bench.warnings.extend(warnings);
+    }
 }
 
 /// Median of `values` (which must not be empty); NaN-free input assumed.
@@ -518,6 +568,70 @@ mod tests {
             }],
             from_history: None,
         }
+    }
+
+    #[test]
+    fn the_same_instructions_at_twice_the_size_is_a_constant_input() {
+        let mut r = report(vec![
+            metric("counter.instructions/op", Unit::Count, true, &[7203.0; 3]),
+            metric(
+                "counter.instructions/op.empty",
+                Unit::Count,
+                true,
+                &[10.0; 3],
+            ),
+            metric(
+                "counter.instructions/op@n=20000",
+                Unit::Count,
+                true,
+                &[7203.0; 3],
+            ),
+        ]);
+        calibrate(&mut r, 0.95);
+        dead_work(&mut r);
+        constant_inputs(&mut r);
+        assert_eq!(
+            r.benchmarks[0].warnings,
+            [
+                "`vec/sum`: per-op instructions do not change when size parameter `n` doubles \
+              (7,203 instructions/op, and 7,203 at n=20000): the input may be folded as a \
+              constant, or the operation ignores `n`; build its input from the state the \
+              set-up makes of `n` and pass it through `black_box`"
+            ]
+        );
+        // A count that grows with the size: no warning.
+        let mut r = report(vec![
+            metric("counter.instructions/op", Unit::Count, true, &[7203.0; 3]),
+            metric(
+                "counter.instructions/op@n=20000",
+                Unit::Count,
+                true,
+                &[14_403.0; 3],
+            ),
+        ]);
+        constant_inputs(&mut r);
+        assert!(r.benchmarks[0].warnings.is_empty());
+        // Dead work does not change with the size either: one warning, the dead-work one.
+        let mut r = report(vec![
+            metric("counter.instructions/op", Unit::Count, true, &[10.0; 3]),
+            metric(
+                "counter.instructions/op.empty",
+                Unit::Count,
+                true,
+                &[10.0; 3],
+            ),
+            metric(
+                "counter.instructions/op@n=20000",
+                Unit::Count,
+                true,
+                &[10.0; 3],
+            ),
+        ]);
+        calibrate(&mut r, 0.95);
+        dead_work(&mut r);
+        constant_inputs(&mut r);
+        assert_eq!(r.benchmarks[0].warnings.len(), 1);
+        assert!(r.benchmarks[0].warnings[0].contains("costs what an empty one does"));
     }
 
     #[test]

@@ -19,17 +19,53 @@ pub struct Listed {
     pub name: String,
     /// Its default parameters, `key=value,...`.
     pub params: String,
+    /// Its size parameters: those the operation's cost must depend on.
+    pub sizes: Vec<String>,
 }
 
-/// Parse `--list` output: `NAME<TAB>PARAMS` per line.
+impl Listed {
+    /// The size probes of this benchmark with parameter overrides `params`: each size
+    /// parameter doubled from its effective value (`KEY=VALUE`), for the constant-input
+    /// check. A size whose value is not a whole number has none.
+    pub fn size_probes(&self, params: &[String]) -> Vec<String> {
+        self.sizes
+            .iter()
+            .filter_map(|key| {
+                let overridden = params.iter().rev().find_map(|p| {
+                    p.split_once('=')
+                        .filter(|(k, _)| k.trim() == key)
+                        .map(|(_, v)| v.trim())
+                });
+                let default = self.params.split(',').find_map(|kv| {
+                    kv.split_once('=')
+                        .filter(|(k, _)| k == key)
+                        .map(|(_, v)| v.trim())
+                });
+                let value: u64 = overridden.or(default)?.parse().ok()?;
+                Some(format!("{key}={}", value.saturating_mul(2).max(1)))
+            })
+            .collect()
+    }
+}
+
+/// Parse `--list` output: `NAME<TAB>PARAMS<TAB>SIZES` per line (the last two optional).
 pub fn parse_list(text: &str) -> Vec<Listed> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
-            let (name, params) = l.split_once('\t').unwrap_or((l, ""));
+            let mut fields = l.split('\t');
+            let name = fields.next().unwrap_or_default();
+            let params = fields.next().unwrap_or_default();
+            let sizes = fields.next().unwrap_or_default();
             Listed {
                 name: name.to_string(),
                 params: params.trim().to_string(),
+                sizes: sizes
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
             }
         })
         .collect()
@@ -196,11 +232,22 @@ mod tests {
 
     #[test]
     fn list_lines() {
-        let l = parse_list("a/b\tn=1,k=2\nplain\n\n");
+        let l = parse_list("a/b\tn=1,k=2\tn\nplain\n\n");
         assert_eq!(l.len(), 2);
         assert_eq!(l[0].name, "a/b");
         assert_eq!(l[0].params, "n=1,k=2");
+        assert_eq!(l[0].sizes, ["n"]);
         assert_eq!(l[1].params, "");
+        assert!(l[1].sizes.is_empty());
+    }
+
+    #[test]
+    fn size_probes_double_the_effective_value() {
+        let l = &parse_list("a\tn=1000,k=2,s=big\tn,s")[0];
+        assert_eq!(l.size_probes(&[]), ["n=2000"]);
+        assert_eq!(l.size_probes(&["n=5".into(), "n=7".into()]), ["n=14"]);
+        assert_eq!(l.size_probes(&["n=0".into()]), ["n=1"]);
+        assert!(parse_list("b\tk=2\t")[0].size_probes(&[]).is_empty());
     }
 
     #[test]

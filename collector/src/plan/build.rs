@@ -239,7 +239,8 @@ fn harness_benchmarks(
         let child_args =
             bench_binary::child_args(&exe, &l.name, &h.params, h.samples, &h.harness_args);
         let run = run_config(&request.controls, exe.clone(), child_args, env.clone())?;
-        let groups = benchmark_groups(&request.measures, &run, Some(&l.name))?;
+        let probes = l.size_probes(&h.params);
+        let groups = benchmark_groups(&request.measures, &run, Some((&l.name, &probes)))?;
         let (name, point) = match point {
             Some((parameter, value)) => (
                 format!("{} [{parameter}={value}]", l.name),

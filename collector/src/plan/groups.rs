@@ -22,13 +22,15 @@ pub const EMPTY_GROUP: &str = " (empty op)";
 
 /// The groups of one benchmark, in run order.
 ///
-/// For a harnessed benchmark (`harness` is its name) uprobes, perf counters and valgrind
-/// count inside the measured region only, and every group ends with the instrument that
-/// reads the harness's records and reports metrics per operation.
+/// For a harnessed benchmark (`harness` is its name and its size probes, `KEY=VALUE` each)
+/// uprobes, perf counters and valgrind count inside the measured region only, and every
+/// group ends with the instrument that reads the harness's records and reports metrics per
+/// operation. Each counting group gets a calibration twin (the empty operation), and with
+/// `--instructions` each size probe a group that counts the instructions at that size.
 pub(super) fn benchmark_groups(
     measures: &Measures,
     run: &RunConfig,
-    harness: Option<&str>,
+    harness: Option<(&str, &[String])>,
 ) -> anyhow::Result<Vec<Group>> {
     let region = harness.is_some();
     let mut groups = Vec::new();
@@ -76,6 +78,19 @@ pub(super) fn benchmark_groups(
     } else {
         Vec::new()
     };
+    // The constant-input check: the instructions alone, at each size probe.
+    let mut size_groups = Vec::new();
+    if let (Some((_, probes)), Some(_)) = (harness, &measures.counters.instructions) {
+        let instructions_only = CounterOptions {
+            counters: None,
+            ..counter_options.clone()
+        };
+        for probe in probes {
+            for g in counters::groups(&instructions_only)? {
+                size_groups.push((probe.clone(), g));
+            }
+        }
+    }
     let others_requested = !groups.is_empty();
     // A harnessed benchmark is always timed: time.op is what it is for.
     if measures.time || !others_requested || region {
@@ -89,7 +104,7 @@ pub(super) fn benchmark_groups(
             },
         );
     }
-    if let Some(name) = harness {
+    if let Some((name, _)) = harness {
         for g in groups.iter_mut() {
             g.instruments
                 .push(Box::new(per_op_records(name, &g.name, measures)));
@@ -103,6 +118,12 @@ pub(super) fn benchmark_groups(
                 .map_or(groups.len(), |i| i + 1);
             twin.name.push_str(EMPTY_GROUP);
             groups.insert(at, twin);
+        }
+        for (probe, mut g) in size_groups {
+            let records = per_op_records(name, &g.name, measures).at_size(&probe);
+            g.instruments.push(Box::new(records));
+            g.name = format!("{} @{probe}", g.name);
+            groups.push(g);
         }
     }
     Ok(groups)

@@ -23,25 +23,25 @@ fn main() {
     // Right: the input and the result pass through black_box.
     suite
         .bench("vec/sum", |p| generate(p.get("n")))
-        .param("n", 10_000)
+        .size("n", 10_000)
         .run(|v| sum(black_box(v)));
     // Dead work: the result is discarded, so the optimizer deletes the sum.
     suite
         .bench("vec/sum-unused", |p| generate(p.get("n")))
-        .param("n", 10_000)
+        .size("n", 10_000)
         .run(|v| {
             sum(v);
         });
     // A constant input: the operation reads a fixed table, whatever `n` says.
     suite
         .bench("vec/sum-constant", |p| generate(p.get("n")))
-        .param("n", 10_000)
+        .size("n", 10_000)
         .run(|_v| sum(black_box(&TABLE)));
     // State that drifts: the first operation sorts the vector, every later one sorts a
     // sorted vector. A `.reset(...)` that restores the shuffled order is missing.
     suite
         .bench("list/sort", |p| generate(p.get("n")))
-        .param("n", 100_000)
+        .size("n", 100_000)
         .run(|v| {
             v.sort_unstable();
             v[0]

@@ -13,7 +13,7 @@ fn main() {
     let mut suite = Suite::new();
     suite
         .bench("wordfreq/count", |p| generate(p.get("words")))
-        .param("words", 200_000)
+        .size("words", 200_000)
         .run(|text| count(black_box(text)).len());
     suite
         .bench("wordfreq/top", |p| {
@@ -21,7 +21,7 @@ fn main() {
             let text: &'static [String] = Vec::leak(generate(p.get("words")));
             (count(text), p.get::<usize>("k"))
         })
-        .param("words", 200_000)
+        .param("words", 200_000) // the distinct words, not their number, set its cost
         .param("k", 3)
         .run(|(freq, k): &mut (HashMap<&'static str, usize>, usize)| top(black_box(freq), *k));
     suite.main();

@@ -18,7 +18,7 @@ use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sam
 
 /// Suffix of per-operation metric ids.
 pub const PER_OP: &str = "/op";
-pub use crate::judge::pitfalls::EMPTY;
+pub use crate::judge::pitfalls::{AT, EMPTY, INSTRUCTIONS_PER_OP};
 
 /// What the harness in the child does in this group's runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,9 @@ pub struct PerOpRecords {
     /// The calibration runs: the harness runs the empty operation, and the per-operation
     /// counts become `X/op.empty`.
     empty: bool,
+    /// A size probe (`KEY=VALUE`): the harness runs at that size, and only
+    /// `counter.instructions/op` is reported, as `counter.instructions/op@KEY=VALUE`.
+    size: Option<String>,
     /// Per timing run: the first operations, timed one at a time (seconds), and what the
     /// empty operation timed one at a time costs.
     first: Vec<(Vec<f64>, f64)>,
@@ -70,9 +73,18 @@ impl PerOpRecords {
             alloc_source: "agent",
             saw_alloc: false,
             empty: false,
+            size: None,
             first: Vec::new(),
             kept: Vec::new(),
         }
+    }
+
+    /// The size-probe runs of a counting group: the harness runs with `probe` (`KEY=VALUE`)
+    /// over its parameters, and only the instructions per operation are reported, as
+    /// `counter.instructions/op@KEY=VALUE`.
+    pub fn at_size(mut self, probe: &str) -> Self {
+        self.size = Some(probe.to_string());
+        self
     }
 
     /// The calibration runs of a counting group: the harness runs the empty operation
@@ -158,6 +170,19 @@ impl PerOpRecords {
                     .map(|(l, v)| (l.clone(), v / ops))
                     .collect(),
             });
+        }
+        if let Some(probe) = &self.size {
+            out.clear();
+            out.extend(
+                per_op
+                    .into_iter()
+                    .filter(|s| s.metric.id == INSTRUCTIONS_PER_OP)
+                    .map(|mut s| {
+                        s.metric.id = format!("{INSTRUCTIONS_PER_OP}{AT}{probe}");
+                        s
+                    }),
+            );
+            return Ok(());
         }
         if self.empty {
             // Only what the empty operation costs per operation; its totals mean nothing.
@@ -278,6 +303,9 @@ impl Instrument for PerOpRecords {
                 if self.empty {
                     setup.env.push((proto::ENV_EMPTY.into(), "1".into()));
                 }
+                if let Some(probe) = &self.size {
+                    setup.env.push((proto::ENV_PARAMS.into(), probe.into()));
+                }
                 setup
                     .env
                     .push((proto::ENV_OPS.into(), ops.to_string().into()));
@@ -330,7 +358,7 @@ impl Instrument for PerOpRecords {
         let PerOpMode::Count { ops } = self.mode else {
             return Vec::new();
         };
-        if self.empty {
+        if self.empty || self.size.is_some() {
             return Vec::new();
         }
         let mut notes: Vec<(String, String)> = self
