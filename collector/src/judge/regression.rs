@@ -182,7 +182,7 @@ impl Regression {
         match self.mode {
             Mode::Run => {
                 for (bench, reference) in report.benchmarks.iter_mut().zip(references) {
-                    for metric in bench.metrics.iter_mut() {
+                    for metric in bench.metrics.iter_mut().filter(|m| gated(m)) {
                         self.compare_with_saved(metric, reference)
                             .with_context(|| {
                                 format!("comparing {} of `{}`", metric.id, bench.name)
@@ -332,6 +332,7 @@ impl Regression {
         let metric_keys: Vec<_> = first
             .metrics
             .iter()
+            .filter(|m| gated(m))
             .map(|m| (m.id.clone(), m.unit, m.source.clone()))
             .collect();
         for (id, unit, source) in metric_keys {
@@ -557,6 +558,13 @@ fn not_compared(metric: &MetricResult, reference: &Reference) -> String {
     )
 }
 
+/// Whether a metric is compared and can fail the gate: not the empty operation's cost
+/// (`X.empty`, the calibration), which measures the harness, not the benchmark; its
+/// changes show in `X.calibrated`, which is.
+fn gated(metric: &MetricResult) -> bool {
+    !metric.id.ends_with(crate::judge::pitfalls::EMPTY)
+}
+
 #[cfg(test)]
 mod tests {
     use sbs_reports::model::{Conditions, Unit, SCHEMA_VERSION};
@@ -621,5 +629,12 @@ mod tests {
         );
         let fine = Thresholds::from_args(&["alloc.*=1", "time.wall=+0.001"]).unwrap();
         assert!(unknown_threshold_names(&fine, &r).is_empty());
+    }
+
+    #[test]
+    fn the_empty_operation_is_not_gated_its_calibrated_difference_is() {
+        let r = report(&["time.op", "time.op.empty", "time.op.calibrated"]);
+        let gates: Vec<bool> = r.benchmarks[0].metrics.iter().map(gated).collect();
+        assert_eq!(gates, [true, false, true]);
     }
 }
