@@ -567,6 +567,9 @@ mod tests {
                 warnings: Vec::new(),
             }],
             from_history: None,
+            headline: None,
+            speed: Vec::new(),
+            scans: Vec::new(),
         }
     }
 
