@@ -1,6 +1,6 @@
 //! The groups of runs of one benchmark, from the metric groups a [`Measures`] asks for.
 //! Every benchmark of a plan gets the same list, in the same order (interleaved runs rely
-//! on it).
+//! on it), except that a harnessed benchmark's size probes come last, as groups of its own.
 
 use std::ffi::OsStr;
 

@@ -347,7 +347,9 @@ fn run_groups(
     cancel: &Cancel,
     executor: &mut dyn Executor,
 ) -> anyhow::Result<Vec<Collected>> {
-    let group_count = benchmarks.first().map(|b| b.groups.len()).unwrap_or(0);
+    // Benchmarks share their groups in the same order; a harnessed benchmark with size
+    // parameters has groups of its own after them (its size probes), which the others skip.
+    let group_count = benchmarks.iter().map(|b| b.groups.len()).max().unwrap_or(0);
     let Schedule {
         runs,
         warmup,
@@ -355,7 +357,8 @@ fn run_groups(
         ..
     } = *schedule;
     let most = schedule.target.map_or(runs, |t| t.max_runs.max(runs));
-    let total = (group_count * (warmup + most) * benchmarks.len()) as u64;
+    let all_groups: usize = benchmarks.iter().map(|b| b.groups.len()).sum();
+    let total = (all_groups * (warmup + most)) as u64;
     let bar = progress_bar(total, schedule.progress);
     let mut collected: Vec<Collected> = benchmarks.iter().map(|_| Collected::default()).collect();
     for g in 0..group_count {
@@ -363,8 +366,14 @@ fn run_groups(
         for round in 0..warmup + most {
             if round >= warmup + runs
                 && schedule.target.is_some_and(|t| {
-                    let group = &benchmarks[0].groups[g].name;
-                    narrow_enough(&collected, group, t.ci, schedule.confidence)
+                    // The group's name, from a benchmark that has it (size probes are some
+                    // benchmarks' own).
+                    benchmarks
+                        .iter()
+                        .find_map(|b| b.groups.get(g))
+                        .is_none_or(|group| {
+                            narrow_enough(&collected, &group.name, t.ci, schedule.confidence)
+                        })
                 })
             {
                 break;
@@ -372,7 +381,9 @@ fn run_groups(
             done = round + 1 - warmup.min(round + 1);
             let measured = round >= warmup;
             for (b, bench) in benchmarks.iter_mut().enumerate() {
-                let group = &mut bench.groups[g];
+                let Some(group) = bench.groups.get_mut(g) else {
+                    continue;
+                };
                 bar.set_message(format!(
                     "{} {}",
                     group.name,
@@ -405,23 +416,21 @@ fn run_groups(
         }
         let runs = done;
         for (b, bench) in benchmarks.iter_mut().enumerate() {
+            let Some(group) = bench.groups.get_mut(g) else {
+                continue;
+            };
             if let Some(t) = schedule.target {
-                let warning = target_warning(
-                    &collected[b],
-                    &bench.groups[g].name,
-                    t,
-                    runs,
-                    schedule.confidence,
-                );
+                let warning =
+                    target_warning(&collected[b], &group.name, t, runs, schedule.confidence);
                 collected[b].warnings.extend(warning);
             }
-            if let Some(w) = collected[b].failures_warning(&bench.groups[g].name, runs) {
+            if let Some(w) = collected[b].failures_warning(&group.name, runs) {
                 collected[b].warnings.push(w);
             }
-            if let Some(w) = collected[b].survivors_warning(&bench.groups[g].name) {
+            if let Some(w) = collected[b].survivors_warning(&group.name) {
                 collected[b].warnings.push(w);
             }
-            for i in bench.groups[g].instruments.iter_mut() {
+            for i in group.instruments.iter_mut() {
                 collected[b].warnings.extend(i.warnings());
                 collected[b].notes.extend(i.metric_notes());
                 i.finish();
@@ -727,6 +736,31 @@ mod tests {
         assert_eq!(wall(0), vec![0.012, 0.014, 0.016]);
         assert_eq!(wall(1), vec![0.013, 0.015, 0.017]);
         assert_eq!(report.benchmarks[0].metrics[0].summary.n, 3);
+    }
+
+    #[test]
+    fn a_benchmark_with_groups_of_its_own_runs_them_after_the_shared_ones() {
+        use crate::run::instruments::timing::Timing;
+        let cancel = Cancel::install().unwrap();
+        let mut script = Script {
+            exits: Vec::new(),
+            calls: Vec::new(),
+        };
+        let mut b = benchmarks(&["a", "b"]);
+        // `b` has a size probe: a group `a` lacks.
+        b[1].groups.push(Group {
+            name: "probe".into(),
+            instruments: vec![Box::new(Timing { rss: false })],
+        });
+        let report = execute_with(
+            &mut b,
+            &schedule(2, 0, FailurePolicy::Fail),
+            &cancel,
+            &mut script,
+        )
+        .unwrap();
+        assert_eq!(script.calls, ["a", "b", "a", "b", "b", "b"]);
+        assert_eq!(report.benchmarks[0].metrics[0].samples.len(), 2);
     }
 
     #[test]
