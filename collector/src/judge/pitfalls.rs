@@ -371,7 +371,7 @@ fn first_step(bench: &str, first: &[(Vec<f64>, f64)]) -> Option<String> {
             "`{bench}`: time per operation falls by {:.0}% after the first operation \
              (the dearest of the first {n} in {dearest} of {} processes, p = {:.2e}): \
              the operation changes its own input; add `.reset(...)`",
-            median(&falls) * 100.0,
+            (median(&falls) * 100.0).floor(),
             first.len(),
             2.0 * p_high
         ));
@@ -380,7 +380,7 @@ fn first_step(bench: &str, first: &[(Vec<f64>, f64)]) -> Option<String> {
         return Some(format!(
             "`{bench}`: time per operation rises by {:.0}% after the first operation \
              (p = {:.2e}): the operation changes its own input; add `.reset(...)`",
-            (1.0 / (1.0 - median(&rises)) - 1.0) * 100.0,
+            ((1.0 / (1.0 - median(&rises)).max(1e-3) - 1.0) * 100.0).floor(),
             2.0 * p_low
         ));
     }
@@ -421,7 +421,7 @@ fn kept_trend(bench: &str, kept: &[Vec<f64>]) -> Option<String> {
          rho {rho:.2} with the operation's index, p = {p:.2e}): the operation changes its own \
          input; add `.reset(...)`",
         if change > 0.0 { "rises" } else { "falls" },
-        change.abs() * 100.0
+        (change.abs() * 100.0).floor()
     ))
 }
 
@@ -489,7 +489,7 @@ mod tests {
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w[0].starts_with(
-                "`list/sort`: time per operation falls by 99% after the first operation"
+                "`list/sort`: time per operation falls by 98% after the first operation"
             ) && w[0].ends_with("add `.reset(...)`"),
             "{w:?}"
         );
