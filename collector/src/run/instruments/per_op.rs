@@ -578,4 +578,65 @@ mod tests {
             assert!(e.to_string().contains(needle), "{e}");
         }
     }
+
+    #[test]
+    fn calibration_and_size_runs_report_only_their_per_operation_counts() {
+        let instructions = || {
+            Sample::new(
+                MetricSpec::new("counter.instructions", Unit::Count, "valgrind", true),
+                30.0,
+            )
+        };
+        let records = "ops 3\nregion.events 0\nregion.valgrind 1\n";
+        let mut empty =
+            PerOpRecords::new("b", PerOpMode::Count { ops: 3 }, vec!["counter.".into()])
+                .empty_operation();
+        let mut setup = ChildSetup::default();
+        empty.prepare(&mut setup).unwrap();
+        assert!(setup
+            .env
+            .iter()
+            .any(|(k, v)| k == proto::ENV_EMPTY && v == "1"));
+        empty.abort_run();
+        let out = run(&mut empty, records, vec![instructions()], ExitKind::Code(0)).unwrap();
+        let ids: Vec<&str> = out.iter().map(|s| s.metric.id.as_str()).collect();
+        assert_eq!(ids, ["counter.instructions/op.empty"]);
+        assert_eq!(out[0].value, 10.0);
+        assert!(empty.metric_notes().is_empty());
+        let mut size = PerOpRecords::new("b", PerOpMode::Count { ops: 3 }, vec!["counter.".into()])
+            .at_size("n=20000");
+        let mut setup = ChildSetup::default();
+        size.prepare(&mut setup).unwrap();
+        assert!(setup
+            .env
+            .iter()
+            .any(|(k, v)| k == proto::ENV_PARAMS && v == "n=20000"));
+        size.abort_run();
+        let out = run(&mut size, records, vec![instructions()], ExitKind::Code(0)).unwrap();
+        let ids: Vec<&str> = out.iter().map(|s| s.metric.id.as_str()).collect();
+        assert_eq!(ids, ["counter.instructions/op@n=20000"]);
+    }
+
+    #[test]
+    fn timing_runs_report_the_empty_operation_and_keep_the_sequences_for_the_drift_test() {
+        let mut inst = PerOpRecords::new("list/sort", PerOpMode::Time, Vec::new());
+        let mut records = String::from("time.op 6e-5\nnot_steady 0\ntime.op.empty 1e-9\n");
+        for t in [5e-3, 6e-5, 6.1e-5, 5.9e-5, 6e-5, 6.2e-5, 6e-5, 5.8e-5] {
+            records.push_str(&format!("time.first {t:e}\n"));
+        }
+        records.push_str("time.first.empty 3e-8\n");
+        for i in 0..10 {
+            records.push_str(&format!("time.kept {:e}\n", 6e-5 + (i % 3) as f64 * 1e-7));
+        }
+        for _ in 0..3 {
+            let out = run(&mut inst, &records, vec![], ExitKind::Code(0)).unwrap();
+            assert_eq!(find(&out, "time.op.empty").value, 1e-9);
+        }
+        let w = inst.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("`list/sort`: time per operation falls by 98%"),
+            "{w:?}"
+        );
+    }
 }
