@@ -81,6 +81,31 @@ pub(crate) struct CountReport {
     pub retained: Option<f64>,
 }
 
+/// What a measurement reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Clock {
+    /// The monotonic clock: what the operation takes.
+    Wall,
+    /// The CPU time of this thread (user and system, `CLOCK_THREAD_CPUTIME_ID`): what the
+    /// operation takes, without the time the thread waited while other processes ran. For the first operations, which a loaded machine's scheduler
+    /// would otherwise make look dearer at random.
+    ThreadCpu,
+}
+
+impl Clock {
+    fn now(self) -> Duration {
+        match self {
+            Clock::Wall => {
+                static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+                EPOCH.get_or_init(Instant::now).elapsed()
+            }
+            // Never None on Linux; a zero duration then (the first operations then tell
+            // nothing, and no drift is reported).
+            Clock::ThreadCpu => crate::sys::thread_cpu_time().unwrap_or_default(),
+        }
+    }
+}
+
 /// One measurement of `batch` operations of `op` on `state` (a single operation when there
 /// is a reset, which runs untimed before every operation but the very first: `fresh`).
 fn measure_once<S, R, Z: FnMut(&mut S) + ?Sized>(
@@ -89,27 +114,29 @@ fn measure_once<S, R, Z: FnMut(&mut S) + ?Sized>(
     reset: Option<&mut Z>,
     fresh: &mut bool,
     batch: u64,
+    clock: Clock,
 ) -> Duration {
     if let Some(reset) = reset {
         if !*fresh {
             reset(state);
         }
         *fresh = false;
-        let start = Instant::now();
+        let start = clock.now();
         let result = op(black_box(&mut *state));
-        let took = start.elapsed();
+        let took = clock.now().saturating_sub(start);
         drop(black_box(result));
         return took;
     }
     *fresh = false;
-    let start = Instant::now();
+    let start = clock.now();
     for _ in 0..batch {
         black_box(op(black_box(&mut *state)));
     }
-    start.elapsed()
+    clock.now().saturating_sub(start)
 }
 
-/// Time `op` on `state`: first [`FIRST_OPS`] operations one at a time, then measurements
+/// Time `op` on `state`: first [`FIRST_OPS`] operations one at a time (in the thread's CPU
+/// time), then measurements
 /// of a batch of operations long enough to reach `batch_time` (single operations when
 /// there is a reset, which must stay outside). Then the empty operation, with the same
 /// loop, batch size and reset: the calibration.
@@ -122,9 +149,28 @@ pub(crate) fn time<S, R, Z: FnMut(&mut S) + ?Sized>(
     let has_reset = reset.is_some();
     let mut fresh = true;
     let first: Vec<f64> = (0..FIRST_OPS)
-        .map(|_| measure_once(state, op, reset.as_deref_mut(), &mut fresh, 1).as_secs_f64())
+        .map(|_| {
+            measure_once(
+                state,
+                op,
+                reset.as_deref_mut(),
+                &mut fresh,
+                1,
+                Clock::ThreadCpu,
+            )
+            .as_secs_f64()
+        })
         .collect();
-    let mut measure = |batch: u64| measure_once(state, op, reset.as_deref_mut(), &mut fresh, batch);
+    let mut measure = |batch: u64| {
+        measure_once(
+            state,
+            op,
+            reset.as_deref_mut(),
+            &mut fresh,
+            batch,
+            Clock::Wall,
+        )
+    };
     let (batch, warmup) = if has_reset {
         (1, 0)
     } else {
@@ -134,15 +180,24 @@ pub(crate) fn time<S, R, Z: FnMut(&mut S) + ?Sized>(
     let mut empty = |s: &mut S| {
         black_box(s);
     };
-    let mut measure_empty =
-        |batch: u64| measure_once(state, &mut empty, reset.as_deref_mut(), &mut fresh, batch);
+    let mut measure_empty = |batch: u64, clock: Clock| {
+        measure_once(
+            state,
+            &mut empty,
+            reset.as_deref_mut(),
+            &mut fresh,
+            batch,
+            clock,
+        )
+    };
     let per_op = |d: Duration, batch: u64| d.as_secs_f64() / batch as f64;
+    // Timed one at a time with the clock of the first operations: what it adds to each.
     let single: Vec<f64> = (0..EMPTY_WARMUP + config.samples)
-        .map(|_| per_op(measure_empty(1), 1))
+        .map(|_| per_op(measure_empty(1, Clock::ThreadCpu), 1))
         .skip(EMPTY_WARMUP)
         .collect();
     let batched: Vec<f64> = (0..EMPTY_WARMUP + config.samples)
-        .map(|_| per_op(measure_empty(batch), batch))
+        .map(|_| per_op(measure_empty(batch, Clock::Wall), batch))
         .skip(EMPTY_WARMUP)
         .collect();
     report.first = first;
