@@ -320,7 +320,7 @@ fn a_calibrated_value_indistinguishable_from_zero_and_the_warnings_summary() {
     r.benchmarks[0].warnings = vec!["`b`: dead".into(), "`b`: drift".into()];
     let text = {
         let mut buf = Vec::new();
-        sbs_reports::text::Text { color: false }
+        sbs_reports::text::Text::default()
             .render(&r, &mut buf)
             .unwrap();
         String::from_utf8(buf).unwrap()
@@ -339,7 +339,7 @@ fn a_calibrated_value_indistinguishable_from_zero_and_the_warnings_summary() {
         "{text}"
     );
     let mut buf = Vec::new();
-    sbs_reports::markdown::Markdown
+    sbs_reports::markdown::Markdown::default()
         .render(&r, &mut buf)
         .unwrap();
     let md = String::from_utf8(buf).unwrap();
