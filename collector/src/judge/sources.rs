@@ -73,7 +73,8 @@ pub fn resolution(source: &str, unit: Unit) -> f64 {
 
 /// Whether a metric measures a quantity that cannot be negative (a duration, a size, a
 /// count), so that the lower bound of its interval is cut at 0. `heap.live_at_exit` is
-/// not one: a process may free more than the agent saw it allocate.
+/// not one (a process may free more than the agent saw it allocate), nor a calibrated
+/// value.
 pub fn never_negative(id: &str) -> bool {
     const PREFIXES: [&str; 7] = [
         "time.",
@@ -84,7 +85,9 @@ pub fn never_negative(id: &str) -> bool {
         "invocations.",
         "boxing.",
     ];
-    PREFIXES.iter().any(|p| id.starts_with(p))
+    // A calibrated value (raw minus the empty operation's) is a difference: it can be
+    // below 0, and an interval across 0 is what "indistinguishable from zero" means.
+    PREFIXES.iter().any(|p| id.starts_with(p)) && !id.ends_with(crate::judge::pitfalls::CALIBRATED)
 }
 
 #[cfg(test)]
