@@ -12,5 +12,6 @@ pub mod cli;
 pub mod history;
 pub mod judge;
 pub mod output;
+pub mod pinpoint;
 pub mod plan;
 pub mod run;

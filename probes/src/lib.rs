@@ -21,8 +21,11 @@ pub mod resolve;
 mod sys;
 pub mod tracefs;
 
+pub mod callgrind;
+pub mod calls;
 pub mod capability;
 pub mod counters;
+pub mod dhat;
 pub mod valgrind;
 
 pub use error::ProbeError;

@@ -13,6 +13,7 @@ pub mod json;
 pub mod markdown;
 mod markup;
 pub mod model;
+pub mod pinpoint;
 pub mod text;
 pub mod verdicts;
 

@@ -5,11 +5,13 @@
 //! - a plain run (`sbs-profile [OPTIONS] -- COMMAND`) and `compare`: [`run`], with the
 //!   commands of `compare` split in [`compare`];
 //! - `report`: [`report`];
+//! - `pinpoint`: [`pinpoint`] (the search itself is [`crate::pinpoint`]);
 //! - the options they share and their conversion: [`args`]; the values of a parameter
 //!   scan: [`scan`].
 
 pub mod args;
 mod compare;
+pub mod pinpoint;
 pub mod report;
 mod run;
 mod scan;
@@ -80,6 +82,10 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
     /// Print the manual page (roff) on stdout, e.g. `sbs-profile man >
     /// ~/.local/share/man/man1/sbs-profile.1`.
     Man,
+    /// Find where a regression is: dig from a function of two builds (previous and
+    /// current) down the call tree, layer by layer, to the smallest piece of code whose
+    /// instruction count (or allocations) got worse (SBS's DiggingFind and BinaryFind).
+    Pinpoint(Box<pinpoint::PinpointArgs>),
 }
 
 /// Carry out what the command line asks for; the exit code on success.
@@ -112,6 +118,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 .context("cannot render the manual page")?;
             write_stdout(&page, "the manual page")
         }
+        Some(Subcommand::Pinpoint(args)) => pinpoint::execute(&args),
         None => {
             let targets = vec![run_target(&cli.run)?];
             run::measure(&cli.run, targets, Mode::Run)

@@ -1,0 +1,185 @@
+//! `sbs-profile pinpoint`: the command line of the search in [`crate::pinpoint`], and the
+//! writing of its report.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::args::parse_confidence;
+use crate::judge::compare::Thresholds;
+use crate::output::Output;
+use crate::pinpoint::search::Strategy;
+use crate::pinpoint::{pinpoint, Metric, Request};
+use sbs_reports::pinpoint as render;
+
+/// `--metric` of pinpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricArg {
+    /// Instructions executed, inclusive (valgrind callgrind; exact).
+    Instructions,
+    /// Heap blocks allocated, inclusive (valgrind DHAT; exact).
+    Alloc,
+    /// Heap bytes allocated, inclusive (valgrind DHAT; exact).
+    AllocBytes,
+}
+
+/// `--strategy`: how a layer's call list is narrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StrategyArg {
+    /// Halve the list and descend into the half that got worse (SBS's BinaryFind).
+    Binary,
+    /// Try each call in order (SBS's LinearFind).
+    Linear,
+}
+
+/// `--format` of pinpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PinpointFormat {
+    /// The chain as an indented tree.
+    Text,
+    /// `{"pinpoint": {"metric", "chain", "bottleneck", "stopped", ...}}`.
+    Json,
+    /// A table for a pull-request comment.
+    Markdown,
+}
+
+/// Options of `sbs-profile pinpoint`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Both builds run under valgrind with the same arguments, environment and working \
+directory, alternately, --runs times each.\n\n\
+Example: sbs-profile pinpoint --previous ./old -- ./new --size 1000\n\n\
+Exit codes: 0 the inspected function did not get worse, 1 it did (a chain was found), 2 error."
+)]
+pub struct PinpointArgs {
+    /// The previous build (the reference).
+    #[arg(long, value_name = "OLD_EXE")]
+    pub previous: PathBuf,
+
+    /// The function to inspect (default: the user's `main`; for Rust `crate::main`).
+    #[arg(long, value_name = "NAME")]
+    pub function: Option<String>,
+
+    /// What to count.
+    #[arg(long, value_enum, default_value_t = MetricArg::Instructions)]
+    pub metric: MetricArg,
+
+    /// Layers below the inspected function the search may reach (default: unlimited).
+    #[arg(long, value_name = "D")]
+    pub depth: Option<usize>,
+
+    /// Functions not to dig into (repeatable; names as for --invocations).
+    #[arg(long, value_name = "PATTERN")]
+    pub ignore: Vec<String>,
+
+    /// Runs per build.
+    #[arg(short = 'r', long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub runs: u64,
+
+    /// Practical threshold: a change within it is not a bottleneck (`PCT`, or `+N` in
+    /// the metric's unit; repeatable).
+    #[arg(long, value_name = "PCT|+N")]
+    pub threshold: Vec<String>,
+
+    /// Confidence level of Welch's intervals, as a percentage or a fraction.
+    #[arg(long, value_name = "LEVEL", default_value = "95", value_parser = parse_confidence)]
+    pub confidence: f64,
+
+    /// How each layer's call list is narrowed.
+    #[arg(long, value_enum, default_value_t = StrategyArg::Binary)]
+    pub strategy: StrategyArg,
+
+    /// Report format.
+    #[arg(short = 'f', long, value_enum, default_value_t = PinpointFormat::Text)]
+    pub format: PinpointFormat,
+
+    /// Write the report to FILE (atomically) instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Also write an HTML page of the chain (a bar per layer) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+
+    /// The current build and the arguments both builds run with.
+    #[arg(last = true, required = true, value_name = "NEW_EXE [ARGS]")]
+    pub command: Vec<OsString>,
+}
+
+impl PinpointArgs {
+    fn request(&self) -> anyhow::Result<Request> {
+        let Some((current, args)) = self.command.split_first() else {
+            anyhow::bail!("no current build given; usage: sbs-profile pinpoint --previous OLD -- NEW [ARGS...]");
+        };
+        Ok(Request {
+            previous: self.previous.clone(),
+            current: PathBuf::from(current),
+            args: args.to_vec(),
+            function: self.function.clone(),
+            metric: match self.metric {
+                MetricArg::Instructions => Metric::Instructions,
+                MetricArg::Alloc => Metric::Alloc,
+                MetricArg::AllocBytes => Metric::AllocBytes,
+            },
+            depth: self.depth,
+            ignore: self.ignore.clone(),
+            runs: usize::try_from(self.runs).unwrap_or(usize::MAX),
+            thresholds: Thresholds::from_args(&self.threshold)?,
+            strategy: match self.strategy {
+                StrategyArg::Binary => Strategy::Binary,
+                StrategyArg::Linear => Strategy::Linear,
+            },
+            confidence: self.confidence,
+        })
+    }
+}
+
+/// Carry out `pinpoint`: 1 when the inspected function got worse, 0 when not.
+pub fn execute(args: &PinpointArgs) -> anyhow::Result<ExitCode> {
+    let request = args.request()?;
+    // Destinations are checked before any run.
+    let output = Output::open(args.output.as_deref())?;
+    let html = match &args.html {
+        Some(path) => Some(Output::open_named(path, "--html")?),
+        None => None,
+    };
+    let report = pinpoint(&request)?;
+    let p = &report.pinpoint;
+    {
+        let mut err = std::io::stderr().lock();
+        for w in &p.warnings {
+            let _ = writeln!(err, "warning: {w}");
+        }
+    }
+    let mut bytes = Vec::new();
+    match args.format {
+        PinpointFormat::Text => render::text(&report, &mut bytes),
+        PinpointFormat::Json => render::json(&report, &mut bytes),
+        PinpointFormat::Markdown => render::markdown(&report, &mut bytes),
+    }
+    .context("cannot render the report")?;
+    output
+        .write_all(&bytes)
+        .context("cannot write the report")?;
+    if let Some(html) = html {
+        let mut page = Vec::new();
+        render::html(&report, &mut page).context("cannot render the HTML page")?;
+        html.write_all(&page)
+            .context("cannot write the --html page")?;
+    }
+    Ok(match &p.bottleneck {
+        Some(b) => {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "regression: {} got worse; bottleneck: {b}",
+                p.function
+            );
+            ExitCode::from(1)
+        }
+        None => ExitCode::SUCCESS,
+    })
+}

@@ -1,0 +1,265 @@
+//! The two builds as the search sees them: their symbol tables and machine code (call
+//! lists), and per run, what each call site and each function cost.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use sbs_probes::calls::{call_sites, CallSite, CallTargets, Callee};
+use sbs_probes::demangle::{demangle, Scheme};
+use sbs_probes::elf::{Function, Image};
+use sbs_probes::pattern::Pattern;
+
+use super::search::{Builds, Call, CallLists, Samples};
+
+/// What one run measured in the program's own object: per call site (address of the
+/// call instruction) and per function (start address), the inclusive cost.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Costs {
+    /// Call site -> inclusive cost of its calls.
+    pub sites: HashMap<u64, f64>,
+    /// Function start -> inclusive cost of the calls into it.
+    pub functions: HashMap<u64, f64>,
+}
+
+/// Which build, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// `--previous`.
+    Previous,
+    /// The build after `--`.
+    Current,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Previous => "previous",
+            Side::Current => "current",
+        })
+    }
+}
+
+/// One build: its file, and the costs of its runs.
+pub struct Build {
+    /// Which build.
+    pub side: Side,
+    /// The executable as given.
+    pub exe: PathBuf,
+    /// Its symbols and code.
+    pub image: Image,
+    targets: CallTargets,
+    /// One entry per run.
+    pub runs: Vec<Costs>,
+}
+
+impl Build {
+    /// Load and check an executable: it exists, can be executed, and has a symbol table.
+    pub fn load(side: Side, exe: &Path) -> anyhow::Result<Build> {
+        let option = match side {
+            Side::Previous => "--previous",
+            Side::Current => "the command after --",
+        };
+        let meta = std::fs::metadata(exe).with_context(|| {
+            format!(
+                "the {side} build {} ({option}) cannot be read; give the path of an executable",
+                exe.display()
+            )
+        })?;
+        use std::os::unix::fs::PermissionsExt;
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            anyhow::bail!(
+                "the {side} build {} ({option}) is not an executable file; give the path of a built program",
+                exe.display()
+            );
+        }
+        let image = Image::load(exe)
+            .with_context(|| format!("the {side} build {} cannot be read", exe.display()))?;
+        if image.stripped {
+            anyhow::bail!(
+                "the {side} build {} has no symbol table (stripped): pinpoint reads functions from it; rebuild without stripping (`strip = false`, no `-s`)",
+                exe.display()
+            );
+        }
+        let targets = CallTargets::of(&image)?;
+        Ok(Build {
+            side,
+            exe: exe.to_path_buf(),
+            image,
+            targets,
+            runs: Vec::new(),
+        })
+    }
+
+    /// The function `--function` names (the user's `main` when none is given).
+    pub fn find(&self, name: Option<&str>) -> anyhow::Result<&Function> {
+        let text = name.unwrap_or("main");
+        let pattern = Pattern::parse(text)?;
+        let mut found: Vec<&Function> = self
+            .image
+            .functions
+            .iter()
+            .filter(|f| pattern.matches(&f.name, &demangle(&f.name).label))
+            .collect();
+        found.dedup_by_key(|f| f.address);
+        if text == "main" {
+            // For Rust, the user's `main` (`crate::main`), not the C `main` of the runtime.
+            let rust_main: Vec<&Function> = found
+                .iter()
+                .copied()
+                .filter(|f| {
+                    let d = demangle(&f.name);
+                    matches!(d.scheme, Scheme::RustLegacy | Scheme::RustV0)
+                        && d.label.matches("::").count() == 1
+                })
+                .collect();
+            if rust_main.len() == 1 {
+                return Ok(rust_main[0]);
+            }
+            if let Some(c_main) = found.iter().find(|f| f.name == "main") {
+                return Ok(c_main);
+            }
+        }
+        match found.as_slice() {
+            [] => anyhow::bail!(
+                "function `{text}` not found in the {} build {}; check the name (--function) against that build's symbols",
+                self.side,
+                self.exe.display()
+            ),
+            [one] => Ok(one),
+            many => {
+                let names: Vec<String> = many
+                    .iter()
+                    .take(5)
+                    .map(|f| demangle(&f.name).label)
+                    .collect();
+                anyhow::bail!(
+                    "--function `{text}` matches {} functions in the {} build ({}); give more of its path",
+                    many.len(),
+                    self.side,
+                    names.join(", ")
+                )
+            }
+        }
+    }
+
+    fn function_at(&self, address: u64) -> anyhow::Result<&Function> {
+        self.image
+            .functions
+            .iter()
+            .find(|f| f.address == address)
+            .with_context(|| {
+                format!(
+                    "no function starts at {address:#x} in {}",
+                    self.exe.display()
+                )
+            })
+    }
+
+    fn sites(&self, address: u64) -> anyhow::Result<Vec<CallSite>> {
+        let f = self.function_at(address)?;
+        Ok(call_sites(&self.image, &self.targets, f)?)
+    }
+
+    fn samples_of(&self, pick: impl Fn(&Costs) -> f64) -> Vec<f64> {
+        self.runs.iter().map(pick).collect()
+    }
+}
+
+/// A function in both builds: its name and its start address in each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pair {
+    /// Demangled, without Rust's hash.
+    pub name: String,
+    /// Start in the previous build.
+    pub previous: u64,
+    /// Start in the current build.
+    pub current: u64,
+}
+
+/// The name two builds are matched on.
+pub fn callee_name(callee: &Callee) -> String {
+    match callee {
+        Callee::Local { name, .. } => demangle(name).label,
+        Callee::External { name } => name.clone(),
+        Callee::Unknown => "(indirect call)".to_string(),
+    }
+}
+
+/// Both builds.
+pub struct Programs {
+    /// `--previous`.
+    pub previous: Build,
+    /// The current build.
+    pub current: Build,
+}
+
+impl Builds for Programs {
+    type F = Pair;
+
+    fn name(&self, f: &Pair) -> String {
+        f.name.clone()
+    }
+
+    fn calls(&self, f: &Pair) -> anyhow::Result<CallLists<Pair>> {
+        let previous = self.previous.sites(f.previous)?;
+        let current = self.current.sites(f.current)?;
+        let pair_at = |i: usize| -> Option<Pair> {
+            match (&previous.get(i)?.callee, &current.get(i)?.callee) {
+                (
+                    Callee::Local {
+                        address: p,
+                        name: pn,
+                    },
+                    Callee::Local { address: c, .. },
+                ) => Some(Pair {
+                    name: demangle(pn).label,
+                    previous: *p,
+                    current: *c,
+                }),
+                _ => None,
+            }
+        };
+        let list = |sites: &[CallSite]| -> Vec<Call<Pair>> {
+            sites
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Call {
+                    name: callee_name(&s.callee),
+                    callee: pair_at(i),
+                })
+                .collect()
+        };
+        Ok(CallLists {
+            previous: list(&previous),
+            current: list(&current),
+        })
+    }
+
+    fn cost(&self, f: &Pair) -> Samples {
+        let of =
+            |b: &Build, at: u64| b.samples_of(|c| c.functions.get(&at).copied().unwrap_or(0.0));
+        Samples {
+            previous: of(&self.previous, f.previous),
+            current: of(&self.current, f.current),
+        }
+    }
+
+    fn piece(&self, f: &Pair, range: Range<usize>) -> Samples {
+        let of = |b: &Build, at: u64| -> Vec<f64> {
+            let sites = b.sites(at).unwrap_or_default();
+            let sites = sites.get(range.clone()).unwrap_or_default();
+            b.samples_of(|c| {
+                sites
+                    .iter()
+                    .map(|s| c.sites.get(&s.address).copied().unwrap_or(0.0))
+                    .sum()
+            })
+        };
+        Samples {
+            previous: of(&self.previous, f.previous),
+            current: of(&self.current, f.current),
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! `pinpoint`: from "it regressed" to the function that regressed (SBS, Nguyen 2011,
+//! chapter 4, on native code).
+//!
+//! Both builds run under valgrind, alternately, `runs` times each: callgrind gives the
+//! inclusive instruction count of every call site and every function, DHAT the
+//! allocations of every stack. [`builds`] reads each build's call lists from its machine
+//! code; [`search`] digs from the inspected function down, layer by layer, each "got
+//! worse" decided by the judge's comparison (exact with the threshold for counts that do
+//! not vary, Welch's interval for counts that do).
+//!
+//! This layer sits below the command layer and the output, above the runner and the
+//! judge: it takes plain values and returns the report model.
+
+pub mod builds;
+mod dhat;
+mod measure;
+pub mod search;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use sbs_probes::pattern::Pattern;
+use sbs_reports::pinpoint::{Link, Pinpoint, PinpointReport};
+
+use crate::judge::compare::{Policy, Thresholds};
+use builds::{Build, Pair, Programs, Side};
+use search::{Options, Strategy};
+
+/// What is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// Instructions executed (callgrind), inclusive.
+    Instructions,
+    /// Blocks allocated (DHAT), inclusive.
+    Alloc,
+    /// Bytes allocated (DHAT), inclusive.
+    AllocBytes,
+}
+
+impl Metric {
+    /// Its id, as `--threshold` and the report name it.
+    pub fn id(self) -> &'static str {
+        match self {
+            Metric::Instructions => "instructions",
+            Metric::Alloc => "alloc.count",
+            Metric::AllocBytes => "alloc.bytes",
+        }
+    }
+
+    fn unit(self) -> &'static str {
+        match self {
+            Metric::Instructions => "instructions",
+            Metric::Alloc => "blocks",
+            Metric::AllocBytes => "bytes",
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Metric::Instructions => "valgrind callgrind",
+            Metric::Alloc | Metric::AllocBytes => "valgrind dhat",
+        }
+    }
+}
+
+/// A pinpoint request, in plain values.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The previous build.
+    pub previous: PathBuf,
+    /// The current build.
+    pub current: PathBuf,
+    /// The arguments both run with.
+    pub args: Vec<OsString>,
+    /// `--function` (the user's `main` when `None`).
+    pub function: Option<String>,
+    /// What is counted.
+    pub metric: Metric,
+    /// `--depth`.
+    pub depth: Option<usize>,
+    /// `--ignore` patterns.
+    pub ignore: Vec<String>,
+    /// Runs per build.
+    pub runs: usize,
+    /// `--threshold` arguments.
+    pub thresholds: Thresholds,
+    /// How call lists are narrowed.
+    pub strategy: Strategy,
+    /// Confidence level of Welch's intervals.
+    pub confidence: f64,
+}
+
+/// Run both builds, dig, and return the report.
+pub fn pinpoint(request: &Request) -> anyhow::Result<PinpointReport> {
+    if request.runs == 0 {
+        anyhow::bail!("--runs must be at least 1");
+    }
+    let mut previous = Build::load(Side::Previous, &request.previous)?;
+    let mut current = Build::load(Side::Current, &request.current)?;
+    let ignore = request
+        .ignore
+        .iter()
+        .map(|p| Pattern::parse(p).with_context(|| format!("--ignore `{p}`")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let f_previous = previous.find(request.function.as_deref())?.clone();
+    let f_current = current.find(request.function.as_deref())?.clone();
+    let name = sbs_probes::demangle::demangle(&f_current.name).label;
+    let valgrind = measure::valgrind()?;
+    let dir = tempfile::Builder::new()
+        .prefix("sbs-pinpoint-")
+        .tempdir()
+        .context("cannot create a temporary directory for valgrind's profiles")?;
+    let mut warnings = Vec::new();
+    let mut outputs: [Option<Vec<u8>>; 2] = [None, None];
+    for i in 0..request.runs {
+        for (k, build) in [&mut previous, &mut current].into_iter().enumerate() {
+            let printed = measure::run_once(
+                &valgrind,
+                request.metric,
+                build,
+                &request.args,
+                dir.path(),
+                i,
+            )?;
+            outputs[k].get_or_insert(printed.stdout);
+        }
+    }
+    if outputs[0] != outputs[1] {
+        warnings.push(
+            "the two builds printed different output: they may not run the same work".to_string(),
+        );
+    }
+    let policy = Policy {
+        confidence: request.confidence,
+        threshold: request.thresholds.for_metric(request.metric.id()),
+        threshold_absolute: request.thresholds.absolute_for_metric(request.metric.id()),
+        exact: true,
+        resolution: 0.0,
+    };
+    let options = Options {
+        depth: request.depth,
+        ignore,
+        strategy: request.strategy,
+        policy,
+    };
+    let programs = Programs { previous, current };
+    let inspected = Pair {
+        name: name.clone(),
+        previous: f_previous.address,
+        current: f_current.address,
+    };
+    let outcome = search::dig(&programs, &inspected, &options)?;
+    let chain = outcome
+        .chain
+        .iter()
+        .map(|l| {
+            Link::new(
+                l.function.clone(),
+                l.depth,
+                l.external,
+                l.samples.current.len().min(l.samples.previous.len()),
+                l.comparison.clone(),
+            )
+        })
+        .collect();
+    Ok(PinpointReport::new(Pinpoint {
+        metric: request.metric.id().to_string(),
+        unit: request.metric.unit().to_string(),
+        source: request.metric.source().to_string(),
+        previous: request.previous.display().to_string(),
+        current: request.current.display().to_string(),
+        args: request
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        function: name,
+        runs: request.runs,
+        strategy: match request.strategy {
+            Strategy::Binary => "binary",
+            Strategy::Linear => "linear",
+        }
+        .to_string(),
+        chain,
+        bottleneck: outcome.bottleneck,
+        stopped: outcome.stopped.to_string(),
+        stop: outcome.stopped.code().to_string(),
+        comparisons: outcome.comparisons,
+        warnings,
+    }))
+}

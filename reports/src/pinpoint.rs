@@ -1,0 +1,398 @@
+//! The report of `sbs-profile pinpoint`: the chain from the inspected function to the
+//! bottleneck, and its renderers (text, JSON, Markdown, HTML). Every number was computed
+//! by the collector; these functions only format.
+
+use std::fmt::Write as _;
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+use crate::human;
+use crate::markup::escape;
+use crate::model::{Comparison, ComparisonMethod, SCHEMA_VERSION};
+
+/// The whole JSON document: `{"schema_version": 1, "pinpoint": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PinpointReport {
+    /// See [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The search and its result.
+    pub pinpoint: Pinpoint,
+}
+
+impl PinpointReport {
+    /// Wrap a result with the current schema version.
+    pub fn new(pinpoint: Pinpoint) -> PinpointReport {
+        PinpointReport {
+            schema_version: SCHEMA_VERSION,
+            pinpoint,
+        }
+    }
+}
+
+/// A pinpoint search and its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pinpoint {
+    /// `instructions` or `alloc.count`.
+    pub metric: String,
+    /// What the metric counts, for people (`instructions`, `allocations`).
+    pub unit: String,
+    /// Where the numbers come from (`valgrind callgrind`, `valgrind dhat`).
+    pub source: String,
+    /// The previous build.
+    pub previous: String,
+    /// The current build.
+    pub current: String,
+    /// The arguments both builds ran with.
+    pub args: Vec<String>,
+    /// The inspected function.
+    pub function: String,
+    /// Runs per build.
+    pub runs: usize,
+    /// `binary` or `linear`.
+    pub strategy: String,
+    /// From the inspected function to the bottleneck.
+    pub chain: Vec<Link>,
+    /// The last function of the chain, or `None` when nothing regressed.
+    pub bottleneck: Option<String>,
+    /// Why the search ended, in words.
+    pub stopped: String,
+    /// Why the search ended, as a code (`own_code`, `call_list_changed`, `depth`,
+    /// `ignored`, `external`, `recursion`, `spread`, `no_regression`).
+    pub stop: String,
+    /// Comparisons made (each a decision of the regression statistics).
+    pub comparisons: usize,
+    /// Things the user should know (the builds printed different output).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// One link of the chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    /// The function (demangled, without Rust's hash).
+    pub function: String,
+    /// Layers below the inspected function.
+    pub depth: usize,
+    /// A function without code in the program (a shared library's, an indirect call).
+    pub external: bool,
+    /// Mean over the previous build's runs: the inspected function's inclusive cost, or
+    /// the inclusive cost of the call that led to this function.
+    pub previous: f64,
+    /// The same, current build.
+    pub current: f64,
+    /// `(current - previous) / previous`, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_percent: Option<f64>,
+    /// `exact` (no variance: compared exactly) or `welch_t`.
+    pub method: String,
+    /// Interval of the change in percent (Welch); absent when exact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_percent: Option<[f64; 2]>,
+    /// Runs per build behind the numbers.
+    pub runs: usize,
+    /// The judge's full comparison.
+    pub comparison: Comparison,
+}
+
+impl Link {
+    /// A link from the means and the comparison of its samples.
+    pub fn new(
+        function: String,
+        depth: usize,
+        external: bool,
+        runs: usize,
+        comparison: Comparison,
+    ) -> Link {
+        let previous = comparison.reference_mean;
+        let current = previous + comparison.difference;
+        let exact = comparison.method == ComparisonMethod::Exact;
+        let interval_percent = match (comparison.relative_ci_low, comparison.relative_ci_high) {
+            (Some(lo), Some(hi)) if !exact => Some([lo * 100.0, hi * 100.0]),
+            _ => None,
+        };
+        Link {
+            function,
+            depth,
+            external,
+            previous,
+            current,
+            change_percent: comparison.relative.map(|r| r * 100.0),
+            method: if exact { "exact" } else { "welch_t" }.to_string(),
+            interval_percent,
+            runs,
+            comparison,
+        }
+    }
+
+    fn change(&self) -> String {
+        match self.change_percent {
+            Some(p) => format!("{p:+.1}%"),
+            None => "n/a".to_string(),
+        }
+    }
+
+    fn interval(&self) -> String {
+        match self.interval_percent {
+            Some([lo, hi]) => format!("[{lo:+.1}%, {hi:+.1}%]"),
+            None => "exact".to_string(),
+        }
+    }
+}
+
+/// The text report: the chain as an indented tree, the bottleneck marked.
+pub fn text(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> {
+    let p = &report.pinpoint;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "pinpoint: {} ({}, {} run{} per build, {} comparisons, {})",
+        p.function,
+        p.source,
+        p.runs,
+        if p.runs == 1 { "" } else { "s" },
+        p.comparisons,
+        p.strategy
+    );
+    let _ = writeln!(s, "  previous: {}", p.previous);
+    let _ = writeln!(s, "  current:  {}", p.current);
+    for w in &p.warnings {
+        let _ = writeln!(s, "  warning: {w}");
+    }
+    let _ = writeln!(s);
+    let last = p.chain.len().saturating_sub(1);
+    for (i, link) in p.chain.iter().enumerate() {
+        let indent = "   ".repeat(link.depth);
+        let branch = if link.depth == 0 { "" } else { "└─ " };
+        let mark = if i == last && p.bottleneck.is_some() {
+            "  <== bottleneck"
+        } else {
+            ""
+        };
+        let external = if link.external { " (external)" } else { "" };
+        let _ = writeln!(
+            s,
+            "{indent}{branch}{}{external}  {} -> {} {}  {} {}  n={}{mark}",
+            link.function,
+            human::count(link.previous),
+            human::count(link.current),
+            p.unit,
+            link.change(),
+            link.interval(),
+            link.runs
+        );
+    }
+    let _ = writeln!(s);
+    match &p.bottleneck {
+        Some(b) => {
+            let _ = writeln!(s, "bottleneck: {b}");
+        }
+        None => {
+            let _ = writeln!(s, "no bottleneck: {} did not get worse", p.function);
+        }
+    }
+    let _ = writeln!(s, "stopped: {}", p.stopped);
+    out.write_all(s.as_bytes())
+}
+
+/// The JSON report.
+pub fn json(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, report)?;
+    writeln!(out)
+}
+
+/// A Markdown table of the chain, for a pull-request comment.
+pub fn markdown(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> {
+    let p = &report.pinpoint;
+    let mut s = String::new();
+    let _ = writeln!(s, "### pinpoint: `{}` ({})\n", p.function, p.metric);
+    let _ = writeln!(
+        s,
+        "| layer | function | previous | current | change | interval | runs |"
+    );
+    let _ = writeln!(s, "| ---: | --- | ---: | ---: | ---: | --- | ---: |");
+    let last = p.chain.len().saturating_sub(1);
+    for (i, link) in p.chain.iter().enumerate() {
+        let name = if i == last && p.bottleneck.is_some() {
+            format!("**`{}`** (bottleneck)", link.function)
+        } else {
+            format!("`{}`", link.function)
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {}{} | {} | {} | {} | {} | {} |",
+            link.depth,
+            name,
+            if link.external { " (external)" } else { "" },
+            human::count(link.previous),
+            human::count(link.current),
+            link.change(),
+            link.interval(),
+            link.runs
+        );
+    }
+    let _ = writeln!(s);
+    for w in &p.warnings {
+        let _ = writeln!(s, "> warning: {w}\n");
+    }
+    let _ = writeln!(s, "Stopped: {}", p.stopped);
+    out.write_all(s.as_bytes())
+}
+
+/// A self-contained HTML page: the chain, one pair of bars per layer (previous, current).
+pub fn html(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> {
+    let p = &report.pinpoint;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>pinpoint: {}</title><style>{}</style></head><body>",
+        escape(&p.function),
+        STYLE
+    );
+    let _ = write!(
+        s,
+        "<h1>pinpoint: <code>{}</code></h1><p class=\"conditions\">{} ({}), {} runs per build, {} comparisons ({})<br>previous: {}<br>current: {}</p>",
+        escape(&p.function),
+        escape(&p.metric),
+        escape(&p.source),
+        p.runs,
+        p.comparisons,
+        escape(&p.strategy),
+        escape(&p.previous),
+        escape(&p.current)
+    );
+    for w in &p.warnings {
+        let _ = write!(s, "<p class=\"warning\">warning: {}</p>", escape(w));
+    }
+    let last = p.chain.len().saturating_sub(1);
+    for (i, link) in p.chain.iter().enumerate() {
+        let bottleneck = i == last && p.bottleneck.is_some();
+        let top = link.previous.max(link.current).max(1.0);
+        let width = |v: f64| 100.0 * v / top;
+        let _ = write!(
+            s,
+            "<div class=\"link{}\" style=\"margin-left:{}rem\"><div class=\"name\"><code>{}</code>{}{} <span class=\"change\">{} {}, n={}</span></div>\
+<div class=\"bar prev\" style=\"width:{:.1}%\">previous {}</div><div class=\"bar cur\" style=\"width:{:.1}%\">current {}</div></div>",
+            if bottleneck { " bottleneck" } else { "" },
+            link.depth * 2,
+            escape(&link.function),
+            if link.external { " (external)" } else { "" },
+            if bottleneck { " &larr; bottleneck" } else { "" },
+            link.change(),
+            escape(&link.interval()),
+            link.runs,
+            width(link.previous),
+            human::count(link.previous),
+            width(link.current),
+            human::count(link.current),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<p><b>{}</b><br>stopped: {}</p></body></html>",
+        match &p.bottleneck {
+            Some(b) => format!("bottleneck: {}", escape(b)),
+            None => format!("no bottleneck: {} did not get worse", escape(&p.function)),
+        },
+        escape(&p.stopped)
+    );
+    out.write_all(s.as_bytes())
+}
+
+const STYLE: &str = "
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:60rem;padding:0 1rem;color:#1b1b1b}
+h1{font-size:1.4rem}p.conditions{color:#555}.warning{color:#8a4b00}
+.link{margin-bottom:.8rem;border-left:3px solid #ddd;padding-left:.5rem}.link.bottleneck{border-left-color:#c0392b}
+.name{font-size:.95rem;margin-bottom:.2rem}.change{color:#555;font-variant-numeric:tabular-nums}
+.bar{font-size:.75rem;color:#fff;padding:.1rem .3rem;margin:.1rem 0;white-space:nowrap;min-width:6rem;box-sizing:border-box}
+.bar.prev{background:#7f8c8d}.bar.cur{background:#2c7bb6}.bottleneck .bar.cur{background:#c0392b}
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Verdict;
+
+    fn comparison(previous: f64, current: f64) -> Comparison {
+        Comparison {
+            method: ComparisonMethod::Exact,
+            reference: "previous".into(),
+            reference_n: 3,
+            reference_mean: previous,
+            difference: current - previous,
+            ci_low: Some(current - previous),
+            ci_high: Some(current - previous),
+            confidence: 1.0,
+            relative: Some((current - previous) / previous),
+            relative_ci_low: None,
+            relative_ci_high: None,
+            df: None,
+            p_value: None,
+            threshold: 0.02,
+            threshold_absolute: None,
+            verdict: Verdict::Regressed,
+            anova: None,
+        }
+    }
+
+    fn report() -> PinpointReport {
+        PinpointReport::new(Pinpoint {
+            metric: "instructions".into(),
+            unit: "instructions".into(),
+            source: "valgrind callgrind".into(),
+            previous: "old".into(),
+            current: "new".into(),
+            args: Vec::new(),
+            function: "main".into(),
+            runs: 3,
+            strategy: "binary".into(),
+            chain: vec![
+                Link::new("main".into(), 0, false, 3, comparison(1000.0, 1300.0)),
+                Link::new("deep<T>".into(), 1, false, 3, comparison(400.0, 700.0)),
+            ],
+            bottleneck: Some("deep<T>".into()),
+            stopped: "no call made by deep got worse".into(),
+            stop: "own_code".into(),
+            comparisons: 5,
+            warnings: vec!["the builds printed different output".into()],
+        })
+    }
+
+    #[test]
+    fn text_is_an_indented_chain_with_the_bottleneck_marked() {
+        let mut out = Vec::new();
+        text(&report(), &mut out).unwrap();
+        let t = String::from_utf8(out).unwrap();
+        assert!(
+            t.contains("\nmain  1,000 -> 1,300 instructions  +30.0% exact  n=3\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("   └─ deep<T>  400 -> 700 instructions  +75.0% exact  n=3  <== bottleneck"),
+            "{t}"
+        );
+        assert!(t.contains("stopped: no call made by deep got worse"), "{t}");
+    }
+
+    #[test]
+    fn json_has_the_top_level_pinpoint_object_and_html_escapes() {
+        let mut out = Vec::new();
+        json(&report(), &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["pinpoint"]["bottleneck"], "deep<T>");
+        assert_eq!(v["pinpoint"]["chain"][1]["previous"], 400.0);
+        assert_eq!(v["pinpoint"]["chain"][0]["method"], "exact");
+        let mut out = Vec::new();
+        html(&report(), &mut out).unwrap();
+        let h = String::from_utf8(out).unwrap();
+        assert!(h.contains("deep&lt;T&gt;") && !h.contains("deep<T>"), "{h}");
+        assert_eq!(h.matches("class=\"bar prev\"").count(), 2);
+        let mut out = Vec::new();
+        markdown(&report(), &mut out).unwrap();
+        let m = String::from_utf8(out).unwrap();
+        assert!(
+            m.contains("| 1 | **`deep<T>`** (bottleneck) | 400 | 700 | +75.0% | exact | 3 |"),
+            "{m}"
+        );
+    }
+}
