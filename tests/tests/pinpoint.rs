@@ -1,0 +1,348 @@
+//! `sbs-profile pinpoint` end to end on `fixtures/c/pinpoint.c`, built three ways: the
+//! previous version (0), one where `deep` (main -> outer -> middle -> deep) loops 30%
+//! longer (1), one where `grow` (main -> outer -> grow) allocates one more block per call
+//! (2). In builds 1 and 2 a decoy's code changes at equal cost. Needs valgrind and gcc;
+//! skipped with a printed reason without them.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sbs_skip::{skip, Need};
+use util::{sbs, Finished};
+
+fn valgrind_installed() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The three builds, in a temporary directory (kept alive by the caller).
+struct Builds {
+    dir: tempfile::TempDir,
+}
+
+impl Builds {
+    fn new() -> Option<Builds> {
+        if !valgrind_installed() {
+            skip!(
+                Need::Valgrind,
+                "valgrind is not installed (sudo apt-get install -y valgrind)"
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/pinpoint.c");
+        for variant in 0..3 {
+            sbs_skip::build!(
+                Need::Gcc,
+                Command::new("gcc")
+                    .args(["-O2", "-g", "-Wall"])
+                    .arg(format!("-DVARIANT={variant}"))
+                    .arg("-o")
+                    .arg(dir.path().join(format!("v{variant}")))
+                    .arg(&src)
+            )?;
+        }
+        Some(Builds { dir })
+    }
+
+    fn exe(&self, variant: u32) -> PathBuf {
+        self.dir.path().join(format!("v{variant}"))
+    }
+
+    fn pinpoint(&self, previous: u32, current: u32, extra: &[&str], args: &[&str]) -> Finished {
+        let mut argv: Vec<String> = vec![
+            "pinpoint".into(),
+            "--previous".into(),
+            self.exe(previous).display().to_string(),
+            "--format".into(),
+            "json".into(),
+        ];
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        argv.push("--".into());
+        argv.push(self.exe(current).display().to_string());
+        argv.extend(args.iter().map(|s| s.to_string()));
+        sbs(&argv)
+    }
+}
+
+fn chain(run: &Finished) -> Vec<String> {
+    let v = run.json();
+    v["pinpoint"]["chain"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no chain in {v}"))
+        .iter()
+        .map(|l| l["function"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Inclusive instructions of `function` as `callgrind_annotate --inclusive=yes` reports
+/// them for a plain callgrind run of `exe`.
+fn callgrind_annotate_inclusive(exe: &Path, function: &str) -> Option<f64> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("cg.out");
+    let status = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg("--log-file=/dev/null")
+        .arg(exe)
+        .status()
+        .expect("run valgrind");
+    assert!(status.success());
+    let annotated = Command::new("callgrind_annotate")
+        .arg("--inclusive=yes")
+        .arg(&out)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&annotated.stdout);
+    let needle = format!(":{function} [");
+    let line = text.lines().find(|l| l.contains(&needle))?;
+    let number: String = line
+        .split_whitespace()
+        .next()?
+        .chars()
+        .filter(|c| c.is_ascii_digit())
+        .collect();
+    number.parse().ok()
+}
+
+#[test]
+fn instructions_dig_to_the_function_three_calls_below_main() {
+    let Some(b) = Builds::new() else { return };
+    let run = b.pinpoint(0, 1, &[], &[]);
+    assert_eq!(run.code(), Some(1), "a regression exits 1{}", run.stderr());
+    let v = run.json();
+    let p = &v["pinpoint"];
+    assert_eq!(chain(&run), ["main", "outer", "middle", "deep"], "{p}");
+    assert_eq!(p["bottleneck"], "deep");
+    assert_eq!(p["stop"], "own_code");
+    assert_eq!(p["metric"], "instructions");
+    for link in p["chain"].as_array().unwrap() {
+        assert_eq!(link["method"], "exact", "{link}");
+        assert_eq!(link["runs"], 3, "{link}");
+        assert!(
+            link["current"].as_f64() > link["previous"].as_f64(),
+            "{link}"
+        );
+    }
+    // deep loops 30% longer: its change is close to that (its call to spin is fixed).
+    let deep = p["chain"][3]["change_percent"].as_f64().unwrap();
+    assert!((25.0..=30.0).contains(&deep), "{deep}");
+    // The numbers are callgrind's own: callgrind_annotate agrees on main and deep.
+    for (i, function) in [(0, "main"), (3, "deep")] {
+        if let Some(expected) = callgrind_annotate_inclusive(&b.exe(0), function) {
+            assert_eq!(
+                p["chain"][i]["previous"].as_f64(),
+                Some(expected),
+                "{function}"
+            );
+        }
+        if let Some(expected) = callgrind_annotate_inclusive(&b.exe(1), function) {
+            assert_eq!(
+                p["chain"][i]["current"].as_f64(),
+                Some(expected),
+                "{function}"
+            );
+        }
+    }
+    // The decoy's code changed at equal cost: it is never on the chain, and inspected
+    // directly it did not get worse.
+    let decoy = b.pinpoint(0, 1, &["--function", "decoy", "--runs", "1"], &[]);
+    assert_eq!(decoy.code(), Some(0), "{}", decoy.stderr());
+    assert!(decoy.json()["pinpoint"]["bottleneck"].is_null());
+}
+
+#[test]
+fn binary_find_makes_fewer_comparisons_than_linear_find_for_the_same_chain() {
+    let Some(b) = Builds::new() else { return };
+    let binary = b.pinpoint(0, 1, &["--runs", "1"], &[]);
+    let linear = b.pinpoint(0, 1, &["--runs", "1", "--strategy", "linear"], &[]);
+    assert_eq!(chain(&binary), chain(&linear));
+    let count = |r: &Finished| r.json()["pinpoint"]["comparisons"].as_u64().unwrap();
+    // main has 18 call sites, outer the 14th: LinearFind compares 14 there alone.
+    assert!(
+        count(&binary) < count(&linear),
+        "{} vs {}",
+        count(&binary),
+        count(&linear)
+    );
+    assert!(count(&linear) >= 14 + 1);
+}
+
+#[test]
+fn depth_function_and_ignore_bound_the_search() {
+    let Some(b) = Builds::new() else { return };
+    let run = b.pinpoint(0, 1, &["--depth", "1", "--runs", "1"], &[]);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(chain(&run), ["main", "outer"]);
+    assert_eq!(run.json()["pinpoint"]["stop"], "depth");
+
+    let run = b.pinpoint(0, 1, &["--function", "middle", "--runs", "1"], &[]);
+    assert_eq!(chain(&run), ["middle", "deep"]);
+
+    let run = b.pinpoint(0, 1, &["--ignore", "middle", "--runs", "1"], &[]);
+    assert_eq!(chain(&run), ["main", "outer", "middle"]);
+    assert_eq!(run.json()["pinpoint"]["stop"], "ignored");
+}
+
+#[test]
+fn the_same_build_on_both_sides_has_no_bottleneck() {
+    let Some(b) = Builds::new() else { return };
+    let run = b.pinpoint(0, 0, &[], &[]).success();
+    let v = run.json();
+    assert!(v["pinpoint"]["bottleneck"].is_null(), "{v}");
+    assert_eq!(v["pinpoint"]["stop"], "no_regression");
+    assert_eq!(chain(&run), ["main"]);
+    assert_eq!(v["pinpoint"]["chain"][0]["change_percent"], 0.0);
+}
+
+#[test]
+fn allocations_dig_to_the_function_two_calls_below_main() {
+    let Some(b) = Builds::new() else { return };
+    let run = b.pinpoint(0, 2, &["--metric", "alloc"], &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    let v = run.json();
+    let p = &v["pinpoint"];
+    assert_eq!(chain(&run), ["main", "outer", "grow", "malloc"], "{p}");
+    assert_eq!(p["metric"], "alloc.count");
+    assert_eq!(p["chain"][3]["external"], true);
+    assert_eq!(p["stop"], "external");
+    // outer calls grow 10 times, 4 blocks each, then 5: DHAT's counts.
+    for link in p["chain"].as_array().unwrap() {
+        assert_eq!(link["previous"], 40.0, "{link}");
+        assert_eq!(link["current"], 50.0, "{link}");
+    }
+    // The instruction change of build 1 allocates nothing more: no allocation bottleneck.
+    let run = b.pinpoint(0, 1, &["--metric", "alloc", "--runs", "1"], &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    // With a large enough absolute threshold, 10 blocks more is no regression.
+    let run = b.pinpoint(
+        0,
+        2,
+        &["--metric", "alloc", "--runs", "1", "--threshold", "+10"],
+        &[],
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+}
+
+#[test]
+fn text_and_html_show_the_chain() {
+    let Some(b) = Builds::new() else { return };
+    let html = b.dir.path().join("chain.html");
+    let run = sbs([
+        "pinpoint".to_string(),
+        "--runs".into(),
+        "1".into(),
+        "--html".into(),
+        html.display().to_string(),
+        "--previous".into(),
+        b.exe(0).display().to_string(),
+        "--".into(),
+        b.exe(1).display().to_string(),
+    ]);
+    assert_eq!(run.code(), Some(1));
+    let text = run.stdout();
+    run.check(text.contains("\nmain  "), "main at layer 0");
+    run.check(
+        text.lines()
+            .any(|l| l.starts_with("         └─ deep  ") && l.ends_with("<== bottleneck")),
+        "deep indented three layers and marked",
+    );
+    run.check(
+        text.contains("stopped: no call made by deep got worse"),
+        "why it stopped",
+    );
+    let page = std::fs::read_to_string(&html).expect("the --html page");
+    assert_eq!(page.matches("class=\"bar prev\"").count(), 4, "{page}");
+    assert!(page.contains("bottleneck: deep"));
+}
+
+#[test]
+fn bad_input_gets_one_line_and_exit_2() {
+    let Some(b) = Builds::new() else { return };
+    let missing = b.dir.path().join("nope");
+    sbs([
+        "pinpoint",
+        "--previous",
+        missing.to_str().unwrap(),
+        "--",
+        b.exe(1).to_str().unwrap(),
+    ])
+    .fails_with(2, "previous build");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/pinpoint.c");
+    sbs([
+        "pinpoint",
+        "--previous",
+        b.exe(0).to_str().unwrap(),
+        "--",
+        source.to_str().unwrap(),
+    ])
+    .fails_with(2, "is not an executable file");
+    let stripped = b.dir.path().join("stripped");
+    std::fs::copy(b.exe(1), &stripped).unwrap();
+    if Command::new("strip")
+        .arg(&stripped)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        sbs([
+            "pinpoint",
+            "--previous",
+            b.exe(0).to_str().unwrap(),
+            "--",
+            stripped.to_str().unwrap(),
+        ])
+        .fails_with(2, "current build")
+        .fails_with(2, "stripped");
+    } else {
+        skip!(
+            Need::Binutils,
+            "strip is not installed (apt-get install binutils)"
+        );
+    }
+    b.pinpoint(0, 1, &["--function", "nosuch"], &[])
+        .fails_with(2, "function `nosuch` not found in the previous build");
+    b.pinpoint(0, 1, &["--runs", "1"], &["crash"])
+        .fails_with(2, "killed by signal 6 under valgrind");
+    // valgrind missing: a PATH without it.
+    let out = Command::new(util::sbs_profile())
+        .args(["pinpoint", "--previous"])
+        .arg(b.exe(0))
+        .arg("--")
+        .arg(b.exe(1))
+        .env("PATH", b.dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("valgrind is not installed") && err.contains("apt-get install"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn builds_that_print_different_output_are_warned_about() {
+    let Some(b) = Builds::new() else { return };
+    let run = b.pinpoint(0, 1, &["--runs", "1"], &["print"]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    let v = run.json();
+    assert!(
+        v["pinpoint"]["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("printed different output")),
+        "{v}"
+    );
+    run.check(
+        run.stderr()
+            .contains("warning: the two builds printed different output"),
+        "warning on stderr",
+    );
+    // The same output: no warning.
+    let run = b.pinpoint(0, 0, &["--runs", "1"], &["print"]).success();
+    assert!(run.json()["pinpoint"]["warnings"].is_null());
+}
