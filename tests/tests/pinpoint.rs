@@ -169,7 +169,8 @@ fn binary_find_makes_fewer_comparisons_than_linear_find_for_the_same_chain() {
         count(&binary),
         count(&linear)
     );
-    assert!(count(&linear) >= 14 + 1);
+    // One decision on main itself, 14 on its calls up to outer.
+    assert!(count(&linear) > 14);
 }
 
 #[test]
