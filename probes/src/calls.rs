@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 use object::read::elf::ElfFile64;
 use object::{
-    Endianness, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget,
+    Endianness, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationFlags,
+    RelocationTarget,
 };
 
 use crate::elf::{safe_offset, Function, Image};
@@ -59,7 +60,11 @@ pub struct CallSite {
 #[derive(Debug, Default)]
 pub struct CallTargets {
     plt: Vec<(u64, u64)>,
+    /// GOT slots filled with another object's function, by name.
     slots: HashMap<u64, String>,
+    /// GOT slots filled with one of this file's addresses (a `R_X86_64_RELATIVE`
+    /// relocation, or a symbol this file defines): `call [rip+slot]` in a PIE.
+    local_slots: HashMap<u64, u64>,
 }
 
 impl CallTargets {
@@ -80,16 +85,31 @@ impl CallTargets {
             .map(|s| (s.address(), s.address() + s.size()))
             .collect();
         let mut slots = HashMap::new();
+        let mut local_slots = HashMap::new();
         if let (Some(relocations), Some(symbols)) =
             (file.dynamic_relocations(), file.dynamic_symbol_table())
         {
             for (offset, relocation) in relocations {
+                let relative = matches!(
+                    relocation.flags(),
+                    RelocationFlags::Elf { r_type } if r_type == object::elf::R_X86_64_RELATIVE
+                );
+                if relative {
+                    if let Ok(address) = u64::try_from(relocation.addend()) {
+                        local_slots.insert(offset, address);
+                    }
+                    continue;
+                }
                 let RelocationTarget::Symbol(index) = relocation.target() else {
                     continue;
                 };
                 let Ok(symbol) = symbols.symbol_by_index(index) else {
                     continue;
                 };
+                if !symbol.is_undefined() && symbol.address() != 0 {
+                    local_slots.insert(offset, symbol.address());
+                    continue;
+                }
                 match symbol.name() {
                     Ok(name) if !name.is_empty() => {
                         slots.insert(offset, name.to_string());
@@ -98,7 +118,21 @@ impl CallTargets {
                 }
             }
         }
-        Ok(CallTargets { plt, slots })
+        Ok(CallTargets {
+            plt,
+            slots,
+            local_slots,
+        })
+    }
+
+    /// Who a `call`/`jmp` through the GOT slot at `slot` reaches, if the file says.
+    fn through_slot(&self, image: &Image, slot: u64) -> Option<Callee> {
+        if let Some(&target) = self.local_slots.get(&slot) {
+            return Some(callee_at(image, self, target).unwrap_or(Callee::Unknown));
+        }
+        self.slots
+            .get(&slot)
+            .map(|name| Callee::External { name: name.clone() })
     }
 
     fn in_plt(&self, address: u64) -> bool {
@@ -184,9 +218,7 @@ pub fn call_sites(
             FlowControl::IndirectCall => {
                 let callee = if i.is_ip_rel_memory_operand() {
                     targets
-                        .slots
-                        .get(&i.ip_rel_memory_address())
-                        .map(|name| Callee::External { name: name.clone() })
+                        .through_slot(image, i.ip_rel_memory_address())
                         .unwrap_or(Callee::Unknown)
                 } else {
                     Callee::Unknown
@@ -213,10 +245,10 @@ pub fn call_sites(
                 }
             }
             FlowControl::IndirectBranch if i.is_ip_rel_memory_operand() => {
-                if let Some(name) = targets.slots.get(&i.ip_rel_memory_address()) {
+                if let Some(callee) = targets.through_slot(image, i.ip_rel_memory_address()) {
                     sites.push(CallSite {
                         address: i.ip(),
-                        callee: Callee::External { name: name.clone() },
+                        callee,
                         tail: true,
                     });
                 }

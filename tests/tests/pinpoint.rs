@@ -347,3 +347,112 @@ fn builds_that_print_different_output_are_warned_about() {
     let run = b.pinpoint(0, 0, &["--runs", "1"], &["print"]).success();
     assert!(run.json()["pinpoint"]["warnings"].is_null());
 }
+
+/// The Rust fixture (`fixtures/rust/pinpoint`) built by cargo in release mode with debug
+/// info, with `features` ("" for the previous build), into `dir`.
+fn cargo_fixture(dir: &Path, features: &str) -> Option<PathBuf> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/pinpoint/Cargo.toml");
+    let target = dir.join(format!("target-{features}"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    sbs_skip::build!(
+        Need::Rustc,
+        Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "--quiet",
+                "--offline",
+                "--manifest-path"
+            ])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .args(["--features", features])
+    )?;
+    Some(target.join("release/pinpoint-fixture"))
+}
+
+#[test]
+fn a_rust_pair_from_one_source_matches_across_mangled_hashes() {
+    if !valgrind_installed() {
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let Some(previous) = cargo_fixture(dir.path(), "") else {
+        return;
+    };
+    let Some(slow) = cargo_fixture(dir.path(), "slow") else {
+        return;
+    };
+    let Some(more_blocks) = cargo_fixture(dir.path(), "more-blocks") else {
+        return;
+    };
+    // The builds' mangled names differ (another hash), their demangled names do not.
+    let deep_symbol = |exe: &Path| -> String {
+        let data = std::fs::read(exe).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        use object::{Object, ObjectSymbol};
+        file.symbols()
+            .filter_map(|s| s.name().ok().map(str::to_string))
+            .find(|n| n.starts_with("_ZN16pinpoint_fixture4deep"))
+            .expect("deep's symbol")
+    };
+    assert_ne!(deep_symbol(&previous), deep_symbol(&slow));
+
+    let run = |current: &Path, extra: &[&str]| {
+        let mut argv = vec![
+            "pinpoint",
+            "--format",
+            "json",
+            "--previous",
+            previous.to_str().unwrap(),
+        ];
+        argv.extend_from_slice(extra);
+        argv.push("--");
+        argv.push(current.to_str().unwrap());
+        sbs(&argv)
+    };
+    let r = run(&slow, &[]);
+    assert_eq!(r.code(), Some(1), "{}", r.stderr());
+    assert_eq!(
+        chain(&r),
+        [
+            "pinpoint_fixture::main",
+            "pinpoint_fixture::outer",
+            "pinpoint_fixture::middle",
+            "pinpoint_fixture::deep"
+        ]
+    );
+    assert_eq!(r.json()["pinpoint"]["stop"], "own_code");
+
+    let r = run(&more_blocks, &["--metric", "alloc"]);
+    assert_eq!(r.code(), Some(1), "{}", r.stderr());
+    let c = chain(&r);
+    assert_eq!(
+        c[..3],
+        [
+            "pinpoint_fixture::main",
+            "pinpoint_fixture::outer",
+            "pinpoint_fixture::grow"
+        ],
+        "{c:?}"
+    );
+    // grow calls the allocator through a GOT slot that a R_X86_64_RELATIVE relocation
+    // fills: it is named, not an indirect call.
+    assert!(c[3].ends_with("__rust_alloc"), "{c:?}");
+    // 10 calls of grow, 4 blocks each, then 5 (std's own allocations are outside main).
+    let v = r.json();
+    assert_eq!(v["pinpoint"]["chain"][0]["previous"], 40.0, "{v}");
+    assert_eq!(v["pinpoint"]["chain"][0]["current"], 50.0, "{v}");
+
+    let r = run(&slow, &["--depth", "2", "--runs", "1"]);
+    assert_eq!(chain(&r).len(), 3);
+    assert_eq!(r.json()["pinpoint"]["stop"], "depth");
+
+    let r = run(&previous, &[]).success();
+    assert!(r.json()["pinpoint"]["bottleneck"].is_null());
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# pinpoint's cost, measured two ways (issue 13):
+#
+# 1. Wall time of `sbs-profile pinpoint` on tests/fixtures/c/pinpoint.c (previous build
+#    against the one where `deep`, 3 calls below main, does 30% more work) against what a
+#    person does by hand: callgrind on each build, then callgrind_annotate --inclusive on
+#    each. Invocations alternate for ROUNDS rounds; medians are reported.
+# 2. Comparisons (decisions of the statistics) made by BinaryFind and LinearFind on a
+#    call list of 32 sites (benches/pinpoint/wide.c), for the regressed call at several
+#    positions, and on the fixture's 18-site main.
+#
+#   benches/pinpoint/run.sh [ROUNDS=7]
+#
+# Needs valgrind, gcc and python3.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${1:-7}
+for tool in valgrind gcc callgrind_annotate python3; do
+    command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install valgrind gcc python3)" >&2; exit 2; }
+done
+cargo build --release -q -p sbs-profile
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+for v in 0 1; do
+    gcc -O2 -g -Wall -DVARIANT=$v -o "$dir/v$v" tests/fixtures/c/pinpoint.c
+done
+gcc -O2 -g -Wall -o "$dir/wide" benches/pinpoint/wide.c
+for k in 0 7 15 16 23 31; do
+    gcc -O2 -g -Wall -DSLOW=$k -o "$dir/wide$k" benches/pinpoint/wide.c
+done
+python3 - "$rounds" "$dir" <<'PY'
+import json, statistics, subprocess, sys, time
+rounds, d = int(sys.argv[1]), sys.argv[2]
+sbs = "./target/release/sbs-profile"
+def timed(cmds):
+    t = time.perf_counter()
+    for c in cmds:
+        r = subprocess.run(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert r.returncode in (0, 1), (c, r.returncode)
+    return time.perf_counter() - t
+def pinpoint(runs, prev, cur, *extra):
+    return [sbs, "pinpoint", "--runs", str(runs), "-f", "json", *extra,
+            "--previous", prev, "--", cur]
+by_hand = [["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/h{v}.out",
+            "--log-file=/dev/null", f"{d}/v{v}"] for v in (0, 1)]
+annotate = [["callgrind_annotate", "--inclusive=yes", f"{d}/h{v}.out"] for v in (0, 1)]
+cases = {
+    "callgrind x2 (by hand, no reading)": by_hand,
+    "callgrind x2 + callgrind_annotate x2": by_hand + annotate,
+    "pinpoint --runs 1": [pinpoint(1, f"{d}/v0", f"{d}/v1")],
+    "pinpoint --runs 3 (default)": [pinpoint(3, f"{d}/v0", f"{d}/v1")],
+}
+times = {k: [] for k in cases}
+for _ in range(rounds):
+    for k, cmds in cases.items():
+        times[k].append(timed(cmds))
+base = statistics.median(times["callgrind x2 (by hand, no reading)"])
+print(f"wall time, median of {rounds} alternating rounds")
+print("| what | median | min | max | / callgrind x2 |")
+print("|---|---:|---:|---:|---:|")
+for k, ts in times.items():
+    m = statistics.median(ts)
+    print(f"| {k} | {m*1000:.0f} ms | {min(ts)*1000:.0f} ms | {max(ts)*1000:.0f} ms | {m/base:.2f} |")
+
+def comparisons(prev, cur, strategy):
+    out = subprocess.run(pinpoint(1, prev, cur, "--strategy", strategy),
+                         capture_output=True, text=True)
+    p = json.loads(out.stdout)["pinpoint"]
+    return p["comparisons"], [l["function"] for l in p["chain"]]
+print()
+print("comparisons (each one decision of the statistics), one run per build")
+print("| call list | regressed call | BinaryFind | LinearFind | chain |")
+print("|---|---:|---:|---:|---|")
+b, chain = comparisons(f"{d}/v0", f"{d}/v1", "binary")
+l, chain_l = comparisons(f"{d}/v0", f"{d}/v1", "linear")
+assert chain == chain_l, (chain, chain_l)
+print(f"| fixture: main 18 sites, 4 layers | outer, 14th | {b} | {l} | {' > '.join(chain)} |")
+for k in (0, 7, 15, 16, 23, 31):
+    b, chain = comparisons(f"{d}/wide", f"{d}/wide{k}", "binary")
+    l, chain_l = comparisons(f"{d}/wide", f"{d}/wide{k}", "linear")
+    assert chain == chain_l == ["main", f"w{k}"], (chain, chain_l)
+    print(f"| wide.c: main 32 sites | w{k}, {k+1}th | {b} | {l} | {' > '.join(chain)} |")
+PY
