@@ -4,10 +4,11 @@
 # 1. Wall time of `sbs-profile pinpoint` on tests/fixtures/c/pinpoint.c (previous build
 #    against the one where `deep`, 3 calls below main, does 30% more work) against what a
 #    person does by hand: callgrind on each build, then callgrind_annotate --inclusive on
-#    each. Invocations alternate for ROUNDS rounds; medians are reported.
-# 2. Comparisons (decisions of the statistics) made by BinaryFind and LinearFind on a
-#    call list of 32 sites (benches/pinpoint/wide.c), for the regressed call at several
-#    positions, and on the fixture's 18-site main.
+#    each; and of `--metric alloc` (against build 2) against DHAT on each build.
+#    Invocations alternate for ROUNDS rounds; medians are reported.
+# 2. Comparisons (decisions of the statistics) made by BinaryFind and LinearFind on the
+#    fixture's 18-site main, and on a call list of 32 sites (benches/pinpoint/wide.c) for
+#    the regressed call at several positions.
 #
 #   benches/pinpoint/run.sh [ROUNDS=7]
 #
@@ -21,7 +22,7 @@ done
 cargo build --release -q -p sbs-profile
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-for v in 0 1; do
+for v in 0 1 2; do
     gcc -O2 -g -Wall -DVARIANT=$v -o "$dir/v$v" tests/fixtures/c/pinpoint.c
 done
 gcc -O2 -g -Wall -o "$dir/wide" benches/pinpoint/wide.c
@@ -44,11 +45,15 @@ def pinpoint(runs, prev, cur, *extra):
 by_hand = [["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/h{v}.out",
             "--log-file=/dev/null", f"{d}/v{v}"] for v in (0, 1)]
 annotate = [["callgrind_annotate", "--inclusive=yes", f"{d}/h{v}.out"] for v in (0, 1)]
+dhat_by_hand = [["valgrind", "--tool=dhat", f"--dhat-out-file={d}/d{v}.json",
+                 "--log-file=/dev/null", f"{d}/v{v}"] for v in (0, 2)]
 cases = {
     "callgrind x2 (by hand, no reading)": by_hand,
     "callgrind x2 + callgrind_annotate x2": by_hand + annotate,
     "pinpoint --runs 1": [pinpoint(1, f"{d}/v0", f"{d}/v1")],
     "pinpoint --runs 3 (default)": [pinpoint(3, f"{d}/v0", f"{d}/v1")],
+    "dhat x2 (by hand, no reading)": dhat_by_hand,
+    "pinpoint --metric alloc --runs 1": [pinpoint(1, f"{d}/v0", f"{d}/v2", "--metric", "alloc")],
 }
 times = {k: [] for k in cases}
 for _ in range(rounds):
@@ -74,10 +79,10 @@ print("|---|---:|---:|---:|---|")
 b, chain = comparisons(f"{d}/v0", f"{d}/v1", "binary")
 l, chain_l = comparisons(f"{d}/v0", f"{d}/v1", "linear")
 assert chain == chain_l, (chain, chain_l)
-print(f"| fixture: main 18 sites, 4 layers | outer, 14th | {b} | {l} | {' > '.join(chain)} |")
+print(f"| fixture: main 18 sites, 4 layers | outer, call 14 of 18 | {b} | {l} | {' > '.join(chain)} |")
 for k in (0, 7, 15, 16, 23, 31):
     b, chain = comparisons(f"{d}/wide", f"{d}/wide{k}", "binary")
     l, chain_l = comparisons(f"{d}/wide", f"{d}/wide{k}", "linear")
     assert chain == chain_l == ["main", f"w{k}"], (chain, chain_l)
-    print(f"| wide.c: main 32 sites | w{k}, {k+1}th | {b} | {l} | {' > '.join(chain)} |")
+    print(f"| wide.c: main 32 sites | w{k}, call {k+1} of 32 | {b} | {l} | {' > '.join(chain)} |")
 PY

@@ -367,6 +367,22 @@ mod tests {
         changed: Vec<&'static str>,
         /// Own cost of each function: (previous, current).
         own: HashMap<&'static str, (f64, f64)>,
+        /// Runs per build; above 1 the values vary by ±1% between runs.
+        runs: usize,
+    }
+
+    impl Scripted {
+        fn samples(&self, previous: f64, current: f64) -> Samples {
+            let spread = |v: f64| -> Vec<f64> {
+                (0..self.runs)
+                    .map(|i| v * (1.0 + 0.01 * (i as f64 - (self.runs as f64 - 1.0) / 2.0)))
+                    .collect()
+            };
+            Samples {
+                previous: spread(previous),
+                current: spread(current),
+            }
+        }
     }
 
     impl Scripted {
@@ -409,17 +425,14 @@ mod tests {
             })
         }
         fn cost(&self, f: &&'static str) -> Samples {
-            Samples {
-                previous: vec![self.total(f, false)],
-                current: vec![self.total(f, true)],
-            }
+            self.samples(self.total(f, false), self.total(f, true))
         }
         fn piece(&self, f: &&'static str, range: std::ops::Range<usize>) -> Samples {
             let c = &self.calls[f][range];
-            Samples {
-                previous: vec![c.iter().map(|&(_, p, _)| p).sum()],
-                current: vec![c.iter().map(|&(_, _, n)| n).sum()],
-            }
+            self.samples(
+                c.iter().map(|&(_, p, _)| p).sum(),
+                c.iter().map(|&(_, _, n)| n).sum(),
+            )
         }
     }
 
@@ -456,6 +469,7 @@ mod tests {
             calls,
             changed: vec!["w"],
             own,
+            runs: 1,
         }
     }
 
@@ -476,6 +490,22 @@ mod tests {
             out.comparisons,
             linear.comparisons
         );
+    }
+
+    #[test]
+    fn counts_that_vary_between_runs_are_judged_by_welch() {
+        let mut b = program(520.0);
+        b.runs = 5;
+        let out = dig(&b, &"main", &options(Strategy::Binary, None)).unwrap();
+        let names: Vec<&str> = out.chain.iter().map(|l| l.function.as_str()).collect();
+        assert_eq!(names, ["main", "outer", "deep"]);
+        for link in &out.chain {
+            assert_eq!(
+                link.comparison.method,
+                sbs_reports::model::ComparisonMethod::WelchT
+            );
+            assert!(link.comparison.ci_low.is_some_and(|lo| lo > 0.0));
+        }
     }
 
     #[test]
@@ -524,6 +554,7 @@ mod tests {
             calls,
             changed: Vec::new(),
             own: HashMap::new(),
+            runs: 1,
         };
         let mut o = options(Strategy::Binary, None);
         o.policy.threshold = 0.0;
