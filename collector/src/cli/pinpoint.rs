@@ -183,3 +183,53 @@ pub fn execute(args: &PinpointArgs) -> anyhow::Result<ExitCode> {
         None => ExitCode::SUCCESS,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::{Cli, Subcommand};
+    use super::*;
+
+    #[test]
+    fn the_current_build_and_its_arguments_follow_the_double_dash() {
+        let cli = Cli::try_parse_from([
+            "sbs-profile",
+            "pinpoint",
+            "--previous",
+            "./old",
+            "--ignore",
+            "a",
+            "--ignore",
+            "b",
+            "--depth",
+            "2",
+            "--",
+            "./new",
+            "--runs",
+            "9",
+        ])
+        .unwrap();
+        let Some(Subcommand::Pinpoint(args)) = cli.subcommand else {
+            panic!("expected pinpoint");
+        };
+        let request = args.request().unwrap();
+        assert_eq!(request.current, PathBuf::from("./new"));
+        assert_eq!(request.args, ["--runs", "9"]);
+        assert_eq!(request.ignore, ["a", "b"]);
+        assert_eq!((request.depth, request.runs), (Some(2), 3));
+        assert_eq!(request.metric, Metric::Instructions);
+        assert!(Cli::try_parse_from(["sbs-profile", "pinpoint", "--previous", "./old"]).is_err());
+        assert!(Cli::try_parse_from([
+            "sbs-profile",
+            "pinpoint",
+            "--previous",
+            "o",
+            "--runs",
+            "0",
+            "--",
+            "n"
+        ])
+        .is_err());
+    }
+}
