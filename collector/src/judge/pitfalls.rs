@@ -13,8 +13,7 @@ use super::summary::{metric_result, summarize};
 /// Suffix of the empty operation's cost of a per-operation metric (`time.op.empty`,
 /// `counter.instructions/op.empty`).
 pub const EMPTY: &str = ".empty";
-/// Suffix of a calibrated per-operation metric: the raw one minus the empty one, run by run.
-pub const CALIBRATED: &str = ".calibrated";
+pub use crate::judge::sources::CALIBRATED;
 
 /// Separates a metric id from the size probe it was counted at
 /// (`counter.instructions/op@n=20000`).

@@ -71,6 +71,10 @@ pub fn resolution(source: &str, unit: Unit) -> f64 {
     }
 }
 
+/// Suffix of a calibrated per-operation metric: the raw one minus the empty one, run by run
+/// (see `judge/pitfalls.rs`).
+pub const CALIBRATED: &str = ".calibrated";
+
 /// Whether a metric measures a quantity that cannot be negative (a duration, a size, a
 /// count), so that the lower bound of its interval is cut at 0. `heap.live_at_exit` is
 /// not one (a process may free more than the agent saw it allocate), nor a calibrated
@@ -87,7 +91,7 @@ pub fn never_negative(id: &str) -> bool {
     ];
     // A calibrated value (raw minus the empty operation's) is a difference: it can be
     // below 0, and an interval across 0 is what "indistinguishable from zero" means.
-    PREFIXES.iter().any(|p| id.starts_with(p)) && !id.ends_with(crate::judge::pitfalls::CALIBRATED)
+    PREFIXES.iter().any(|p| id.starts_with(p)) && !id.ends_with(CALIBRATED)
 }
 
 #[cfg(test)]
