@@ -181,6 +181,47 @@ pub fn trend_plot(m: &MetricResult) -> Result<String, String> {
     Ok(svg)
 }
 
+/// A metric's figures: its samples (or, when every run gave the same value, the number),
+/// and its history beside them on one row when it has one.
+fn metric_figures(page: &mut String, m: &MetricResult) -> Result<(), String> {
+    // A metric's samples and its history side by side, one metric per row when
+    // it has a history.
+    let with_trend = m.trend.len() >= 2;
+    if with_trend {
+        page.push_str("<div class=row>");
+    }
+    if m.summary.sd == 0.0 && m.summary.n > 0 {
+        // Identical samples (an exact count): the number says it all.
+        let _ = writeln!(
+            page,
+            "<figure class=exact><figcaption>{} — the same in all {} runs</figcaption>\
+             <p class=value>{}</p></figure>",
+            escape(&m.id),
+            m.summary.n,
+            escape(&human::value(m.summary.mean, m.unit))
+        );
+    } else {
+        let svg = strip_plot(m)?;
+        let _ = writeln!(
+            page,
+            "<figure><figcaption>{} — samples, mean (red) and {}% CI (band)</figcaption>{svg}</figure>",
+            escape(&m.id),
+            (m.summary.confidence * 100.0).round()
+        );
+    }
+    if with_trend {
+        let svg = trend_plot(m)?;
+        let _ = writeln!(
+            page,
+            "<figure class=trend><figcaption>{} — history: mean and CI per run, \
+             regressions in red</figcaption>{svg}</figure>",
+            escape(&m.id)
+        );
+        page.push_str("</div>");
+    }
+    Ok(())
+}
+
 /// A scan's section: each fitted metric's mean and interval against the parameter, with
 /// the fitted curve, and the fit in words.
 fn scan_section(page: &mut String, report: &Report, scan: &Scan) -> Result<(), String> {
@@ -376,41 +417,7 @@ impl Render for Html {
             }
             page.push_str("<div class=plots>\n");
             for m in &b.metrics {
-                // A metric's samples and its history side by side, one metric per row when
-                // it has a history.
-                let with_trend = m.trend.len() >= 2;
-                if with_trend {
-                    page.push_str("<div class=row>");
-                }
-                if m.summary.sd == 0.0 && m.summary.n > 0 {
-                    // Identical samples (an exact count): the number says it all.
-                    let _ = writeln!(
-                        page,
-                        "<figure class=exact><figcaption>{} — the same in all {} runs</figcaption>\
-                         <p class=value>{}</p></figure>",
-                        escape(&m.id),
-                        m.summary.n,
-                        escape(&human::value(m.summary.mean, m.unit))
-                    );
-                } else {
-                    let svg = strip_plot(m).map_err(io::Error::other)?;
-                    let _ = writeln!(
-                        page,
-                        "<figure><figcaption>{} — samples, mean (red) and {}% CI (band)</figcaption>{svg}</figure>",
-                        escape(&m.id),
-                        (m.summary.confidence * 100.0).round()
-                    );
-                }
-                if with_trend {
-                    let svg = trend_plot(m).map_err(io::Error::other)?;
-                    let _ = writeln!(
-                        page,
-                        "<figure class=trend><figcaption>{} — history: mean and CI per run, \
-                         regressions in red</figcaption>{svg}</figure>",
-                        escape(&m.id)
-                    );
-                    page.push_str("</div>");
-                }
+                metric_figures(&mut page, m).map_err(io::Error::other)?;
             }
             page.push_str("</div></section>\n");
         }

@@ -3,7 +3,7 @@
 use std::io;
 
 use crate::human;
-use crate::model::{Conditions, MetricResult, Report, Summary, Unit};
+use crate::model::{BenchmarkResult, Conditions, MetricResult, Report, Scan, Summary, Unit};
 use crate::Render;
 
 /// Renders an aligned table per benchmark.
@@ -135,6 +135,61 @@ fn width(s: &str) -> usize {
     s.chars().count()
 }
 
+/// The aligned table of one benchmark's metrics, header first.
+fn table(b: &BenchmarkResult, time: Option<human::TimeUnit>) -> Vec<String> {
+    let mut rows = vec![HEADER.map(String::from)];
+    for m in &b.metrics {
+        metric_rows(m, &mut rows, time);
+    }
+    let mut widths = [0usize; 8];
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(width(cell));
+        }
+    }
+    rows.iter()
+        .map(|r| {
+            let mut line = String::from(" ");
+            for (c, (cell, w)) in r.iter().zip(widths).enumerate() {
+                let pad = w - width(cell);
+                line.push(' ');
+                // Text columns left-aligned, numbers right-aligned.
+                if matches!(c, 0 | 6 | 7) {
+                    line.push_str(cell);
+                    line.extend(std::iter::repeat_n(' ', pad));
+                } else {
+                    line.extend(std::iter::repeat_n(' ', pad));
+                    line.push_str(cell);
+                }
+                line.push(' ');
+            }
+            line.trim_end().to_string()
+        })
+        .collect()
+}
+
+/// A scan's growth section.
+fn scan_lines(scan: &Scan, out: &mut dyn io::Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "\nGrowth over {} ({} points of `{}`):",
+        scan.parameter,
+        scan.points.len(),
+        scan.series
+    )?;
+    if scan.fits.is_empty() {
+        writeln!(
+            out,
+            "  no fit: it takes at least 3 distinct numeric values of {}",
+            scan.parameter
+        )?;
+    }
+    for fit in &scan.fits {
+        writeln!(out, "  {}", fit.sentence(&scan.parameter))?;
+    }
+    Ok(())
+}
+
 impl Render for Text {
     fn render(&self, report: &Report, out: &mut dyn io::Write) -> io::Result<()> {
         let mut anovas = crate::verdicts::Written::default();
@@ -146,32 +201,8 @@ impl Render for Text {
                 writeln!(out)?;
             }
             writeln!(out, "Benchmark: {}", b.name)?;
-            let mut rows = vec![HEADER.map(String::from)];
-            for m in &b.metrics {
-                metric_rows(m, &mut rows, self.time_unit);
-            }
-            let mut widths = [0usize; 8];
-            for r in &rows {
-                for (w, cell) in widths.iter_mut().zip(r) {
-                    *w = (*w).max(width(cell));
-                }
-            }
-            for r in &rows {
-                let mut line = String::from(" ");
-                for (c, (cell, w)) in r.iter().zip(widths).enumerate() {
-                    let pad = w - width(cell);
-                    line.push(' ');
-                    // Text columns left-aligned, numbers right-aligned.
-                    if matches!(c, 0 | 6 | 7) {
-                        line.push_str(cell);
-                        line.extend(std::iter::repeat_n(' ', pad));
-                    } else {
-                        line.extend(std::iter::repeat_n(' ', pad));
-                        line.push_str(cell);
-                    }
-                    line.push(' ');
-                }
-                writeln!(out, "{}", line.trim_end())?;
+            for line in table(b, self.time_unit) {
+                writeln!(out, "{line}")?;
             }
             for line in crate::verdicts::styled_lines(b, self.color, &mut anovas) {
                 writeln!(out, "{line}")?;
@@ -192,23 +223,7 @@ impl Render for Text {
             .map(|m| m.summary.confidence)
             .next();
         for scan in &report.scans {
-            writeln!(
-                out,
-                "\nGrowth over {} ({} points of `{}`):",
-                scan.parameter,
-                scan.points.len(),
-                scan.series
-            )?;
-            if scan.fits.is_empty() {
-                writeln!(
-                    out,
-                    "  no fit: it takes at least 3 distinct numeric values of {}",
-                    scan.parameter
-                )?;
-            }
-            for fit in &scan.fits {
-                writeln!(out, "  {}", fit.sentence(&scan.parameter))?;
-            }
+            scan_lines(scan, out)?;
         }
         if !report.speed.is_empty() {
             writeln!(out, "\nSummary (wall time):")?;

@@ -414,31 +414,35 @@ fn run_groups(
                 bar.inc(1);
             }
         }
-        let runs = done;
-        for (b, bench) in benchmarks.iter_mut().enumerate() {
-            let Some(group) = bench.groups.get_mut(g) else {
-                continue;
-            };
-            if let Some(t) = schedule.target {
-                let warning =
-                    target_warning(&collected[b], &group.name, t, runs, schedule.confidence);
-                collected[b].warnings.extend(warning);
-            }
-            if let Some(w) = collected[b].failures_warning(&group.name, runs) {
-                collected[b].warnings.push(w);
-            }
-            if let Some(w) = collected[b].survivors_warning(&group.name) {
-                collected[b].warnings.push(w);
-            }
-            for i in group.instruments.iter_mut() {
-                collected[b].warnings.extend(i.warnings());
-                collected[b].notes.extend(i.metric_notes());
-                i.finish();
+        for (bench, c) in benchmarks.iter_mut().zip(collected.iter_mut()) {
+            if let Some(group) = bench.groups.get_mut(g) {
+                end_group(group, c, schedule, done);
             }
         }
     }
     bar.finish_and_clear();
     Ok(collected)
+}
+
+/// After a group's `runs` measured runs of one benchmark: the warnings of what happened
+/// (target not reached, failed runs, survivors), the instruments' warnings and notes,
+/// and their finish.
+fn end_group(group: &mut Group, c: &mut Collected, schedule: &Schedule, runs: usize) {
+    if let Some(t) = schedule.target {
+        let warning = target_warning(c, &group.name, t, runs, schedule.confidence);
+        c.warnings.extend(warning);
+    }
+    if let Some(w) = c.failures_warning(&group.name, runs) {
+        c.warnings.push(w);
+    }
+    if let Some(w) = c.survivors_warning(&group.name) {
+        c.warnings.push(w);
+    }
+    for i in group.instruments.iter_mut() {
+        c.warnings.extend(i.warnings());
+        c.notes.extend(i.metric_notes());
+        i.finish();
+    }
 }
 
 /// The relative half-width of the wall-time intervals of `group` collected so far, by
@@ -501,6 +505,37 @@ fn target_warning(
     ))
 }
 
+/// The scans of the benchmarks that are points of one: their points grouped by series,
+/// in the order given (fitted later, by the judge).
+fn scans(benchmarks: &[Benchmark]) -> Vec<Scan> {
+    let mut scans: Vec<Scan> = Vec::new();
+    for (bench, point) in benchmarks
+        .iter()
+        .filter_map(|b| Some((b, b.point.as_ref()?)))
+    {
+        let at = ScanPoint {
+            benchmark: bench.name.clone(),
+            value: point.value.clone(),
+            x: point
+                .value
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite()),
+        };
+        match scans.iter_mut().find(|s| s.series == point.series) {
+            Some(scan) => scan.points.push(at),
+            None => scans.push(Scan {
+                series: point.series.clone(),
+                parameter: point.parameter.clone(),
+                points: vec![at],
+                fits: Vec::new(),
+            }),
+        }
+    }
+    scans
+}
+
 /// The report of the collected series: each metric summarized, with the notes that
 /// instruments attached to its id prefix.
 fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedule) -> Report {
@@ -549,31 +584,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
         })
         .collect();
     let first = benchmarks.first().map(|b| &b.run);
-    let mut scans: Vec<Scan> = Vec::new();
-    for (bench, point) in benchmarks
-        .iter()
-        .filter_map(|b| Some((b, b.point.as_ref()?)))
-    {
-        let at = ScanPoint {
-            benchmark: bench.name.clone(),
-            value: point.value.clone(),
-            x: point
-                .value
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite()),
-        };
-        match scans.iter_mut().find(|s| s.series == point.series) {
-            Some(scan) => scan.points.push(at),
-            None => scans.push(Scan {
-                series: point.series.clone(),
-                parameter: point.parameter.clone(),
-                points: vec![at],
-                fits: Vec::new(),
-            }),
-        }
-    }
+    let scans = scans(benchmarks);
     Report {
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
