@@ -256,6 +256,10 @@ pub struct PatternMatch {
     /// inlined instances of the function itself), found to be entered only from that
     /// copy: counted with it, not as calls of their own.
     pub split_parts: usize,
+    /// Inlined instances inside the dynamic loader (its own minimal allocator and string
+    /// functions, used before the program runs): not calls of the program, not counted,
+    /// and left out of the warnings; with the loader's file name.
+    pub in_loader: Option<(String, usize)>,
 }
 
 impl PatternMatch {
@@ -365,6 +369,7 @@ pub fn match_patterns(
             not_counted,
             no_debug_info,
             split_parts,
+            in_loader,
             ..
         } = found;
         let mut not_counted: Vec<(String, usize)> = not_counted.into_iter().collect();
@@ -391,6 +396,7 @@ pub fn match_patterns(
             no_debug_info,
             pieces,
             split_parts,
+            in_loader,
         });
     }
     Ok(out)
@@ -419,6 +425,14 @@ fn check_limit(
     })
 }
 
+/// Whether image `i` of `target` is the program's dynamic loader (its `PT_INTERP`).
+fn is_loader(target: &Target, i: usize) -> bool {
+    let Some(interp) = target.images.first().and_then(|p| p.interpreter.as_ref()) else {
+        return false;
+    };
+    i > 0 && target.images[i].path.file_name() == interp.file_name()
+}
+
 /// What one pattern names among the inlined instances of a target's files.
 #[derive(Default)]
 struct Inlined {
@@ -432,6 +446,10 @@ struct Inlined {
     copies: HashMap<(usize, String), Vec<(u64, u64)>>,
     /// Split parts counted with the copy they were split from.
     split_parts: usize,
+    /// Whether the image being scanned is the dynamic loader.
+    loader: bool,
+    /// The loader's file name and its instances not counted.
+    in_loader: Option<(String, usize)>,
 }
 
 impl Inlined {
@@ -465,10 +483,21 @@ impl Inlined {
         if found == 0 {
             return;
         }
+        self.loader = is_loader(target, i);
         let data = target.dwarf_data(i).unwrap_or(&[]);
         match inlined_instances(data, pattern) {
             Ok(instances) => self.add_instances(&target.images[i], i, instances),
             Err(e) => self.dwarf_errors.push(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// An inlined instance not counted, for `why`; inside the dynamic loader, counted apart.
+    fn miss(&mut self, image: &Image, why: String) {
+        if self.loader {
+            let entry = self.in_loader.get_or_insert_with(|| (image.file_name(), 0));
+            entry.1 += 1;
+        } else {
+            *self.not_counted.entry(why).or_default() += 1;
         }
     }
 
@@ -493,21 +522,21 @@ impl Inlined {
                     }
                     Ok(Some(e)) => e,
                     Err(why) => {
-                        *self.not_counted.entry(why).or_default() += 1;
+                        self.miss(image, why);
                         continue;
                     }
                 }
             } else if instance.ranges.is_empty() {
-                *self
-                    .not_counted
-                    .entry("no code of their own (optimised away or merged)".into())
-                    .or_default() += 1;
+                self.miss(
+                    image,
+                    "no code of their own (optimised away or merged)".into(),
+                );
                 continue;
             } else {
                 let e = entries(image, &instance.ranges);
                 if e.points.is_empty() {
                     let why = e.uncertain.unwrap_or_else(|| "no entry found".into());
-                    *self.not_counted.entry(why).or_default() += 1;
+                    self.miss(image, why);
                     continue;
                 }
                 e

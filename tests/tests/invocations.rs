@@ -1192,3 +1192,30 @@ fn resolved_sites_are_cached_per_program_until_it_changes() {
     std::fs::copy(fixture!("calls"), &exe).unwrap();
     assert_eq!(run(), "calls::work");
 }
+
+#[test]
+fn the_loaders_own_inlined_copies_are_said_only_with_the_detail() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let run = |detail: bool| {
+        let mut args = vec!["--runs", "1", "--warmup", "0", "-f", "json"];
+        if detail {
+            args.push("--invocations-detail");
+        }
+        args.extend(["--invocations", "malloc", "--", fixture!("exit_with"), "0"]);
+        let report = sbs(args).success().json();
+        report["benchmarks"][0]["warnings"].to_string()
+    };
+    // ld.so inlines its own minimal malloc (libc6-dbg gives its DWARF): not the program's
+    // calls, so not a warning on every run; --invocations-detail says it once.
+    let plain = run(false);
+    assert!(!plain.contains("ld-linux"), "{plain}");
+    let detail = run(true);
+    assert!(
+        detail.contains(
+            "inlined copies inside the dynamic loader ld-linux-x86-64.so.2 are not counted"
+        ),
+        "{detail}"
+    );
+}

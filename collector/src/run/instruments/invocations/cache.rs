@@ -8,7 +8,8 @@
 //! debug files.
 //!
 //! Stored in `$XDG_CACHE_HOME/sbs-profile/sites/` (else `~/.cache/...`), one JSON file
-//! per key (program, library path, patterns, options), written atomically; a file that
+//! per key (program, library path, patterns, options, the sbs-profile build), written
+//! atomically; a file that
 //! cannot be read, or that holds another key or another version, is a miss. Nothing is
 //! ever an error: the cache only saves time.
 
@@ -27,7 +28,16 @@ use super::sites::{PatternRows, Site};
 use crate::run::instrument::MetricSpec;
 
 /// Bumped when what is stored changes meaning.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+
+/// The identity of the running sbs-profile (size and modification time of its
+/// executable): another build may resolve the same files differently (a fix in the
+/// matching), so its entries are not reused.
+fn this_build() -> String {
+    std::fs::metadata("/proc/self/exe")
+        .map(|m| format!("{}:{}.{}", m.size(), m.mtime(), m.mtime_nsec()))
+        .unwrap_or_default()
+}
 
 /// The identity of one file read during resolution.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,10 +112,11 @@ impl SiteCache {
         detail: bool,
     ) -> SiteCache {
         let key = format!(
-            "v{VERSION} {} | {:?} | {:?} | {max_probes} | {detail}",
+            "v{VERSION} {} | {:?} | {:?} | {max_probes} | {detail} | {}",
             program.display(),
             ld_library_path,
-            patterns
+            patterns,
+            this_build()
         );
         let mut h = std::hash::DefaultHasher::new();
         key.hash(&mut h);

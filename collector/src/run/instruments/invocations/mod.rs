@@ -115,7 +115,7 @@ impl Invocations {
             None => {
                 let matches = match_patterns(&mut target, patterns, options.max_probes)?;
                 let (sites, rows) = sites::sites_and_rows(&target, &matches, options.detail);
-                let resolved = (match_warnings(&matches), sites, rows);
+                let resolved = (match_warnings(&matches, options.detail), sites, rows);
                 cache.store(&mut target, &resolved);
                 resolved
             }
@@ -209,11 +209,20 @@ fn target_warnings(target: &Target) -> Vec<String> {
     warnings
 }
 
-/// Warnings about what the patterns' resolution could not see.
-fn match_warnings(matches: &[PatternMatch]) -> Vec<String> {
+/// Warnings about what the patterns' resolution could not see; with `detail`, also the
+/// dynamic loader's own inlined copies, which are not the program's calls (said only
+/// when asked: they are in every dynamically linked program).
+fn match_warnings(matches: &[PatternMatch], detail: bool) -> Vec<String> {
     let mut warnings = Vec::new();
     for m in matches {
         warnings.extend(m.inlined_warnings());
+        if let (true, Some((loader, n))) = (detail, &m.in_loader) {
+            warnings.push(format!(
+                "`{}`: {n} inlined copies inside the dynamic loader {loader} are not counted: \
+                 the loader's own code, run while it loads the program, not calls of the program",
+                m.pattern.as_str()
+            ));
+        }
         for e in &m.dwarf_errors {
             warnings.push(format!(
                 "`{}`: inlined instances unknown, DWARF unreadable: {e}",
