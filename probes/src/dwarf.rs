@@ -230,16 +230,9 @@ pub fn generic_names(
     if raw_names.is_empty() {
         return Ok(out);
     }
-    let Some(sections) = load_dwarf(data)? else {
-        return Ok(out);
-    };
-    let endian = match object::File::parse(data) {
-        Ok(f) if !f.is_little_endian() => RunTimeEndian::Big,
-        _ => RunTimeEndian::Little,
-    };
-    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
-    collect_generic_names(&dwarf, raw_names, &mut out)
-        .map_err(|e| format!("malformed DWARF ({e})"))?;
+    walk_dwarf(data, |dwarf| {
+        collect_generic_names(dwarf, raw_names, &mut out)
+    })?;
     Ok(out)
 }
 
@@ -312,6 +305,23 @@ pub enum SplitFrom {
 
 /// The DWARF sections of an ELF file, or `None` when it has none. Errors are described in
 /// a sentence.
+/// Run `walk` over the DWARF of `data` (a whole ELF file, possibly a separate debug
+/// file); nothing to do when it has none. A malformed section is described in a sentence.
+fn walk_dwarf(
+    data: &[u8],
+    walk: impl FnOnce(&gimli::Dwarf<Reader<'_>>) -> gimli::Result<()>,
+) -> Result<(), String> {
+    let Some(sections) = load_dwarf(data)? else {
+        return Ok(());
+    };
+    let endian = match object::File::parse(data) {
+        Ok(f) if !f.is_little_endian() => RunTimeEndian::Big,
+        _ => RunTimeEndian::Little,
+    };
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
+    walk(&dwarf).map_err(|e| format!("malformed DWARF ({e})"))
+}
+
 fn load_dwarf(data: &[u8]) -> Result<Option<gimli::DwarfSections<Cow<'_, [u8]>>>, String> {
     let file = object::File::parse(data).map_err(|e| format!("malformed ELF ({e})"))?;
     if file.section_by_name(".debug_info").is_none() {
@@ -347,15 +357,12 @@ pub fn debug_file_problem(data: &[u8]) -> Option<String> {
 /// Every inlined instance of a function `pattern` names, in the DWARF of `data` (a whole
 /// ELF file, possibly a separate debug file). Errors are described in a sentence.
 pub fn inlined_instances(data: &[u8], pattern: &Pattern) -> Result<Vec<InlinedInstance>, String> {
-    let Some(sections) = load_dwarf(data)? else {
-        return Ok(Vec::new());
-    };
-    let endian = match object::File::parse(data) {
-        Ok(f) if !f.is_little_endian() => RunTimeEndian::Big,
-        _ => RunTimeEndian::Little,
-    };
-    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
-    collect_instances(&dwarf, pattern).map_err(|e| format!("malformed DWARF ({e})"))
+    let mut out = Vec::new();
+    walk_dwarf(data, |dwarf| {
+        out = collect_instances(dwarf, pattern)?;
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 fn collect_instances(
@@ -552,16 +559,9 @@ pub fn copy_origins(data: &[u8], addresses: &HashSet<u64>) -> Result<HashMap<u64
     if addresses.is_empty() {
         return Ok(out);
     }
-    let Some(sections) = load_dwarf(data)? else {
-        return Ok(out);
-    };
-    let endian = match object::File::parse(data) {
-        Ok(f) if !f.is_little_endian() => RunTimeEndian::Big,
-        _ => RunTimeEndian::Little,
-    };
-    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
-    collect_copy_origins(&dwarf, addresses, &mut out)
-        .map_err(|e| format!("malformed DWARF ({e})"))?;
+    walk_dwarf(data, |dwarf| {
+        collect_copy_origins(dwarf, addresses, &mut out)
+    })?;
     Ok(out)
 }
 
