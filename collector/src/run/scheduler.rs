@@ -378,7 +378,7 @@ fn run_groups(
             {
                 break;
             }
-            done = round + 1 - warmup.min(round + 1);
+            done = (round + 1).saturating_sub(warmup);
             let measured = round >= warmup;
             for (b, bench) in benchmarks.iter_mut().enumerate() {
                 let Some(group) = bench.groups.get_mut(g) else {
