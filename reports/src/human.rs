@@ -127,6 +127,15 @@ pub fn percent(f: f64) -> String {
     }
 }
 
+/// A signed percentage (`+5.00%`, `-0.120%`).
+pub fn signed_percent(f: f64) -> String {
+    if f > 0.0 {
+        format!("+{}", percent(f))
+    } else {
+        percent(f)
+    }
+}
+
 fn sig(x: f64) -> String {
     let a = x.abs();
     if a >= 100.0 {

@@ -15,14 +15,7 @@ const HEADER: [&str; 6] = [
     "against",
 ];
 
-/// A signed percentage (`+5.00%`, `-0.120%`).
-fn signed_percent(f: f64) -> String {
-    if f > 0.0 {
-        format!("+{}", human::percent(f))
-    } else {
-        human::percent(f)
-    }
-}
+use crate::human::signed_percent;
 
 fn change(c: &Comparison, unit: crate::model::Unit) -> (String, String) {
     let change = match c.relative {

@@ -18,11 +18,7 @@ pub fn headline(report: &Report, against: &str) -> Option<String> {
             let Some(c) = &m.comparison else { continue };
             compared += 1;
             let change = match c.relative {
-                Some(r) => format!(
-                    "{}{}",
-                    if r < 0.0 { "-" } else { "+" },
-                    sbs_reports::human::percent(r.abs())
-                ),
+                Some(r) => sbs_reports::human::signed_percent(r),
                 None => format!("{:+}", c.difference),
             };
             let named = if several {
