@@ -255,10 +255,10 @@ pub fn displace_in<'d>(
         };
         if !movable || matches!(i.mnemonic(), Mnemonic::Syscall | Mnemonic::Xbegin) {
             return Err(format!(
-                "the instruction at 0x{:x} is a {:?} ({:?}), which cannot be moved into a trampoline",
+                "the instruction at 0x{:x} is {} (`{}`), which cannot be moved into a trampoline",
                 i.ip(),
-                i.flow_control(),
-                i.mnemonic()
+                unmovable_words(i),
+                format!("{:?}", i.mnemonic()).to_lowercase()
             ));
         }
         len += i.len();
@@ -507,6 +507,26 @@ fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixu
     Ok((bytes, fixups))
 }
 
+/// What an instruction that cannot be moved is, in words for the note ("an indirect
+/// call").
+fn unmovable_words(i: &Instruction) -> &'static str {
+    if i.mnemonic() == Mnemonic::Syscall {
+        return "a system call";
+    }
+    match i.flow_control() {
+        FlowControl::Next => "an instruction that cannot be re-encoded",
+        FlowControl::UnconditionalBranch => "a far jump",
+        FlowControl::IndirectBranch => "an indirect jump",
+        FlowControl::ConditionalBranch => "a short-only jump (`loop`, `jrcxz`)",
+        FlowControl::Return => "a return",
+        FlowControl::Call => "a call",
+        FlowControl::IndirectCall => "an indirect call",
+        FlowControl::Interrupt => "an interrupt",
+        FlowControl::XbeginXabortXend => "a transaction boundary",
+        FlowControl::Exception => "an invalid instruction",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -579,7 +599,7 @@ mod tests {
 
         // Shorter than the jump: xor eax,eax; ret.
         let err = site(&[0x31, 0xc0, 0xc3], 0x1000, SiteKind::Entry).unwrap_err();
-        assert!(err.contains("Return"), "{err}");
+        assert!(err.contains("is a return (`ret`)"), "{err}");
         // Function ends before 5 bytes.
         let err = site(&[0x31, 0xc0, 0x31, 0xc9], 0x1000, SiteKind::Entry).unwrap_err();
         assert!(err.contains("shorter"), "{err}");

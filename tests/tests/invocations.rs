@@ -1144,6 +1144,54 @@ fn unsafe_sites_are_left_to_uprobes_and_safe_ones_patched() {
     );
 }
 
+/// A process image that runs without the counting library (here the program execs itself
+/// with an empty environment) is not counted in-process: the run says so instead of
+/// reporting the smaller count silently; uprobes count both images. Counting the execs
+/// needs tracefs, so this needs root like uprobes.
+#[test]
+fn an_image_without_the_counting_library_is_warned_about() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = util::gcc_fixture(dir.path(), "patch_cases", &[]) else {
+        return;
+    };
+    let exe = exe.to_string_lossy().into_owned();
+    let warning = "1 of the 2 process images of a run did not load the in-process counting library";
+    for (engine, mode, count, warned) in [
+        ("inproc", "exec-clean", 300.0, true),
+        ("inproc", "exec", 600.0, false),
+        ("uprobe", "exec-clean", 600.0, false),
+    ] {
+        let run = sbs([
+            "--invocations-engine",
+            engine,
+            "--invocations",
+            "rip_first",
+            "-r",
+            "2",
+            "-w",
+            "0",
+            "-f",
+            "json",
+            "--",
+            &exe,
+            "300",
+            mode,
+        ])
+        .success();
+        let report = run.json();
+        let m = metric(&report, "invocations.rip_first");
+        assert_eq!(samples(m), vec![count; 2], "{engine} {mode}: {m:#}");
+        let warnings = report["benchmarks"][0]["warnings"].to_string();
+        run.check(
+            warnings.contains(warning) == warned,
+            &format!("{engine} {mode}: warned: {warned}"),
+        );
+    }
+}
+
 /// A second run of the same patterns on the same program takes its sites from the cache
 /// (shown here by a label edited in the cache file), and a changed program is resolved
 /// again. The in-process engine needs no root, so this runs everywhere.

@@ -19,6 +19,7 @@ use sbs_agent_abi::inproc::{
     ENV_TABLE_TOKEN, FIXUP_WORDS, LIBRARY_FD, MAX_BUILD_ID, MODULES_AT, MODULE_WORDS, SITE_WORDS,
     TABLE_FD,
 };
+use sbs_probes::hits::ExecCounter;
 use sbs_probes::patch::{module_code, Displaced};
 use sbs_probes::resolve::Target;
 
@@ -44,6 +45,12 @@ pub(super) struct Inproc {
     library: File,
     ld_preload: OsString,
     run: Option<(File, u64)>,
+    /// The run's `exec` count, to find process images that ran without the library.
+    execs: Option<ExecCounter>,
+    /// Why the `exec`s cannot be counted, once that is known.
+    no_exec_count: Option<String>,
+    /// The run that had the most process images without the library: (without, all).
+    unloaded: Option<(u64, u64)>,
 }
 
 impl Inproc {
@@ -161,6 +168,9 @@ impl Inproc {
             library: sealed_library().context("cannot hand the counting library to the child")?,
             ld_preload,
             run: None,
+            execs: None,
+            no_exec_count: None,
+            unloaded: None,
         };
         Ok((inproc, counter_of, refused))
     }
@@ -207,6 +217,24 @@ impl Inproc {
         Ok(())
     }
 
+    /// The child waits at its start gate: count its `exec`s, so that process images that
+    /// ran without the counting library are found. Where that is impossible (no tracefs,
+    /// or not root) the run goes on and [`Inproc::warnings`] says the check was not made.
+    pub fn attach(&mut self, pid: i32) {
+        if self.no_exec_count.is_some() {
+            return;
+        }
+        match ExecCounter::open(pid) {
+            Ok(counter) => self.execs = Some(counter),
+            Err(e) => self.no_exec_count = Some(e.to_string()),
+        }
+    }
+
+    /// Whether [`Inproc::attach`] has anything to do.
+    pub fn counts_execs(&self) -> bool {
+        self.no_exec_count.is_none()
+    }
+
     /// The run's counters, after the child was reaped; an error if a module that holds
     /// counted sites was not patched in the run, or not in every process that loaded it.
     pub fn read(&mut self) -> anyhow::Result<Vec<u64>> {
@@ -217,6 +245,7 @@ impl Inproc {
         file.read_exact_at(&mut live, self.table.len() as u64)
             .context("cannot read the in-process counters")?;
         let images = u64::from_le_bytes(live[..8].try_into().unwrap_or_default());
+        self.compare_execs(images);
         for (m, module) in self.modules.iter().enumerate() {
             let status = ModuleStatus::read(&live, m).unwrap_or_default();
             if status.refused > 0 {
@@ -248,9 +277,49 @@ impl Inproc {
             .collect())
     }
 
+    /// Compare the run's `exec`s with the `images` that read the site table.
+    fn compare_execs(&mut self, images: u64) {
+        let Some(mut counter) = self.execs.take() else {
+            return;
+        };
+        match counter.read() {
+            Ok(execs) if execs > images => {
+                let without = execs - images;
+                if self.unloaded.is_none_or(|(most, _)| without > most) {
+                    self.unloaded = Some((without, execs));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => self.no_exec_count = Some(format!("reading the exec counter: {e}")),
+        }
+    }
+
+    /// What the runs showed about process images without the counting library.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some((without, execs)) = self.unloaded {
+            out.push(format!(
+                "{without} of the {execs} process images of a run did not load the in-process \
+                 counting library (a program that clears LD_PRELOAD or the environment, closes \
+                 descriptors {LIBRARY_FD} and {TABLE_FD}, or is static or setuid): calls made \
+                 in them are not counted in-process; if they run the counted code, count with \
+                 --invocations-engine uprobe"
+            ));
+        }
+        if let Some(why) = &self.no_exec_count {
+            out.push(format!(
+                "could not check that every process image loaded the in-process counting \
+                 library ({why}); run as root with tracefs mounted to have it checked, or \
+                 count with --invocations-engine uprobe"
+            ));
+        }
+        out
+    }
+
     /// Drop the run's table (a run that did not reach `read`).
     pub fn abort(&mut self) {
         self.run = None;
+        self.execs = None;
     }
 }
 

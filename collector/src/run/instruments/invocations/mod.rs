@@ -442,8 +442,10 @@ impl Instrument for Invocations {
 
     fn needs_start_gate(&self) -> bool {
         // Uprobe counters attach to the child before it execs; the in-process engine
-        // only passes descriptors and env vars.
-        !self.targets.is_empty() || self.region.is_some()
+        // passes descriptors and env vars, and counts the child's execs.
+        !self.targets.is_empty()
+            || self.region.is_some()
+            || self.inproc.as_ref().is_some_and(Inproc::counts_execs)
     }
 
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
@@ -458,6 +460,9 @@ impl Instrument for Invocations {
     }
 
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        if let Some(inproc) = &mut self.inproc {
+            inproc.attach(pid.as_raw());
+        }
         let in_region = self.region.is_some();
         let Some(set) = self.define()? else {
             return Ok(());
@@ -519,7 +524,11 @@ impl Instrument for Invocations {
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.warnings.clone()
+        let mut out = self.warnings.clone();
+        if let Some(inproc) = &self.inproc {
+            out.extend(inproc.warnings());
+        }
+        out
     }
 
     fn metric_notes(&self) -> Vec<(String, String)> {
