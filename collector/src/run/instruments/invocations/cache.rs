@@ -9,9 +9,11 @@
 //!
 //! Stored in `$XDG_CACHE_HOME/sbs-profile/sites/` (else `~/.cache/...`), one JSON file
 //! per key (program, library path, patterns, options, the sbs-profile build), written
-//! atomically; a file that
-//! cannot be read, or that holds another key or another version, is a miss. Nothing is
-//! ever an error: the cache only saves time.
+//! atomically; a file that cannot be read, or that holds another key or another version,
+//! is a miss. Nothing is ever an error: the cache only saves time. A hit refreshes the
+//! file's modification time; each store removes the entries unused for [`MAX_AGE`] and,
+//! past [`MAX_ENTRIES`], the least recently used ones (entries of older sbs-profile
+//! builds are never hit again, so they go this way).
 
 use std::ffi::OsStr;
 use std::hash::{Hash, Hasher};
@@ -29,6 +31,10 @@ use crate::run::instrument::MetricSpec;
 
 /// Bumped when what is stored changes meaning.
 const VERSION: u32 = 2;
+/// Entries unused for this long are removed.
+const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+/// At most this many entries are kept.
+const MAX_ENTRIES: usize = 200;
 
 /// The identity of the running sbs-profile (size and modification time of its
 /// executable): another build may resolve the same files differently (a fix in the
@@ -127,11 +133,17 @@ impl SiteCache {
     /// The cached resolution, if every file `target` is made of is the one it was made
     /// from.
     pub fn load(&self, target: &mut Target) -> Option<Resolved> {
-        let text = std::fs::read(self.file.as_ref()?).ok()?;
+        let path = self.file.as_ref()?;
+        let text = std::fs::read(path).ok()?;
         let entry: Entry = serde_json::from_slice(&text).ok()?;
         if entry.version != VERSION || entry.key != self.key || entry.files != files(target)? {
             return None;
         }
+        // Used now: pruning keeps it.
+        let _ = std::fs::File::options()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
         let sites = entry
             .sites
             .into_iter()
@@ -204,7 +216,39 @@ impl SiteCache {
             tmp.persist(file).map_err(|e| e.error)?;
             Ok(())
         };
-        let _ = write();
+        if write().is_ok() {
+            prune(dir, MAX_AGE, MAX_ENTRIES);
+        }
+    }
+}
+
+/// Remove the entries of `dir` unused for `max_age`, then the least recently used ones
+/// past `max_entries` (errors ignored, like every cache error).
+fn prune(dir: &Path, max_age: std::time::Duration, max_entries: usize) {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    let mut kept: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+    for entry in read.flatten() {
+        let path = entry.path();
+        if path.extension() != Some(OsStr::new("json")) {
+            continue;
+        }
+        let Ok(used) = entry.metadata().and_then(|m| m.modified()) else {
+            continue;
+        };
+        if now.duration_since(used).is_ok_and(|age| age > max_age) {
+            let _ = std::fs::remove_file(&path);
+        } else {
+            kept.push((used, path));
+        }
+    }
+    if kept.len() > max_entries {
+        kept.sort();
+        for (_, path) in &kept[..kept.len() - max_entries] {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -227,4 +271,34 @@ fn cache_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
     Some(base.join("sbs-profile").join("sites"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_removes_old_entries_then_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = std::time::SystemTime::now();
+        let day = std::time::Duration::from_secs(24 * 3600);
+        let make = |name: &str, age_days: u32| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"{}").unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(now - day * age_days).unwrap();
+        };
+        make("ancient.json", 40);
+        make("old.json", 3);
+        make("older.json", 4);
+        make("new.json", 0);
+        make("not-an-entry.txt", 40);
+        prune(dir.path(), day * 30, 2);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["new.json", "not-an-entry.txt", "old.json"]);
+    }
 }
