@@ -20,7 +20,7 @@ use sbs_agent_abi::inproc::{
     TABLE_FD,
 };
 use sbs_probes::hits::ExecCounter;
-use sbs_probes::patch::{module_code, Displaced};
+use sbs_probes::patch::{module_code, Displaced, ModuleCode};
 use sbs_probes::resolve::Target;
 
 use crate::run::instrument::ChildSetup;
@@ -67,91 +67,13 @@ impl Inproc {
         images.sort_unstable();
         images.dedup();
         let at = counters_at(images.len() as u64);
-        let mut counter_of = vec![None; sites.len()];
-        let mut refused = Vec::new();
-        let mut encoded = Vec::new();
-        let mut next = 0usize;
-        for &image in &images {
-            let idx: Vec<usize> = (0..sites.len()).filter(|&k| sites[k].0 == image).collect();
-            let img = &target.images[image];
-            let build_id = img
-                .build_id
-                .clone()
-                .filter(|id| !id.is_empty() && id.len() <= MAX_BUILD_ID);
-            let Some(build_id) = build_id else {
-                for &k in &idx {
-                    refused.push((k, format!("{} has no build id", img.path.display())));
-                }
-                continue;
-            };
-            let list: Vec<(Displaced, usize)> = idx
-                .iter()
-                .enumerate()
-                .map(|(n, &k)| (sites[k].1.clone(), next + n))
-                .collect();
-            match module_code(img, &list, at) {
-                Ok(code) => {
-                    for (n, &k) in idx.iter().enumerate() {
-                        counter_of[k] = Some(next + n);
-                    }
-                    next += idx.len();
-                    encoded.push((img.path.clone(), build_id, code));
-                }
-                Err(why) => {
-                    for &k in &idx {
-                        refused.push((k, why.clone()));
-                    }
-                }
-            }
-        }
-        let modules = encoded.len();
-        let mut table = vec![0u8; MODULES_AT + modules * MODULE_WORDS * 8];
-        let mut records = Vec::new();
-        for (_, build_id, code) in &encoded {
-            while table.len() % 16 != 0 {
-                table.push(0);
-            }
-            let code_offset = table.len() as u64;
-            table.extend_from_slice(&code.code);
-            let fixups_offset = align8(&mut table);
-            for f in &code.fixups {
-                let at = table.len();
-                table.resize(at + FIXUP_WORDS * 8, 0);
-                f.write(&mut table, at);
-            }
-            let sites_offset = table.len() as u64;
-            for s in &code.sites {
-                let at = table.len();
-                table.resize(at + SITE_WORDS * 8, 0);
-                s.write(&mut table, at);
-            }
-            let mut id = [0u8; MAX_BUILD_ID];
-            id[..build_id.len()].copy_from_slice(build_id);
-            records.push(ModuleRecord {
-                build_id_len: build_id.len() as u64,
-                build_id: id,
-                code_offset,
-                code_len: code.code.len() as u64,
-                code_pages: code.code_pages,
-                fixups_offset,
-                fixups: code.fixups.len() as u64,
-                sites_offset,
-                sites: code.sites.len() as u64,
-            });
-        }
-        for (m, r) in records.iter().enumerate() {
-            r.write(&mut table, MODULES_AT + m * MODULE_WORDS * 8);
-        }
-        let live_offset = pages(table.len() as u64);
-        table.resize(live_offset as usize, 0);
-        let live_len = pages(at + 8 * next as u64).max(4096);
-        TableHeader {
-            token: 0,
-            modules: modules as u64,
-            live_offset,
-            live_len,
-        }
-        .write(&mut table);
+        let Encoded {
+            modules,
+            counter_of,
+            refused,
+            counters,
+        } = encode_modules(target, sites, &images, at);
+        let (table, live_len) = lay_out_table(&modules, at, counters);
         let mut ld_preload = OsString::from(format!("/proc/self/fd/{LIBRARY_FD}"));
         if let Some(existing) = existing_preload.filter(|e| !e.is_empty()) {
             ld_preload.push(" ");
@@ -160,11 +82,11 @@ impl Inproc {
         let inproc = Inproc {
             table,
             live_len,
-            modules: encoded
+            modules: modules
                 .into_iter()
-                .map(|(path, _, _)| Module { path })
+                .map(|m| Module { path: m.path })
                 .collect(),
-            counters: next,
+            counters,
             library: sealed_library().context("cannot hand the counting library to the child")?,
             ld_preload,
             run: None,
@@ -321,6 +243,131 @@ impl Inproc {
         self.run = None;
         self.execs = None;
     }
+}
+
+/// One module's encoded trampolines.
+struct EncodedModule {
+    path: PathBuf,
+    build_id: Vec<u8>,
+    code: ModuleCode,
+}
+
+/// The modules that could be encoded, and where each site's counter is.
+struct Encoded {
+    modules: Vec<EncodedModule>,
+    /// Per site: its counter, or `None` when its module could not be encoded.
+    counter_of: Vec<Option<usize>>,
+    /// Sites not in the table, with the reason.
+    refused: Vec<(usize, String)>,
+    /// Number of counters.
+    counters: usize,
+}
+
+/// Encode the trampolines of each of `images` (indices into `target`) for its `sites`,
+/// with the counters at offset `at` of the live region.
+fn encode_modules(
+    target: &Target,
+    sites: &[(usize, Displaced)],
+    images: &[usize],
+    at: u64,
+) -> Encoded {
+    let mut out = Encoded {
+        modules: Vec::new(),
+        counter_of: vec![None; sites.len()],
+        refused: Vec::new(),
+        counters: 0,
+    };
+    for &image in images {
+        let idx: Vec<usize> = (0..sites.len()).filter(|&k| sites[k].0 == image).collect();
+        let img = &target.images[image];
+        let build_id = img
+            .build_id
+            .clone()
+            .filter(|id| !id.is_empty() && id.len() <= MAX_BUILD_ID);
+        let Some(build_id) = build_id else {
+            for &k in &idx {
+                out.refused
+                    .push((k, format!("{} has no build id", img.path.display())));
+            }
+            continue;
+        };
+        let list: Vec<(Displaced, usize)> = idx
+            .iter()
+            .enumerate()
+            .map(|(n, &k)| (sites[k].1.clone(), out.counters + n))
+            .collect();
+        match module_code(img, &list, at) {
+            Ok(code) => {
+                for (n, &k) in idx.iter().enumerate() {
+                    out.counter_of[k] = Some(out.counters + n);
+                }
+                out.counters += idx.len();
+                out.modules.push(EncodedModule {
+                    path: img.path.clone(),
+                    build_id,
+                    code,
+                });
+            }
+            Err(why) => {
+                for &k in &idx {
+                    out.refused.push((k, why.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The table file's bytes before the live region, and the live region's length.
+fn lay_out_table(modules: &[EncodedModule], at: u64, counters: usize) -> (Vec<u8>, u64) {
+    let mut table = vec![0u8; MODULES_AT + modules.len() * MODULE_WORDS * 8];
+    let mut records = Vec::new();
+    for EncodedModule { build_id, code, .. } in modules {
+        while table.len() % 16 != 0 {
+            table.push(0);
+        }
+        let code_offset = table.len() as u64;
+        table.extend_from_slice(&code.code);
+        let fixups_offset = align8(&mut table);
+        for f in &code.fixups {
+            let at = table.len();
+            table.resize(at + FIXUP_WORDS * 8, 0);
+            f.write(&mut table, at);
+        }
+        let sites_offset = table.len() as u64;
+        for s in &code.sites {
+            let at = table.len();
+            table.resize(at + SITE_WORDS * 8, 0);
+            s.write(&mut table, at);
+        }
+        let mut id = [0u8; MAX_BUILD_ID];
+        id[..build_id.len()].copy_from_slice(build_id);
+        records.push(ModuleRecord {
+            build_id_len: build_id.len() as u64,
+            build_id: id,
+            code_offset,
+            code_len: code.code.len() as u64,
+            code_pages: code.code_pages,
+            fixups_offset,
+            fixups: code.fixups.len() as u64,
+            sites_offset,
+            sites: code.sites.len() as u64,
+        });
+    }
+    for (m, r) in records.iter().enumerate() {
+        r.write(&mut table, MODULES_AT + m * MODULE_WORDS * 8);
+    }
+    let live_offset = pages(table.len() as u64);
+    table.resize(live_offset as usize, 0);
+    let live_len = pages(at + 8 * counters as u64).max(4096);
+    TableHeader {
+        token: 0,
+        modules: modules.len() as u64,
+        live_offset,
+        live_len,
+    }
+    .write(&mut table);
+    (table, live_len)
 }
 
 fn align8(table: &mut Vec<u8>) -> u64 {

@@ -122,8 +122,12 @@ impl Invocations {
         };
         let mut warnings = target_warnings(&target);
         warnings.extend(match_warnings);
-        let (counted, inproc, targets, fallback) =
-            choose_engines(program, &target, &sites, options, ld_preload)?;
+        let Engines {
+            counted,
+            inproc,
+            targets,
+            fallback,
+        } = choose_engines(program, &target, &sites, options, ld_preload)?;
         if !targets.is_empty() && tracefs.is_none() {
             tracefs = Some(Tracefs::open_or_mount()?);
         }
@@ -233,92 +237,51 @@ fn match_warnings(matches: &[PatternMatch], detail: bool) -> Vec<String> {
     warnings
 }
 
-/// Which engine counts each site: the in-process engine where it may run and the site
-/// can be patched, uprobes for the rest. Returns how each site is counted, the
-/// in-process engine (if it counts any site), the uprobe locations, and why sites were
-/// left to uprobes: (site, reason), or (usize::MAX, reason) for all of them.
-#[allow(clippy::type_complexity)]
+/// Which engine counts each site.
+struct Engines {
+    /// Per site (index as in the rows).
+    counted: Vec<Counted>,
+    /// The in-process engine, if it counts any site.
+    inproc: Option<Inproc>,
+    /// The uprobe engine's locations.
+    targets: Vec<ProbeTarget>,
+    /// Sites left to uprobes and why (`usize::MAX`: all of them).
+    fallback: Vec<(usize, String)>,
+}
+
+/// Decide the engine of every site: in-process where it is available and the site can
+/// be patched safely (or an error under `--invocations-engine inproc`), uprobes for the
+/// rest.
 fn choose_engines(
     program: &Path,
     target: &Target,
     sites: &[Site],
     options: Options,
     ld_preload: Option<&OsStr>,
-) -> anyhow::Result<(
-    Vec<Counted>,
-    Option<Inproc>,
-    Vec<ProbeTarget>,
-    Vec<(usize, String)>,
-)> {
+) -> anyhow::Result<Engines> {
     let mut fallback: Vec<(usize, String)> = Vec::new();
-    let unavailable = match options.engine {
-        Engine::Uprobe => Some(String::new()),
-        _ if options.region => {
-            Some("it cannot count inside a harness's measured region (uprobes can)".to_string())
-        }
-        _ => match crate::run::instruments::alloc::preflight(program) {
-            Err(e) => Some(format!("it needs LD_PRELOAD: {e}")),
-            Ok(_) => crate::run::instruments::alloc::ensure_fd_limit()
-                .err()
-                .map(|e| format!("{e:#}")),
-        },
-    };
     let mut inproc = None;
     let mut counter_of = vec![None; sites.len()];
-    match unavailable {
+    match inproc_unavailable(program, options) {
         Some(why) if options.engine == Engine::Inproc => {
             bail!("--invocations-engine inproc cannot count here: {why}; use --invocations-engine uprobe (root)")
         }
-        Some(why) => {
-            if !why.is_empty() {
-                fallback.push((
-                    usize::MAX,
-                    format!("in-process counting unavailable: {why}"),
-                ));
-            }
-        }
+        Some(why) if !why.is_empty() => fallback.push((
+            usize::MAX,
+            format!("in-process counting unavailable: {why}"),
+        )),
+        Some(_) => {}
         None => {
-            let mut candidates: Vec<(usize, Displaced)> = Vec::new();
-            let mut which = Vec::new();
-            for (k, s) in sites.iter().enumerate() {
-                let image = &target.images[s.image];
-                let displaced = image
-                    .functions
-                    .iter()
-                    .find(|f| f.address == s.function)
-                    .ok_or_else(|| "its function is unknown".to_string())
-                    .and_then(|f| displace(image, f, s.address, s.kind));
-                match displaced {
-                    Ok(d) => {
-                        candidates.push((s.image, d));
-                        which.push(k);
-                    }
-                    Err(why) => fallback.push((k, why)),
-                }
-            }
-            if !candidates.is_empty() {
-                let (engine, counters, refused) = Inproc::build(target, &candidates, ld_preload)?;
-                for (n, c) in counters.into_iter().enumerate() {
-                    counter_of[which[n]] = c;
-                }
-                for (n, why) in refused {
-                    fallback.push((which[n], why));
-                }
-                if !engine.is_empty() {
-                    inproc = Some(engine);
-                }
-            }
-            if options.engine == Engine::Inproc {
-                if let Some((k, why)) = fallback.first() {
-                    let s = &sites[*k];
-                    bail!(
-                        "--invocations-engine inproc: {} at {}:0x{:x} cannot be patched safely: {why}; \
-                         --invocations-engine auto counts such sites with uprobes (root)",
-                        s.what,
-                        s.path.display(),
-                        s.address
-                    );
-                }
+            inproc = patch_sites(target, sites, ld_preload, &mut counter_of, &mut fallback)?;
+            if let (Engine::Inproc, Some((k, why))) = (options.engine, fallback.first()) {
+                let s = &sites[*k];
+                bail!(
+                    "--invocations-engine inproc: {} at {}:0x{:x} cannot be patched safely: {why}; \
+                     --invocations-engine auto counts such sites with uprobes (root)",
+                    s.what,
+                    s.path.display(),
+                    s.address
+                );
             }
         }
     }
@@ -338,7 +301,70 @@ fn choose_engines(
             }
         })
         .collect();
-    Ok((counted, inproc, targets, fallback))
+    Ok(Engines {
+        counted,
+        inproc,
+        targets,
+        fallback,
+    })
+}
+
+/// Why the in-process engine cannot count at all (empty: uprobes were asked for), or
+/// `None` when it can.
+fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
+    match options.engine {
+        Engine::Uprobe => Some(String::new()),
+        _ if options.region => {
+            Some("it cannot count inside a harness's measured region (uprobes can)".to_string())
+        }
+        _ => match crate::run::instruments::alloc::preflight(program) {
+            Err(e) => Some(format!("it needs LD_PRELOAD: {e}")),
+            Ok(_) => crate::run::instruments::alloc::ensure_fd_limit()
+                .err()
+                .map(|e| format!("{e:#}")),
+        },
+    }
+}
+
+/// Encode the trampolines of the sites that can be patched safely: each one's counter
+/// goes in `counter_of`, each other one's reason in `fallback`. `None` when no site
+/// could be patched.
+fn patch_sites(
+    target: &Target,
+    sites: &[Site],
+    ld_preload: Option<&OsStr>,
+    counter_of: &mut [Option<usize>],
+    fallback: &mut Vec<(usize, String)>,
+) -> anyhow::Result<Option<Inproc>> {
+    let mut candidates: Vec<(usize, Displaced)> = Vec::new();
+    let mut which = Vec::new();
+    for (k, s) in sites.iter().enumerate() {
+        let image = &target.images[s.image];
+        let displaced = image
+            .functions
+            .iter()
+            .find(|f| f.address == s.function)
+            .ok_or_else(|| "its function is unknown".to_string())
+            .and_then(|f| displace(image, f, s.address, s.kind));
+        match displaced {
+            Ok(d) => {
+                candidates.push((s.image, d));
+                which.push(k);
+            }
+            Err(why) => fallback.push((k, why)),
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    let (engine, counters, refused) = Inproc::build(target, &candidates, ld_preload)?;
+    for (n, c) in counters.into_iter().enumerate() {
+        counter_of[which[n]] = c;
+    }
+    for (n, why) in refused {
+        fallback.push((which[n], why));
+    }
+    Ok((!engine.is_empty()).then_some(engine))
 }
 
 /// Set each pattern's source from the engines of its sites, mark each row's engine under

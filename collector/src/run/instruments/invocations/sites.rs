@@ -2,6 +2,7 @@
 //! count (a function's entry, an entry point of an inlined copy) is one [`Site`], and each
 //! row of a pattern sums some sites.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use sbs_probes::patch::SiteKind;
@@ -43,29 +44,60 @@ pub(super) fn sites_and_rows(
     matches: &[PatternMatch],
     detail: bool,
 ) -> (Vec<Site>, Vec<PatternRows>) {
-    let mut sites: Vec<Site> = Vec::new();
-    let mut rows_of = Vec::new();
-    for m in matches {
-        let mut add = |site: Site| match sites
-            .iter()
-            .position(|s| s.path == site.path && s.uprobe_offset == site.uprobe_offset)
-        {
-            Some(i) => i,
-            None => {
-                sites.push(site);
-                sites.len() - 1
+    let mut sites = Sites::default();
+    let rows_of = matches
+        .iter()
+        .map(|m| {
+            let mut rows = function_rows(target, m, &mut sites);
+            rows.extend(inlined_rows(target, m, detail, &mut sites));
+            PatternRows {
+                metric: MetricSpec::new(
+                    format!("invocations.{}", m.pattern.as_str()),
+                    Unit::Count,
+                    "uprobe",
+                    true,
+                ),
+                rows,
             }
-        };
-        let mut rows: Vec<(String, Vec<usize>)> = Vec::new();
-        for f in &m.functions {
-            let image = &target.images[f.image];
-            let address = image
+        })
+        .collect();
+    (sites.list, rows_of)
+}
+
+/// The distinct sites so far; one place counted by several patterns is one site.
+#[derive(Default)]
+struct Sites {
+    list: Vec<Site>,
+    index: HashMap<(PathBuf, u64), usize>,
+}
+
+impl Sites {
+    /// The index of `site`, added if it is new.
+    fn add(&mut self, site: Site) -> usize {
+        let key = (site.path.clone(), site.uprobe_offset);
+        *self.index.entry(key).or_insert_with(|| {
+            self.list.push(site);
+            self.list.len() - 1
+        })
+    }
+}
+
+/// One row per matched function, for its entry.
+fn function_rows(
+    target: &Target,
+    m: &PatternMatch,
+    sites: &mut Sites,
+) -> Vec<(String, Vec<usize>)> {
+    m.functions
+        .iter()
+        .map(|f| {
+            let address = target.images[f.image]
                 .functions
                 .iter()
                 .find(|g| g.offset == f.offset)
                 .map(|g| g.address)
                 .unwrap_or(0);
-            let i = add(Site {
+            let i = sites.add(Site {
                 path: f.path.clone(),
                 image: f.image,
                 uprobe_offset: f.probe,
@@ -74,40 +106,57 @@ pub(super) fn sites_and_rows(
                 kind: SiteKind::Entry,
                 what: format!("`{}`", f.label),
             });
-            rows.push((f.label.clone(), vec![i]));
-        }
-        let mut inlined: Vec<(String, Vec<usize>, usize)> = Vec::new();
-        for site in &m.sites {
-            let image = &target.images[site.image];
-            let what = format!(
-                "an inlined copy of `{}` in `{}`",
-                site.function, site.caller
-            );
-            let indices: Vec<usize> = site
-                .points
-                .iter()
-                .map(|p| {
-                    add(Site {
-                        path: site.path.clone(),
-                        image: site.image,
-                        uprobe_offset: p.offset,
-                        address: p.address,
-                        function: image.function_at(p.address).map_or(0, |f| f.address),
-                        kind: SiteKind::Inside,
-                        what: what.clone(),
-                    })
+            (f.label.clone(), vec![i])
+        })
+        .collect()
+}
+
+/// The rows of the inlined copies: one per inlined function (per copy with `detail`),
+/// summing the entry points of its copies.
+fn inlined_rows(
+    target: &Target,
+    m: &PatternMatch,
+    detail: bool,
+    sites: &mut Sites,
+) -> Vec<(String, Vec<usize>)> {
+    let mut inlined: Vec<(String, Vec<usize>, usize)> = Vec::new();
+    let mut row_of: HashMap<String, usize> = HashMap::new();
+    for site in &m.sites {
+        let image = &target.images[site.image];
+        let what = format!(
+            "an inlined copy of `{}` in `{}`",
+            site.function, site.caller
+        );
+        let indices: Vec<usize> = site
+            .points
+            .iter()
+            .map(|p| {
+                sites.add(Site {
+                    path: site.path.clone(),
+                    image: site.image,
+                    uprobe_offset: p.offset,
+                    address: p.address,
+                    function: image.function_at(p.address).map_or(0, |f| f.address),
+                    kind: SiteKind::Inside,
+                    what: what.clone(),
                 })
-                .collect();
-            let label = inlined_label(site, detail);
-            match inlined.iter_mut().find(|(l, _, _)| *l == label) {
-                Some((_, p, n)) => {
-                    p.extend(indices);
-                    *n += 1;
-                }
-                None => inlined.push((label, indices, 1)),
+            })
+            .collect();
+        let label = inlined_label(site, detail);
+        match row_of.get(&label) {
+            Some(&r) => {
+                inlined[r].1.extend(indices);
+                inlined[r].2 += 1;
+            }
+            None => {
+                row_of.insert(label.clone(), inlined.len());
+                inlined.push((label, indices, 1));
             }
         }
-        for (label, indices, count) in inlined {
+    }
+    inlined
+        .into_iter()
+        .map(|(label, indices, count)| {
             let label = if detail && count > 1 {
                 format!("{label} [{count} sites]")
             } else if detail {
@@ -118,19 +167,9 @@ pub(super) fn sites_and_rows(
                     if count == 1 { "" } else { "s" }
                 )
             };
-            rows.push((label, indices));
-        }
-        rows_of.push(PatternRows {
-            metric: MetricSpec::new(
-                format!("invocations.{}", m.pattern.as_str()),
-                Unit::Count,
-                "uprobe",
-                true,
-            ),
-            rows,
-        });
-    }
-    (sites, rows_of)
+            (label, indices)
+        })
+        .collect()
 }
 
 fn inlined_label(site: &InlinedSite, detail: bool) -> String {
