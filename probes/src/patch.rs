@@ -6,11 +6,18 @@
 //!
 //! A site is patched only when that is provably safe ([`displace`]):
 //! - the displaced bytes (at least 5, for the `jmp rel32`) are whole instructions of the
-//!   enclosing function, decoded from its start, none of them a call, return, indirect
-//!   branch, interrupt or system call, so that each runs the same from the trampoline (a
+//!   enclosing function, decoded from its start, none of them a return, indirect jump,
+//!   interrupt or system call, so that each runs the same from the trampoline (a
 //!   RIP-relative operand or a direct jump is re-encoded for its new place and fixed up
-//!   for the load address; an unconditional jump only as the last one, so that every
-//!   other displaced instruction is entered by falling through from the one before);
+//!   for the load address; an unconditional jump or a call only as the last one, so that
+//!   every other displaced instruction is entered by falling through from the one
+//!   before);
+//! - a call is not executed from the trampoline: the stub pushes the return address the
+//!   call would have pushed (the instruction after it, in the module) and jumps to the
+//!   callee, which returns into the function itself. The callee, an unwinder or a
+//!   profiler walking the stack from inside it sees exactly the stack of the original
+//!   call. A call whose operand uses `rsp` is not moved (the push would move what it
+//!   reads);
 //! - no direct branch of the function or of its split-off `.cold` parts, and no return
 //!   address (the end of a call), lands inside the displaced bytes other than at the site
 //!   itself;
@@ -30,7 +37,7 @@ use std::collections::HashSet;
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,
-    InstructionBlock, MemoryOperand, Mnemonic, Register,
+    InstructionBlock, MemoryOperand, Mnemonic, OpKind, Register,
 };
 use sbs_agent_abi::inproc::{pages, Fixup, SiteRecord, MAX_PATCH};
 
@@ -128,17 +135,14 @@ fn indirect_targets<'d>(
         .collect();
     if let Some(i) = indirect
         .iter()
-        .find(|i| i.op0_kind() == iced_x86::OpKind::Memory && !i.is_ip_rel_memory_operand())
+        .find(|i| i.op0_kind() == OpKind::Memory && !i.is_ip_rel_memory_operand())
     {
         return Err(format!(
             "its function has an indirect jump through memory at 0x{:x} (an absolute jump table?), which could land inside the patch",
             i.ip()
         ));
     }
-    if !indirect
-        .iter()
-        .any(|i| i.op0_kind() == iced_x86::OpKind::Register)
-    {
+    if !indirect.iter().any(|i| i.op0_kind() == OpKind::Register) {
         return Ok(Vec::new());
     }
     let boundaries: HashSet<u64> = insns.iter().map(|i| i.ip()).collect();
@@ -251,6 +255,8 @@ pub fn displace_in<'d>(
             FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => {
                 i.is_jcc_short_or_near() || i.is_jmp_short_or_near()
             }
+            // A call: emulated (see the module documentation), as the last one too.
+            FlowControl::Call | FlowControl::IndirectCall => is_movable_call(i),
             _ => false,
         };
         if !movable || matches!(i.mnemonic(), Mnemonic::Syscall | Mnemonic::Xbegin) {
@@ -264,9 +270,10 @@ pub fn displace_in<'d>(
         len += i.len();
         taken.push(*i);
         k += 1;
-        if i.flow_control() == FlowControl::UnconditionalBranch && len < JMP_LEN {
+        if ends_block(i) && len < JMP_LEN {
             return Err(format!(
-                "the jump at 0x{:x} ends the block {len} bytes after the site: shorter than the {JMP_LEN}-byte jump",
+                "the {} at 0x{:x} ends the block {len} bytes after the site: shorter than the {JMP_LEN}-byte jump",
+                if is_call(i) { "call" } else { "jump" },
                 i.ip()
             ));
         }
@@ -443,6 +450,13 @@ fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixu
     };
     let moved_from = list.len();
     list.extend(d.instructions.iter().copied());
+    let call = match list.last() {
+        Some(last) if is_call(last) => list.pop(),
+        _ => None,
+    };
+    if let Some(call) = call {
+        list.extend(emulated_call(&call, d.address + d.original.len() as u64).map_err(e)?);
+    }
     let block = InstructionBlock::new(&list, rip);
     let result = BlockEncoder::encode(
         64,
@@ -496,6 +510,10 @@ fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixu
             target: i.ip_rel_memory_address(),
         });
     }
+    if call.is_some() {
+        // The callee returns to the instruction after the displaced ones.
+        return Ok((bytes, fixups));
+    }
     // The jump back to the instruction after the displaced ones.
     let back = bytes.len() as u32;
     bytes.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
@@ -505,6 +523,68 @@ fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixu
         target: d.address + d.original.len() as u64,
     });
     Ok((bytes, fixups))
+}
+
+fn is_call(i: &Instruction) -> bool {
+    matches!(
+        i.flow_control(),
+        FlowControl::Call | FlowControl::IndirectCall
+    )
+}
+
+/// Whether `i` must be the last displaced instruction: an unconditional jump or a call.
+fn ends_block(i: &Instruction) -> bool {
+    i.flow_control() == FlowControl::UnconditionalBranch || is_call(i)
+}
+
+/// A near call, direct or through a register or memory operand that does not involve
+/// `rsp` (the emulation pushes before it jumps).
+fn is_movable_call(i: &Instruction) -> bool {
+    if i.is_call_near() {
+        return true;
+    }
+    if !i.is_call_near_indirect() {
+        return false;
+    }
+    match i.op0_kind() {
+        OpKind::Register => i.op0_register() != Register::RSP,
+        OpKind::Memory => {
+            i.memory_base() != Register::RSP
+                && i.memory_index() != Register::RSP
+                && i.segment_prefix() == Register::None
+        }
+        _ => false,
+    }
+}
+
+/// The call `call` made from a trampoline: push `ret` (the address after the original
+/// call, in the module) the way the call would have, then jump where it would have gone.
+/// Leaves every register and the flags as the call would.
+fn emulated_call(call: &Instruction, ret: u64) -> Result<Vec<Instruction>, iced_x86::IcedError> {
+    let jump = if call.is_call_near() {
+        Instruction::with_branch(Code::Jmp_rel32_64, call.near_branch_target())?
+    } else {
+        let mut jump = *call;
+        jump.set_code(Code::Jmp_rm64);
+        jump
+    };
+    Ok(vec![
+        // The return address's slot, then rax saved above it.
+        Instruction::with1(Code::Push_r64, Register::RAX)?,
+        Instruction::with1(Code::Push_r64, Register::RAX)?,
+        Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RAX,
+            MemoryOperand::with_base_displ(Register::RIP, ret as i64),
+        )?,
+        Instruction::with2(
+            Code::Mov_rm64_r64,
+            MemoryOperand::with_base_displ(Register::RSP, 8),
+            Register::RAX,
+        )?,
+        Instruction::with1(Code::Pop_r64, Register::RAX)?,
+        jump,
+    ])
 }
 
 /// What an instruction that cannot be moved is, in words for the note ("an indirect
@@ -615,9 +695,18 @@ mod tests {
         let tail = [0x48, 0x89, 0xf8, 0x48, 0x89, 0xc1, 0xff, 0x25, 0, 0, 0, 0];
         assert!(site(&tail, 0x1000, SiteKind::Entry).is_ok());
 
-        // A call among the first bytes cannot move (its return address would change).
-        let call = [0xe8, 0, 0, 0, 0, 0x90, 0xc3];
-        assert!(site(&call, 0x1000, SiteKind::Entry).is_err());
+        // A call that does not end the block cannot move (the callee would return into
+        // the patch): call rax; nop; nop; nop.
+        let call = [0xff, 0xd0, 0x90, 0x90, 0x90, 0xc3];
+        let err = site(&call, 0x1000, SiteKind::Entry).unwrap_err();
+        assert!(
+            err.contains("the call at 0x1000 ends the block 2 bytes"),
+            "{err}"
+        );
+        // Nor one whose operand is relative to rsp: call [rsp+8]; nop.
+        let call = [0xff, 0x54, 0x24, 0x08, 0x90, 0xc3];
+        let err = site(&call, 0x1000, SiteKind::Entry).unwrap_err();
+        assert!(err.contains("is an indirect call (`call`)"), "{err}");
 
         // A return address inside the patch of an inside site: call; mov; mov; ret,
         // patching 2 bytes before the call's end is impossible, at its end fine.
@@ -637,6 +726,58 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("0x1002"), "{err}");
+    }
+
+    /// `code` at 0x1000 with `m`'s fixups applied for a trampoline at T and the module at
+    /// bias B, decoded at T.
+    fn placed(m: &ModuleCode, t: u64, bias: u64) -> Vec<Instruction> {
+        let mut placed = m.code.clone();
+        for f in &m.fixups {
+            let v = sbs_agent_abi::inproc::rel32(t + f.end as u64, bias + f.target).unwrap();
+            placed[f.field as usize..f.field as usize + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        decode(&placed, t).unwrap()
+    }
+
+    #[test]
+    fn a_call_ending_the_displaced_bytes_is_emulated() {
+        let (t, bias) = (0x7000_0000u64, 0x6000_0000u64);
+        // call 0x1015; nop; ret: the stub pushes 0x1005 and jumps to 0x1015.
+        let mut code = vec![0xe8, 0x10, 0, 0, 0, 0x90, 0xc3];
+        code.resize(0x20, 0xc3);
+        let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
+        assert_eq!(d.original, &code[..5]);
+        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let moved = placed(&m, t, bias);
+        let stub: Vec<Mnemonic> = moved.iter().take(7).map(|i| i.mnemonic()).collect();
+        assert_eq!(
+            stub,
+            [
+                Mnemonic::Inc,
+                Mnemonic::Push,
+                Mnemonic::Push,
+                Mnemonic::Lea,
+                Mnemonic::Mov,
+                Mnemonic::Pop,
+                Mnemonic::Jmp
+            ]
+        );
+        assert_eq!(moved[3].ip_rel_memory_address(), bias + 0x1005);
+        assert_eq!(moved[4].memory_base(), Register::RSP);
+        assert_eq!(moved[4].memory_displacement64(), 8);
+        assert_eq!(moved[6].near_branch_target(), bias + 0x1015);
+        // No jump back: the callee returns into the function.
+        assert!(moved[7..].iter().all(|i| i.mnemonic() == Mnemonic::Int3));
+
+        // call [rip+0x100]: jumps through the same slot.
+        let mut code = vec![0xff, 0x15, 0, 1, 0, 0, 0xc3];
+        code.resize(0x20, 0xc3);
+        let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
+        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let moved = placed(&m, t, bias);
+        assert_eq!(moved[3].ip_rel_memory_address(), bias + 0x1006);
+        assert_eq!(moved[6].mnemonic(), Mnemonic::Jmp);
+        assert_eq!(moved[6].ip_rel_memory_address(), bias + 0x1006 + 0x100);
     }
 
     #[test]

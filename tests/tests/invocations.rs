@@ -1103,6 +1103,8 @@ fn unsafe_sites_are_left_to_uprobes_and_safe_ones_patched() {
         ("rip_first", "inproc"),
         ("table_fn", "inproc"),
         ("table_into", "uprobe"),
+        ("call_first", "inproc"),
+        ("icall_first", "inproc"),
         ("lib_work", "inproc"),
     ];
     let n = 300.0;
