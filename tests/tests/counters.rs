@@ -139,7 +139,7 @@ fn a_sleeper_is_switched_out_and_uses_little_cpu() {
         "--",
         fixture!("sleepy"),
         "5",
-        "2",
+        "20",
     ])
     .success();
     let r = run.json();
@@ -152,8 +152,10 @@ fn a_sleeper_is_switched_out_and_uses_little_cpu() {
     assert_eq!(clock["unit"], "seconds");
     let clock = samples(clock);
     run.check(
-        clock.iter().all(|&v| v > 0.0 && v < 0.010),
-        "sleeping 10 ms costs well under 10 ms of CPU",
+        // Half the time asleep: start-up on a loaded machine costs a few ms, and the
+        // bound must fail only for a clock that counts sleeping time.
+        clock.iter().all(|&v| v > 0.0 && v < 0.050),
+        "sleeping 100 ms costs well under 100 ms of CPU",
     );
 }
 
