@@ -188,36 +188,7 @@ pub fn displace_in<'d>(
 ) -> Result<Displaced, Unpatchable> {
     let end = function_address + code.len() as u64;
     let insns = decode(code, function_address)?;
-    let mut targets: HashSet<u64> = HashSet::new();
-    for i in &insns {
-        match i.flow_control() {
-            FlowControl::UnconditionalBranch
-            | FlowControl::ConditionalBranch
-            | FlowControl::Call => {
-                targets.insert(i.near_branch_target());
-            }
-            _ => {}
-        }
-        if matches!(
-            i.flow_control(),
-            FlowControl::Call | FlowControl::IndirectCall
-        ) {
-            targets.insert(i.next_ip());
-        }
-    }
-    targets.extend(indirect_targets(&insns, read)?);
-    for &(at, bytes) in cold {
-        for i in decode(bytes, at)? {
-            if matches!(
-                i.flow_control(),
-                FlowControl::UnconditionalBranch
-                    | FlowControl::ConditionalBranch
-                    | FlowControl::Call
-            ) {
-                targets.insert(i.near_branch_target());
-            }
-        }
-    }
+    let targets = branch_targets(&insns, cold, read)?;
     let mut k = insns
         .iter()
         .position(|i| i.ip() == address)
@@ -239,10 +210,38 @@ pub fn displace_in<'d>(
             ));
         }
     }
+    let taken = take_instructions(&insns[k..])?;
+    let len: usize = taken.iter().map(Instruction::len).sum();
+    if len > MAX_PATCH {
+        return Err(format!(
+            "the displaced instructions take {len} bytes, more than {MAX_PATCH}"
+        ));
+    }
+    if let Some(t) = targets
+        .iter()
+        .find(|&&t| t > start && t < start + len as u64)
+    {
+        return Err(format!(
+            "a branch or return lands at 0x{t:x}, inside the {len} bytes the patch would replace"
+        ));
+    }
+    let from = usize::try_from(start - function_address).map_err(|e| e.to_string())?;
+    Ok(Displaced {
+        address: start,
+        original: code[from..from + len].to_vec(),
+        instructions: taken,
+        kind,
+    })
+}
+
+/// The instructions from the first of `insns` that a 5-byte jump displaces: whole
+/// instructions that can run from a trampoline, a jump or a call only as the last.
+fn take_instructions(insns: &[Instruction]) -> Result<Vec<Instruction>, Unpatchable> {
     let mut taken = Vec::new();
     let mut len = 0usize;
+    let mut next = insns.iter();
     while len < JMP_LEN {
-        let Some(i) = insns.get(k) else {
+        let Some(i) = next.next() else {
             return Err(format!(
                 "the function ends {len} bytes after the site: shorter than the {JMP_LEN}-byte jump"
             ));
@@ -269,7 +268,6 @@ pub fn displace_in<'d>(
         }
         len += i.len();
         taken.push(*i);
-        k += 1;
         if ends_block(i) && len < JMP_LEN {
             return Err(format!(
                 "the {} at 0x{:x} ends the block {len} bytes after the site: shorter than the {JMP_LEN}-byte jump",
@@ -278,26 +276,42 @@ pub fn displace_in<'d>(
             ));
         }
     }
-    if len > MAX_PATCH {
-        return Err(format!(
-            "the displaced instructions take {len} bytes, more than {MAX_PATCH}"
-        ));
+    Ok(taken)
+}
+
+/// Every address control can reach other than by falling through: the direct branch and
+/// call targets of the function (`insns`) and of its `cold` parts, return addresses, and
+/// what [`indirect_targets`] finds.
+fn branch_targets<'d>(
+    insns: &[Instruction],
+    cold: &[(u64, &[u8])],
+    read: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
+) -> Result<HashSet<u64>, Unpatchable> {
+    let direct = |i: &Instruction| {
+        matches!(
+            i.flow_control(),
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
+        )
+    };
+    let mut targets: HashSet<u64> = HashSet::new();
+    for i in insns {
+        if direct(i) {
+            targets.insert(i.near_branch_target());
+        }
+        if is_call(i) {
+            targets.insert(i.next_ip());
+        }
     }
-    if let Some(t) = targets
-        .iter()
-        .find(|&&t| t > start && t < start + len as u64)
-    {
-        return Err(format!(
-            "a branch or return lands at 0x{t:x}, inside the {len} bytes the patch would replace"
-        ));
+    targets.extend(indirect_targets(insns, read)?);
+    for &(at, bytes) in cold {
+        targets.extend(
+            decode(bytes, at)?
+                .iter()
+                .filter(|i| direct(i))
+                .map(|i| i.near_branch_target()),
+        );
     }
-    let from = usize::try_from(start - function_address).map_err(|e| e.to_string())?;
-    Ok(Displaced {
-        address: start,
-        original: code[from..from + len].to_vec(),
-        instructions: taken,
-        kind,
-    })
+    Ok(targets)
 }
 
 fn decode(code: &[u8], address: u64) -> Result<Vec<Instruction>, Unpatchable> {
@@ -465,7 +479,32 @@ fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixu
             | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS,
     )
     .map_err(|err| format!("relocating the displaced instructions failed: {err}"))?;
+    let mut fixups = moved_fixups(&list, moved_from, &result)?;
     let mut bytes = result.code_buffer;
+    if call.is_some() {
+        // The callee returns to the instruction after the displaced ones.
+        return Ok((bytes, fixups));
+    }
+    // The jump back to the instruction after the displaced ones.
+    let back = bytes.len() as u32;
+    bytes.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
+    fixups.push(Fixup {
+        field: back + 1,
+        end: back + 5,
+        target: d.address + d.original.len() as u64,
+    });
+    Ok((bytes, fixups))
+}
+
+/// The fixups of the instructions of `list` from `moved_from` on (the displaced ones and
+/// the emulated call), as `result` encoded them: each jump target and RIP-relative
+/// operand refers to the module.
+fn moved_fixups(
+    list: &[Instruction],
+    moved_from: usize,
+    result: &iced_x86::BlockEncoderResult,
+) -> Result<Vec<Fixup>, Unpatchable> {
+    let bytes = &result.code_buffer;
     let mut fixups = Vec::new();
     for (n, i) in list.iter().enumerate().skip(moved_from) {
         let at = result.new_instruction_offsets[n];
@@ -510,19 +549,7 @@ fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixu
             target: i.ip_rel_memory_address(),
         });
     }
-    if call.is_some() {
-        // The callee returns to the instruction after the displaced ones.
-        return Ok((bytes, fixups));
-    }
-    // The jump back to the instruction after the displaced ones.
-    let back = bytes.len() as u32;
-    bytes.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
-    fixups.push(Fixup {
-        field: back + 1,
-        end: back + 5,
-        target: d.address + d.original.len() as u64,
-    });
-    Ok((bytes, fixups))
+    Ok(fixups)
 }
 
 fn is_call(i: &Instruction) -> bool {
