@@ -79,6 +79,9 @@ pub enum Refusal {
     /// Other threads were running when the library's constructor ran: patching code
     /// that another thread may be executing is not safe.
     Threads = 6,
+    /// The process runs with the x86 shadow stack, on which the trampolines' emulated
+    /// calls would fault when the callee returns.
+    ShadowStack = 7,
 }
 
 impl Refusal {
@@ -96,6 +99,7 @@ impl Refusal {
             4 => Some(Refusal::Protect),
             5 => Some(Refusal::TooMany),
             6 => Some(Refusal::Threads),
+            7 => Some(Refusal::ShadowStack),
             _ => None,
         }
     }
@@ -109,6 +113,7 @@ impl Refusal {
             Refusal::Protect => "mprotect refused to make the code writable (a W^X policy such as SELinux execmod, or PaX)",
             Refusal::TooMany => "too many modules",
             Refusal::Threads => "threads were already running when the counting library started (a library constructor started them)",
+            Refusal::ShadowStack => "the process runs with the x86 shadow stack (CET), which the trampolines' emulated calls would break",
         }
     }
 }

@@ -164,7 +164,9 @@ unsafe fn start() {
         else {
             continue;
         };
-        let result = if single {
+        let result = if sys::shadow_stack_enabled() {
+            Err(Refusal::ShadowStack)
+        } else if single {
             // SAFETY: the module is mapped (the loader just listed it), the process has
             // one thread, and the record's parts lie inside the table.
             unsafe { patch_module(table, fd as i64, &header, &record, loaded) }

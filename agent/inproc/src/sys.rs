@@ -24,6 +24,11 @@ pub const PF_R: u32 = 4;
 const SYS_MMAP: u64 = 9;
 const SYS_MPROTECT: u64 = 10;
 const SYS_MUNMAP: u64 = 11;
+const SYS_ARCH_PRCTL: u64 = 158;
+/// `arch_prctl` code that reads which shadow stack features are enabled (Linux 6.6+).
+const ARCH_SHSTK_STATUS: u64 = 0x5005;
+/// The shadow stack feature bit of that status.
+const ARCH_SHSTK_SHSTK: u64 = 1;
 
 /// `Elf64_Phdr`.
 #[repr(C)]
@@ -113,4 +118,25 @@ pub unsafe fn mprotect(addr: u64, len: u64, prot: u64) -> bool {
 pub unsafe fn munmap(addr: u64, len: u64) {
     // SAFETY: contract.
     unsafe { syscall6(SYS_MUNMAP, [addr, len, 0, 0, 0, 0]) };
+}
+
+/// Whether this thread runs with the x86 user shadow stack (CET), on which a `ret` must
+/// match a real `call`. Kernels without the feature answer `EINVAL`: no.
+pub fn shadow_stack_enabled() -> bool {
+    let mut features: u64 = 0;
+    // SAFETY: ARCH_SHSTK_STATUS writes one u64 at the address given, a live local.
+    let r = unsafe {
+        syscall6(
+            SYS_ARCH_PRCTL,
+            [
+                ARCH_SHSTK_STATUS,
+                &mut features as *mut u64 as u64,
+                0,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    r == 0 && features & ARCH_SHSTK_SHSTK != 0
 }
