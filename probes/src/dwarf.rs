@@ -369,14 +369,7 @@ fn collect_instances(
     dwarf: &gimli::Dwarf<Reader<'_>>,
     pattern: &Pattern,
 ) -> gimli::Result<Vec<InlinedInstance>> {
-    let mut headers = Vec::new();
-    let mut iter = dwarf.units();
-    while let Some(header) = iter.next()? {
-        if let UnitSectionOffset::DebugInfoOffset(o) = header.offset() {
-            headers.push((o.0, header));
-        }
-    }
-    headers.sort_by_key(|(o, _)| *o);
+    let headers = sorted_headers(dwarf)?;
     let mut units: HashMap<usize, gimli::Unit<Reader<'_>>> = HashMap::new();
     // Origin offset -> (raw, demangled) when the pattern names it, else None.
     let mut names: HashMap<usize, Option<(String, String)>> = HashMap::new();
@@ -396,13 +389,7 @@ fn collect_instances(
             if tag != gimli::DW_TAG_inlined_subroutine && tag != gimli::DW_TAG_subprogram {
                 continue;
             }
-            let origin = match entry.attr_value(gimli::DW_AT_abstract_origin)? {
-                Some(AttributeValue::UnitRef(o)) => {
-                    o.to_debug_info_offset(&unit.header).map(|o| o.0)
-                }
-                Some(AttributeValue::DebugInfoRef(o)) => Some(o.0),
-                _ => None,
-            };
+            let origin = abstract_origin(&unit, entry)?;
             if tag == gimli::DW_TAG_subprogram {
                 // An out-of-line copy (concrete instance) of an inlinable function.
                 if let Some(origin) = origin {
@@ -416,14 +403,10 @@ fn collect_instances(
             }
             let Some(origin) = origin else { continue };
             if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(origin) {
-                let named = origin_name(dwarf, &headers, &mut units, origin, 0)?.and_then(|raw| {
-                    let demangled = demangle(&raw).label;
-                    let hit = raw == pattern.as_str()
-                        || demangled == pattern.as_str()
-                        || pattern.matches_paths(&name_paths(&demangled));
-                    hit.then_some((raw, demangled))
-                });
-                slot.insert(named);
+                slot.insert(
+                    origin_name(dwarf, &headers, &mut units, origin, 0)?
+                        .and_then(|raw| named_by(pattern, raw)),
+                );
             }
             let Some(Some((raw, demangled))) = names.get(&origin) else {
                 copies.push(Enclosing {
@@ -434,15 +417,7 @@ fn collect_instances(
                 continue;
             };
             let ranges = die_code(dwarf, &unit, entry)?;
-            let call_file = match entry.attr_value(gimli::DW_AT_call_file)? {
-                Some(AttributeValue::FileIndex(i)) => file_name(dwarf, &unit, i),
-                Some(AttributeValue::Udata(i)) => file_name(dwarf, &unit, i),
-                _ => None,
-            };
-            let line = match entry.attr_value(gimli::DW_AT_call_line)? {
-                Some(v) => v.udata_value().unwrap_or(0),
-                None => 0,
-            };
+            let (call_file, line) = call_position(dwarf, &unit, entry)?;
             let split_from = match copies.iter().rev().find(|c| c.origin == origin) {
                 Some(copy)
                     if line > 0
@@ -450,15 +425,7 @@ fn collect_instances(
                         && decl_site(dwarf, &headers, &mut units, origin)?
                             == call_file.clone().map(|f| (f, line)) =>
                 {
-                    match copy.what {
-                        EnclosingCopy::Instance(k) => Some(SplitFrom::Instance(k)),
-                        EnclosingCopy::Function(at) => Some(SplitFrom::Function(die_code(
-                            dwarf,
-                            &unit,
-                            &unit.entry(at)?,
-                        )?)),
-                        EnclosingCopy::Unmatched => None,
-                    }
+                    split_part_of(dwarf, &unit, copy)?
                 }
                 _ => None,
             };
@@ -499,6 +466,78 @@ enum EnclosingCopy {
 
 /// The code of a DIE: half-open ranges, sorted, without empty ones and without the
 /// linker's tombstone (code removed by `--gc-sections` keeps its ranges at address 0).
+/// `(raw, demangled)` when `pattern` names the function called `raw`.
+fn named_by(pattern: &Pattern, raw: String) -> Option<(String, String)> {
+    let demangled = demangle(&raw).label;
+    let hit = raw == pattern.as_str()
+        || demangled == pattern.as_str()
+        || pattern.matches_paths(&name_paths(&demangled));
+    hit.then_some((raw, demangled))
+}
+
+/// The units' headers, by their offset in `.debug_info`.
+fn sorted_headers<'a>(
+    dwarf: &gimli::Dwarf<Reader<'a>>,
+) -> gimli::Result<Vec<(usize, gimli::UnitHeader<Reader<'a>>)>> {
+    let mut headers = Vec::new();
+    let mut iter = dwarf.units();
+    while let Some(header) = iter.next()? {
+        if let UnitSectionOffset::DebugInfoOffset(o) = header.offset() {
+            headers.push((o.0, header));
+        }
+    }
+    headers.sort_by_key(|(o, _)| *o);
+    Ok(headers)
+}
+
+/// The `.debug_info` offset of a DIE's `DW_AT_abstract_origin`, if it has one.
+fn abstract_origin(
+    unit: &gimli::Unit<Reader<'_>>,
+    entry: &gimli::DebuggingInformationEntry<Reader<'_>>,
+) -> gimli::Result<Option<usize>> {
+    Ok(match entry.attr_value(gimli::DW_AT_abstract_origin)? {
+        Some(AttributeValue::UnitRef(o)) => o.to_debug_info_offset(&unit.header).map(|o| o.0),
+        Some(AttributeValue::DebugInfoRef(o)) => Some(o.0),
+        _ => None,
+    })
+}
+
+/// An inlined instance's call site: its file, if known, and its line (0 if unknown).
+fn call_position(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    entry: &gimli::DebuggingInformationEntry<Reader<'_>>,
+) -> gimli::Result<(Option<String>, u64)> {
+    let file = match entry.attr_value(gimli::DW_AT_call_file)? {
+        Some(AttributeValue::FileIndex(i)) => file_name(dwarf, unit, i),
+        Some(AttributeValue::Udata(i)) => file_name(dwarf, unit, i),
+        _ => None,
+    };
+    let line = match entry.attr_value(gimli::DW_AT_call_line)? {
+        Some(v) => v.udata_value().unwrap_or(0),
+        None => 0,
+    };
+    Ok((file, line))
+}
+
+/// The copy a split part inlined back into `copy` (a copy of the same function that
+/// encloses it) belongs to.
+fn split_part_of(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    copy: &Enclosing,
+) -> gimli::Result<Option<SplitFrom>> {
+    Ok(match copy.what {
+        EnclosingCopy::Instance(k) => Some(SplitFrom::Instance(k)),
+        EnclosingCopy::Function(at) => Some(SplitFrom::Function(die_code(
+            dwarf,
+            unit,
+            &unit.entry(at)?,
+        )?)),
+        EnclosingCopy::Unmatched => None,
+    })
+}
+
 fn die_code(
     dwarf: &gimli::Dwarf<Reader<'_>>,
     unit: &gimli::Unit<Reader<'_>>,
@@ -570,14 +609,7 @@ fn collect_copy_origins(
     addresses: &HashSet<u64>,
     out: &mut HashMap<u64, String>,
 ) -> gimli::Result<()> {
-    let mut headers = Vec::new();
-    let mut iter = dwarf.units();
-    while let Some(header) = iter.next()? {
-        if let UnitSectionOffset::DebugInfoOffset(o) = header.offset() {
-            headers.push((o.0, header));
-        }
-    }
-    headers.sort_by_key(|(o, _)| *o);
+    let headers = sorted_headers(dwarf)?;
     let mut units: HashMap<usize, gimli::Unit<Reader<'_>>> = HashMap::new();
     for (_, header) in &headers {
         let unit = dwarf.unit(*header)?;
