@@ -115,91 +115,111 @@ fn position(text: &str, last: u64) -> Result<u64, ValgrindError> {
 /// Parse a callgrind out-file written with [`profile_wrapper`]'s options (one position
 /// column, instruction addresses). The first event (`Ir`) is the cost.
 pub fn parse(text: &str) -> Result<Profile, ValgrindError> {
-    let mut profile = Profile::default();
-    let mut ob = String::new();
-    let mut cob: Option<String> = None;
-    let mut cfn: Option<String> = None;
-    // After a `calls=` line: (count, target address, callee object, callee name).
-    let mut pending: Option<(u64, u64, String, Option<String>)> = None;
-    let mut last = 0u64;
-    let mut saw_events = false;
+    let mut parser = Parser::default();
     for line in text.lines() {
         let line = line.trim_end();
-        if let Some((count, target, callee_ob, callee_name)) = pending.take() {
-            let mut fields = line.split_whitespace();
-            let site = position(fields.next().unwrap_or_default(), last)?;
-            last = site;
-            let inclusive = match fields.next() {
-                Some(c) => number(c)?,
-                None => 0,
-            };
-            let here = profile.objects.entry(ob.clone()).or_default();
-            let s = here.sites.entry(site).or_default();
-            s.calls += count;
-            s.inclusive += inclusive;
-            let there = profile.objects.entry(callee_ob).or_default();
-            let e = there.entries.entry(target).or_default();
-            e.calls += count;
-            e.inclusive += inclusive;
-            if let Some(name) = callee_name {
-                there.callees.entry(target).or_insert(name);
-            }
-            continue;
+        match parser.pending.take() {
+            Some(call) => parser.call_cost(call, line)?,
+            None => parser.line(line)?,
         }
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if let Some(v) = line.strip_prefix("ob=") {
-            ob = v.to_string();
-            continue;
-        }
-        if let Some(v) = line.strip_prefix("cob=") {
-            cob = Some(v.to_string());
-            continue;
-        }
-        if let Some(v) = line.strip_prefix("cfn=") {
-            cfn = Some(strip_recursion(v).to_string());
-            continue;
-        }
-        if let Some(v) = line.strip_prefix("calls=") {
-            let mut fields = v.split_whitespace();
-            let count = number(fields.next().unwrap_or_default())?;
-            let target = position(fields.next().unwrap_or_default(), last)?;
-            let callee_ob = cob.take().unwrap_or_else(|| ob.clone());
-            pending = Some((count, target, callee_ob, cfn.take()));
-            continue;
-        }
-        if let Some(v) = line.strip_prefix("events:") {
-            saw_events = !v.trim().is_empty();
-            continue;
-        }
-        if let Some(v) = line
-            .strip_prefix("summary:")
-            .or_else(|| line.strip_prefix("totals:"))
-        {
-            if let Some(first) = v.split_whitespace().next() {
-                profile.total = profile.total.max(number(first)?);
-            }
-            continue;
-        }
-        let first = line.as_bytes()[0];
-        if first.is_ascii_digit() || first == b'+' || first == b'-' || first == b'*' {
-            let mut fields = line.split_whitespace();
-            let at = position(fields.next().unwrap_or_default(), last)?;
-            last = at;
-            if let Some(c) = fields.next() {
-                profile.objects.entry(ob.clone()).or_default().own += number(c)?;
-            }
-        }
-        // Other lines (fl=, fi=, fe=, fn=, cfi=, headers, jump lines) carry nothing we use.
     }
-    if !saw_events {
+    if !parser.saw_events {
         return Err(ValgrindError::NoSummary {
             pid: None,
             log: text.chars().take(2000).collect(),
         });
     }
-    Ok(profile)
+    Ok(parser.profile)
+}
+
+/// A `calls=` line, whose cost is on the next line.
+struct PendingCall {
+    count: u64,
+    target: u64,
+    callee_ob: String,
+    callee_name: Option<String>,
+}
+
+/// The state of [`parse`] between lines.
+#[derive(Default)]
+struct Parser {
+    profile: Profile,
+    /// The current object (`ob=`), and the callee's object and name of the next call.
+    ob: String,
+    cob: Option<String>,
+    cfn: Option<String>,
+    pending: Option<PendingCall>,
+    /// The last position, for relative ones (`+3`, `-2`, `*`).
+    last: u64,
+    saw_events: bool,
+}
+
+impl Parser {
+    /// The cost line after a `calls=` line: the call site's and the callee's inclusive
+    /// cost.
+    fn call_cost(&mut self, call: PendingCall, line: &str) -> Result<(), ValgrindError> {
+        let mut fields = line.split_whitespace();
+        let site = position(fields.next().unwrap_or_default(), self.last)?;
+        self.last = site;
+        let inclusive = match fields.next() {
+            Some(c) => number(c)?,
+            None => 0,
+        };
+        let here = self.profile.objects.entry(self.ob.clone()).or_default();
+        let s = here.sites.entry(site).or_default();
+        s.calls += call.count;
+        s.inclusive += inclusive;
+        let there = self.profile.objects.entry(call.callee_ob).or_default();
+        let e = there.entries.entry(call.target).or_default();
+        e.calls += call.count;
+        e.inclusive += inclusive;
+        if let Some(name) = call.callee_name {
+            there.callees.entry(call.target).or_insert(name);
+        }
+        Ok(())
+    }
+
+    /// Any other line: a header, a name, a `calls=` line or an own-cost line.
+    fn line(&mut self, line: &str) -> Result<(), ValgrindError> {
+        if line.is_empty() || line.starts_with('#') {
+            return Ok(());
+        }
+        if let Some(v) = line.strip_prefix("ob=") {
+            self.ob = v.to_string();
+        } else if let Some(v) = line.strip_prefix("cob=") {
+            self.cob = Some(v.to_string());
+        } else if let Some(v) = line.strip_prefix("cfn=") {
+            self.cfn = Some(strip_recursion(v).to_string());
+        } else if let Some(v) = line.strip_prefix("calls=") {
+            let mut fields = v.split_whitespace();
+            let count = number(fields.next().unwrap_or_default())?;
+            let target = position(fields.next().unwrap_or_default(), self.last)?;
+            let callee_ob = self.cob.take().unwrap_or_else(|| self.ob.clone());
+            self.pending = Some(PendingCall {
+                count,
+                target,
+                callee_ob,
+                callee_name: self.cfn.take(),
+            });
+        } else if let Some(v) = line.strip_prefix("events:") {
+            self.saw_events = !v.trim().is_empty();
+        } else if let Some(v) = line
+            .strip_prefix("summary:")
+            .or_else(|| line.strip_prefix("totals:"))
+        {
+            if let Some(first) = v.split_whitespace().next() {
+                self.profile.total = self.profile.total.max(number(first)?);
+            }
+        } else if matches!(line.as_bytes()[0], b'0'..=b'9' | b'+' | b'-' | b'*') {
+            let mut fields = line.split_whitespace();
+            self.last = position(fields.next().unwrap_or_default(), self.last)?;
+            if let Some(c) = fields.next() {
+                self.profile.objects.entry(self.ob.clone()).or_default().own += number(c)?;
+            }
+        }
+        // Other lines (fl=, fi=, fe=, fn=, cfi=, headers, jump lines) carry nothing we use.
+        Ok(())
+    }
 }
 
 #[cfg(test)]
