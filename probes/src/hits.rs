@@ -112,42 +112,6 @@ impl RunCounters {
     }
 }
 
-/// Counts the `exec`s of one child and its descendants (the `sched_process_exec`
-/// tracepoint, with `inherit` and `enable_on_exec`, the child's own exec included): how
-/// many process images the run had, to compare with how many of them loaded a preloaded
-/// library. Opening it needs a mounted tracefs that this process can read.
-#[derive(Debug)]
-pub struct ExecCounter(Counter);
-
-impl ExecCounter {
-    /// Open the counter on `pid`, which must not have exec'd yet.
-    pub fn open(pid: i32) -> std::io::Result<ExecCounter> {
-        let tracefs = crate::tracefs::Tracefs::find()
-            .ok_or_else(|| std::io::Error::other("no tracefs is mounted"))?;
-        let file = tracefs.root().join("events/sched/sched_process_exec/id");
-        let id: u64 = std::fs::read_to_string(&file)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", file.display())))?
-            .trim()
-            .parse()
-            .map_err(|e| std::io::Error::other(format!("{}: {e}", file.display())))?;
-        // The tracepoint fires in the kernel: excluding kernel events would count none.
-        let counter = Builder::new(Tracepoint::with_id(id))
-            .observe_pid(pid)
-            .any_cpu()
-            .include_kernel()
-            .inherit(true)
-            .enabled(false)
-            .enable_on_exec(true)
-            .build()?;
-        Ok(ExecCounter(counter))
-    }
-
-    /// The number of `exec`s so far; after the child was reaped, of the whole run.
-    pub fn read(&mut self) -> std::io::Result<u64> {
-        self.0.read()
-    }
-}
-
 /// One disabled perf event per probe, on this process itself, that keeps the uprobes
 /// registered between runs (see the module documentation). It never counts; the only
 /// effect on this process is a trap if it calls a probed library function while the

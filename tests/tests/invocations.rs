@@ -1148,8 +1148,7 @@ fn unsafe_sites_are_left_to_uprobes_and_safe_ones_patched() {
 
 /// A process image that runs without the counting library (here the program execs itself
 /// with an empty environment) is not counted in-process: the run says so instead of
-/// reporting the smaller count silently; uprobes count both images. Counting the execs
-/// needs tracefs, so this needs root like uprobes.
+/// reporting the smaller count silently; uprobes count both images (root).
 #[test]
 fn an_image_without_the_counting_library_is_warned_about() {
     if skip_without_uprobes("uprobes") {

@@ -19,7 +19,7 @@ use sbs_agent_abi::inproc::{
     ENV_TABLE_TOKEN, FIXUP_WORDS, LIBRARY_FD, MAX_BUILD_ID, MODULES_AT, MODULE_WORDS, SITE_WORDS,
     TABLE_FD,
 };
-use sbs_probes::hits::ExecCounter;
+use sbs_probes::execs::ExecWatch;
 use sbs_probes::patch::{module_code, Displaced, ModuleCode};
 use sbs_probes::resolve::Target;
 
@@ -45,12 +45,14 @@ pub(super) struct Inproc {
     library: File,
     ld_preload: OsString,
     run: Option<(File, u64)>,
-    /// The run's `exec` count, to find process images that ran without the library.
-    execs: Option<ExecCounter>,
+    /// The run's `exec`s, to find process images that ran without the library.
+    execs: Option<ExecWatch>,
     /// Why the `exec`s cannot be counted, once that is known.
     no_exec_count: Option<String>,
     /// The run that had the most process images without the library: (without, all).
     unloaded: Option<(u64, u64)>,
+    /// Whether a run's exec count may be low (a ring of the watch filled up).
+    saturated: bool,
 }
 
 impl Inproc {
@@ -93,6 +95,7 @@ impl Inproc {
             execs: None,
             no_exec_count: None,
             unloaded: None,
+            saturated: false,
         };
         Ok((inproc, counter_of, refused))
     }
@@ -139,16 +142,16 @@ impl Inproc {
         Ok(())
     }
 
-    /// The child waits at its start gate: count its `exec`s, so that process images that
-    /// ran without the counting library are found. Where that is impossible (no tracefs,
-    /// or not root) the run goes on and [`Inproc::warnings`] says the check was not made.
+    /// The child waits at its start gate: watch its `exec`s, so that process images that
+    /// ran without the counting library are found. Where perf events do not allow that,
+    /// the runs go on and [`Inproc::note`] says the check was not made.
     pub fn attach(&mut self, pid: i32) {
         if self.no_exec_count.is_some() {
             return;
         }
-        match ExecCounter::open(pid) {
-            Ok(counter) => self.execs = Some(counter),
-            Err(e) => self.no_exec_count = Some(e.to_string()),
+        match ExecWatch::open(pid) {
+            Ok(watch) => self.execs = Some(watch),
+            Err(e) => self.no_exec_count = Some(format!("{e}; {}", e.fix())),
         }
     }
 
@@ -201,41 +204,48 @@ impl Inproc {
 
     /// Compare the run's `exec`s with the `images` that read the site table.
     fn compare_execs(&mut self, images: u64) {
-        let Some(mut counter) = self.execs.take() else {
+        let Some(mut watch) = self.execs.take() else {
             return;
         };
-        match counter.read() {
-            Ok(execs) if execs > images => {
-                let without = execs - images;
-                if self.unloaded.is_none_or(|(most, _)| without > most) {
-                    self.unloaded = Some((without, execs));
-                }
+        let seen = watch.count();
+        self.saturated |= seen.saturated;
+        if seen.execs > images {
+            let without = seen.execs - images;
+            if self.unloaded.is_none_or(|(most, _)| without > most) {
+                self.unloaded = Some((without, seen.execs));
             }
-            Ok(_) => {}
-            Err(e) => self.no_exec_count = Some(format!("reading the exec counter: {e}")),
         }
     }
 
     /// What the runs showed about process images without the counting library.
     pub fn warnings(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if let Some((without, execs)) = self.unloaded {
-            out.push(format!(
-                "{without} of the {execs} process images of a run did not load the in-process \
-                 counting library (a program that clears LD_PRELOAD or the environment, closes \
-                 descriptors {LIBRARY_FD} and {TABLE_FD}, or is static or setuid): calls made \
-                 in them are not counted in-process; if they run the counted code, count with \
-                 --invocations-engine uprobe"
-            ));
-        }
+        let Some((without, execs)) = self.unloaded else {
+            return Vec::new();
+        };
+        vec![format!(
+            "{without} of the {execs} process images of a run did not load the in-process \
+             counting library (a program that clears LD_PRELOAD or the environment, closes \
+             descriptors {LIBRARY_FD} and {TABLE_FD}, or is static or setuid): calls made in \
+             them are not counted in-process; if they run the counted code, count with \
+             --invocations-engine uprobe"
+        )]
+    }
+
+    /// A note for the metrics counted in-process when the check behind
+    /// [`Inproc::warnings`] could not be made (perf events not allowed) or may have
+    /// missed images: a limit of what was checked, not a sign that anything went wrong.
+    pub fn note(&self) -> Option<String> {
         if let Some(why) = &self.no_exec_count {
-            out.push(format!(
-                "could not check that every process image loaded the in-process counting \
-                 library ({why}); run as root with tracefs mounted to have it checked, or \
-                 count with --invocations-engine uprobe"
+            return Some(format!(
+                "not checked that every process image loaded the in-process counting library: \
+                 {why}"
             ));
         }
-        out
+        self.saturated.then(|| {
+            "the check that every process image loaded the in-process counting library may \
+             have missed some (a run exec'd more programs than its exec records could hold)"
+                .to_string()
+        })
     }
 
     /// Drop the run's table (a run that did not reach `read`).

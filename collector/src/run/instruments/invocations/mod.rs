@@ -558,7 +558,13 @@ impl Instrument for Invocations {
     }
 
     fn metric_notes(&self) -> Vec<(String, String)> {
-        self.notes.clone()
+        let mut notes = self.notes.clone();
+        if let Some(note) = self.inproc.as_ref().and_then(Inproc::note) {
+            for p in self.patterns.iter().filter(|p| p.metric.source != "uprobe") {
+                notes.push((p.metric.id.clone(), note.clone()));
+            }
+        }
+        notes
     }
 
     fn finish(&mut self) {
