@@ -15,6 +15,7 @@ pub mod entries;
 pub mod error;
 pub mod execs;
 pub mod hits;
+mod lsda;
 pub mod patch;
 pub mod pattern;
 pub mod resolve;

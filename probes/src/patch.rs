@@ -11,7 +11,9 @@
 //!   RIP-relative operand or a direct jump is re-encoded for its new place and fixed up
 //!   for the load address; an unconditional jump or a call only as the last one, so that
 //!   every other displaced instruction is entered by falling through from the one
-//!   before);
+//!   before; after a jump shorter than the patch, the patch also covers the bytes up to
+//!   5, which never run from the trampoline, if no landing pad is among them
+//!   ([`crate::lsda`]));
 //! - a call is not executed from the trampoline: the stub pushes the return address the
 //!   call would have pushed (the instruction after it, in the module) and jumps to the
 //!   callee, which returns into the function itself. The callee, an unwinder or a
@@ -91,7 +93,16 @@ pub fn displace(
         let _ = size;
         image.data().get(from..from.checked_add(len)?)
     };
-    displace_in(code, function.address, &cold, &read, address, kind)
+    let landing_pads = || crate::lsda::landing_pads(image, function.address);
+    displace_in(
+        code,
+        function.address,
+        &cold,
+        &read,
+        &landing_pads,
+        address,
+        kind,
+    )
 }
 
 /// The file-backed parts of the `PT_LOAD` segments: (vaddr, file size, file offset).
@@ -183,6 +194,7 @@ pub fn displace_in<'d>(
     function_address: u64,
     cold: &[(u64, &[u8])],
     read: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
+    landing_pads: &dyn Fn() -> Result<Vec<u64>, Unpatchable>,
     address: u64,
     kind: SiteKind,
 ) -> Result<Displaced, Unpatchable> {
@@ -210,8 +222,19 @@ pub fn displace_in<'d>(
             ));
         }
     }
-    let taken = take_instructions(&insns[k..])?;
-    let len: usize = taken.iter().map(Instruction::len).sum();
+    let (taken, dead) = take_instructions(&insns[k..])?;
+    let len: usize = taken.iter().map(Instruction::len).sum::<usize>() + dead;
+    if dead > 0 {
+        let end = start + len as u64;
+        let pads = landing_pads().map_err(|why| {
+            format!("the patch would cover {dead} bytes after a jump, and its landing pads are unknown: {why}")
+        })?;
+        if let Some(pad) = pads.iter().find(|&&p| p > start && p < end) {
+            return Err(format!(
+                "a landing pad is at 0x{pad:x}, inside the {len} bytes the patch would replace"
+            ));
+        }
+    }
     if len > MAX_PATCH {
         return Err(format!(
             "the displaced instructions take {len} bytes, more than {MAX_PATCH}"
@@ -235,8 +258,10 @@ pub fn displace_in<'d>(
 }
 
 /// The instructions from the first of `insns` that a 5-byte jump displaces: whole
-/// instructions that can run from a trampoline, a jump or a call only as the last.
-fn take_instructions(insns: &[Instruction]) -> Result<Vec<Instruction>, Unpatchable> {
+/// instructions that can run from a trampoline, a jump or a call only as the last; and,
+/// after a jump shorter than the patch, how many bytes of the instructions after it the
+/// patch also covers (they never run from the trampoline).
+fn take_instructions(insns: &[Instruction]) -> Result<(Vec<Instruction>, usize), Unpatchable> {
     let mut taken = Vec::new();
     let mut len = 0usize;
     let mut next = insns.iter();
@@ -269,14 +294,29 @@ fn take_instructions(insns: &[Instruction]) -> Result<Vec<Instruction>, Unpatcha
         len += i.len();
         taken.push(*i);
         if ends_block(i) && len < JMP_LEN {
-            return Err(format!(
-                "the {} at 0x{:x} ends the block {len} bytes after the site: shorter than the {JMP_LEN}-byte jump",
-                if is_call(i) { "call" } else { "jump" },
-                i.ip()
-            ));
+            if is_call(i) {
+                return Err(format!(
+                    "the call at 0x{:x} ends the block {len} bytes after the site: shorter than the {JMP_LEN}-byte jump",
+                    i.ip()
+                ));
+            }
+            // Nothing falls into the bytes after an unconditional jump: the patch may
+            // cover them if no branch, return or landing pad leads there (checked by the
+            // caller).
+            let mut dead = 0;
+            while len + dead < JMP_LEN {
+                let Some(d) = next.next() else {
+                    return Err(format!(
+                        "the jump at 0x{:x} ends the block {len} bytes after the site, and the function ends before the {JMP_LEN}-byte jump fits",
+                        i.ip()
+                    ));
+                };
+                dead += d.len();
+            }
+            return Ok((taken, dead));
         }
     }
-    Ok(taken)
+    Ok((taken, 0))
 }
 
 /// Every address control can reach other than by falling through: the direct branch and
@@ -639,7 +679,15 @@ mod tests {
     use super::*;
 
     fn site(code: &[u8], address: u64, kind: SiteKind) -> Result<Displaced, Unpatchable> {
-        displace_in(code, 0x1000, &[], &|_, _| None, address, kind)
+        displace_in(
+            code,
+            0x1000,
+            &[],
+            &|_, _| None,
+            &|| Ok(Vec::new()),
+            address,
+            kind,
+        )
     }
 
     fn mnemonics(code: &[u8]) -> Vec<Mnemonic> {
@@ -748,6 +796,7 @@ mod tests {
             0x1000,
             &[(0x2000, &cold)],
             &|_, _| None,
+            &|| Ok(Vec::new()),
             0x1000,
             SiteKind::Entry,
         )
@@ -829,13 +878,64 @@ mod tests {
         let placed = decode(&placed, t).unwrap();
         assert_eq!(placed[6].near_branch_target(), bias + 0x1004 + 0x20);
         assert_eq!(placed[8].near_branch_target(), bias + 0x1009);
-        // A jump into the displaced bytes is still refused, and so is a short block
-        // ending in a jmp.
+        // A jump into the displaced bytes is still refused.
         let into = [0x85, 0xff, 0x74, 0xfe, 0xb8, 1, 0, 0, 0, 0xc3];
         assert!(site(&into, 0x1000, SiteKind::Inside).is_err());
-        let jmp = [0x31, 0xc0, 0xeb, 0x10, 0x90, 0x90, 0x90];
-        let err = site(&jmp, 0x1000, SiteKind::Inside).unwrap_err();
-        assert!(err.contains("ends the block"), "{err}");
+    }
+
+    #[test]
+    fn the_patch_covers_bytes_after_a_short_jump_only_where_nothing_leads() {
+        // xor eax,eax; jmp +0x10 (short); nop; nop; nop; ...: the patch takes the xor and
+        // the jmp (4 bytes) and covers the first nop, which nothing reaches.
+        let mut code = vec![0x31, 0xc0, 0xeb, 0x10, 0x90, 0x90, 0x90];
+        code.resize(0x20, 0xc3);
+        let d = site(&code, 0x1000, SiteKind::Inside).unwrap();
+        assert_eq!(d.original, &code[..5]);
+        assert_eq!(d.instructions.len(), 2, "the covered nop is not moved");
+        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let (t, bias) = (0x7000_0000u64, 0x6000_0000u64);
+        let moved = placed(&m, t, bias);
+        assert_eq!(moved[6].mnemonic(), Mnemonic::Jmp);
+        assert_eq!(moved[6].near_branch_target(), bias + 0x1014);
+
+        let with_pads = |pads: Vec<u64>| {
+            let pads = move || Ok(pads.clone());
+            displace_in(
+                &code,
+                0x1000,
+                &[],
+                &|_, _| None,
+                &pads,
+                0x1000,
+                SiteKind::Inside,
+            )
+        };
+        // A landing pad on the covered byte: refused.
+        let err = with_pads(vec![0x1004]).unwrap_err();
+        assert!(err.contains("landing pad is at 0x1004"), "{err}");
+        // Elsewhere: fine.
+        assert!(with_pads(vec![0x1005, 0x1000]).is_ok());
+        // Unknown landing pads: refused.
+        let unknown = || Err("no table".to_string());
+        let err = displace_in(
+            &code,
+            0x1000,
+            &[],
+            &|_, _| None,
+            &unknown,
+            0x1000,
+            SiteKind::Inside,
+        )
+        .unwrap_err();
+        assert!(err.contains("landing pads are unknown: no table"), "{err}");
+        // A branch to the covered byte: refused.
+        let mut to_it = code.clone();
+        to_it[0x10..0x12].copy_from_slice(&[0xeb, 0xf2]); // at 0x1010: jmp 0x1004
+        let err = site(&to_it, 0x1000, SiteKind::Inside).unwrap_err();
+        assert!(err.contains("lands at 0x1004"), "{err}");
+        // The function ends before 5 bytes: refused.
+        let err = site(&code[..4], 0x1000, SiteKind::Inside).unwrap_err();
+        assert!(err.contains("the function ends before"), "{err}");
     }
 
     #[test]
@@ -862,7 +962,9 @@ mod tests {
             let from = usize::try_from(vaddr.checked_sub(0x1100)?).ok()?;
             table.get(from..from + len)
         };
-        let err = displace_in(&code, 0x1000, &[], &read, 0x1000, SiteKind::Entry).unwrap_err();
+        let none = || Ok(Vec::new());
+        let err =
+            displace_in(&code, 0x1000, &[], &read, &none, 0x1000, SiteKind::Entry).unwrap_err();
         assert!(err.contains("lands at 0x1002"), "{err}");
         // Entries elsewhere: patchable.
         let table2 = entries(&[0x1020, 0x1010]);
@@ -870,7 +972,7 @@ mod tests {
             let from = usize::try_from(vaddr.checked_sub(0x1100)?).ok()?;
             table2.get(from..from + len)
         };
-        assert!(displace_in(&code, 0x1000, &[], &read2, 0x1000, SiteKind::Entry).is_ok());
+        assert!(displace_in(&code, 0x1000, &[], &read2, &none, 0x1000, SiteKind::Entry).is_ok());
     }
 
     #[test]

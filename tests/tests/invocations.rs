@@ -1105,6 +1105,8 @@ fn unsafe_sites_are_left_to_uprobes_and_safe_ones_patched() {
         ("table_into", "uprobe"),
         ("call_first", "inproc"),
         ("icall_first", "inproc"),
+        ("jmp_first", "inproc"),
+        ("padded", "uprobe"),
         ("lib_work", "inproc"),
     ];
     let n = 300.0;
@@ -1125,6 +1127,15 @@ fn unsafe_sites_are_left_to_uprobes_and_safe_ones_patched() {
                 patched_by
             };
             assert_eq!(m["source"], expected, "{engine}: {name}");
+        }
+        if engine == "auto" {
+            // `padded` is left to uprobes because its exception table was read, not
+            // because it could not be.
+            let padded = metric(&report, "invocations.padded");
+            assert!(
+                padded["notes"].to_string().contains("a landing pad is at"),
+                "{padded:#}"
+            );
         }
     }
     // With the in-process engine alone, a site it cannot patch is an error saying why.
