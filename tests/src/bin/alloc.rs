@@ -10,6 +10,10 @@
 //! - `stress T N`: T threads allocate, reallocate and free N blocks each, concurrently.
 //! - `churn N`: allocation-heavy single-threaded work for benchmarks: a `BTreeMap` of N
 //!   formatted keys to byte vectors, then N short-lived strings.
+//! - `ring T N`: the worst case for an allocation hook: T threads each run N rounds of
+//!   freeing one block of a 64-slot ring and allocating a new one of 16-79 bytes in its
+//!   place (raw `malloc`/`free`, glibc's per-thread cache always hot), concurrently. With
+//!   T = 1 the main thread does the work and no thread is created.
 //! - `boxes N`: boxes N values with `Box::new` (and nothing else in a `Box`).
 //! - `fork-threads T N`: T threads allocate in a loop while the main thread forks 20
 //!   times; each child allocates and exits.
@@ -45,6 +49,29 @@ fn threads(t: usize, n: usize, size: usize) {
         .collect();
     for h in handles {
         h.join().expect("thread");
+    }
+}
+
+/// One thread of `ring`: N rounds of free + malloc over a 64-slot ring. Sizes come from
+/// an LCG seeded by the thread's index, so every run makes the same calls.
+fn ring(index: usize, n: usize) {
+    let mut slots = [std::ptr::null_mut::<libc::c_void>(); 64];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ index as u64;
+    for i in 0..n {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let size = 16 + (x >> 58) as usize; // 16..=79
+        let at = i % slots.len();
+        // SAFETY: each slot is null or a live block from malloc, freed once.
+        unsafe {
+            libc::free(slots[at]);
+            slots[at] = black_box(libc::malloc(size));
+        }
+    }
+    for p in slots {
+        // SAFETY: as above.
+        unsafe { libc::free(p) };
     }
 }
 
@@ -137,6 +164,19 @@ fn main() {
                 h.join().expect("thread");
             }
         }
+        Some("ring") => {
+            let (t, n) = (arg(&args, 2), arg(&args, 3));
+            if t == 1 {
+                // A single-threaded program: no second thread at all.
+                ring(0, n);
+            } else {
+                std::thread::scope(|s| {
+                for i in 0..t {
+                        s.spawn(move || ring(i, n));
+                    }
+                });
+            }
+        }
         Some("boxes") => {
             let n = arg(&args, 2);
             let mut kept: Vec<Box<u64>> = Vec::with_capacity(n);
@@ -184,7 +224,7 @@ fn main() {
         }
         Some("spawn") => spawn(&args[2..]),
         _ => panic!(
-            "usage: alloc threads|fork|exec|exit-now|stress|boxes|churn|fork-threads|spawn ARGS..."
+            "usage: alloc threads|fork|exec|exit-now|stress|ring|boxes|churn|fork-threads|spawn ARGS..."
         ),
     }
     peak_block();

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The allocation hook's worst case, side by side in one run: `alloc ring T N` (each of T
+threads frees and mallocs blocks of 16-79 bytes over a 64-slot ring, N rounds, glibc's
+per-thread cache always hot) bare, under our agent (`with_agent`: the library and report
+file `--alloc` uses), under heaptrack and under valgrind DHAT.
+
+CPU time (user + system of the whole process tree, from getrusage(RUSAGE_CHILDREN)) is
+the measure: on a loaded 2-core machine wall time with 4 threads says more about the
+scheduler than about the hook. Bare and agent runs are interleaved, REPS each; the
+ratio is taken per repetition (agent / the bare run next to it) and the median is
+reported. heaptrack and DHAT are slow, so they run once each, with N / SLOW_DIV rounds
+per thread, and are compared with a bare run of the same size. Per-call cost:
+(tool CPU - bare CPU) / (2 x T x N), a round being one malloc and one free.
+
+Usage: benches/alloc/ring.py [N] [REPS] [SLOW_DIV] [THREADS...]
+  defaults: N=5000000 REPS=7 SLOW_DIV=20 THREADS=1 2 4
+  BIN_DIR=dir: use the `alloc` and `with_agent` already in dir (e.g. copies of an older
+  build, for a before/after comparison) instead of building them.
+"""
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def cpu_of(cmd):
+    """CPU seconds (user + system) of `cmd` and everything it waited for."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"{cmd[0]} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, done.stderr
+
+
+def main():
+    args = sys.argv[1:]
+    n = int(args[0]) if len(args) > 0 else 5_000_000
+    reps = int(args[1]) if len(args) > 1 else 7
+    slow_div = int(args[2]) if len(args) > 2 else 20
+    threads = [int(t) for t in args[3:]] or [1, 2, 4]
+    bins = os.environ.get("BIN_DIR")
+    if not bins:
+        target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+        subprocess.run(
+            ["cargo", "build", "--release", "-q", "-p", "sbs-tests", "--bin", "alloc", "--bin", "with_agent"],
+            cwd=ROOT,
+            check=True,
+        )
+        bins = os.path.join(target, "release")
+    alloc = os.path.join(bins, "alloc")
+    with_agent = os.path.join(bins, "with_agent")
+    slow_tools = [t for t in ("heaptrack", "valgrind") if shutil.which(t)]
+    for missing in {"heaptrack", "valgrind"} - set(slow_tools):
+        print(f"# {missing} not found: its column is left out", file=sys.stderr)
+    print(f"# load average before: {os.getloadavg()}", file=sys.stderr)
+    out = tempfile.mkdtemp()
+    rows = []
+    for t in threads:
+        ring = [alloc, "ring", str(t), str(n)]
+        calls = 2 * t * n
+        bare, agent, ratios = [], [], []
+        counts = ""
+        for _ in range(reps):
+            b, _ = cpu_of(ring)
+            a, err = cpu_of([with_agent] + ring)
+            bare.append(b)
+            agent.append(a)
+            ratios.append(a / b)
+            counts = next((l for l in err.splitlines() if l.startswith("with_agent:")), "")
+        row = {
+            "threads": t,
+            "bare": statistics.median(bare),
+            "agent": statistics.median(agent),
+            "ratio": statistics.median(ratios),
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+            "agent_ns": (statistics.median(agent) - statistics.median(bare)) / calls * 1e9,
+            "counts": counts,
+        }
+        small = [alloc, "ring", str(t), str(n // slow_div)]
+        small_calls = 2 * t * (n // slow_div)
+        if slow_tools:
+            small_bare, _ = cpu_of(small)
+            row["small_bare"] = small_bare
+        if "heaptrack" in slow_tools:
+            h, _ = cpu_of(["heaptrack", "-o", os.path.join(out, f"ht{t}")] + small)
+            row["heaptrack"] = h / small_bare
+            row["heaptrack_ns"] = (h - small_bare) / small_calls * 1e9
+        if "valgrind" in slow_tools:
+            d, _ = cpu_of(["valgrind", "--tool=dhat", "--dhat-out-file=/dev/null"] + small)
+            row["dhat"] = d / small_bare
+            row["dhat_ns"] = (d - small_bare) / small_calls * 1e9
+        rows.append(row)
+        print(f"# {row}", file=sys.stderr)
+    print(f"# load average after: {os.getloadavg()}", file=sys.stderr)
+    print(f"`alloc ring T {n}`, {reps} interleaved repetitions, median CPU time (user + system);")
+    print(f"heaptrack and DHAT: one run of `alloc ring T {n // slow_div}` against a bare run of that size.")
+    print()
+    print("| threads | bare CPU | agent CPU | agent / bare (min-max) | agent ns/call | heaptrack / bare | heaptrack ns/call | DHAT / bare | DHAT ns/call |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        ht = f"{r['heaptrack']:.1f}x | {r['heaptrack_ns']:.0f}" if "heaptrack" in r else "- | -"
+        dh = f"{r['dhat']:.0f}x | {r['dhat_ns']:.0f}" if "dhat" in r else "- | -"
+        print(
+            f"| {r['threads']} | {r['bare'] * 1000:.0f} ms | {r['agent'] * 1000:.0f} ms | "
+            f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['agent_ns']:.1f} | {ht} | {dh} |"
+        )
+    print()
+    for r in rows:
+        print(f"T={r['threads']}: {r['counts']}")
+
+
+if __name__ == "__main__":
+    main()
