@@ -3,13 +3,15 @@
 //! counting in `sbs_agent_abi::counters`.
 //!
 //! Rules kept throughout: nothing here allocates through `malloc` (only the `__libc_*`
-//! entry points), nothing uses thread-local storage, and nothing can unwind (the panic
+//! entry points), nothing uses thread-local storage (a thread's counters are found from
+//! its thread pointer), nothing in a hook takes a libc lock (fork handlers and the
+//! thread-exit key are registered by the constructor), and nothing can unwind (the panic
 //! handler aborts; arithmetic on sizes is checked).
 
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 
 use sbs_agent_abi::{
     parse_fd, parse_token, slot_offset, HeaderValues, Origin, ReportHeader, Slot, ENV_REPORT_FD_C,
@@ -18,7 +20,8 @@ use sbs_agent_abi::{
 
 use crate::sys;
 use crate::trailer::{self, Block, MAX_SIZE, TRAILER_SIZE};
-use sbs_agent_abi::counters::{self, Access, ForkSnapshot, Target};
+use sbs_agent_abi::counters::{self, ForkSnapshot, Found};
+use sbs_agent_abi::Record;
 
 /// The report slot of this process image, or null (no report file, or all slots taken).
 static SLOT: AtomicPtr<Slot> = AtomicPtr::new(null_mut());
@@ -29,8 +32,9 @@ static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 const UNINIT: u8 = 0;
 const RUNNING: u8 = 1;
 const DONE: u8 = 2;
-/// glibc's `malloc_usable_size`, found with `dlsym(RTLD_NEXT)` on first use.
-static REAL_USABLE_SIZE: AtomicUsize = AtomicUsize::new(0);
+/// The `pthread_key_t` whose destructor folds a thread's record at its end, plus one (0:
+/// not created yet).
+static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(0);
 /// The parent's counts, taken in the `pthread_atfork` prepare handler. A fork copies
 /// these (ordinary process memory) into the child, unlike the shared slot.
@@ -64,14 +68,28 @@ core::arch::global_asm!(
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init_at_load;
 
+/// Everything that takes a libc lock is done here, never from a hook: a hook can run
+/// inside another library's fork handling or under the loader lock, where taking
+/// glibc's atfork lock or the loader lock would deadlock.
 extern "C" fn init_at_load() {
+    page_size();
+    let mut key = 0u32;
+    // SAFETY: `key` is a live local; the destructor is a plain `extern "C"` function.
+    if unsafe { sys::pthread_key_create(&mut key, Some(at_thread_exit)) } == 0 {
+        EXIT_KEY.store(key.wrapping_add(1), Release);
+    }
+    // SAFETY: registering plain `extern "C"` functions without arguments. The handlers do
+    // nothing until a report slot is claimed.
+    unsafe {
+        sys::pthread_atfork(Some(before_fork), None, Some(in_fork_child));
+    }
     start(true);
 }
 
 /// Find the report file and claim a slot, once. Hooks call this too, because other libraries'
-/// constructors may allocate before ours runs. `final_attempt` is set by the constructor:
-/// earlier attempts that find no env var may have run before the environment was set up,
-/// so they leave the state for a later attempt.
+/// constructors may allocate before ours runs; it takes no libc lock. `final_attempt` is
+/// set by the constructor: earlier attempts that find no env var may have run before the
+/// environment was set up, so they leave the state for a later attempt.
 fn start(final_attempt: bool) {
     if STATE
         .compare_exchange(UNINIT, RUNNING, Acquire, Relaxed)
@@ -85,10 +103,6 @@ fn start(final_attempt: bool) {
         Some(report) => {
             REPORT.store(report, Release);
             claim(Origin::Load, None);
-            // SAFETY: registering plain `extern "C"` functions without arguments.
-            unsafe {
-                sys::pthread_atfork(Some(before_fork), None, Some(in_fork_child));
-            }
             STATE.store(DONE, Release);
         }
         None if final_attempt => STATE.store(DONE, Release),
@@ -209,34 +223,40 @@ fn current_slot() -> Option<&'static Slot> {
     unsafe { slot.as_ref() }
 }
 
-/// Whether other threads may update the slot now. glibc clears
-/// `__libc_single_threaded` before it creates the process's second thread (and never sets
-/// it again), so while it is set only the calling thread can reach the slot.
-#[inline]
-fn access() -> Access {
-    // SAFETY: a plain read of a `char` that glibc exports for exactly this purpose; only
-    // this thread could change it (by creating a thread), not during this read.
-    if unsafe { core::ptr::addr_of!(sys::__libc_single_threaded).read() } != 0 {
-        Access::Exclusive
-    } else {
-        Access::Shared
+/// The calling thread's record in `slot`. Its key is the thread pointer: one instruction,
+/// unique among live threads, and right for threads glibc did not create. A thread's
+/// first call arranges for [`at_thread_exit`] to fold the record when the thread ends.
+#[inline(always)]
+fn record(slot: &'static Slot) -> &'static Record {
+    let (record, found) = counters::record_of(slot, sys::thread_pointer());
+    if found == Found::New {
+        let key = EXIT_KEY.load(Acquire);
+        if key != 0 {
+            // SAFETY: a key created by the constructor. For the first 32 keys of a
+            // process glibc stores the value in the thread descriptor without allocating;
+            // beyond that it may allocate, which re-enters malloc and finds this record
+            // already claimed.
+            unsafe { sys::pthread_setspecific(key - 1, (record as *const Record).cast()) };
+        }
     }
+    record
 }
 
-/// Where this thread's update goes. A single-threaded process always uses stripe 0 and
-/// skips asking for its thread identity.
-#[inline]
-fn target(slot: &Slot) -> Target<'_> {
-    let access = access();
-    let stripe = match access {
-        Access::Exclusive => &slot.stripes[0],
-        // SAFETY: pthread_self has no preconditions and cannot fail.
-        Access::Shared => counters::stripe_of(slot, unsafe { sys::pthread_self() }),
+/// The `pthread_key_t` destructor: the thread is ending (returned from its start
+/// function or called `pthread_exit`). Its record publishes what it kept to itself.
+/// A forked child's thread carries its parent's value; only a record of this image's
+/// slot, owned by this thread, is folded.
+unsafe extern "C" fn at_thread_exit(value: *mut c_void) {
+    let Some(slot) = current_slot() else {
+        return;
     };
-    Target {
-        slot,
-        stripe,
-        access,
+    let here = sys::thread_pointer();
+    if let Some(record) = slot
+        .records
+        .iter()
+        .find(|r| core::ptr::eq(*r, value.cast::<Record>()) && r.owner.load(Relaxed) == here)
+    {
+        counters::fold(slot, record);
     }
 }
 
@@ -332,10 +352,12 @@ unsafe fn finish(ptr: *mut c_void, size: usize, realloc_of: Option<Block>) -> *m
             .write_unaligned(word);
     }
     if let Some(slot) = slot {
+        let record = record(slot);
         match realloc_of {
-            None => counters::on_alloc(target(slot), size as u64),
+            None => counters::on_alloc(slot, record, size as u64),
             Some(old) => counters::on_realloc(
-                target(slot),
+                slot,
+                record,
                 old.counted.then_some(old.size as u64),
                 size as u64,
             ),
@@ -409,7 +431,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if let Some((block, at)) = unsafe { block_of(ptr) } {
         if block.counted {
             if let Some(slot) = current_slot() {
-                counters::on_free(target(slot), block.size as u64);
+                counters::on_free(slot, record(slot), block.size as u64);
             }
         }
         // SAFETY: the trailer lies inside the block; cleared, stale memory never looks
@@ -531,23 +553,6 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     unsafe { finish(ptr, size, None) }
 }
 
-/// glibc's own `malloc_usable_size`, looked up once.
-fn real_usable_size() -> Option<unsafe extern "C" fn(*mut c_void) -> usize> {
-    let mut found = REAL_USABLE_SIZE.load(Relaxed);
-    if found == 0 {
-        // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT finds libc's definition.
-        found = unsafe { sys::dlsym(sys::RTLD_NEXT, c"malloc_usable_size".as_ptr()) } as usize;
-        REAL_USABLE_SIZE.store(found, Relaxed);
-    }
-    if found == 0 {
-        return None;
-    }
-    // SAFETY: dlsym returned the address of glibc's malloc_usable_size, of this type.
-    Some(unsafe {
-        core::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void) -> usize>(found)
-    })
-}
-
 /// # Safety
 /// The C `malloc_usable_size` contract: `ptr` is null or a live block.
 #[no_mangle]
@@ -560,9 +565,8 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
         // The program may use everything up to the trailer.
         return at as usize - ptr as usize;
     }
-    match real_usable_size() {
-        // SAFETY: a glibc block.
-        Some(real) => unsafe { real(ptr) },
-        None => 0,
-    }
+    // Not ours: glibc's block, whose usable size glibc computes from the same chunk word
+    // (no `dlsym` for glibc's own function, which could take the loader lock in a hook).
+    // SAFETY: a live glibc block (contract).
+    unsafe { usable_size(ptr) }
 }

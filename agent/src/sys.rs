@@ -13,10 +13,9 @@ pub const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
 pub const SC_PAGESIZE: c_int = 30;
 pub const ENOMEM: c_int = 12;
 pub const EINVAL: c_int = 22;
-/// `RTLD_NEXT` on glibc.
-pub const RTLD_NEXT: *mut c_void = !0usize as *mut c_void;
 
 pub type AtforkHandler = Option<unsafe extern "C" fn()>;
+pub type KeyDestructor = Option<unsafe extern "C" fn(*mut c_void)>;
 
 #[link(name = "c")]
 extern "C" {
@@ -38,17 +37,36 @@ extern "C" {
     ) -> *mut c_void;
     pub fn getpid() -> c_int;
     pub fn getppid() -> c_int;
-    pub fn pthread_self() -> usize;
+    pub fn pthread_key_create(key: *mut u32, destructor: KeyDestructor) -> c_int;
+    pub fn pthread_setspecific(key: u32, value: *const c_void) -> c_int;
     pub fn sysconf(name: c_int) -> c_long;
     pub fn pthread_atfork(
         prepare: AtforkHandler,
         parent: AtforkHandler,
         child: AtforkHandler,
     ) -> c_int;
-    pub fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
     pub fn __errno_location() -> *mut c_int;
     pub fn abort() -> !;
+}
 
-    /// Non-zero while the process has a single thread (glibc 2.32+).
-    pub static __libc_single_threaded: c_char;
+/// The calling thread's thread pointer: the address of its thread control block, which
+/// glibc keeps unique among live threads (every thread that can use glibc's allocator
+/// has its own, because glibc's per-thread malloc cache is reached through it). Read
+/// with one instruction, without `__tls_get_addr`, and also right for threads made with
+/// a raw `clone(CLONE_SETTLS)` that glibc does not know about.
+#[inline(always)]
+pub fn thread_pointer() -> u64 {
+    let tp: u64;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: reads the first word of the thread control block, which the x86_64 TLS ABI
+    // requires to hold its own address; no memory is written.
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: reads the thread pointer register; no memory is touched.
+    unsafe {
+        core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nomem, nostack, preserves_flags));
+    }
+    tp
 }

@@ -1,6 +1,24 @@
 //! Updates of a report slot, shared by the preload agent and the in-process harness
 //! (`sbs-harness`). Plain Rust over atomics, unit-tested apart from any FFI.
 //!
+//! Every thread owns a [`Record`] of the slot, found from a key that is unique among the
+//! process's live threads (the agent uses the thread pointer). Only its owner writes a
+//! record, so counts are plain loads and stores: no bus lock, no cache line shared
+//! between cores. Live bytes follow one of three modes per record:
+//!
+//! - [`SOLO`]: the image's first thread, while it is the only thread that ever
+//!   allocated, adds its changes straight to [`Slot::live`] and raises [`Slot::peak`]
+//!   with plain stores: exact, and as cheap as the counts.
+//! - [`BATCHED`]: once a second thread has a record, each thread keeps its net change in
+//!   [`Record::pending`] and adds it to [`Slot::shared_live`] (one atomic add, then the
+//!   peak check) when it reaches [`GRANULE`] bytes either way, or at once while it is the
+//!   only active thread. The published total is then off by less than `GRANULE` per
+//!   other active thread (see [`SlotValues::peak_bound`]).
+//! - [`DIRECT`]: a thread that has ended (its pending change folded in by [`fold`];
+//!   thread-local destructors that run later still count): every change is published at
+//!   once. [`SHARED`] is the same for the overflow record, which the threads that find
+//!   no free record share, with atomic counts.
+//!
 //! `live` is kept as a wrapping `u64` and read as `i64`: a forked child can free a block
 //! its parent allocated between our fork snapshot and the fork itself, which takes `live`
 //! below the snapshot; signed comparison keeps such a dip from looking like a huge peak.
@@ -8,96 +26,197 @@
 use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::Relaxed;
 
-use crate::{Origin, Slot, SlotValues, Stripe, STRIPES};
+use crate::{Origin, Record, Slot, SlotValues, GRANULE, RECORDS};
 
-/// How a slot may be updated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Other threads may update the slot at the same time: atomic read-modify-write.
-    Shared,
-    /// The process has a single thread (glibc's `__libc_single_threaded`), so no one else
-    /// can touch the slot: plain loads and stores, without the bus lock that costs most of
-    /// the agent's overhead. Still atomics, so there is no data race by construction.
-    Exclusive,
+/// Record mode: the image's only thread so far (see the module doc).
+pub const SOLO: u64 = 1;
+/// Record mode: changes batched up to [`GRANULE`] bytes (0, so a fresh record has it).
+pub const BATCHED: u64 = 0;
+/// Record mode: every change published at once.
+pub const DIRECT: u64 = 2;
+/// Record mode: the overflow record, shared by threads: atomic counts, every change
+/// published at once.
+pub const SHARED: u64 = 3;
+/// Index of the overflow record.
+pub const OVERFLOW: usize = RECORDS - 1;
+
+/// Add `v` to a counter only the calling thread writes: a plain load and store.
+#[inline(always)]
+fn bump_own(counter: &AtomicU64, v: u64) -> u64 {
+    let now = counter.load(Relaxed).wrapping_add(v);
+    counter.store(now, Relaxed);
+    now
 }
 
-/// Add `v` to `counter`; returns the new value.
-#[inline]
-fn add(counter: &AtomicU64, v: u64, access: Access) -> u64 {
-    match access {
-        Access::Shared => counter.fetch_add(v, Relaxed).wrapping_add(v),
-        Access::Exclusive => {
-            let now = counter.load(Relaxed).wrapping_add(v);
-            counter.store(now, Relaxed);
-            now
-        }
+/// Add `v` to a counter of a record: plain if the caller owns the record, atomic for
+/// the shared overflow record.
+#[inline(always)]
+fn bump(shared: bool, counter: &AtomicU64, v: u64) {
+    if shared {
+        counter.fetch_add(v, Relaxed);
+    } else {
+        bump_own(counter, v);
     }
 }
 
-/// Where one update goes: the image's slot (live and peak) and the calling thread's
-/// stripe of it (counts), with the access rule for both.
-#[derive(Clone, Copy)]
-pub struct Target<'a> {
-    /// The image's slot.
-    pub slot: &'a Slot,
-    /// The calling thread's stripe.
-    pub stripe: &'a Stripe,
-    /// Whether other threads may update at the same time.
-    pub access: Access,
+/// Where a record came from in [`record_of`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// The thread's record from an earlier call.
+    Known,
+    /// Claimed for this thread just now (the caller may arrange for [`fold`] at its end).
+    New,
+    /// No record was free: the shared overflow record.
+    Overflow,
 }
 
-/// The stripe of `slot` for a thread whose identity (e.g. `pthread_self()`) is `thread`.
-/// Thread descriptors lie far apart (at the top of each thread's stack), so their page
-/// numbers, mixed, spread over the stripes.
-#[inline]
-pub fn stripe_of(slot: &Slot, thread: usize) -> &Stripe {
-    let mixed = ((thread >> 12) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    &slot.stripes[(mixed >> 60) as usize % STRIPES]
+#[inline(always)]
+fn home(key: u64) -> usize {
+    // Thread pointers lie far apart (each in its own stack mapping); mixed, their high
+    // bits spread over the records.
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % OVERFLOW
+}
+
+/// The record of the thread with `key` (non-zero, unique among the live threads), found
+/// at its home index on the hot path, claimed on the thread's first call.
+#[inline(always)]
+pub fn record_of(slot: &Slot, key: u64) -> (&Record, Found) {
+    let first = &slot.records[home(key)];
+    if first.owner.load(Relaxed) == key {
+        return (first, Found::Known);
+    }
+    claim_record(slot, key)
+}
+
+#[cold]
+fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
+    let start = home(key);
+    for i in 0..OVERFLOW {
+        let record = &slot.records[(start + i) % OVERFLOW];
+        let owner = record.owner.load(Relaxed);
+        if owner == key {
+            return (record, Found::Known);
+        }
+        if owner == 0
+            && record
+                .owner
+                .compare_exchange(0, key, Relaxed, Relaxed)
+                .is_ok()
+        {
+            // The image's first record is the solo one.
+            let before = slot.threads.fetch_add(1, Relaxed);
+            record
+                .mode
+                .store(if before == 0 { SOLO } else { BATCHED }, Relaxed);
+            let active = slot.active.fetch_add(1, Relaxed) + 1;
+            slot.max_active.fetch_max(active, Relaxed);
+            return (record, Found::New);
+        }
+    }
+    let overflow = &slot.records[OVERFLOW];
+    if overflow.owner.swap(u64::MAX, Relaxed) != u64::MAX {
+        overflow.mode.store(SHARED, Relaxed);
+        slot.threads.fetch_add(1, Relaxed);
+        // The overflow record never batches, so its threads do not widen the bound.
+    }
+    (overflow, Found::Overflow)
+}
+
+/// Live bytes changed by `delta` (wrapping) in `record`'s thread.
+#[inline(always)]
+fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
+    if mode == SOLO {
+        if slot.threads.load(Relaxed) <= 1 {
+            let live = bump_own(&slot.live, delta);
+            if (live as i64) > (slot.peak.load(Relaxed) as i64) {
+                slot.peak.store(live, Relaxed);
+            }
+            return;
+        }
+        // A second thread has a record: from now on `live` is only read, and this
+        // thread batches like the others.
+        record.mode.store(BATCHED, Relaxed);
+    } else if mode == DIRECT || mode == SHARED {
+        publish(slot, delta);
+        return;
+    }
+    let pending = record.pending.load(Relaxed).wrapping_add(delta);
+    if (pending as i64).unsigned_abs() < GRANULE && slot.active.load(Relaxed) > 1 {
+        record.pending.store(pending, Relaxed);
+        return;
+    }
+    record.pending.store(0, Relaxed);
+    publish(slot, pending);
+}
+
+/// Add `delta` to the shared live total and raise the peak to the new total.
+#[inline(never)]
+fn publish(slot: &Slot, delta: u64) {
+    let shared = slot
+        .shared_live
+        .fetch_add(delta, Relaxed)
+        .wrapping_add(delta);
+    raise_peak(slot, slot.live.load(Relaxed).wrapping_add(shared));
 }
 
 /// A block of `size` requested bytes was allocated.
-#[inline]
-pub fn on_alloc(t: Target, size: u64) {
-    add(&t.stripe.allocs, 1, t.access);
-    add(&t.stripe.bytes, size, t.access);
-    let live = add(&t.slot.live, size, t.access);
-    raise_peak(t.slot, live, t.access);
+#[inline(always)]
+pub fn on_alloc(slot: &Slot, record: &Record, size: u64) {
+    let mode = record.mode.load(Relaxed);
+    let shared = mode == SHARED;
+    bump(shared, &record.allocs, 1);
+    bump(shared, &record.bytes, size);
+    change_live(slot, record, mode, size);
 }
 
 /// A counted block of `size` requested bytes was freed.
-#[inline]
-pub fn on_free(t: Target, size: u64) {
-    add(&t.stripe.frees, 1, t.access);
-    add(&t.slot.live, size.wrapping_neg(), t.access);
+#[inline(always)]
+pub fn on_free(slot: &Slot, record: &Record, size: u64) {
+    let mode = record.mode.load(Relaxed);
+    bump(mode == SHARED, &record.frees, 1);
+    change_live(slot, record, mode, size.wrapping_neg());
 }
 
 /// A block was resized to `new` bytes. `old` is the old block's size if it was counted.
 /// Counted as DHAT does: the old block is released and a new block allocated, and the
 /// live total moves in one step (no transient old+new peak).
-pub fn on_realloc(t: Target, old: Option<u64>, new: u64) {
-    add(&t.stripe.reallocs, 1, t.access);
-    add(&t.stripe.allocs, 1, t.access);
-    add(&t.stripe.bytes, new, t.access);
+pub fn on_realloc(slot: &Slot, record: &Record, old: Option<u64>, new: u64) {
+    let mode = record.mode.load(Relaxed);
+    let shared = mode == SHARED;
+    bump(shared, &record.reallocs, 1);
+    bump(shared, &record.allocs, 1);
+    bump(shared, &record.bytes, new);
     let delta = match old {
         Some(old) => {
-            add(&t.stripe.frees, 1, t.access);
+            bump(shared, &record.frees, 1);
             new.wrapping_sub(old)
         }
         None => new,
     };
-    let live = add(&t.slot.live, delta, t.access);
-    raise_peak(t.slot, live, t.access);
+    change_live(slot, record, mode, delta);
+}
+
+/// The thread owning `record` is ending: publish what it kept to itself and publish
+/// every later change at once (destructors that run after this one still free memory).
+pub fn fold(slot: &Slot, record: &Record) {
+    match record.mode.load(Relaxed) {
+        DIRECT | SHARED => return,
+        SOLO => {}
+        _ => {
+            let pending = record.pending.swap(0, Relaxed);
+            if pending != 0 {
+                publish(slot, pending);
+            }
+        }
+    }
+    record.mode.store(DIRECT, Relaxed);
+    slot.active.fetch_sub(1, Relaxed);
 }
 
 /// Make `peak` at least `live` (both read as signed).
-#[inline]
-pub fn raise_peak(slot: &Slot, live: u64, access: Access) {
+pub fn raise_peak(slot: &Slot, live: u64) {
     let mut peak = slot.peak.load(Relaxed);
     while (live as i64) > (peak as i64) {
-        if access == Access::Exclusive {
-            slot.peak.store(live, Relaxed);
-            return;
-        }
         match slot
             .peak
             .compare_exchange_weak(peak, live, Relaxed, Relaxed)
@@ -116,7 +235,7 @@ pub struct ForkSnapshot {
     pub allocs: u64,
     /// Parent's requested bytes.
     pub bytes: u64,
-    /// Parent's live bytes.
+    /// Parent's live bytes (with every thread's pending change).
     pub live: u64,
     /// Parent's peak live bytes.
     pub peak: u64,
@@ -139,14 +258,22 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
     let inherited = inherited.unwrap_or_default();
     slot.pid.store(pid, Relaxed);
     slot.ppid.store(ppid, Relaxed);
-    for stripe in &slot.stripes {
-        stripe.allocs.store(0, Relaxed);
-        stripe.frees.store(0, Relaxed);
-        stripe.reallocs.store(0, Relaxed);
-        stripe.bytes.store(0, Relaxed);
+    for record in &slot.records {
+        record.owner.store(0, Relaxed);
+        record.allocs.store(0, Relaxed);
+        record.frees.store(0, Relaxed);
+        record.reallocs.store(0, Relaxed);
+        record.bytes.store(0, Relaxed);
+        record.pending.store(0, Relaxed);
+        record.mode.store(BATCHED, Relaxed);
     }
     slot.live.store(inherited.live, Relaxed);
     slot.peak.store(inherited.live, Relaxed);
+    slot.shared_live.store(0, Relaxed);
+    slot.threads.store(0, Relaxed);
+    slot.active.store(0, Relaxed);
+    slot.max_active.store(0, Relaxed);
+    slot.granule.store(GRANULE, Relaxed);
     slot.inherited_allocs.store(inherited.allocs, Relaxed);
     slot.inherited_bytes.store(inherited.bytes, Relaxed);
     slot.inherited_live.store(inherited.live, Relaxed);
@@ -157,32 +284,29 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    const S: Access = Access::Shared;
 
     fn new_slot() -> Slot {
-        Slot::default()
+        let s = Slot::default();
+        start(&s, Origin::Load, 10, 1, None);
+        s
     }
 
     fn values(slot: &Slot) -> SlotValues {
         SlotValues::from_slot(slot)
     }
 
-    fn at(slot: &Slot, access: Access) -> Target<'_> {
-        Target {
-            slot,
-            stripe: &slot.stripes[0],
-            access,
-        }
+    fn rec(slot: &Slot, key: u64) -> &Record {
+        record_of(slot, key).0
     }
 
     #[test]
     fn malloc_free_and_realloc_follow_dhat() {
         let s = new_slot();
-        start(&s, Origin::Load, 10, 1, None);
-        on_alloc(at(&s, S), 10); // malloc(10)
-        on_realloc(at(&s, S), Some(10), 5000); // realloc to 5000: peak 5000, not 5010
-        on_free(at(&s, S), 5000);
-        on_alloc(at(&s, S), 33);
+        let r = rec(&s, 1);
+        on_alloc(&s, r, 10); // malloc(10)
+        on_realloc(&s, r, Some(10), 5000); // realloc to 5000: peak 5000, not 5010
+        on_free(&s, r, 5000);
+        on_alloc(&s, r, 33);
         let v = values(&s);
         assert_eq!((v.allocs, v.frees, v.reallocs), (3, 2, 1));
         assert_eq!(v.bytes, 10 + 5000 + 33);
@@ -190,32 +314,37 @@ mod tests {
         assert_eq!(v.live, 33);
         assert_eq!(v.pid, 10);
         assert_eq!(v.origin(), Some(Origin::Load));
+        assert_eq!((v.threads, v.peak_bound()), (1, 0));
+        assert_eq!(r.mode.load(Relaxed), SOLO);
     }
 
     #[test]
     fn shrinking_realloc_lowers_live() {
         let s = new_slot();
-        on_alloc(at(&s, S), 5000);
-        on_realloc(at(&s, S), Some(5000), 10);
-        assert_eq!(s.live.load(Relaxed), 10);
-        assert_eq!(s.peak.load(Relaxed), 5000);
-        on_realloc(at(&s, S), None, 7); // resize of a block made before the agent started
-        assert_eq!(s.live.load(Relaxed), 17);
+        let r = rec(&s, 1);
+        on_alloc(&s, r, 5000);
+        on_realloc(&s, r, Some(5000), 10);
+        assert_eq!(values(&s).live, 10);
+        assert_eq!(values(&s).peak, 5000);
+        on_realloc(&s, r, None, 7); // resize of a block made before the agent started
+        assert_eq!(values(&s).live, 17);
         assert_eq!(values(&s).frees, 1);
     }
 
     #[test]
     fn fork_child_starts_from_inherited_heap() {
         let parent = new_slot();
-        on_alloc(at(&parent, S), 100);
-        on_alloc(at(&parent, S), 200);
+        let p = rec(&parent, 1);
+        on_alloc(&parent, p, 100);
+        on_alloc(&parent, p, 200);
         let snap = snapshot(&parent);
-        let child = new_slot();
+        let child = Slot::default();
         start(&child, Origin::Fork, 11, 10, Some(snap));
-        on_alloc(at(&child, S), 1000);
-        on_free(at(&child, S), 1000);
-        on_free(at(&child, S), 100);
-        on_alloc(at(&child, S), 7);
+        let c = rec(&child, 1);
+        on_alloc(&child, c, 1000);
+        on_free(&child, c, 1000);
+        on_free(&child, c, 100);
+        on_alloc(&child, c, 7);
         let v = values(&child);
         // The same numbers DHAT gives for this child: total = inherited + own.
         assert_eq!(v.inherited_allocs + v.allocs, 4);
@@ -227,62 +356,127 @@ mod tests {
     }
 
     #[test]
+    fn a_fork_snapshot_includes_what_threads_kept_to_themselves() {
+        let s = new_slot();
+        let (a, b) = (rec(&s, 1), rec(&s, 2));
+        on_alloc(&s, a, 100);
+        on_alloc(&s, b, 300); // batched: pending in b's record
+        assert_eq!(b.pending.load(Relaxed), 300);
+        assert_eq!(snapshot(&s).live, 400);
+    }
+
+    #[test]
     fn a_dip_below_zero_is_not_a_peak() {
         let s = new_slot();
-        on_free(at(&s, S), 64); // a block inherited but not in the snapshot
-        assert_eq!(s.live.load(Relaxed) as i64, -64);
-        on_alloc(at(&s, S), 16);
+        let r = rec(&s, 1);
+        on_free(&s, r, 64); // a block inherited but not in the snapshot
+        assert_eq!(values(&s).live as i64, -64);
+        on_alloc(&s, r, 16);
         assert_eq!(s.peak.load(Relaxed), 0);
     }
 
     #[test]
-    fn exclusive_access_counts_the_same() {
-        let (a, b) = (new_slot(), new_slot());
-        for (slot, access) in [(&a, Access::Shared), (&b, Access::Exclusive)] {
-            on_alloc(at(slot, access), 10);
-            on_realloc(at(slot, access), Some(10), 5000);
-            on_free(at(slot, access), 5000);
-            on_alloc(at(slot, access), 33);
-            on_realloc(at(slot, access), None, 7);
+    fn each_thread_gets_its_own_record_and_the_last_ones_share_the_overflow() {
+        let s = new_slot();
+        let mut seen = std::collections::HashSet::new();
+        for key in 1..=OVERFLOW as u64 {
+            let (r, found) = record_of(&s, key << 21);
+            assert_eq!(found, Found::New);
+            assert!(
+                seen.insert(r as *const Record),
+                "two threads share a record"
+            );
+            let (again, how) = record_of(&s, key << 21);
+            assert!(core::ptr::eq(again, r) && how == Found::Known);
         }
-        assert_eq!(values(&a), values(&b));
-        assert_eq!(values(&b).peak, 5000);
+        let (extra, found) = record_of(&s, 1 << 60);
+        assert_eq!(found, Found::Overflow);
+        assert!(core::ptr::eq(extra, &s.records[OVERFLOW]));
+        assert_eq!(record_of(&s, 2 << 60).1, Found::Overflow);
+        on_alloc(&s, extra, 5);
+        assert_eq!(extra.mode.load(Relaxed), SHARED);
+        assert_eq!(values(&s).live, 5);
+        assert_eq!(values(&s).threads, OVERFLOW as u64 + 1);
     }
 
     #[test]
-    fn thread_identities_spread_over_the_stripes() {
+    fn the_solo_thread_is_exact_and_batches_once_a_second_thread_appears() {
         let s = new_slot();
-        // Thread descriptors 8 MiB + a guard page apart, as glibc lays out stacks.
-        let used: std::collections::HashSet<*const Stripe> = (0..16usize)
-            .map(|i| stripe_of(&s, 0x7f00_0000_0000 + i * (8 << 20) + i * 4096) as *const _)
-            .collect();
-        assert!(used.len() >= 8, "only {} stripes used", used.len());
+        let a = rec(&s, 1);
+        on_alloc(&s, a, 1000);
+        on_free(&s, a, 1000);
+        assert_eq!((s.live.load(Relaxed), s.peak.load(Relaxed)), (0, 1000));
+        let b = rec(&s, 2);
+        on_alloc(&s, b, 100);
+        on_alloc(&s, a, 50);
+        assert_eq!(a.mode.load(Relaxed), BATCHED);
+        // Both kept their small changes to themselves; the total is still exact.
+        assert_eq!(s.shared_live.load(Relaxed), 0);
+        assert_eq!(values(&s).live, 150);
+        // A change of a granule is published, with a peak check.
+        on_alloc(&s, b, GRANULE);
+        assert_eq!(b.pending.load(Relaxed), 0);
+        assert_eq!(s.peak.load(Relaxed), 100 + GRANULE);
+        assert_eq!(values(&s).max_active, 2);
+        assert_eq!(values(&s).peak_bound(), GRANULE);
     }
 
     #[test]
-    fn concurrent_updates_are_exact() {
+    fn a_thread_that_ends_folds_and_the_last_active_one_publishes_at_once() {
         let s = new_slot();
+        let (a, b) = (rec(&s, 1), rec(&s, 2));
+        on_alloc(&s, a, 10);
+        on_alloc(&s, b, 700);
+        fold(&s, b);
+        assert_eq!(s.shared_live.load(Relaxed), 700);
+        assert_eq!(b.mode.load(Relaxed), DIRECT);
+        // A destructor that frees after the fold still counts, at once.
+        on_free(&s, b, 700);
+        assert_eq!(s.shared_live.load(Relaxed), 0);
+        // `a` is the only active thread now: every change is published, the peak exact.
+        on_alloc(&s, a, 2000);
+        assert_eq!(a.pending.load(Relaxed), 0);
+        assert_eq!(s.peak.load(Relaxed), 2010);
+        assert_eq!(values(&s).live, 2010);
+        fold(&s, b); // a second fold changes nothing
+        assert_eq!(s.active.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn concurrent_threads_count_exactly_and_the_peak_stays_within_its_bound() {
+        let s = new_slot();
+        // The main thread allocates first, as in a real program.
+        on_alloc(&s, rec(&s, 1), 1);
+        const T: u64 = 4;
         std::thread::scope(|scope| {
-            for t in 0..4u64 {
+            for t in 0..T {
                 let s = &s;
                 scope.spawn(move || {
-                    for i in 0..10_000u64 {
+                    let r = rec(s, 100 + t);
+                    let mut held = Vec::new();
+                    for i in 0..20_000u64 {
                         let size = 1 + (i + t) % 64;
-                        // Threads 0 and 2 share a stripe, 1 and 3 another.
-                        let t = Target {
-                            slot: s,
-                            stripe: &s.stripes[t as usize % 2],
-                            access: S,
-                        };
-                        on_alloc(t, size);
-                        on_free(t, size);
+                        on_alloc(s, r, size);
+                        held.push(size);
+                        if held.len() == 64 {
+                            for size in held.drain(..) {
+                                on_free(s, r, size);
+                            }
+                        }
                     }
+                    for size in held {
+                        on_free(s, r, size);
+                    }
+                    fold(s, r);
                 });
             }
         });
-        assert_eq!(values(&s).allocs, 40_000);
-        assert_eq!(values(&s).frees, 40_000);
-        assert_eq!(s.live.load(Relaxed), 0);
-        assert!(s.peak.load(Relaxed) <= 4 * 64);
+        let v = values(&s);
+        assert_eq!(v.allocs, 1 + T * 20_000);
+        assert_eq!(v.frees, T * 20_000);
+        assert_eq!(v.live, 1);
+        // Each thread holds at most 64 blocks of at most 64 bytes.
+        assert!(v.peak <= 1 + T * 64 * 64 + v.peak_bound(), "{v:?}");
+        assert!(v.max_active >= 2);
     }
 }

@@ -56,12 +56,12 @@ pub const LIBRARY_FD: i32 = 1018;
 /// First word of the report header.
 pub const REPORT_MAGIC: u64 = 0x5342_5341_4c4c_4f43; // "SBSALLOC"
 /// Layout version; bumped on any incompatible change.
-pub const REPORT_VERSION: u64 = 2;
+pub const REPORT_VERSION: u64 = 3;
 
 /// Bytes of the header (one slot's worth, for alignment).
 pub const HEADER_SIZE: usize = 128;
-/// Bytes of one slot: its head and its stripes.
-pub const SLOT_SIZE: usize = SLOT_HEAD_SIZE + STRIPES * STRIPE_SIZE;
+/// Bytes of one slot: its head and its records.
+pub const SLOT_SIZE: usize = SLOT_HEAD_SIZE + RECORDS * RECORD_SIZE;
 /// Number of slots: process images that can report in one run.
 pub const SLOT_COUNT: usize = 8191;
 /// Total size of the report file.
@@ -111,11 +111,16 @@ pub struct ReportHeader {
     pub reserved: [AtomicU64; 12],
 }
 
-/// Counters a thread updates in its own stripe, so that threads allocating at the same
-/// time do not fight over one cache line. The collector sums the stripes.
+/// One thread's counters. Each thread of a process owns one record (found from its
+/// thread pointer, see [`counters::record_of`]) and is its only writer, so the hot path
+/// needs no atomic read-modify-write and no cache line moves between cores. The last
+/// record of a slot is the overflow record, shared (with atomic updates) by the threads
+/// that found no free record. The collector sums the records.
 #[repr(C)]
 #[derive(Debug, Default)]
-pub struct Stripe {
+pub struct Record {
+    /// The owning thread's key (its thread pointer); 0 while free.
+    pub owner: AtomicU64,
     /// Blocks allocated (malloc, calloc, memalign family, and each realloc that returns a
     /// block: DHAT's convention).
     pub allocs: AtomicU64,
@@ -125,13 +130,23 @@ pub struct Stripe {
     pub reallocs: AtomicU64,
     /// Sum of requested sizes of the allocated blocks.
     pub bytes: AtomicU64,
-    /// Padding up to [`STRIPE_SIZE`] (one cache line).
-    pub reserved: [AtomicU64; 4],
+    /// This thread's change of live bytes not yet added to [`Slot::shared_live`]
+    /// (wrapping, read signed; always less than [`GRANULE`] in magnitude).
+    pub pending: AtomicU64,
+    /// How this record updates live bytes (see `counters`).
+    pub mode: AtomicU64,
+    /// Padding up to [`RECORD_SIZE`] (one cache line).
+    pub reserved: AtomicU64,
 }
 
-/// One process image's counters. Live in shared memory; updated with atomics.
+/// One process image's counters. Live in shared memory.
+///
+/// Live bytes are `live + shared_live + the records' pending`. While only one thread has
+/// ever allocated in the image, that thread alone writes `live` and `peak` (plain stores,
+/// exact); from the second thread on every thread adds its changes to `shared_live` once
+/// they reach [`GRANULE`] bytes, or at once while it is the only active thread.
 #[repr(C)]
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Slot {
     /// Non-zero once the slot is claimed: [`Origin::code`].
     pub origin: AtomicU64,
@@ -139,10 +154,11 @@ pub struct Slot {
     pub pid: AtomicU64,
     /// Parent process id at claim time.
     pub ppid: AtomicU64,
-    /// Requested bytes currently live. One word for all threads: the peak is exact only
-    /// over one total order of changes.
+    /// Live bytes written by the image's first thread while it is the only one (and what
+    /// it inherited at a fork); constant from the second thread on.
     pub live: AtomicU64,
-    /// Highest value `live` reached.
+    /// Highest live bytes seen (exact while one thread allocates, else see
+    /// [`SlotValues::peak_bound`]).
     pub peak: AtomicU64,
     /// For a forked child: its parent's allocation count at the fork.
     pub inherited_allocs: AtomicU64,
@@ -153,20 +169,58 @@ pub struct Slot {
     /// For a forked child: its parent's `peak` at the fork (DHAT's child output reports
     /// the larger of this and the child's own peak).
     pub inherited_peak: AtomicU64,
+    /// Live-byte changes published by the threads (atomic adds), from the second thread on.
+    pub shared_live: AtomicU64,
+    /// Records claimed so far (threads that allocated or freed).
+    pub threads: AtomicU64,
+    /// Threads with a record that have not ended.
+    pub active: AtomicU64,
+    /// Most threads active at once: [`SlotValues::peak_bound`] follows from it.
+    pub max_active: AtomicU64,
+    /// [`GRANULE`], for the reader.
+    pub granule: AtomicU64,
     /// Padding up to [`SLOT_HEAD_SIZE`].
-    pub reserved: [AtomicU64; 7],
-    /// Per-thread counters (a thread's stripe is chosen by hashing its identity).
-    pub stripes: [Stripe; STRIPES],
+    pub reserved: [AtomicU64; 2],
+    /// Per-thread counters; the last one is the shared overflow record.
+    pub records: [Record; RECORDS],
 }
 
-/// Number of [`Stripe`]s per slot.
-pub const STRIPES: usize = 16;
-/// Bytes of one stripe.
-pub const STRIPE_SIZE: usize = 64;
-/// Bytes of a slot before its stripes.
-pub const SLOT_HEAD_SIZE: usize = 128;
+impl Default for Slot {
+    fn default() -> Self {
+        let zero = || AtomicU64::new(0);
+        Slot {
+            origin: zero(),
+            pid: zero(),
+            ppid: zero(),
+            live: zero(),
+            peak: zero(),
+            inherited_allocs: zero(),
+            inherited_bytes: zero(),
+            inherited_live: zero(),
+            inherited_peak: zero(),
+            shared_live: zero(),
+            threads: zero(),
+            active: zero(),
+            max_active: zero(),
+            granule: zero(),
+            reserved: Default::default(),
+            records: core::array::from_fn(|_| Record::default()),
+        }
+    }
+}
 
-const _: () = assert!(size_of::<Stripe>() == STRIPE_SIZE);
+/// Number of [`Record`]s per slot (the last is the overflow record).
+pub const RECORDS: usize = 64;
+/// Bytes of one record.
+pub const RECORD_SIZE: usize = 64;
+/// Bytes of a slot before its records.
+pub const SLOT_HEAD_SIZE: usize = 128;
+/// Live-byte change a thread keeps to itself before adding it to [`Slot::shared_live`]
+/// while other threads are active: what makes a concurrent program's peak approximate,
+/// by less than this per other active thread.
+pub const GRANULE: u64 = 8192;
+
+const _: () = assert!(size_of::<Record>() == RECORD_SIZE);
 const _: () = assert!(size_of::<ReportHeader>() == HEADER_SIZE);
 const _: () = assert!(size_of::<Slot>() == SLOT_SIZE);
 
@@ -229,15 +283,16 @@ pub struct SlotValues {
     pub pid: u64,
     /// See [`Slot::ppid`].
     pub ppid: u64,
-    /// Sum of the stripes' [`Stripe::allocs`].
+    /// Sum of the records' [`Record::allocs`].
     pub allocs: u64,
-    /// Sum of the stripes' [`Stripe::frees`].
+    /// Sum of the records' [`Record::frees`].
     pub frees: u64,
-    /// Sum of the stripes' [`Stripe::reallocs`].
+    /// Sum of the records' [`Record::reallocs`].
     pub reallocs: u64,
-    /// Sum of the stripes' [`Stripe::bytes`].
+    /// Sum of the records' [`Record::bytes`].
     pub bytes: u64,
-    /// See [`Slot::live`].
+    /// Live bytes: [`Slot::live`] + [`Slot::shared_live`] + the records' pending changes
+    /// (wrapping, read signed).
     pub live: u64,
     /// See [`Slot::peak`].
     pub peak: u64,
@@ -249,6 +304,12 @@ pub struct SlotValues {
     pub inherited_live: u64,
     /// See [`Slot::inherited_peak`].
     pub inherited_peak: u64,
+    /// See [`Slot::threads`].
+    pub threads: u64,
+    /// See [`Slot::max_active`].
+    pub max_active: u64,
+    /// See [`Slot::granule`].
+    pub granule: u64,
 }
 
 impl SlotValues {
@@ -256,52 +317,76 @@ impl SlotValues {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let sum = |field: usize| -> Option<u64> {
             let mut total = 0u64;
-            for i in 0..STRIPES {
-                let at = offset_of!(Slot, stripes) + i * STRIPE_SIZE + field;
+            for i in 0..RECORDS {
+                let at = offset_of!(Slot, records) + i * RECORD_SIZE + field;
                 total = total.wrapping_add(word(bytes, at)?);
             }
             Some(total)
         };
+        let live = word(bytes, offset_of!(Slot, live))?
+            .wrapping_add(word(bytes, offset_of!(Slot, shared_live))?)
+            .wrapping_add(sum(offset_of!(Record, pending))?);
         Some(SlotValues {
             origin: word(bytes, offset_of!(Slot, origin))?,
             pid: word(bytes, offset_of!(Slot, pid))?,
             ppid: word(bytes, offset_of!(Slot, ppid))?,
-            allocs: sum(offset_of!(Stripe, allocs))?,
-            frees: sum(offset_of!(Stripe, frees))?,
-            reallocs: sum(offset_of!(Stripe, reallocs))?,
-            bytes: sum(offset_of!(Stripe, bytes))?,
-            live: word(bytes, offset_of!(Slot, live))?,
+            allocs: sum(offset_of!(Record, allocs))?,
+            frees: sum(offset_of!(Record, frees))?,
+            reallocs: sum(offset_of!(Record, reallocs))?,
+            bytes: sum(offset_of!(Record, bytes))?,
+            live,
             peak: word(bytes, offset_of!(Slot, peak))?,
             inherited_allocs: word(bytes, offset_of!(Slot, inherited_allocs))?,
             inherited_bytes: word(bytes, offset_of!(Slot, inherited_bytes))?,
             inherited_live: word(bytes, offset_of!(Slot, inherited_live))?,
             inherited_peak: word(bytes, offset_of!(Slot, inherited_peak))?,
+            threads: word(bytes, offset_of!(Slot, threads))?,
+            max_active: word(bytes, offset_of!(Slot, max_active))?,
+            granule: word(bytes, offset_of!(Slot, granule))?,
         })
     }
 
     /// Read a live slot (the agent's fork snapshot; tests).
     pub fn from_slot(slot: &Slot) -> Self {
         use core::sync::atomic::Ordering::Relaxed;
-        let sum = |f: fn(&Stripe) -> &AtomicU64| {
-            slot.stripes
+        let sum = |f: fn(&Record) -> &AtomicU64| {
+            slot.records
                 .iter()
-                .fold(0u64, |t, s| t.wrapping_add(f(s).load(Relaxed)))
+                .fold(0u64, |t, r| t.wrapping_add(f(r).load(Relaxed)))
         };
         SlotValues {
             origin: slot.origin.load(Relaxed),
             pid: slot.pid.load(Relaxed),
             ppid: slot.ppid.load(Relaxed),
-            allocs: sum(|s| &s.allocs),
-            frees: sum(|s| &s.frees),
-            reallocs: sum(|s| &s.reallocs),
-            bytes: sum(|s| &s.bytes),
-            live: slot.live.load(Relaxed),
+            allocs: sum(|r| &r.allocs),
+            frees: sum(|r| &r.frees),
+            reallocs: sum(|r| &r.reallocs),
+            bytes: sum(|r| &r.bytes),
+            live: slot
+                .live
+                .load(Relaxed)
+                .wrapping_add(slot.shared_live.load(Relaxed))
+                .wrapping_add(sum(|r| &r.pending)),
             peak: slot.peak.load(Relaxed),
             inherited_allocs: slot.inherited_allocs.load(Relaxed),
             inherited_bytes: slot.inherited_bytes.load(Relaxed),
             inherited_live: slot.inherited_live.load(Relaxed),
             inherited_peak: slot.inherited_peak.load(Relaxed),
+            threads: slot.threads.load(Relaxed),
+            max_active: slot.max_active.load(Relaxed),
+            granule: slot.granule.load(Relaxed),
         }
+    }
+
+    /// How far [`SlotValues::peak`] may be from the true peak of live bytes, in bytes
+    /// (0: exact). A thread keeps less than [`GRANULE`] bytes of change to itself while
+    /// other threads are active, so while at most `max_active` threads run at once the
+    /// published total is off by less than `(max_active - 1) * granule`; with one thread
+    /// at a time every change is published at once.
+    pub fn peak_bound(&self) -> u64 {
+        self.max_active
+            .saturating_sub(1)
+            .saturating_mul(self.granule)
     }
 
     /// How the image came to report; `None` for an unclaimed slot.
@@ -405,31 +490,52 @@ mod tests {
     fn report_layout_is_what_the_agent_maps() {
         assert_eq!(slot_offset(0), HEADER_SIZE);
         assert_eq!(slot_offset(SLOT_COUNT), REPORT_SIZE);
-        assert_eq!(offset_of!(Slot, stripes), SLOT_HEAD_SIZE);
-        // Slots and stripes start on cache lines (the report file is mapped page-aligned).
+        assert_eq!(offset_of!(Slot, records), SLOT_HEAD_SIZE);
+        // Slots and records start on cache lines (the report file is mapped page-aligned).
         assert_eq!(slot_offset(1) % 64, 0);
         assert_eq!(SLOT_SIZE % 64, 0);
     }
 
     #[test]
-    fn stripes_are_summed_from_bytes_and_from_a_live_slot() {
+    fn records_are_summed_from_bytes_and_from_a_live_slot() {
         use core::sync::atomic::Ordering::Relaxed;
         let slot = Slot::default();
-        slot.stripes[0].allocs.store(3, Relaxed);
-        slot.stripes[15].allocs.store(4, Relaxed);
-        slot.stripes[7].bytes.store(100, Relaxed);
+        slot.records[0].allocs.store(3, Relaxed);
+        slot.records[RECORDS - 1].allocs.store(4, Relaxed);
+        slot.records[7].bytes.store(100, Relaxed);
+        slot.records[7].pending.store(5u64.wrapping_neg(), Relaxed);
         slot.live.store(9, Relaxed);
+        slot.shared_live.store(10, Relaxed);
         let mut bytes = [0u8; SLOT_SIZE];
         put(&mut bytes, offset_of!(Slot, live), 9);
-        put(&mut bytes, SLOT_HEAD_SIZE, 3);
-        put(&mut bytes, SLOT_HEAD_SIZE + 15 * STRIPE_SIZE, 4);
+        put(&mut bytes, offset_of!(Slot, shared_live), 10);
+        let rec = |i: usize, field: usize| SLOT_HEAD_SIZE + i * RECORD_SIZE + field;
+        put(&mut bytes, rec(0, offset_of!(Record, allocs)), 3);
+        put(&mut bytes, rec(RECORDS - 1, offset_of!(Record, allocs)), 4);
+        put(&mut bytes, rec(7, offset_of!(Record, bytes)), 100);
         put(
             &mut bytes,
-            SLOT_HEAD_SIZE + 7 * STRIPE_SIZE + offset_of!(Stripe, bytes),
-            100,
+            rec(7, offset_of!(Record, pending)),
+            5u64.wrapping_neg(),
         );
         let decoded = SlotValues::from_bytes(&bytes).unwrap();
         assert_eq!(decoded, SlotValues::from_slot(&slot));
-        assert_eq!((decoded.allocs, decoded.bytes, decoded.live), (7, 100, 9));
+        assert_eq!((decoded.allocs, decoded.bytes, decoded.live), (7, 100, 14));
+    }
+
+    #[test]
+    fn the_peak_bound_grows_with_concurrent_threads() {
+        let one = SlotValues {
+            max_active: 1,
+            granule: GRANULE,
+            ..SlotValues::default()
+        };
+        assert_eq!(one.peak_bound(), 0);
+        let four = SlotValues {
+            max_active: 4,
+            ..one
+        };
+        assert_eq!(four.peak_bound(), 3 * GRANULE);
+        assert_eq!(SlotValues::default().peak_bound(), 0);
     }
 }

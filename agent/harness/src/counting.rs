@@ -30,10 +30,10 @@ use std::ptr::null_mut;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8};
 
-use sbs_agent_abi::counters::{self, Access, ForkSnapshot, Target};
+use sbs_agent_abi::counters::{self, ForkSnapshot};
 use sbs_agent_abi::{
-    parse_fd, parse_token, slot_offset, HeaderValues, Origin, ReportHeader, Slot, ENV_HARNESS_FD_C,
-    ENV_HARNESS_TOKEN_C, HEADER_SIZE, REPORT_SIZE, SLOT_COUNT,
+    parse_fd, parse_token, slot_offset, HeaderValues, Origin, Record, ReportHeader, Slot,
+    ENV_HARNESS_FD_C, ENV_HARNESS_TOKEN_C, HEADER_SIZE, REPORT_SIZE, SLOT_COUNT,
 };
 
 /// A `GlobalAlloc` that forwards to `A` and counts into sbs-profile's report file.
@@ -60,36 +60,12 @@ static FORK_BYTES: AtomicU64 = AtomicU64::new(0);
 static FORK_LIVE: AtomicU64 = AtomicU64::new(0);
 static FORK_PEAK: AtomicU64 = AtomicU64::new(0);
 
-#[cfg(target_env = "gnu")]
-extern "C" {
-    /// Non-zero while the process has a single thread (glibc 2.32+).
-    static __libc_single_threaded: c_char;
-}
-
-fn access() -> Access {
-    #[cfg(target_env = "gnu")]
-    {
-        // SAFETY: a plain read of the `char` glibc exports for this purpose; only this
-        // thread could change it (by creating a thread), not during this read.
-        if unsafe { std::ptr::addr_of!(__libc_single_threaded).read() } != 0 {
-            return Access::Exclusive;
-        }
-    }
-    Access::Shared
-}
-
-fn target(slot: &Slot) -> Target<'_> {
-    let access = access();
-    let stripe = match access {
-        Access::Exclusive => &slot.stripes[0],
-        // SAFETY: pthread_self has no preconditions.
-        Access::Shared => counters::stripe_of(slot, unsafe { libc::pthread_self() } as usize),
-    };
-    Target {
-        slot,
-        stripe,
-        access,
-    }
+/// The calling thread's record: keyed by `pthread_self()`, unique among live threads.
+/// (No thread-exit fold here: a thread's batched change stays in its record, where the
+/// collector adds it to the live total, and the peak's stated bound covers it.)
+fn record(slot: &Slot) -> &Record {
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    counters::record_of(slot, unsafe { libc::pthread_self() } as u64).0
 }
 
 /// This image's slot, starting on first use.
@@ -216,7 +192,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
         let p = unsafe { self.inner.alloc(layout) };
         if !p.is_null() {
             if let Some(slot) = slot() {
-                counters::on_alloc(target(slot), layout.size() as u64);
+                counters::on_alloc(slot, record(slot), layout.size() as u64);
             }
         }
         p
@@ -227,7 +203,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
         let p = unsafe { self.inner.alloc_zeroed(layout) };
         if !p.is_null() {
             if let Some(slot) = slot() {
-                counters::on_alloc(target(slot), layout.size() as u64);
+                counters::on_alloc(slot, record(slot), layout.size() as u64);
             }
         }
         p
@@ -237,7 +213,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
         // SAFETY: the caller's contract is passed on.
         unsafe { self.inner.dealloc(ptr, layout) };
         if let Some(slot) = slot() {
-            counters::on_free(target(slot), layout.size() as u64);
+            counters::on_free(slot, record(slot), layout.size() as u64);
         }
     }
 
@@ -246,7 +222,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
         let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             if let Some(slot) = slot() {
-                counters::on_realloc(target(slot), Some(layout.size() as u64), new_size as u64);
+                counters::on_realloc(
+                    slot,
+                    record(slot),
+                    Some(layout.size() as u64),
+                    new_size as u64,
+                );
             }
         }
         p

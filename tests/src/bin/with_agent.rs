@@ -19,8 +19,15 @@ fn main() {
         Ok((status, reports)) => {
             let t = reports.totals();
             eprintln!(
-                "with_agent: allocs={} frees={} reallocs={} bytes={} peak={} live_at_exit={} images={}",
-                t.allocs, t.frees, t.reallocs, t.bytes, t.peak, t.live_at_exit, t.images
+                "with_agent: allocs={} frees={} reallocs={} bytes={} peak={} peak_bound={} live_at_exit={} images={}",
+                t.allocs,
+                t.frees,
+                t.reallocs,
+                t.bytes,
+                t.peak,
+                t.peak_bound,
+                t.live_at_exit,
+                t.images
             );
             std::process::exit(status.code().unwrap_or(2));
         }

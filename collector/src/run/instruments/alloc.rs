@@ -27,8 +27,8 @@ use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use nix::unistd::Pid;
 use sbs_agent_abi::{
     slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD, ENV_HARNESS_TOKEN,
-    ENV_REPORT_FD, ENV_REPORT_TOKEN, HEADER_SIZE, LIBRARY_FD, REPORT_FD, REPORT_SIZE, SLOT_COUNT,
-    SLOT_SIZE,
+    ENV_REPORT_FD, ENV_REPORT_TOKEN, GRANULE, HEADER_SIZE, LIBRARY_FD, REPORT_FD, REPORT_SIZE,
+    SLOT_COUNT, SLOT_SIZE,
 };
 use sbs_probes::execs::{ExecCount, ExecWatch};
 use sbs_reports::model::Unit;
@@ -154,6 +154,9 @@ pub struct Totals {
     pub bytes: u64,
     /// Sum of each image's peak live bytes.
     pub peak: u64,
+    /// How far `peak` may be from the sum of the images' true peaks, in bytes (0: exact;
+    /// see `SlotValues::peak_bound`).
+    pub peak_bound: u64,
     /// Sum of each image's live bytes when it ended (exit, `_exit`, exec or kill).
     pub live_at_exit: u64,
     /// Process images that reported.
@@ -252,6 +255,7 @@ impl Reports {
             t.reallocs += s.reallocs;
             t.bytes += s.bytes;
             t.peak += clamp(s.peak);
+            t.peak_bound += s.peak_bound();
             t.live_at_exit += clamp(s.live);
         }
         t
@@ -279,6 +283,13 @@ impl Reports {
             ("exec'd programs".into(), execd as f64),
         ]
     }
+}
+
+/// What the report says when threads allocated concurrently.
+fn peak_bound_note(bound: u64) -> String {
+    format!(
+        "heap.peak exact to \u{b1}{bound} bytes: threads allocated concurrently, and each keeps less than {GRANULE} bytes of change to itself while others run (exact when one thread allocates at a time; see docs/alloc.md)"
+    )
 }
 
 /// Live and peak are stored wrapping and read signed (see the agent's `counters`).
@@ -506,6 +517,8 @@ pub struct AllocAgent {
     runs: usize,
     unreported: u64,
     max_images: u64,
+    /// Largest `Totals::peak_bound` of a run.
+    max_peak_bound: u64,
     execs: ExecCheck,
 }
 
@@ -669,6 +682,7 @@ impl AllocAgent {
             runs: 0,
             unreported: 0,
             max_images: 0,
+            max_peak_bound: 0,
             execs: ExecCheck::default(),
         })
     }
@@ -796,6 +810,7 @@ impl Instrument for AllocAgent {
         }
         self.unreported += reports.unreported;
         self.max_images = self.max_images.max(totals.images);
+        self.max_peak_bound = self.max_peak_bound.max(totals.peak_bound);
         self.samples(&reports, unmeasured, outcome, out);
         Ok(())
     }
@@ -828,6 +843,9 @@ impl Instrument for AllocAgent {
                 "{} process images found no free report slot (limit {SLOT_COUNT} per run) and are not counted",
                 self.unreported
             ));
+        }
+        if self.max_peak_bound > 0 {
+            w.push(peak_bound_note(self.max_peak_bound));
         }
         if self.max_images > 1 && self.metrics == AllocMetrics::All {
             w.push(format!(
