@@ -14,8 +14,10 @@ per thread, and are compared with a bare run of the same size. Per-call cost:
 
 Usage: benches/alloc/ring.py [N] [REPS] [SLOW_DIV] [THREADS...]
   defaults: N=5000000 REPS=7 SLOW_DIV=20 THREADS=1 2 4
-  BIN_DIR=dir: use the `alloc` and `with_agent` already in dir (e.g. copies of an older
-  build, for a before/after comparison) instead of building them.
+  BIN_DIR=dir: use the `alloc` and `with_agent` already in dir instead of building them.
+  BEFORE_DIR=dir: also time the agent of an older build (its `alloc` and `with_agent`
+  copied to dir), interleaved with the others: before and after in the same run.
+  CHURN=n: also time the realistic single-threaded `alloc churn n` (bare, agent, before).
 """
 import os
 import resource
@@ -37,6 +39,46 @@ def cpu_of(cmd):
         sys.exit(f"{cmd[0]} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu, done.stderr
+
+
+def agent_line(err):
+    return next((l for l in err.splitlines() if l.startswith("with_agent:")), "")
+
+
+def side_by_side(cmd, with_agent, before, reps, calls, what):
+    """Bare, agent and (with `before`) the older agent, interleaved `reps` times."""
+    bare, agent, ratios, old, old_ratios = [], [], [], [], []
+    counts = old_counts = ""
+    for _ in range(reps):
+        b, _ = cpu_of(cmd)
+        a, err = cpu_of([with_agent] + cmd)
+        bare.append(b)
+        agent.append(a)
+        ratios.append(a / b)
+        counts = agent_line(err)
+        if before:
+            old_cmd = [os.path.join(before, "with_agent"), os.path.join(before, "alloc")] + cmd[1:]
+            o, err = cpu_of(old_cmd)
+            old.append(o)
+            old_ratios.append(o / b)
+            old_counts = agent_line(err)
+    row = {
+        "what": what,
+        "bare": statistics.median(bare),
+        "agent": statistics.median(agent),
+        "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "counts": counts,
+    }
+    if calls:
+        row["agent_ns"] = (row["agent"] - row["bare"]) / calls * 1e9
+    if before:
+        row["before_ratio"] = statistics.median(old_ratios)
+        row["before_counts"] = old_counts
+        if calls:
+            row["before_ns"] = (statistics.median(old) - row["bare"]) / calls * 1e9
+    return row
 
 
 def main():
@@ -61,29 +103,13 @@ def main():
         print(f"# {missing} not found: its column is left out", file=sys.stderr)
     print(f"# load average before: {os.getloadavg()}", file=sys.stderr)
     out = tempfile.mkdtemp()
+    before = os.environ.get("BEFORE_DIR")
     rows = []
     for t in threads:
         ring = [alloc, "ring", str(t), str(n)]
         calls = 2 * t * n
-        bare, agent, ratios = [], [], []
-        counts = ""
-        for _ in range(reps):
-            b, _ = cpu_of(ring)
-            a, err = cpu_of([with_agent] + ring)
-            bare.append(b)
-            agent.append(a)
-            ratios.append(a / b)
-            counts = next((l for l in err.splitlines() if l.startswith("with_agent:")), "")
-        row = {
-            "threads": t,
-            "bare": statistics.median(bare),
-            "agent": statistics.median(agent),
-            "ratio": statistics.median(ratios),
-            "ratio_min": min(ratios),
-            "ratio_max": max(ratios),
-            "agent_ns": (statistics.median(agent) - statistics.median(bare)) / calls * 1e9,
-            "counts": counts,
-        }
+        row = side_by_side(ring, with_agent, before, reps, calls, "ring")
+        row["threads"] = t
         small = [alloc, "ring", str(t), str(n // slow_div)]
         small_calls = 2 * t * (n // slow_div)
         if slow_tools:
@@ -99,22 +125,38 @@ def main():
             row["dhat_ns"] = (d - small_bare) / small_calls * 1e9
         rows.append(row)
         print(f"# {row}", file=sys.stderr)
+    churn = None
+    if os.environ.get("CHURN"):
+        churn_cmd = [alloc, "churn", os.environ["CHURN"]]
+        churn = side_by_side(churn_cmd, with_agent, before, reps, 0, "churn")
+        print(f"# churn: {churn}", file=sys.stderr)
     print(f"# load average after: {os.getloadavg()}", file=sys.stderr)
     print(f"`alloc ring T {n}`, {reps} interleaved repetitions, median CPU time (user + system);")
     print(f"heaptrack and DHAT: one run of `alloc ring T {n // slow_div}` against a bare run of that size.")
     print()
-    print("| threads | bare CPU | agent CPU | agent / bare (min-max) | agent ns/call | heaptrack / bare | heaptrack ns/call | DHAT / bare | DHAT ns/call |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| threads | bare CPU | agent CPU | agent / bare (min-max) | agent ns/call | before / bare | before ns/call | heaptrack / bare | heaptrack ns/call | DHAT / bare | DHAT ns/call |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         ht = f"{r['heaptrack']:.1f}x | {r['heaptrack_ns']:.0f}" if "heaptrack" in r else "- | -"
         dh = f"{r['dhat']:.0f}x | {r['dhat_ns']:.0f}" if "dhat" in r else "- | -"
+        bf = f"{r['before_ratio']:.2f}x | {r['before_ns']:.1f}" if "before_ratio" in r else "- | -"
         print(
             f"| {r['threads']} | {r['bare'] * 1000:.0f} ms | {r['agent'] * 1000:.0f} ms | "
-            f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['agent_ns']:.1f} | {ht} | {dh} |"
+            f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['agent_ns']:.1f} | {bf} | {ht} | {dh} |"
+        )
+    if churn:
+        bf = f", before {churn['before_ratio']:.3f}x" if "before_ratio" in churn else ""
+        print()
+        print(
+            f"`alloc churn {os.environ['CHURN']}`: bare {churn['bare'] * 1000:.0f} ms, agent "
+            f"{churn['agent'] * 1000:.0f} ms: {churn['ratio']:.3f}x "
+            f"({churn['ratio_min']:.3f}-{churn['ratio_max']:.3f}){bf}"
         )
     print()
     for r in rows:
         print(f"T={r['threads']}: {r['counts']}")
+        if r.get("before_counts"):
+            print(f"T={r['threads']} before: {r['before_counts']}")
 
 
 if __name__ == "__main__":

@@ -896,3 +896,118 @@ fn an_exact_count_that_varies_between_runs_says_so() {
         "{notes}"
     );
 }
+
+/// `phases T N SERIAL` under the agent and under DHAT: counts equal, and the peak equal
+/// when it falls in the serial phase, within the stated bound when it falls in the
+/// concurrent one.
+fn phases_against_dhat(threads: u64, per_thread: u64, serial: bool) {
+    let args = [
+        "phases".to_string(),
+        threads.to_string(),
+        per_thread.to_string(),
+        u64::from(serial).to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ours = agent(&fixture("alloc"), &args);
+    let main = main_image(&ours);
+    let held = threads * per_thread * 1000;
+    assert!(main.allocs > threads * per_thread, "{main:#?}");
+    assert!(main.peak >= held, "{main:#?}");
+    if threads > 1 {
+        // The main thread and the T workers ran at once: the report states a bound.
+        assert_eq!(
+            main.peak_bound(),
+            threads * sbs_agent_abi::GRANULE,
+            "{main:#?}"
+        );
+    }
+    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
+        return;
+    };
+    let oracle = dhat_main(&oracle);
+    assert_eq!(
+        (main.allocs, main.bytes, main.live),
+        (oracle.blocks, oracle.bytes, oracle.end),
+        "counts vs DHAT\nagent: {main:#?}\nDHAT: {oracle:#?}"
+    );
+    if serial {
+        assert_eq!(main.peak, oracle.gmax, "serial peak vs DHAT: {main:#?}");
+    } else {
+        let off = main.peak.abs_diff(oracle.gmax);
+        assert!(
+            off <= main.peak_bound(),
+            "concurrent peak {} vs DHAT {}: off by {off}, stated bound {}",
+            main.peak,
+            oracle.gmax,
+            main.peak_bound()
+        );
+    }
+}
+
+#[test]
+fn one_thread_counts_and_peak_equal_dhat() {
+    phases_against_dhat(1, 2000, true);
+    phases_against_dhat(1, 2000, false);
+}
+
+#[test]
+fn four_threads_count_like_dhat_and_the_serial_peak_is_exact() {
+    phases_against_dhat(4, 500, true);
+}
+
+#[test]
+fn four_threads_concurrent_peak_is_within_the_stated_bound() {
+    phases_against_dhat(4, 500, false);
+}
+
+#[test]
+fn sixteen_threads_count_like_dhat_and_the_serial_peak_is_exact() {
+    phases_against_dhat(16, 150, true);
+}
+
+#[test]
+fn sixteen_threads_concurrent_peak_is_within_the_stated_bound() {
+    phases_against_dhat(16, 150, false);
+}
+
+#[test]
+fn a_fork_from_a_threaded_process_inherits_what_the_threads_kept_to_themselves() {
+    let args = ["fork-parked", "4", "50"];
+    let ours = agent(&fixture("alloc"), &args);
+    let child = *ours
+        .images
+        .iter()
+        .find(|s| s.origin() == Some(Origin::Fork))
+        .expect("the fork child reported");
+    assert_eq!(
+        (child.allocs, child.bytes),
+        (51, 50 * 64 + 3000),
+        "{child:#?}"
+    );
+    // The parked threads' 200 blocks of 100 bytes were live at the fork, though each
+    // thread kept its change to itself (less than a granule).
+    assert!(child.inherited_live >= 4 * 50 * 100, "{child:#?}");
+    assert_eq!(child.live, child.inherited_live + 3000, "{child:#?}");
+    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
+        return;
+    };
+    let parent = main_image(&ours);
+    let dhat_parent = dhat_main(&oracle);
+    assert_eq!(
+        (parent.allocs, parent.bytes, parent.live),
+        (dhat_parent.blocks, dhat_parent.bytes, dhat_parent.end),
+        "parent vs DHAT\nagent: {parent:#?}\nDHAT: {dhat_parent:#?}"
+    );
+    let kids = dhat_children(&oracle);
+    assert_eq!(kids.len(), 1, "{oracle:#?}");
+    assert_eq!(
+        (
+            child.inherited_allocs + child.allocs,
+            child.inherited_bytes + child.bytes,
+            child.live
+        ),
+        (kids[0].blocks, kids[0].bytes, kids[0].end),
+        "fork child vs DHAT\nagent: {child:#?}\nDHAT: {:#?}",
+        kids[0]
+    );
+}

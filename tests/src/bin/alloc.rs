@@ -14,6 +14,13 @@
 //!   freeing one block of a 64-slot ring and allocating a new one of 16-79 bytes in its
 //!   place (raw `malloc`/`free`, glibc's per-thread cache always hot), concurrently. With
 //!   T = 1 the main thread does the work and no thread is created.
+//! - `phases T N SERIAL`: T threads each allocate N blocks of 1000 bytes, hold them until
+//!   all have (a barrier: the concurrent peak is T x N x 1000 bytes over the base in any
+//!   interleaving), and free them. With SERIAL = 1 the main thread then allocates one
+//!   block twice that size alone, which makes the serial phase the peak.
+//! - `fork-parked T N`: T threads each allocate N blocks of 100 bytes and wait, holding
+//!   them, while the main thread forks; the child allocates 50 blocks of 64 bytes, keeps a
+//!   3000-byte block and ends with `_exit`; then the threads free and end.
 //! - `boxes N`: boxes N values with `Box::new` (and nothing else in a `Box`).
 //! - `fork-threads T N`: T threads allocate in a loop while the main thread forks 20
 //!   times; each child allocates and exits.
@@ -177,6 +184,68 @@ fn main() {
                 });
             }
         }
+        Some("phases") => {
+            let (t, n, serial) = (arg(&args, 2), arg(&args, 3), arg(&args, 4));
+            let all_hold = std::sync::Barrier::new(t);
+            std::thread::scope(|s| {
+                let workers: Vec<_> = (0..t)
+                    .map(|_| {
+                        s.spawn(|| {
+                            let mut held = Vec::with_capacity(n);
+                            for _ in 0..n {
+                                held.push(block(1000));
+                            }
+                            all_hold.wait();
+                            drop(black_box(held));
+                        })
+                    })
+                    .collect();
+                // Joined, not only waited for by the scope: a joined thread has ended
+                // (its thread-local destructors ran), so the live bytes at exit do not
+                // depend on how far the threads got.
+                for w in workers {
+                    w.join().expect("thread");
+                }
+            });
+            if serial == 1 {
+                drop(block(2 * t * n * 1000));
+            }
+        }
+        Some("fork-parked") => {
+            let (t, n) = (arg(&args, 2), arg(&args, 3));
+            let (ready, go) = (std::sync::Barrier::new(t + 1), std::sync::Barrier::new(t + 1));
+            std::thread::scope(|s| {
+                let workers: Vec<_> = (0..t)
+                    .map(|_| {
+                        s.spawn(|| {
+                            let mut held = Vec::with_capacity(n);
+                            for _ in 0..n {
+                                held.push(block(100));
+                            }
+                            ready.wait();
+                            go.wait();
+                            drop(black_box(held));
+                        })
+                    })
+                    .collect();
+                ready.wait();
+                // SAFETY: the other threads are parked on a barrier; the child only
+                // allocates through malloc (fork-safe in glibc) and ends with _exit.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    burst(50, 64);
+                    let kept = block(3000);
+                    black_box(&kept);
+                    // SAFETY: ends the child at once, keeping its blocks.
+                    unsafe { libc::_exit(0) };
+                }
+                assert_eq!(wait(pid), 0, "fork child failed");
+                go.wait();
+                for w in workers {
+                    w.join().expect("thread");
+                }
+            });
+        }
         Some("boxes") => {
             let n = arg(&args, 2);
             let mut kept: Vec<Box<u64>> = Vec::with_capacity(n);
@@ -224,7 +293,7 @@ fn main() {
         }
         Some("spawn") => spawn(&args[2..]),
         _ => panic!(
-            "usage: alloc threads|fork|exec|exit-now|stress|ring|boxes|churn|fork-threads|spawn ARGS..."
+            "usage: alloc threads|fork|exec|exit-now|stress|ring|phases|fork-parked|boxes|churn|fork-threads|spawn ARGS..."
         ),
     }
     peak_block();
