@@ -68,21 +68,38 @@ fn record(slot: &Slot) -> &Record {
     counters::record_of(slot, unsafe { libc::pthread_self() } as u64).0
 }
 
-/// This image's slot, starting on first use.
+/// This image's slot, starting on first use (an allocation).
 fn slot() -> Option<&'static Slot> {
     if STATE.load(Acquire) != DONE {
         start();
+    }
+    started_slot()
+}
+
+/// This image's slot if counting has started; never starts it. A release uses this: a
+/// block freed before the first allocation started counting was not counted either.
+fn started_slot() -> Option<&'static Slot> {
+    if STATE.load(Acquire) != DONE {
+        return None;
     }
     // SAFETY: a non-null SLOT points into the report file's mapping, which is never unmapped.
     unsafe { SLOT.load(Acquire).as_ref() }
 }
 
+/// Start counting, once. A thread that allocates while another is starting waits for it
+/// (a few system calls), so that every block is counted from the first one on; were it
+/// handed out uncounted, its release would be counted and live bytes would drift below
+/// zero. Starting never allocates through the global allocator (only libc calls), so
+/// the starting thread cannot wait for itself.
 fn start() {
     if STATE
-        .compare_exchange(UNINIT, RUNNING, Acquire, Relaxed)
+        .compare_exchange(UNINIT, RUNNING, Acquire, Acquire)
         .is_err()
     {
-        return; // another thread is starting, or this is a re-entrant call: uncounted
+        while STATE.load(Acquire) != DONE {
+            std::hint::spin_loop();
+        }
+        return;
     }
     if let Some(report) = find_report() {
         REPORT.store(report, Release);
@@ -212,7 +229,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller's contract is passed on.
         unsafe { self.inner.dealloc(ptr, layout) };
-        if let Some(slot) = slot() {
+        if let Some(slot) = started_slot() {
             counters::on_free(slot, record(slot), layout.size() as u64);
         }
     }

@@ -849,7 +849,7 @@ impl Instrument for AllocAgent {
         }
         if self.max_images > 1 && self.metrics == AllocMetrics::All {
             w.push(format!(
-                "allocations are summed over up to {} process images per run (forked children and exec'd programs); heap.peak is the sum of their peaks",
+                "allocations are summed over up to {} process images per run (forked children and exec'd programs); heap.peak is the sum of their peaks, an upper bound of the tree's simultaneous peak",
                 self.max_images
             ));
         }
