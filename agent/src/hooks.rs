@@ -11,7 +11,7 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize};
 
 use sbs_agent_abi::{
     parse_fd, parse_token, slot_offset, HeaderValues, Origin, ReportHeader, Slot, ENV_REPORT_FD_C,
@@ -20,7 +20,7 @@ use sbs_agent_abi::{
 
 use crate::sys;
 use crate::trailer::{self, Block, MAX_SIZE, TRAILER_SIZE};
-use sbs_agent_abi::counters::{self, ForkSnapshot, Found};
+use sbs_agent_abi::counters::{self, ForkCarry, ForkSnapshot, Found};
 use sbs_agent_abi::Record;
 
 /// The report slot of this process image, or null (no report file, or all slots taken).
@@ -36,12 +36,8 @@ const DONE: u8 = 2;
 /// not created yet).
 static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(0);
-/// The parent's counts, taken in the `pthread_atfork` prepare handler. A fork copies
-/// these (ordinary process memory) into the child, unlike the shared slot.
-static FORK_ALLOCS: AtomicU64 = AtomicU64::new(0);
-static FORK_BYTES: AtomicU64 = AtomicU64::new(0);
-static FORK_LIVE: AtomicU64 = AtomicU64::new(0);
-static FORK_PEAK: AtomicU64 = AtomicU64::new(0);
+/// The parent's counts from the `pthread_atfork` prepare handler to the child handler.
+static FORK: ForkCarry = ForkCarry::new();
 
 #[cfg(not(test))]
 #[panic_handler]
@@ -189,11 +185,7 @@ fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
 
 unsafe extern "C" fn before_fork() {
     if let Some(slot) = current_slot() {
-        let snap = counters::snapshot(slot);
-        FORK_ALLOCS.store(snap.allocs, Relaxed);
-        FORK_BYTES.store(snap.bytes, Relaxed);
-        FORK_LIVE.store(snap.live, Relaxed);
-        FORK_PEAK.store(snap.peak, Relaxed);
+        FORK.save(slot);
     }
 }
 
@@ -201,15 +193,7 @@ unsafe extern "C" fn in_fork_child() {
     if SLOT.load(Acquire).is_null() {
         return;
     }
-    claim(
-        Origin::Fork,
-        Some(ForkSnapshot {
-            allocs: FORK_ALLOCS.load(Relaxed),
-            bytes: FORK_BYTES.load(Relaxed),
-            live: FORK_LIVE.load(Relaxed),
-            peak: FORK_PEAK.load(Relaxed),
-        }),
-    );
+    claim(Origin::Fork, Some(FORK.saved()));
 }
 
 /// This image's slot, starting the agent if needed.

@@ -241,6 +241,48 @@ pub struct ForkSnapshot {
     pub peak: u64,
 }
 
+/// The parent's snapshot between a `pthread_atfork` prepare handler and the child
+/// handler, in ordinary process memory (which `fork` copies, unlike the shared slot).
+/// One `static` of this in the preload agent and one in the harness.
+#[derive(Debug, Default)]
+pub struct ForkCarry {
+    allocs: AtomicU64,
+    bytes: AtomicU64,
+    live: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl ForkCarry {
+    /// Empty.
+    pub const fn new() -> Self {
+        ForkCarry {
+            allocs: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            live: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+        }
+    }
+
+    /// Prepare handler: keep `slot`'s snapshot.
+    pub fn save(&self, slot: &Slot) {
+        let snap = snapshot(slot);
+        self.allocs.store(snap.allocs, Relaxed);
+        self.bytes.store(snap.bytes, Relaxed);
+        self.live.store(snap.live, Relaxed);
+        self.peak.store(snap.peak, Relaxed);
+    }
+
+    /// Child handler: what was saved.
+    pub fn saved(&self) -> ForkSnapshot {
+        ForkSnapshot {
+            allocs: self.allocs.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            live: self.live.load(Relaxed),
+            peak: self.peak.load(Relaxed),
+        }
+    }
+}
+
 /// Read the snapshot of `slot`.
 pub fn snapshot(slot: &Slot) -> ForkSnapshot {
     let v = SlotValues::from_slot(slot);
@@ -363,6 +405,16 @@ mod tests {
         on_alloc(&s, b, 300); // batched: pending in b's record
         assert_eq!(b.pending.load(Relaxed), 300);
         assert_eq!(snapshot(&s).live, 400);
+    }
+
+    #[test]
+    fn a_fork_carry_gives_back_the_snapshot() {
+        let s = new_slot();
+        on_alloc(&s, rec(&s, 1), 100);
+        let carry = ForkCarry::new();
+        carry.save(&s);
+        assert_eq!(carry.saved(), snapshot(&s));
+        assert_eq!(carry.saved().live, 100);
     }
 
     #[test]

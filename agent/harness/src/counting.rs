@@ -28,9 +28,9 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_char;
 use std::ptr::null_mut;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicPtr, AtomicU8};
 
-use sbs_agent_abi::counters::{self, ForkSnapshot};
+use sbs_agent_abi::counters::{self, ForkCarry, ForkSnapshot};
 use sbs_agent_abi::{
     parse_fd, parse_token, slot_offset, HeaderValues, Origin, Record, ReportHeader, Slot,
     ENV_HARNESS_FD_C, ENV_HARNESS_TOKEN_C, HEADER_SIZE, REPORT_SIZE, SLOT_COUNT,
@@ -55,10 +55,8 @@ static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 const UNINIT: u8 = 0;
 const RUNNING: u8 = 1;
 const DONE: u8 = 2;
-static FORK_ALLOCS: AtomicU64 = AtomicU64::new(0);
-static FORK_BYTES: AtomicU64 = AtomicU64::new(0);
-static FORK_LIVE: AtomicU64 = AtomicU64::new(0);
-static FORK_PEAK: AtomicU64 = AtomicU64::new(0);
+/// The parent's counts from the `pthread_atfork` prepare handler to the child handler.
+static FORK: ForkCarry = ForkCarry::new();
 
 /// The calling thread's record: keyed by `pthread_self()`, unique among live threads.
 /// (No thread-exit fold here: a thread's batched change stays in its record, where the
@@ -178,11 +176,7 @@ fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
 extern "C" fn before_fork() {
     // SAFETY: a non-null SLOT points into the live mapping.
     if let Some(slot) = unsafe { SLOT.load(Acquire).as_ref() } {
-        let snap = counters::snapshot(slot);
-        FORK_ALLOCS.store(snap.allocs, Relaxed);
-        FORK_BYTES.store(snap.bytes, Relaxed);
-        FORK_LIVE.store(snap.live, Relaxed);
-        FORK_PEAK.store(snap.peak, Relaxed);
+        FORK.save(slot);
     }
 }
 
@@ -190,15 +184,7 @@ extern "C" fn in_fork_child() {
     if SLOT.load(Acquire).is_null() {
         return;
     }
-    claim(
-        Origin::Fork,
-        Some(ForkSnapshot {
-            allocs: FORK_ALLOCS.load(Relaxed),
-            bytes: FORK_BYTES.load(Relaxed),
-            live: FORK_LIVE.load(Relaxed),
-            peak: FORK_PEAK.load(Relaxed),
-        }),
-    );
+    claim(Origin::Fork, Some(FORK.saved()));
 }
 
 // SAFETY: every method forwards to `A` with the caller's arguments unchanged and only
