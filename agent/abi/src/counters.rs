@@ -64,7 +64,8 @@ fn bump(shared: bool, counter: &AtomicU64, v: u64) {
 pub enum Found {
     /// The thread's record from an earlier call.
     Known,
-    /// Claimed for this thread just now (the caller may arrange for [`fold`] at its end).
+    /// Claimed for this thread just now, or taken up again after a [`fold`] (the caller
+    /// arranges for [`fold`] at the thread's end).
     New,
     /// No record was free: the shared overflow record.
     Overflow,
@@ -82,10 +83,23 @@ fn home(key: u64) -> usize {
 #[inline(always)]
 pub fn record_of(slot: &Slot, key: u64) -> (&Record, Found) {
     let first = &slot.records[home(key)];
-    if first.owner.load(Relaxed) == key {
+    if first.owner.load(Relaxed) == key && first.mode.load(Relaxed) != DIRECT {
         return (first, Found::Known);
     }
     claim_record(slot, key)
+}
+
+/// A folded record used again: by a new thread to which glibc gave the ended thread's
+/// control block (glibc reuses stacks), or by the ended thread itself in a destructor
+/// that runs after [`fold`]. Either way it batches again, counts as active, and the
+/// caller arranges for another [`fold`]: glibc calls key destructors again (up to
+/// four rounds) when one sets a value, and a new thread's end calls it anyway.
+#[cold]
+fn take_up_again<'a>(slot: &Slot, record: &'a Record) -> (&'a Record, Found) {
+    record.mode.store(BATCHED, Relaxed);
+    let active = slot.active.fetch_add(1, Relaxed) + 1;
+    slot.max_active.fetch_max(active, Relaxed);
+    (record, Found::New)
 }
 
 #[cold]
@@ -95,6 +109,9 @@ fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
         let record = &slot.records[(start + i) % OVERFLOW];
         let owner = record.owner.load(Relaxed);
         if owner == key {
+            if record.mode.load(Relaxed) == DIRECT {
+                return take_up_again(slot, record);
+            }
             return (record, Found::Known);
         }
         if owner == 0
@@ -491,6 +508,15 @@ mod tests {
         assert_eq!(s.peak.load(Relaxed), 2010);
         assert_eq!(values(&s).live, 2010);
         fold(&s, b); // a second fold changes nothing
+        assert_eq!(s.active.load(Relaxed), 1);
+        // A new thread with the ended one's key (a reused thread control block) batches
+        // again and is active.
+        let (again, found) = record_of(&s, 2);
+        assert!(core::ptr::eq(again, b) && found == Found::New);
+        assert_eq!(b.mode.load(Relaxed), BATCHED);
+        assert_eq!(s.active.load(Relaxed), 2);
+        assert_eq!(record_of(&s, 2).1, Found::Known);
+        fold(&s, b);
         assert_eq!(s.active.load(Relaxed), 1);
     }
 
