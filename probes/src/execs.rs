@@ -190,7 +190,7 @@ pub fn check() -> Result<(), ExecWatchError> {
 }
 
 /// The CPUs of a kernel CPU list such as `0-3,8,10-11`.
-fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
+pub(crate) fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
     let mut cpus = Vec::new();
     for part in text.trim().split(',') {
         match part.split_once('-') {

@@ -19,8 +19,10 @@ mod lsda;
 pub mod patch;
 pub mod pattern;
 pub mod resolve;
+pub mod sample;
 mod sys;
 pub mod tracefs;
+pub mod unwind;
 
 pub mod callgrind;
 pub mod calls;
