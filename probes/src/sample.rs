@@ -142,12 +142,17 @@ pub struct Recorded {
     /// Samples that came without registers or stack (kernel threads, a task caught outside
     /// user mode).
     pub without_stack: u64,
+    /// Whether time the tasks spent in the kernel on their behalf (system calls, page
+    /// faults) was sampled too, at the user stack that entered the kernel; `false` where
+    /// kernel samples are not allowed (`perf_event_paranoid` 2 without root).
+    pub kernel: bool,
 }
 
 /// Sampling of one child and its descendants, from its exec to [`Sampling::finish`].
 pub struct Sampling {
     stop: Arc<AtomicBool>,
     drain: Option<JoinHandle<Recorded>>,
+    kernel: bool,
 }
 
 impl std::fmt::Debug for Sampling {
@@ -168,34 +173,24 @@ impl Sampling {
             ))
         })?;
         let mut rings = Vec::with_capacity(cpus.len());
+        let mut kernel = true;
         for cpu in cpus {
-            let mut b = Builder::new(Software::CPU_CLOCK);
-            b.observe_pid(pid)
-                .one_cpu(cpu)
-                .inherit(true)
-                .enabled(false)
-                .enable_on_exec(true)
-                .exclude_kernel(true)
-                .exclude_hv(true)
-                .mmap(true)
-                .mmap2(true)
-                .sample_period(config.period_ns)
-                .sample(
-                    SampleFlag::TID
-                        | SampleFlag::PERIOD
-                        | SampleFlag::REGS_USER
-                        | SampleFlag::STACK_USER,
-                )
-                .sample_regs_user((1 << REG_BP) | (1 << REG_SP) | (1 << REG_IP))
-                .sample_stack_user(config.stack_bytes);
-            let counter = b
-                .build()
-                .map_err(|cause| SampleError::Open { pid, cpu, cause })?;
+            let counter = match open_event(pid, cpu, config, kernel) {
+                Err(e)
+                    if kernel && matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) =>
+                {
+                    kernel = false;
+                    open_event(pid, cpu, config, false)
+                }
+                other => other,
+            }
+            .map_err(|cause| SampleError::Open { pid, cpu, cause })?;
             let ring = counter
                 .sampled(RING_BYTES)
                 .map_err(|cause| SampleError::Map { cpu, cause })?;
             rings.push(ring);
         }
+
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let drain = std::thread::Builder::new()
@@ -205,16 +200,20 @@ impl Sampling {
         Ok(Sampling {
             stop,
             drain: Some(drain),
+            kernel,
         })
     }
 
     /// Stop after the child was reaped, and return what was recorded.
     pub fn finish(mut self) -> Recorded {
         self.stop.store(true, Ordering::Release);
-        self.drain
+        let mut recorded = self
+            .drain
             .take()
             .and_then(|h| h.join().ok())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        recorded.kernel = self.kernel;
+        recorded
     }
 }
 
@@ -225,6 +224,35 @@ impl Drop for Sampling {
             let _ = h.join();
         }
     }
+}
+
+/// The sampling event of one CPU. With `kernel`, a sample is also taken while the task
+/// runs in the kernel on its behalf (a system call, a page fault), with the user registers
+/// and stack it had on entering the kernel: that time goes to the user code that caused
+/// it. Without the privilege for kernel samples, only user-mode time is sampled.
+fn open_event(
+    pid: i32,
+    cpu: usize,
+    config: SampleConfig,
+    kernel: bool,
+) -> io::Result<perf_event::Counter> {
+    let mut b = Builder::new(Software::CPU_CLOCK);
+    b.observe_pid(pid)
+        .one_cpu(cpu)
+        .inherit(true)
+        .enabled(false)
+        .enable_on_exec(true)
+        .exclude_kernel(!kernel)
+        .exclude_hv(true)
+        .mmap(true)
+        .mmap2(true)
+        .sample_period(config.period_ns)
+        .sample(
+            SampleFlag::TID | SampleFlag::PERIOD | SampleFlag::REGS_USER | SampleFlag::STACK_USER,
+        )
+        .sample_regs_user((1 << REG_BP) | (1 << REG_SP) | (1 << REG_IP))
+        .sample_stack_user(config.stack_bytes);
+    b.build()
 }
 
 /// Read the rings until `stop` is set, then once more to their end.

@@ -65,6 +65,49 @@ pub struct Pinpoint {
     /// Things the user should know (the builds printed different output).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Pieces of code that had too few samples to be judged (`--metric time`): neither
+    /// worse nor clean.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecided: Vec<String>,
+    /// How the samples of `--metric time` went, both builds' runs together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingNote>,
+}
+
+/// The samples behind `--metric time`, over every run of both builds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplingNote {
+    /// CPU time between two samples, ns.
+    pub period_ns: u64,
+    /// Samples taken with a user stack.
+    pub samples: u64,
+    /// Samples whose stack could not be unwound to its root (their frames that were
+    /// found still count).
+    pub not_unwound: u64,
+    /// Samples whose innermost frame is in no function of the program (a shared library,
+    /// the kernel's vDSO, another program the benchmark ran).
+    pub outside_program: u64,
+    /// Samples the kernel dropped or took without a user stack.
+    pub lost: u64,
+    /// Only user-mode time was sampled (kernel samples not allowed): time in system calls
+    /// and page faults is missing.
+    #[serde(default)]
+    pub user_only: bool,
+}
+
+impl SamplingNote {
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} samples every {} of {}CPU time; {} not unwound to their root, {} outside the program's functions, {} lost",
+            self.samples,
+            human::seconds(self.period_ns as f64 / 1e9),
+            if self.user_only { "user-mode " } else { "" },
+            self.not_unwound,
+            self.outside_program,
+            self.lost
+        )
+    }
 }
 
 /// One link of the chain.
@@ -91,6 +134,16 @@ pub struct Link {
     pub interval_percent: Option<[f64; 2]>,
     /// Runs per build behind the numbers.
     pub runs: usize,
+    /// Confidence interval of the previous mean (measured metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_interval: Option<[f64; 2]>,
+    /// Confidence interval of the current mean (measured metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_interval: Option<[f64; 2]>,
+    /// Stack samples behind the numbers, `[previous, current]`, over all runs (`--metric
+    /// time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<[u64; 2]>,
     /// The judge's full comparison.
     pub comparison: Comparison,
 }
@@ -121,7 +174,50 @@ impl Link {
             method: if exact { "exact" } else { "welch_t" }.to_string(),
             interval_percent,
             runs,
+            previous_interval: None,
+            current_interval: None,
+            samples: None,
             comparison,
+        }
+    }
+
+    /// The same link with the intervals of both means and the samples behind them.
+    pub fn with_means(
+        mut self,
+        previous: Option<[f64; 2]>,
+        current: Option<[f64; 2]>,
+        samples: Option<[u64; 2]>,
+    ) -> Link {
+        self.previous_interval = previous;
+        self.current_interval = current;
+        self.samples = samples;
+        self
+    }
+
+    fn value(&self, mean: f64, interval: Option<[f64; 2]>) -> String {
+        match interval {
+            Some([lo, hi]) => format!(
+                "{} [{}, {}]",
+                human::count(mean),
+                human::count(lo),
+                human::count(hi)
+            ),
+            None => human::count(mean),
+        }
+    }
+
+    fn previous_value(&self) -> String {
+        self.value(self.previous, self.previous_interval)
+    }
+
+    fn current_value(&self) -> String {
+        self.value(self.current, self.current_interval)
+    }
+
+    fn samples_note(&self) -> String {
+        match self.samples {
+            Some([p, c]) => format!("  samples={p}/{c}"),
+            None => String::new(),
         }
     }
 
@@ -172,14 +268,15 @@ pub fn text(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
         let external = if link.external { " (external)" } else { "" };
         let _ = writeln!(
             s,
-            "{indent}{branch}{}{external}  {} -> {} {}  {} {}  n={}{mark}",
+            "{indent}{branch}{}{external}  {} -> {} {}  {} {}  n={}{}{mark}",
             link.function,
-            human::count(link.previous),
-            human::count(link.current),
+            link.previous_value(),
+            link.current_value(),
             p.unit,
             link.change(),
             link.interval(),
-            link.runs
+            link.runs,
+            link.samples_note()
         );
     }
     let _ = writeln!(s);
@@ -192,6 +289,12 @@ pub fn text(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
         }
     }
     let _ = writeln!(s, "stopped: {}", p.stopped);
+    for u in &p.undecided {
+        let _ = writeln!(s, "undecided (too few samples): {u}");
+    }
+    if let Some(note) = &p.sampling {
+        let _ = writeln!(s, "sampling: {}", note.describe());
+    }
     out.write_all(s.as_bytes())
 }
 
@@ -208,9 +311,9 @@ pub fn markdown(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<
     let _ = writeln!(s, "### pinpoint: `{}` ({})\n", p.function, p.metric);
     let _ = writeln!(
         s,
-        "| layer | function | previous | current | change | interval | runs |"
+        "| layer | function | previous | current | change | interval | runs | samples |"
     );
-    let _ = writeln!(s, "| ---: | --- | ---: | ---: | ---: | --- | ---: |");
+    let _ = writeln!(s, "| ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |");
     let last = p.chain.len().saturating_sub(1);
     for (i, link) in p.chain.iter().enumerate() {
         let name = if i == last && p.bottleneck.is_some() {
@@ -220,15 +323,17 @@ pub fn markdown(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<
         };
         let _ = writeln!(
             s,
-            "| {} | {}{} | {} | {} | {} | {} | {} |",
+            "| {} | {}{} | {} | {} | {} | {} | {} | {} |",
             link.depth,
             name,
             if link.external { " (external)" } else { "" },
-            human::count(link.previous),
-            human::count(link.current),
+            link.previous_value(),
+            link.current_value(),
             link.change(),
             link.interval(),
-            link.runs
+            link.runs,
+            link.samples
+                .map_or_else(|| "".to_string(), |[p, c]| format!("{p} / {c}"))
         );
     }
     let _ = writeln!(s);
@@ -236,6 +341,12 @@ pub fn markdown(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<
         let _ = writeln!(s, "> warning: {w}\n");
     }
     let _ = writeln!(s, "Stopped: {}", p.stopped);
+    for u in &p.undecided {
+        let _ = writeln!(s, "\nUndecided (too few samples): {u}");
+    }
+    if let Some(note) = &p.sampling {
+        let _ = writeln!(s, "\nSampling: {}", note.describe());
+    }
     out.write_all(s.as_bytes())
 }
 
@@ -272,7 +383,7 @@ pub fn html(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
         let _ = write!(
             s,
             "<div class=\"link{}\" style=\"margin-left:{}rem\"><div class=\"name\"><code>{}</code>{}{} <span class=\"change\">{} {}, n={}</span></div>\
-<div class=\"bar prev\" style=\"width:{:.1}%\">previous {}</div><div class=\"bar cur\" style=\"width:{:.1}%\">current {}</div></div>",
+<div class=\"bar prev\" style=\"width:{:.1}%\">previous {}</div><div class=\"bar cur\" style=\"width:{:.1}%\">current {}{}</div></div>",
             if bottleneck { " bottleneck" } else { "" },
             link.depth * 2,
             escape(&link.function),
@@ -282,20 +393,28 @@ pub fn html(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
             escape(&link.interval()),
             link.runs,
             width(link.previous),
-            human::count(link.previous),
+            link.previous_value(),
             width(link.current),
-            human::count(link.current),
+            link.current_value(),
+            link.samples_note(),
         );
     }
     let _ = writeln!(
         s,
-        "<p><b>{}</b><br>stopped: {}</p></body></html>",
+        "<p><b>{}</b><br>stopped: {}</p>",
         match &p.bottleneck {
             Some(b) => format!("bottleneck: {}", escape(b)),
             None => format!("no bottleneck: {} did not get worse", escape(&p.function)),
         },
         escape(&p.stopped)
     );
+    for u in &p.undecided {
+        let _ = writeln!(s, "<p>undecided (too few samples): {}</p>", escape(u));
+    }
+    if let Some(note) = &p.sampling {
+        let _ = writeln!(s, "<p>sampling: {}</p>", escape(&note.describe()));
+    }
+    s.push_str("</body></html>\n");
     out.write_all(s.as_bytes())
 }
 
@@ -355,6 +474,8 @@ mod tests {
             stop: "own_code".into(),
             comparisons: 5,
             warnings: vec!["the builds printed different output".into()],
+            undecided: Vec::new(),
+            sampling: None,
         })
     }
 

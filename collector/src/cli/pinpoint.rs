@@ -25,6 +25,9 @@ pub enum MetricArg {
     Alloc,
     /// Heap bytes allocated, inclusive (valgrind DHAT; exact).
     AllocBytes,
+    /// CPU time, inclusive (user call stacks sampled on the cpu-clock software event;
+    /// measured, judged by Welch's test).
+    Time,
 }
 
 /// `--strategy`: how a layer's call list is narrowed.
@@ -50,8 +53,9 @@ pub enum PinpointFormat {
 /// Options of `sbs-profile pinpoint`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Both builds run under valgrind with the same arguments, environment and working \
-directory, alternately, --runs times each.\n\n\
+    after_help = "Both builds run with the same arguments, environment and working directory, \
+alternately, --runs times each: under valgrind (instructions, alloc, alloc-bytes), or under a \
+stack sampler (time).\n\n\
 Example: sbs-profile pinpoint --previous ./old -- ./new --size 1000\n\n\
 Exit codes: 0 the inspected function did not get worse, 1 it did (a chain was found), 2 error."
 )]
@@ -76,9 +80,9 @@ pub struct PinpointArgs {
     #[arg(long, value_name = "PATTERN")]
     pub ignore: Vec<String>,
 
-    /// Runs per build.
-    #[arg(short = 'r', long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
-    pub runs: u64,
+    /// Runs per build (default: 10 for time, 3 for the counts).
+    #[arg(short = 'r', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub runs: Option<u64>,
 
     /// Practical threshold: a change within it is not a bottleneck (`PCT`, or `+N` in
     /// the metric's unit; repeatable).
@@ -124,16 +128,22 @@ impl PinpointArgs {
                 MetricArg::Instructions => Metric::Instructions,
                 MetricArg::Alloc => Metric::Alloc,
                 MetricArg::AllocBytes => Metric::AllocBytes,
+                MetricArg::Time => Metric::Time,
             },
             depth: self.depth,
             ignore: self.ignore.clone(),
-            runs: usize::try_from(self.runs).unwrap_or(usize::MAX),
+            runs: match (self.runs, self.metric) {
+                (Some(n), _) => usize::try_from(n).unwrap_or(usize::MAX),
+                (None, MetricArg::Time) => 10,
+                (None, _) => 3,
+            },
             thresholds: Thresholds::from_args(&self.threshold)?,
             strategy: match self.strategy {
                 StrategyArg::Binary => Strategy::Binary,
                 StrategyArg::Linear => Strategy::Linear,
             },
             confidence: self.confidence,
+            sampling: sbs_probes::sample::SampleConfig::default(),
         })
     }
 }

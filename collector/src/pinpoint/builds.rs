@@ -10,6 +10,7 @@ use sbs_probes::calls::{call_sites, CallSite, CallTargets, Callee};
 use sbs_probes::demangle::{demangle, Scheme};
 use sbs_probes::elf::{Function, Image};
 use sbs_probes::pattern::Pattern;
+use sbs_probes::unwind::Unwound;
 
 use super::search::{Builds, Call, CallLists, Samples};
 
@@ -21,6 +22,35 @@ pub struct Costs {
     pub sites: HashMap<u64, f64>,
     /// Function start -> inclusive cost of the calls into it.
     pub functions: HashMap<u64, f64>,
+    /// For sampled time: each sample's weight and the functions and call sites on its
+    /// stack (each once), so that a piece of several call sites counts a sample once.
+    pub stacks: Option<Vec<SampledStack>>,
+}
+
+/// One stack sample of the program, as pinpoint reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SampledStack {
+    /// The time it stands for.
+    pub weight: f64,
+    /// Start addresses of the program's functions on the stack, sorted, each once.
+    pub functions: Vec<u64>,
+    /// Call sites on the stack (the call instruction of each return address), sorted,
+    /// each once.
+    pub sites: Vec<u64>,
+}
+
+impl Costs {
+    /// For sampled time: the cost and the number of samples of the stacks that pass
+    /// through `any` of `sites` (each sample once); `None` for counted metrics.
+    fn sampled(&self, hit: impl Fn(&SampledStack) -> bool) -> Option<(f64, u64)> {
+        let stacks = self.stacks.as_ref()?;
+        Some(
+            stacks
+                .iter()
+                .filter(|s| hit(s))
+                .fold((0.0, 0), |(w, n), s| (w + s.weight, n + 1)),
+        )
+    }
 }
 
 /// Which build, for messages.
@@ -162,8 +192,84 @@ impl Build {
         Ok(call_sites(&self.image, &self.targets, f)?)
     }
 
-    fn samples_of(&self, pick: impl Fn(&Costs) -> f64) -> Vec<f64> {
-        self.runs.iter().map(pick).collect()
+    /// Per run, the cost `pick` reads from the counts, or for sampled time the weight of
+    /// the stacks `hit` accepts; with the number of samples behind it for sampled time.
+    fn measure(
+        &self,
+        pick: impl Fn(&Costs) -> f64,
+        hit: impl Fn(&SampledStack) -> bool + Copy,
+    ) -> (Vec<f64>, Option<u64>) {
+        let mut hits = None;
+        let values = self
+            .runs
+            .iter()
+            .map(|c| match c.sampled(hit) {
+                Some((w, n)) => {
+                    *hits.get_or_insert(0) += n;
+                    w
+                }
+                None => pick(c),
+            })
+            .collect();
+        (values, hits)
+    }
+
+    /// One run's sampled stacks as costs of this build's functions and call sites, and
+    /// how many samples had their innermost frame outside the program's functions.
+    pub fn time_costs(&self, unwound: &Unwound, weight: impl Fn(u64) -> f64) -> (Costs, u64) {
+        let object = unwound.object_index(&self.image.path);
+        let mut site_lists: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut stacks = Vec::with_capacity(unwound.stacks.len());
+        let mut outside = 0;
+        for stack in &unwound.stacks {
+            let mut sampled = SampledStack {
+                weight: weight(stack.period),
+                ..SampledStack::default()
+            };
+            let mut inside = false;
+            for (i, frame) in stack.frames.iter().enumerate() {
+                let Some(frame) = frame.filter(|f| Some(f.object) == object) else {
+                    continue;
+                };
+                let Some(f) = self.image.function_at(frame.address) else {
+                    continue;
+                };
+                inside |= i == 0;
+                sampled.functions.push(f.address);
+                if i == 0 {
+                    // The sampled instruction, not a return address: no call site.
+                    continue;
+                }
+                let list = site_lists.entry(f.address).or_insert_with(|| {
+                    call_sites(&self.image, &self.targets, f)
+                        .map(|s| s.iter().map(|c| c.address).collect())
+                        .unwrap_or_default()
+                });
+                // The address lies inside its call instruction: the last site at or
+                // before it.
+                let k = list.partition_point(|&s| s <= frame.address);
+                if k > 0 {
+                    sampled.sites.push(list[k - 1]);
+                }
+            }
+            outside += u64::from(!inside);
+            for v in [&mut sampled.functions, &mut sampled.sites] {
+                v.sort_unstable();
+                v.dedup();
+            }
+            stacks.push(sampled);
+        }
+        let mut costs = Costs::default();
+        for s in &stacks {
+            for f in &s.functions {
+                *costs.functions.entry(*f).or_default() += s.weight;
+            }
+            for site in &s.sites {
+                *costs.sites.entry(*site).or_default() += s.weight;
+            }
+        }
+        costs.stacks = Some(stacks);
+        (costs, outside)
     }
 }
 
@@ -238,28 +344,33 @@ impl Builds for Programs {
     }
 
     fn cost(&self, f: &Pair) -> Samples {
-        let of =
-            |b: &Build, at: u64| b.samples_of(|c| c.functions.get(&at).copied().unwrap_or(0.0));
-        Samples {
-            previous: of(&self.previous, f.previous),
-            current: of(&self.current, f.current),
-        }
+        let of = |b: &Build, at: u64| {
+            b.measure(
+                |c| c.functions.get(&at).copied().unwrap_or(0.0),
+                |s| s.functions.binary_search(&at).is_ok(),
+            )
+        };
+        Samples::pair(of(&self.previous, f.previous), of(&self.current, f.current))
     }
 
     fn piece(&self, f: &Pair, range: Range<usize>) -> Samples {
-        let of = |b: &Build, at: u64| -> Vec<f64> {
+        let of = |b: &Build, at: u64| -> (Vec<f64>, Option<u64>) {
             let sites = b.sites(at).unwrap_or_default();
             let sites = sites.get(range.clone()).unwrap_or_default();
-            b.samples_of(|c| {
-                sites
-                    .iter()
-                    .map(|s| c.sites.get(&s.address).copied().unwrap_or(0.0))
-                    .sum()
-            })
+            b.measure(
+                |c| {
+                    sites
+                        .iter()
+                        .map(|s| c.sites.get(&s.address).copied().unwrap_or(0.0))
+                        .sum()
+                },
+                |stack| {
+                    sites
+                        .iter()
+                        .any(|s| stack.sites.binary_search(&s.address).is_ok())
+                },
+            )
         };
-        Samples {
-            previous: of(&self.previous, f.previous),
-            current: of(&self.current, f.current),
-        }
+        Samples::pair(of(&self.previous, f.previous), of(&self.current, f.current))
     }
 }

@@ -49,6 +49,7 @@ pub fn run_once(
     let wrapper = match metric {
         Metric::Instructions => callgrind::profile_wrapper(valgrind, &out_file, &log_file),
         Metric::Alloc | Metric::AllocBytes => dhat::wrapper(valgrind, &out_file, &log_file),
+        Metric::Time => anyhow::bail!("time is sampled, not measured under valgrind"),
     };
     let output = Command::new(&wrapper[0])
         .args(&wrapper[1..])
@@ -103,7 +104,7 @@ pub fn run_once(
             })?;
             instruction_costs(own, &build.image)
         }
-        Metric::Alloc | Metric::AllocBytes => {
+        Metric::Alloc | Metric::AllocBytes | Metric::Time => {
             let profile = dhat::parse(&text)
                 .with_context(|| format!("cannot read DHAT's profile {}", out_file.display()))?;
             dhat::costs(&profile, &build.image, metric == Metric::AllocBytes)
@@ -160,5 +161,6 @@ fn instruction_costs(own: &ObjectCosts, image: &Image) -> Costs {
             .iter()
             .map(|(a, c)| (a.wrapping_sub(bias), c.inclusive as f64))
             .collect(),
+        stacks: None,
     }
 }

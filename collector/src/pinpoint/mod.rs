@@ -1,9 +1,10 @@
 //! `pinpoint`: from "it regressed" to the function that regressed (SBS, Nguyen 2011,
 //! chapter 4, on native code).
 //!
-//! Both builds run under valgrind, alternately, `runs` times each: callgrind gives the
+//! Both builds run alternately, `runs` times each: under valgrind, callgrind gives the
 //! inclusive instruction count of every call site and every function, DHAT the
-//! allocations of every stack. [`builds`] reads each build's call lists from its machine
+//! allocations of every stack; under the stack sampler ([`sampled`]), the samples give
+//! the inclusive time of each. [`builds`] reads each build's call lists from its machine
 //! code; [`search`] digs from the inspected function down, layer by layer, each "got
 //! worse" decided by the judge's comparison (exact with the threshold for counts that do
 //! not vary, Welch's interval for counts that do).
@@ -14,6 +15,7 @@
 pub mod builds;
 mod dhat;
 mod measure;
+mod sampled;
 pub mod search;
 
 use std::ffi::OsString;
@@ -21,7 +23,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use sbs_probes::pattern::Pattern;
-use sbs_reports::pinpoint::{Link, Pinpoint, PinpointReport};
+use sbs_probes::sample::SampleConfig;
+use sbs_reports::pinpoint::{Link, Pinpoint, PinpointReport, SamplingNote};
 
 use crate::judge::compare::{Policy, Thresholds};
 use builds::{Build, Pair, Programs, Side};
@@ -36,6 +39,8 @@ pub enum Metric {
     Alloc,
     /// Bytes allocated (DHAT), inclusive.
     AllocBytes,
+    /// CPU time, inclusive, from sampled user stacks.
+    Time,
 }
 
 impl Metric {
@@ -45,6 +50,7 @@ impl Metric {
             Metric::Instructions => "instructions",
             Metric::Alloc => "alloc.count",
             Metric::AllocBytes => "alloc.bytes",
+            Metric::Time => "time",
         }
     }
 
@@ -53,6 +59,7 @@ impl Metric {
             Metric::Instructions => "instructions",
             Metric::Alloc => "blocks",
             Metric::AllocBytes => "bytes",
+            Metric::Time => "ms",
         }
     }
 
@@ -60,7 +67,13 @@ impl Metric {
         match self {
             Metric::Instructions => "valgrind callgrind",
             Metric::Alloc | Metric::AllocBytes => "valgrind dhat",
+            Metric::Time => "perf cpu-clock stack samples",
         }
+    }
+
+    /// Whether the values are counts that repeat exactly (valgrind) rather than times.
+    fn exact(self) -> bool {
+        self != Metric::Time
     }
 }
 
@@ -89,6 +102,8 @@ pub struct Request {
     pub strategy: Strategy,
     /// Confidence level of Welch's intervals.
     pub confidence: f64,
+    /// How `--metric time` samples.
+    pub sampling: SampleConfig,
 }
 
 /// Run both builds, dig, and return the report.
@@ -106,37 +121,25 @@ pub fn pinpoint(request: &Request) -> anyhow::Result<PinpointReport> {
     let f_previous = previous.find(request.function.as_deref())?.clone();
     let f_current = current.find(request.function.as_deref())?.clone();
     let name = sbs_probes::demangle::demangle(&f_current.name).label;
-    let valgrind = measure::valgrind()?;
-    let dir = tempfile::Builder::new()
-        .prefix("sbs-pinpoint-")
-        .tempdir()
-        .context("cannot create a temporary directory for valgrind's profiles")?;
+    let (outputs, sampling) = measure_builds(request, &mut previous, &mut current)?;
     let mut warnings = Vec::new();
-    let mut outputs: [Option<Vec<u8>>; 2] = [None, None];
-    for i in 0..request.runs {
-        for (k, build) in [&mut previous, &mut current].into_iter().enumerate() {
-            let printed = measure::run_once(
-                &valgrind,
-                request.metric,
-                build,
-                &request.args,
-                dir.path(),
-                i,
-            )?;
-            outputs[k].get_or_insert(printed.stdout);
-        }
-    }
     if outputs[0] != outputs[1] {
         warnings.push(
             "the two builds printed different output: they may not run the same work".to_string(),
         );
     }
+    let exact = request.metric.exact();
     let policy = Policy {
         confidence: request.confidence,
         threshold: request.thresholds.for_metric(request.metric.id()),
         threshold_absolute: request.thresholds.absolute_for_metric(request.metric.id()),
-        exact: true,
-        resolution: 0.0,
+        exact,
+        // A sampled time is a whole number of periods.
+        resolution: if exact {
+            0.0
+        } else {
+            request.sampling.period_ns as f64 / 1e6
+        },
     };
     let options = Options {
         depth: request.depth,
@@ -151,20 +154,64 @@ pub fn pinpoint(request: &Request) -> anyhow::Result<PinpointReport> {
         current: f_current.address,
     };
     let outcome = search::dig(&programs, &inspected, &options)?;
+    Ok(report(request, name, outcome, warnings, sampling))
+}
+
+/// What each build printed on its first run.
+type Outputs = [Option<Vec<u8>>; 2];
+
+/// Run both builds `runs` times, alternately, and give each its runs' costs. Returns
+/// each build's output (of its first run) and, for sampled time, what the sampling saw.
+fn measure_builds(
+    request: &Request,
+    previous: &mut Build,
+    current: &mut Build,
+) -> anyhow::Result<(Outputs, Option<SamplingNote>)> {
+    if request.metric == Metric::Time {
+        let (note, outputs) = sampled::run_builds(
+            [previous, current],
+            &request.args,
+            request.runs,
+            request.sampling,
+        )?;
+        return Ok((outputs, Some(note)));
+    }
+    let valgrind = measure::valgrind()?;
+    let dir = tempfile::Builder::new()
+        .prefix("sbs-pinpoint-")
+        .tempdir()
+        .context("cannot create a temporary directory for valgrind's profiles")?;
+    let mut outputs: Outputs = [None, None];
+    for i in 0..request.runs {
+        for (k, build) in [&mut *previous, &mut *current].into_iter().enumerate() {
+            let printed = measure::run_once(
+                &valgrind,
+                request.metric,
+                build,
+                &request.args,
+                dir.path(),
+                i,
+            )?;
+            outputs[k].get_or_insert(printed.stdout);
+        }
+    }
+    Ok((outputs, None))
+}
+
+/// The report of a search.
+fn report(
+    request: &Request,
+    name: String,
+    outcome: search::Outcome,
+    warnings: Vec<String>,
+    sampling: Option<SamplingNote>,
+) -> PinpointReport {
     let chain = outcome
         .chain
         .iter()
-        .map(|l| {
-            Link::new(
-                l.function.clone(),
-                l.depth,
-                l.external,
-                l.samples.current.len().min(l.samples.previous.len()),
-                l.comparison.clone(),
-            )
-        })
+        .map(|l| link(l, request.confidence))
         .collect();
-    Ok(PinpointReport::new(Pinpoint {
+    PinpointReport::new(Pinpoint {
         metric: request.metric.id().to_string(),
         unit: request.metric.unit().to_string(),
         source: request.metric.source().to_string(),
@@ -188,5 +235,32 @@ pub fn pinpoint(request: &Request) -> anyhow::Result<PinpointReport> {
         stop: outcome.stopped.code().to_string(),
         comparisons: outcome.comparisons,
         warnings,
-    }))
+        undecided: outcome.undecided,
+        sampling,
+    })
+}
+
+/// A link of the report: the comparison, and for measured values the interval of each
+/// mean and the samples behind them.
+fn link(l: &search::Link, confidence: f64) -> Link {
+    let runs = l.samples.current.len().min(l.samples.previous.len());
+    let link = Link::new(
+        l.function.clone(),
+        l.depth,
+        l.external,
+        runs,
+        l.comparison.clone(),
+    );
+    let Some(hits) = l.samples.hits else {
+        return link;
+    };
+    let interval = |v: &[f64]| {
+        let s = crate::judge::summary::summarize(v, confidence);
+        s.ci_low.zip(s.ci_high).map(|(lo, hi)| [lo, hi])
+    };
+    link.with_means(
+        interval(&l.samples.previous),
+        interval(&l.samples.current),
+        Some(hits),
+    )
 }

@@ -35,7 +35,38 @@ pub struct Samples {
     pub previous: Vec<f64>,
     /// One value per run of the current build.
     pub current: Vec<f64>,
+    /// For sampled time: the stack samples behind the values, over all runs of each
+    /// build (`[previous, current]`).
+    pub hits: Option<[u64; 2]>,
 }
+
+impl Samples {
+    /// From each build's values and, for sampled time, the samples behind them.
+    pub fn pair(previous: (Vec<f64>, Option<u64>), current: (Vec<f64>, Option<u64>)) -> Samples {
+        let hits = match (previous.1, current.1) {
+            (Some(p), Some(c)) => Some([p, c]),
+            _ => None,
+        };
+        Samples {
+            previous: previous.0,
+            current: current.0,
+            hits,
+        }
+    }
+
+    /// Whether too few samples lie behind the values to call them clean: for sampled
+    /// time, fewer than [`MIN_SAMPLES_PER_RUN`] per run in both builds.
+    pub fn too_few(&self) -> bool {
+        self.hits.is_some_and(|[p, c]| {
+            let runs = self.previous.len().min(self.current.len()).max(1) as u64;
+            p.max(c) < MIN_SAMPLES_PER_RUN * runs
+        })
+    }
+}
+
+/// Below this many stack samples per run in both builds, a piece that did not get worse
+/// is undecided rather than clean: a few samples cannot rule out a change of a factor.
+pub const MIN_SAMPLES_PER_RUN: u64 = 5;
 
 /// What the search needs from the two builds. `F` names a function in both builds.
 pub trait Builds {
@@ -122,6 +153,8 @@ pub enum Stop {
     External(String),
     /// A function already on the chain.
     Recursion(String),
+    /// The inspected function had too few samples to say whether it got worse.
+    Undecided(String),
 }
 
 impl Stop {
@@ -136,6 +169,7 @@ impl Stop {
             Stop::Ignored(_) => "ignored",
             Stop::External(_) => "external",
             Stop::Recursion(_) => "recursion",
+            Stop::Undecided(_) => "undecided",
         }
     }
 }
@@ -171,6 +205,10 @@ impl std::fmt::Display for Stop {
                 "{name} is external (no code in the program to read): the extra cost is in the calls made to it"
             ),
             Stop::Recursion(name) => write!(f, "{name} is already on the chain (recursion)"),
+            Stop::Undecided(name) => write!(
+                f,
+                "{name} had too few samples to decide whether it got worse (fewer than {MIN_SAMPLES_PER_RUN} a run): give the benchmark more work, or more --runs"
+            ),
         }
     }
 }
@@ -186,12 +224,17 @@ pub struct Outcome {
     pub stopped: Stop,
     /// How many comparisons the search made (each one a decision of the judge).
     pub comparisons: usize,
+    /// Pieces that did not get worse but had too few samples to be called clean.
+    pub undecided: Vec<String>,
 }
 
 struct Search<'a, B: Builds> {
     builds: &'a B,
     options: &'a Options,
     comparisons: usize,
+    undecided: Vec<String>,
+    /// The function whose call list is being narrowed, and the callees' names.
+    layer: (String, Vec<String>),
 }
 
 impl<B: Builds> Search<'_, B> {
@@ -214,9 +257,30 @@ impl<B: Builds> Search<'_, B> {
         )
     }
 
+    /// The judge's comparison, made `Inconclusive` for a piece that did not get worse on
+    /// too few samples (and remembered as undecided, described by `what`).
+    fn decide(
+        &mut self,
+        samples: &Samples,
+        what: impl FnOnce() -> String,
+    ) -> Result<Comparison, CompareError> {
+        let mut comparison = self.judge(samples)?;
+        if comparison.verdict != Verdict::Regressed && samples.too_few() {
+            comparison.verdict = Verdict::Inconclusive;
+            self.undecided.push(what());
+        }
+        Ok(comparison)
+    }
+
     fn worse(&mut self, f: &B::F, range: std::ops::Range<usize>) -> anyhow::Result<Option<Link>> {
-        let samples = self.builds.piece(f, range);
-        let comparison = self.judge(&samples)?;
+        let samples = self.builds.piece(f, range.clone());
+        let (function, names) = &self.layer;
+        let what = format!(
+            "in {function}, the call{} {}",
+            if range.len() == 1 { "" } else { "s" },
+            names.get(range).unwrap_or_default().join(", ")
+        );
+        let comparison = self.decide(&samples, || what)?;
         Ok((comparison.verdict == Verdict::Regressed).then(|| Link {
             function: String::new(),
             depth: 0,
@@ -273,10 +337,13 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
         builds,
         options,
         comparisons: 0,
+        undecided: Vec::new(),
+        layer: (String::new(), Vec::new()),
     };
     let samples = builds.cost(inspected);
-    let comparison = search.judge(&samples)?;
+    let comparison = search.decide(&samples, || builds.name(inspected))?;
     let regressed = comparison.verdict == Verdict::Regressed;
+    let undecided = comparison.verdict == Verdict::Inconclusive;
     let mut chain = vec![Link {
         function: builds.name(inspected),
         depth: 0,
@@ -286,10 +353,15 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
     }];
     if !regressed {
         return Ok(Outcome {
+            stopped: if undecided {
+                Stop::Undecided(chain[0].function.clone())
+            } else {
+                Stop::NoRegression
+            },
             chain,
             bottleneck: None,
-            stopped: Stop::NoRegression,
             comparisons: search.comparisons,
+            undecided: search.undecided,
         });
     }
     let mut visited = vec![inspected.clone()];
@@ -307,6 +379,7 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
             };
         }
         let all = 0..lists.current.len();
+        search.layer = (name.clone(), now.clone());
         let found = match options.strategy {
             Strategy::Binary => search.binary(&current, all)?,
             Strategy::Linear => search.linear(&current, all)?,
@@ -350,6 +423,7 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
         chain,
         stopped,
         comparisons: search.comparisons,
+        undecided: search.undecided,
     })
 }
 
@@ -369,6 +443,8 @@ mod tests {
         own: HashMap<&'static str, (f64, f64)>,
         /// Runs per build; above 1 the values vary by ±1% between runs.
         runs: usize,
+        /// Samples behind every value (sampled time), or `None` for counts.
+        hits: Option<[u64; 2]>,
     }
 
     impl Scripted {
@@ -381,6 +457,7 @@ mod tests {
             Samples {
                 previous: spread(previous),
                 current: spread(current),
+                hits: self.hits,
             }
         }
     }
@@ -470,6 +547,7 @@ mod tests {
             changed: vec!["w"],
             own,
             runs: 1,
+            hits: None,
         }
     }
 
@@ -555,6 +633,7 @@ mod tests {
             changed: Vec::new(),
             own: HashMap::new(),
             runs: 1,
+            hits: None,
         };
         let mut o = options(Strategy::Binary, None);
         o.policy.threshold = 0.0;
@@ -573,5 +652,34 @@ mod tests {
         o.strategy = Strategy::Linear;
         let out = dig(&b, &"main", &o).unwrap();
         assert_eq!(out.stopped, Stop::OwnCode("main".into()));
+    }
+
+    #[test]
+    fn too_few_samples_are_undecided_not_clean() {
+        let mut o = options(Strategy::Binary, None);
+        o.policy.exact = false;
+        // Nothing changed, but 3 samples a run are too few to call main clean.
+        let mut b = program(400.0);
+        b.runs = 5;
+        b.hits = Some([15, 15]);
+        let out = dig(&b, &"main", &o).unwrap();
+        assert_eq!(out.stopped, Stop::Undecided("main".into()));
+        assert_eq!(out.bottleneck, None);
+        assert_eq!(
+            out.chain[0].comparison.verdict,
+            sbs_reports::model::Verdict::Inconclusive
+        );
+        assert_eq!(out.undecided, ["main"]);
+        // Enough samples: clean.
+        b.hits = Some([50, 50]);
+        let out = dig(&b, &"main", &o).unwrap();
+        assert_eq!(out.stopped, Stop::NoRegression);
+        assert!(out.undecided.is_empty());
+        // A regression is a regression however few the samples.
+        let mut b = program(520.0);
+        b.runs = 5;
+        b.hits = Some([15, 20]);
+        let out = dig(&b, &"main", &o).unwrap();
+        assert_eq!(out.bottleneck.as_deref(), Some("deep"));
     }
 }

@@ -7,5 +7,6 @@ pub mod counters;
 pub mod invocations;
 pub mod memory;
 pub mod per_op;
+pub mod stacks;
 pub mod timing;
 pub mod valgrind;

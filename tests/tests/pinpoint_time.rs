@@ -1,0 +1,194 @@
+//! `sbs-profile pinpoint --metric time` end to end on `fixtures/c/timepin.c`, built two
+//! ways: in the current build `walk` (main -> outer -> middle -> walk) runs the same
+//! instructions with a cache-hostile stride, so its time grows by a factor while its
+//! instruction count does not move. Needs perf events and gcc (valgrind for the
+//! instruction half, perf for the agreement with `perf stat`); skipped with a printed
+//! reason without them.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sbs_skip::{skip, Need};
+use util::{sbs, Finished};
+
+/// The builds, in a temporary directory kept alive with them.
+struct Builds {
+    dir: tempfile::TempDir,
+}
+
+impl Builds {
+    fn new() -> Option<Builds> {
+        if let Err(e) = sbs_probes::execs::check() {
+            skip!(Need::PerfEvents, "perf events unavailable: {e}");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/timepin.c");
+        for variant in 0..2 {
+            sbs_skip::build!(
+                Need::Gcc,
+                Command::new("gcc")
+                    .args(["-O2", "-g", "-Wall"])
+                    .arg(format!("-DVARIANT={variant}"))
+                    .arg("-o")
+                    .arg(dir.path().join(format!("v{variant}")))
+                    .arg(&src)
+            )?;
+        }
+        Some(Builds { dir })
+    }
+
+    fn exe(&self, variant: u32) -> PathBuf {
+        self.dir.path().join(format!("v{variant}"))
+    }
+
+    fn pinpoint(&self, previous: u32, current: u32, extra: &[&str]) -> Finished {
+        let mut argv: Vec<String> = vec![
+            "pinpoint".into(),
+            "--previous".into(),
+            self.exe(previous).display().to_string(),
+            "--format".into(),
+            "json".into(),
+        ];
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        argv.push("--".into());
+        argv.push(self.exe(current).display().to_string());
+        sbs(&argv)
+    }
+}
+
+fn chain(run: &Finished) -> Vec<String> {
+    let v = run.json();
+    v["pinpoint"]["chain"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no chain in {v}"))
+        .iter()
+        .map(|l| l["function"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The mean task-clock of `exe` in ms over 5 runs, as `perf stat` measures it.
+fn perf_stat_task_clock_ms(exe: &Path) -> Option<f64> {
+    let out = Command::new("perf")
+        .args(["stat", "-x,", "-e", "task-clock", "-r", "5", "--"])
+        .arg(exe)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    let line = text.lines().find(|l| l.contains("task-clock"))?;
+    line.split(',').next()?.trim().parse().ok()
+}
+
+#[test]
+fn time_names_the_function_whose_memory_access_got_slow_and_instructions_do_not() {
+    let Some(b) = Builds::new() else { return };
+    let run = b.pinpoint(0, 1, &["--metric", "time", "--threshold", "10"]);
+    assert_eq!(run.code(), Some(1), "a regression exits 1{}", run.stderr());
+    let v = run.json();
+    let p = &v["pinpoint"];
+    assert_eq!(chain(&run), ["main", "outer", "middle", "walk"], "{p}");
+    assert_eq!(p["bottleneck"], "walk");
+    assert_eq!(p["stop"], "own_code");
+    assert_eq!(p["metric"], "time");
+    assert_eq!(p["runs"], 10, "time runs 10 times per build by default");
+    for link in p["chain"].as_array().unwrap() {
+        assert_eq!(link["method"], "welch_t", "{link}");
+        assert_eq!(link["comparison"]["verdict"], "regressed", "{link}");
+        let [lo, hi] = [0, 1].map(|i| link["previous_interval"][i].as_f64().unwrap());
+        let previous = link["previous"].as_f64().unwrap();
+        assert!(lo <= previous && previous <= hi, "{link}");
+        assert!(link["samples"][1].as_u64() > link["samples"][0].as_u64());
+    }
+    // walk's time grows by a factor (a read per page instead of a read per element).
+    let walk = &p["chain"][3];
+    assert!(
+        walk["current"].as_f64().unwrap() > 3.0 * walk["previous"].as_f64().unwrap(),
+        "{walk}"
+    );
+    let note = &p["sampling"];
+    let samples = note["samples"].as_u64().unwrap();
+    assert!(samples > 1000, "{note}");
+    assert!(
+        note["not_unwound"].as_u64().unwrap() * 20 < samples,
+        "more than 5% of the stacks not unwound: {note}"
+    );
+    // Agreement with perf stat: main's inclusive time is the process's CPU time (the
+    // kernel's time on its behalf included, when it was sampled).
+    if note["user_only"] == false {
+        match perf_stat_task_clock_ms(&b.exe(1)) {
+            Some(task_clock) => {
+                let main = p["chain"][0]["current"].as_f64().unwrap();
+                assert!(
+                    (0.7..=1.3).contains(&(main / task_clock)),
+                    "main {main} ms against perf stat's task-clock {task_clock} ms"
+                );
+            }
+            None => skip!(
+                Need::Perf,
+                "perf is not installed (apt-get install linux-perf)"
+            ),
+        }
+    }
+
+    // The same pair counted in instructions: walk runs the same instructions, nothing
+    // past the threshold.
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (apt-get install valgrind)"
+        );
+        return;
+    }
+    let counted = b.pinpoint(0, 1, &["--metric", "instructions", "--runs", "1"]);
+    assert_eq!(counted.code(), Some(0), "{}", counted.stderr());
+    let v = counted.json();
+    assert!(v["pinpoint"]["bottleneck"].is_null(), "{v}");
+    assert_eq!(v["pinpoint"]["stop"], "no_regression");
+}
+
+#[test]
+fn the_same_build_on_both_sides_has_no_time_bottleneck() {
+    let Some(b) = Builds::new() else { return };
+    let run = b.pinpoint(0, 0, &["--metric", "time", "--threshold", "10"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let v = run.json();
+    assert!(v["pinpoint"]["bottleneck"].is_null(), "{v}");
+    assert_eq!(v["pinpoint"]["stop"], "no_regression", "{v}");
+    assert_eq!(chain(&run), ["main"]);
+    assert_ne!(
+        v["pinpoint"]["chain"][0]["comparison"]["verdict"],
+        "regressed"
+    );
+}
+
+#[test]
+fn text_and_markdown_show_the_means_their_intervals_and_the_samples() {
+    let Some(b) = Builds::new() else { return };
+    let mut argv = vec![
+        "pinpoint".to_string(),
+        "--metric".into(),
+        "time".into(),
+        "--runs".into(),
+        "4".into(),
+        "--previous".into(),
+        b.exe(0).display().to_string(),
+        "--".into(),
+        b.exe(1).display().to_string(),
+    ];
+    let text = sbs(&argv);
+    let out = text.stdout();
+    let walk = out
+        .lines()
+        .find(|l| l.contains("└─ walk"))
+        .unwrap_or_else(|| panic!("{out}"));
+    // `walk  PREV [LO, HI] -> CUR [LO, HI] ms  +N% [..]  n=4  samples=P/C`
+    assert!(walk.contains(" ms "), "{walk}");
+    assert_eq!(walk.matches('[').count(), 3, "{walk}");
+    assert!(walk.contains("n=4  samples="), "{walk}");
+    assert!(out.contains("\nsampling: "), "{out}");
+    argv.splice(1..1, ["--format".to_string(), "markdown".to_string()]);
+    let md = sbs(&argv);
+    assert!(md.stdout().contains("| samples |"), "{}", md.stdout());
+}
