@@ -212,6 +212,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub memory: bool,
 
+    /// Sample the program's user call stacks on the cpu-clock software event (its own
+    /// group of runs; no PMU needed) and report profile.time, the sampled CPU time, with
+    /// one line per top function of the program: its inclusive time, with intervals over
+    /// the runs. See docs/pinpoint.md for how stacks are sampled and unwound.
+    #[arg(long)]
+    pub profile_time: bool,
+
     /// Kill a run's whole process group after this long: seconds, or with a unit
     /// (`500ms`, `2s`, `1m`).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_negative_numbers = true)]
@@ -512,6 +519,7 @@ impl RunArgs {
             alloc_harness: self.alloc_harness,
             boxing: self.boxing,
             memory: self.memory,
+            profile_time: self.profile_time,
             invocations: self.invocations.clone(),
             invocations_detail: self.invocations_detail,
             invocations_engine: self.invocations_engine.into(),

@@ -14,6 +14,7 @@ use crate::run::instruments::boxing::Boxing;
 use crate::run::instruments::invocations::{Invocations, Options as InvocationOptions};
 use crate::run::instruments::memory::Memory;
 use crate::run::instruments::per_op::{PerOpMode, PerOpRecords};
+use crate::run::instruments::stacks::TimeProfile;
 use crate::run::instruments::timing::Timing;
 use crate::run::runner::RunConfig;
 
@@ -65,6 +66,15 @@ pub(super) fn benchmark_groups(
     }
     if measures.memory {
         groups.extend(memory_groups(measures, run, alloc_path)?);
+    }
+    if measures.profile_time {
+        groups.push(Group {
+            name: "profile-time".into(),
+            instruments: vec![Box::new(TimeProfile::new(
+                &run.program,
+                sbs_probes::sample::SampleConfig::default(),
+            )?)],
+        });
     }
     let counter_options = CounterOptions {
         region,

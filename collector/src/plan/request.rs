@@ -90,6 +90,8 @@ pub struct Measures {
     pub boxing: bool,
     /// Footprint runs (no agent) and heap.peak.
     pub memory: bool,
+    /// Sampled CPU time per function (stack samples).
+    pub profile_time: bool,
     /// Function patterns whose calls are counted (uprobes).
     pub invocations: Vec<String>,
     /// One row per inlined site of the invocation counts.

@@ -120,3 +120,168 @@ impl Instrument for StackSampler {
         self.live = None;
     }
 }
+
+/// Functions [`TimeProfile`] reports: the top ones of its first run.
+pub const TOP_FUNCTIONS: usize = 20;
+
+/// `--profile-time`: the sampled CPU time of each run (`profile.time`), and the inclusive
+/// time of the program's top functions (`profile.inclusive.<function>`: each sample counted
+/// once per function on its stack, recursion included). The functions are the
+/// [`TOP_FUNCTIONS`] of the group's first run (the warm-up run, when there is one), so
+/// that every run reports the same metrics.
+pub struct TimeProfile {
+    sampler: StackSampler,
+    image: sbs_probes::elf::Image,
+    /// The reported functions: start address and name.
+    chosen: Option<Vec<(u64, String)>>,
+    /// Samples, not unwound to their root, outside the program's functions, lost.
+    counts: [u64; 4],
+    user_only: bool,
+}
+
+impl TimeProfile {
+    /// The profile of `program` (which must have a symbol table).
+    pub fn new(program: &std::path::Path, config: SampleConfig) -> anyhow::Result<TimeProfile> {
+        let image = sbs_probes::elf::Image::load(program).with_context(|| {
+            format!(
+                "--profile-time reads the functions of {}",
+                program.display()
+            )
+        })?;
+        if image.stripped {
+            anyhow::bail!(
+                "--profile-time names functions from the symbol table, and {} has none (stripped); rebuild without stripping",
+                program.display()
+            );
+        }
+        Ok(TimeProfile {
+            sampler: StackSampler::new(config, false),
+            image,
+            chosen: None,
+            counts: [0; 4],
+            user_only: false,
+        })
+    }
+
+    /// Per function of the program (start address), the inclusive time of `run` in
+    /// seconds; and how many samples had their innermost frame outside the program's
+    /// functions.
+    fn inclusive(&self, run: &SampledRun) -> (std::collections::HashMap<u64, f64>, u64) {
+        let object = run.unwound.object_index(&self.image.path);
+        let mut by_function: std::collections::HashMap<u64, f64> = Default::default();
+        let mut outside = 0;
+        for stack in &run.unwound.stacks {
+            let mut seen: Vec<u64> = stack
+                .frames
+                .iter()
+                .flatten()
+                .filter(|f| Some(f.object) == object)
+                .filter_map(|f| self.image.function_at(f.address).map(|f| f.address))
+                .collect();
+            let innermost = stack.frames.first().copied().flatten();
+            let inside = innermost.is_some_and(|f| {
+                Some(f.object) == object && self.image.function_at(f.address).is_some()
+            });
+            outside += u64::from(!inside);
+            seen.sort_unstable();
+            seen.dedup();
+            for f in seen {
+                *by_function.entry(f).or_default() += stack.period as f64 / 1e9;
+            }
+        }
+        (by_function, outside)
+    }
+
+    /// The [`TOP_FUNCTIONS`] of a run, by inclusive time.
+    fn top(&self, by_function: &std::collections::HashMap<u64, f64>) -> Vec<(u64, String)> {
+        let mut lines: Vec<(u64, String, f64)> = by_function
+            .iter()
+            .filter_map(|(&at, &t)| {
+                let f = self.image.functions.iter().find(|f| f.address == at)?;
+                Some((at, sbs_probes::demangle::demangle(&f.name).label, t))
+            })
+            .collect();
+        lines.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+        lines.truncate(TOP_FUNCTIONS);
+        lines.into_iter().map(|(at, name, _)| (at, name)).collect()
+    }
+}
+
+impl Instrument for TimeProfile {
+    fn name(&self) -> &str {
+        "time profile"
+    }
+
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        self.sampler.attach(pid)
+    }
+
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        self.sampler.collect(outcome, out)?;
+        let run = self
+            .sampler
+            .runs
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the stack list was poisoned"))?
+            .pop()
+            .context("the stack sampler recorded nothing")?;
+        let (by_function, outside) = self.inclusive(&run);
+        let chosen = match &self.chosen {
+            Some(c) => c.clone(),
+            None => self.chosen.insert(self.top(&by_function)).clone(),
+        };
+        let total: f64 = run
+            .unwound
+            .stacks
+            .iter()
+            .map(|s| s.period as f64 / 1e9)
+            .sum();
+        self.counts[0] += run.unwound.stacks.len() as u64;
+        self.counts[1] += run.unwound.incomplete() as u64;
+        self.counts[2] += outside;
+        self.counts[3] += run.lost;
+        self.user_only |= !run.kernel;
+        let metric = |id: String| {
+            crate::run::instrument::MetricSpec::new(
+                id,
+                sbs_reports::model::Unit::Seconds,
+                "perf-sw samples",
+                false,
+            )
+        };
+        out.push(Sample::new(metric(PROFILE_TIME.to_string()), total));
+        for (at, name) in chosen {
+            let value = by_function.get(&at).copied().unwrap_or(0.0);
+            out.push(Sample::new(
+                metric(format!("{PROFILE_INCLUSIVE}.{name}")),
+                value,
+            ));
+        }
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.sampler.abort_run();
+    }
+
+    fn metric_notes(&self) -> Vec<(String, String)> {
+        let [samples, not_unwound, outside, lost] = self.counts;
+        vec![(
+            PROFILE_TIME.to_string(),
+            format!(
+                "{}CPU time from {samples} stack samples every {} (warm-up runs included); profile.inclusive.F: the inclusive time of the program's function F; {not_unwound} samples not unwound to their root, {outside} outside the program's functions, {lost} lost",
+                if self.user_only { "user-mode " } else { "" },
+                sbs_reports::human::seconds(self.sampler.config.period_ns as f64 / 1e9),
+            ),
+        )]
+    }
+
+    fn finish(&mut self) {
+        self.sampler.finish();
+    }
+}
+
+/// The sampled CPU time of `--profile-time`.
+pub const PROFILE_TIME: &str = "profile.time";
+/// The prefix of the inclusive time of each reported function.
+pub const PROFILE_INCLUSIVE: &str = "profile.inclusive";

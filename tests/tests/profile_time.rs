@@ -1,0 +1,121 @@
+//! `sbs-profile --profile-time` on `fixtures/c/timepin.c` (current build: `walk`, three
+//! calls below main, reads memory with a cache-hostile stride): the sampled CPU time and
+//! the inclusive time of the program's top functions, in runs of their own. Needs perf
+//! events and gcc; skipped with a printed reason without them.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sbs_skip::{skip, Need};
+use util::sbs;
+
+fn fixture(dir: &Path, extra: &[&str]) -> Option<PathBuf> {
+    if let Err(e) = sbs_probes::execs::check() {
+        skip!(Need::PerfEvents, "perf events unavailable: {e}");
+        return None;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/timepin.c");
+    let exe = dir.join("timepin");
+    sbs_skip::build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-g", "-DVARIANT=1"])
+            .args(extra)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+    )?;
+    Some(exe)
+}
+
+#[test]
+fn profile_time_reports_inclusive_time_per_function_in_runs_of_its_own() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let Some(exe) = fixture(dir.path(), &[]) else {
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    let run = sbs([
+        "--time",
+        "--profile-time",
+        "-r",
+        "3",
+        "--format",
+        "json",
+        "--",
+        exe,
+    ])
+    .success();
+    let v = run.json();
+    let metrics = v["benchmarks"][0]["metrics"].as_array().unwrap();
+    let metric = |id: &str| {
+        metrics
+            .iter()
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {v}"))
+    };
+    // Sampling is an instrument: never in the timing runs.
+    assert_eq!(metric("time.wall")["group"], "timing");
+    assert_eq!(metric("profile.time")["group"], "profile-time");
+    let mean = |id: &str| metric(id)["summary"]["mean"].as_f64().unwrap();
+    let samples = |id: &str| -> Vec<f64> {
+        metric(id)["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    // Inclusive: in every run, each function's time is within its caller's.
+    let chain =
+        ["walk", "middle", "outer", "main"].map(|f| samples(&format!("profile.inclusive.{f}")));
+    for pair in chain.windows(2) {
+        for (inner, outer) in pair[0].iter().zip(&pair[1]) {
+            assert!(inner <= outer, "{chain:?}");
+        }
+    }
+    assert!(samples("profile.inclusive.main")
+        .iter()
+        .zip(samples("profile.time"))
+        .all(|(main, total)| *main <= total));
+    // The strided reads dominate; steady's loop is a few ms.
+    assert!(
+        mean("profile.inclusive.walk") > 3.0 * mean("profile.inclusive.steady"),
+        "{v}"
+    );
+    let s = &metric("profile.inclusive.walk")["summary"];
+    assert!(
+        s["ci_low"].as_f64() < s["ci_high"].as_f64(),
+        "an interval over runs: {s}"
+    );
+    let notes = metric("profile.time")["notes"].to_string();
+    assert!(notes.contains("not unwound to their root"), "{notes}");
+
+    // Every format shows the functions.
+    for format in ["text", "csv", "markdown", "bmf"] {
+        let out = sbs(["--profile-time", "-r", "2", "--format", format, "--", exe]).success();
+        assert!(
+            out.stdout().contains("profile.inclusive.walk"),
+            "{format}: {}",
+            out.stdout()
+        );
+    }
+}
+
+#[test]
+fn a_stripped_program_is_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let Some(exe) = fixture(dir.path(), &["-s"]) else {
+        return;
+    };
+    let run = sbs(["--profile-time", "-r", "1", "--", exe.to_str().unwrap()]);
+    assert_eq!(run.code(), Some(2), "{}", run.stderr());
+    assert!(run.stderr().contains("stripped"), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("rebuild without stripping"),
+        "{}",
+        run.stderr()
+    );
+}
