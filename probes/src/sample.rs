@@ -77,6 +77,9 @@ pub enum SampleError {
         /// The OS error.
         cause: io::Error,
     },
+    /// The thread that drains the rings could not be started.
+    #[error("cannot start the thread that reads the samples: {0}")]
+    Thread(io::Error),
     /// The ring buffer could not be mapped.
     #[error("cannot map the {} KiB sample ring of CPU {cpu}: {cause}; raise `kernel.perf_event_mlock_kb` or `ulimit -l`, or run as root", RING_BYTES / 1024)]
     Map {
@@ -196,7 +199,7 @@ impl Sampling {
         let drain = std::thread::Builder::new()
             .name("sbs-sampler".into())
             .spawn(move || drain(rings, &flag))
-            .map_err(|cause| SampleError::Open { pid, cpu: 0, cause })?;
+            .map_err(SampleError::Thread)?;
         Ok(Sampling {
             stop,
             drain: Some(drain),
