@@ -35,7 +35,7 @@ const MISC_COMM_EXEC: u16 = 1 << 13;
 const LARGEST_RECORD: usize = 64;
 
 /// Where the kernel lists the CPUs that are online.
-const ONLINE_CPUS: &str = "/sys/devices/system/cpu/online";
+pub(crate) const ONLINE_CPUS: &str = "/sys/devices/system/cpu/online";
 
 /// Why exec records cannot be watched on this machine.
 #[derive(Debug, thiserror::Error)]
@@ -123,14 +123,7 @@ impl ExecWatch {
     /// Watch `pid` (which should not have exec'd yet, so that its own exec counts) and
     /// everything it starts from now on. `pid` 0 is the calling process.
     pub fn open(pid: i32) -> Result<ExecWatch, ExecWatchError> {
-        let text =
-            std::fs::read_to_string(ONLINE_CPUS).map_err(|cause| ExecWatchError::Cpus { cause })?;
-        let cpus = parse_cpu_list(&text).ok_or_else(|| ExecWatchError::Cpus {
-            cause: io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("unexpected contents {:?}", text.trim()),
-            ),
-        })?;
+        let cpus = online_cpus().map_err(|cause| ExecWatchError::Cpus { cause })?;
         let _ = crate::sys::raise_nofile_limit(cpus.len() as u64 + 256);
         let mut rings = Vec::with_capacity(cpus.len());
         for cpu in cpus {
@@ -187,6 +180,18 @@ impl ExecWatch {
 /// closed at once.
 pub fn check() -> Result<(), ExecWatchError> {
     ExecWatch::open(0).map(drop)
+}
+
+/// The online CPUs: a per-task event that is inherited and has a ring buffer must be
+/// opened once per CPU.
+pub(crate) fn online_cpus() -> io::Result<Vec<usize>> {
+    let text = std::fs::read_to_string(ONLINE_CPUS)?;
+    parse_cpu_list(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unexpected contents {:?}", text.trim()),
+        )
+    })
 }
 
 /// The CPUs of a kernel CPU list such as `0-3,8,10-11`.

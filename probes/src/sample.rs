@@ -28,6 +28,8 @@ use perf_event::data::Record as Parsed;
 use perf_event::events::Software;
 use perf_event::{Builder, SampleFlag, Sampler};
 
+use crate::execs::ONLINE_CPUS;
+
 /// Bytes of each CPU's ring (a power of two number of pages).
 const RING_BYTES: usize = 4 << 20;
 
@@ -39,9 +41,6 @@ const REG_IP: u32 = 8;
 
 /// `PROT_EXEC` in an `mmap2` record.
 const PROT_EXEC: u32 = 4;
-
-/// Where the kernel lists the CPUs that are online.
-const ONLINE_CPUS: &str = "/sys/devices/system/cpu/online";
 
 /// How often and how much is sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,13 +167,7 @@ impl Sampling {
     /// Sample `pid` (which has not exec'd yet) from its exec on, and every thread and
     /// process it starts.
     pub fn start(pid: i32, config: SampleConfig) -> Result<Sampling, SampleError> {
-        let text = std::fs::read_to_string(ONLINE_CPUS).map_err(SampleError::Cpus)?;
-        let cpus = crate::execs::parse_cpu_list(&text).ok_or_else(|| {
-            SampleError::Cpus(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("unexpected contents {:?}", text.trim()),
-            ))
-        })?;
+        let cpus = crate::execs::online_cpus().map_err(SampleError::Cpus)?;
         let mut rings = Vec::with_capacity(cpus.len());
         let mut kernel = true;
         for cpu in cpus {

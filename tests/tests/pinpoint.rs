@@ -33,19 +33,7 @@ impl Builds {
             );
             return None;
         }
-        let dir = tempfile::tempdir().expect("temp dir");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/pinpoint.c");
-        for variant in 0..3 {
-            sbs_skip::build!(
-                Need::Gcc,
-                Command::new("gcc")
-                    .args(["-O2", "-g", "-Wall"])
-                    .arg(format!("-DVARIANT={variant}"))
-                    .arg("-o")
-                    .arg(dir.path().join(format!("v{variant}")))
-                    .arg(&src)
-            )?;
-        }
+        let dir = util::gcc_variants("pinpoint", 3)?;
         Some(Builds { dir })
     }
 

@@ -293,3 +293,23 @@ pub fn gcc_fixture(dir: &std::path::Path, name: &str, extra: &[&str]) -> Option<
     )?;
     Some(exe)
 }
+
+/// Compile `fixtures/c/NAME.c` once per variant `0..variants` (`-DVARIANT=v`, `gcc -O2
+/// -g`) into `v0`, `v1`, ... of a new temporary directory; `None` (a recorded skip) when
+/// gcc is missing.
+pub fn gcc_variants(name: &str, variants: u32) -> Option<tempfile::TempDir> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/c/{name}.c"));
+    for variant in 0..variants {
+        sbs_skip::build!(
+            Need::Gcc,
+            Command::new("gcc")
+                .args(["-O2", "-g", "-Wall"])
+                .arg(format!("-DVARIANT={variant}"))
+                .arg("-o")
+                .arg(dir.path().join(format!("v{variant}")))
+                .arg(&src)
+        )?;
+    }
+    Some(dir)
+}
