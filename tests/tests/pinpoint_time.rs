@@ -104,16 +104,16 @@ fn time_names_the_function_whose_memory_access_got_slow_and_instructions_do_not(
     );
     // Agreement with perf stat: main's inclusive time is the process's CPU time (the
     // kernel's time on its behalf included, when it was sampled). Compared on the
-    // previous build, whose walk is bound by the CPU rather than by memory: the strided
-    // build's CPU time moves by a third with what else runs on this shared VM between
-    // the two measurements. The bounds catch a wrong scale (a period or a unit), not
-    // noise.
+    // previous build, whose walk is bound by the CPU rather than by memory. The two are
+    // different runs on a shared VM, and the sampled runs pay for the sampling (a stack
+    // copy per sample): seen from 0.9x to 1.5x. The bounds catch a wrong scale (a
+    // period, a unit, samples counted twice), not load.
     if note["user_only"] == false {
         match perf_stat_task_clock_ms(&b.exe(0)) {
             Some(task_clock) => {
                 let main = p["chain"][0]["previous"].as_f64().unwrap();
                 assert!(
-                    (0.6..=1.5).contains(&(main / task_clock)),
+                    (0.5..=1.8).contains(&(main / task_clock)),
                     "main {main} ms against perf stat's task-clock {task_clock} ms"
                 );
             }

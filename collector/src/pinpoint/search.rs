@@ -54,8 +54,8 @@ impl Samples {
         }
     }
 
-    /// Whether too few samples lie behind the values to call them clean: for sampled
-    /// time, fewer than [`MIN_SAMPLES_PER_RUN`] per run in both builds.
+    /// Whether too few samples lie behind the values to decide: for sampled time, fewer
+    /// than [`MIN_SAMPLES_PER_RUN`] per run in both builds.
     pub fn too_few(&self) -> bool {
         self.hits.is_some_and(|[p, c]| {
             let runs = self.previous.len().min(self.current.len()).max(1) as u64;
@@ -64,8 +64,9 @@ impl Samples {
     }
 }
 
-/// Below this many stack samples per run in both builds, a piece that did not get worse
-/// is undecided rather than clean: a few samples cannot rule out a change of a factor.
+/// Below this many stack samples per run in both builds, a piece is undecided rather
+/// than clean or worse: a few samples can neither rule out a change of a factor nor
+/// show one.
 pub const MIN_SAMPLES_PER_RUN: u64 = 5;
 
 /// What the search needs from the two builds. `F` names a function in both builds.
@@ -224,7 +225,7 @@ pub struct Outcome {
     pub stopped: Stop,
     /// How many comparisons the search made (each one a decision of the judge).
     pub comparisons: usize,
-    /// Pieces that did not get worse but had too few samples to be called clean.
+    /// Pieces with too few samples to decide whether they got worse.
     pub undecided: Vec<String>,
 }
 
@@ -257,15 +258,18 @@ impl<B: Builds> Search<'_, B> {
         )
     }
 
-    /// The judge's comparison, made `Inconclusive` for a piece that did not get worse on
-    /// too few samples (and remembered as undecided, described by `what`).
+    /// The judge's comparison, made `Inconclusive` for a piece with too few samples to
+    /// decide either way (and remembered as undecided, described by `what`): a handful
+    /// of samples can neither rule out a change of a factor nor show one. (Seen under
+    /// load: a call with 1 and 8 samples in 10 runs a build, slowed a little by the real
+    /// bottleneck's cache misses, passed Welch's test and led BinaryFind away from it.)
     fn decide(
         &mut self,
         samples: &Samples,
         what: impl FnOnce() -> String,
     ) -> Result<Comparison, CompareError> {
         let mut comparison = self.judge(samples)?;
-        if comparison.verdict != Verdict::Regressed && samples.too_few() {
+        if samples.too_few() {
             comparison.verdict = Verdict::Inconclusive;
             self.undecided.push(what());
         }
@@ -675,10 +679,15 @@ mod tests {
         let out = dig(&b, &"main", &o).unwrap();
         assert_eq!(out.stopped, Stop::NoRegression);
         assert!(out.undecided.is_empty());
-        // A regression is a regression however few the samples.
+        // Worse on too few samples: undecided too, not a regression.
         let mut b = program(520.0);
         b.runs = 5;
         b.hits = Some([15, 20]);
+        let out = dig(&b, &"main", &o).unwrap();
+        assert_eq!(out.stopped, Stop::Undecided("main".into()));
+        assert_eq!(out.bottleneck, None);
+        // With enough samples, the regression is followed down.
+        b.hits = Some([50, 65]);
         let out = dig(&b, &"main", &o).unwrap();
         assert_eq!(out.bottleneck.as_deref(), Some("deep"));
     }
