@@ -1011,3 +1011,33 @@ fn a_fork_from_a_threaded_process_inherits_what_the_threads_kept_to_themselves()
         kids[0]
     );
 }
+
+/// Through the collector: a single-threaded program's `heap.peak` is an exact count; a
+/// program whose threads allocated at once gets a measurement (interval, Welch's test),
+/// with the bound in a warning, rather than "exact".
+#[test]
+fn the_peak_is_called_exact_only_when_it_is() {
+    let run = |args: &[&str]| {
+        let mut argv = vec![
+            "--alloc",
+            "-r",
+            "2",
+            "-w",
+            "0",
+            "-f",
+            "json",
+            "--",
+            fixture!("alloc"),
+        ];
+        argv.extend_from_slice(args);
+        sbs(&argv).success().json()
+    };
+    let single = run(&["churn", "2000"]);
+    assert_eq!(metric(&single, "heap.peak")["exact"], true, "{single:#}");
+    let threads = run(&["phases", "4", "500", "0"]);
+    let peak = metric(&threads, "heap.peak");
+    assert_eq!(peak["exact"], false, "{peak:#}");
+    assert_eq!(metric(&threads, "alloc.count")["exact"], true);
+    let warnings = threads["benchmarks"][0]["warnings"].to_string();
+    assert!(warnings.contains("heap.peak exact to"), "{warnings}");
+}

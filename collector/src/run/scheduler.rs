@@ -174,6 +174,9 @@ impl Collected {
                 }
             };
             let series = &mut self.series[pos];
+            // Exact only if every run's value was (the heap peak of a run whose threads
+            // allocated at once is not).
+            series.spec.exact &= s.metric.exact;
             if failed {
                 series.failed.push(series.samples.len());
             }

@@ -697,8 +697,13 @@ impl AllocAgent {
         let t = reports.totals();
         let source = self.path.source();
         let m = |id: &str, unit| MetricSpec::new(id, unit, source, true);
+        // Within the stated bound, not exact, when threads allocated at once.
+        let peak = Sample::new(
+            MetricSpec::new("heap.peak", Unit::Bytes, source, t.peak_bound == 0),
+            t.peak as f64,
+        );
         if self.metrics == AllocMetrics::HeapPeak {
-            out.push(Sample::new(m("heap.peak", Unit::Bytes), t.peak as f64));
+            out.push(peak);
             return;
         }
         let mut count = Sample::new(m("alloc.count", Unit::Count), t.allocs as f64);
@@ -712,7 +717,7 @@ impl AllocAgent {
             m("alloc.reallocs", Unit::Count),
             t.reallocs as f64,
         ));
-        out.push(Sample::new(m("heap.peak", Unit::Bytes), t.peak as f64));
+        out.push(peak);
         out.push(Sample::new(
             m("heap.live_at_exit", Unit::Bytes),
             t.live_at_exit as f64,
