@@ -23,6 +23,24 @@ pub mod inproc;
 #[cfg(feature = "harness")]
 pub mod harness;
 
+/// Defines the `rust_eh_personality` symbol that a preloaded `no_std` library needs: built
+/// with panic=abort it never unwinds, but the unwind tables of some code it links still
+/// name the symbol. The definition is hidden (never exported, so it cannot interpose the
+/// program's own) and traps, since reaching it would be a bug. Expanded in each library
+/// (a symbol of this rlib would only be linked where something refers to it).
+#[macro_export]
+macro_rules! personality_stub {
+    () => {
+        core::arch::global_asm!(
+            ".globl rust_eh_personality",
+            ".hidden rust_eh_personality",
+            ".type rust_eh_personality, @function",
+            "rust_eh_personality:",
+            "ud2",
+        );
+    };
+}
+
 use core::mem::{offset_of, size_of};
 use core::sync::atomic::AtomicU64;
 

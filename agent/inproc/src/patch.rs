@@ -37,18 +37,9 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
     unsafe { sys::abort() }
 }
 
-// A no_std library built with panic=abort never unwinds, but the unwind tables of some
-// code it links still name `rust_eh_personality`. A hidden definition (never exported, so
-// it cannot interpose the program's own) lets the library load; reaching it would be a
-// bug, so it traps.
+// The hidden, trapping `rust_eh_personality` a no_std preload library needs to load.
 #[cfg(not(test))]
-core::arch::global_asm!(
-    ".globl rust_eh_personality",
-    ".hidden rust_eh_personality",
-    ".type rust_eh_personality, @function",
-    "rust_eh_personality:",
-    "ud2",
-);
+sbs_agent_abi::personality_stub!();
 
 /// Run at load time, before the program's own constructors and `main`.
 #[used]
