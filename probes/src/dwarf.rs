@@ -164,6 +164,28 @@ fn scan(dwarf: &gimli::Dwarf<Reader<'_>>) -> gimli::Result<InlinedIndex> {
     })
 }
 
+/// The unit holding the DIE at `.debug_info` offset `offset` (parsed on first use and
+/// kept in `units`, by its index in `headers`) and the DIE's offset in it.
+fn unit_at<'a>(
+    dwarf: &gimli::Dwarf<Reader<'a>>,
+    headers: &[(usize, gimli::UnitHeader<Reader<'a>>)],
+    units: &mut HashMap<usize, gimli::Unit<Reader<'a>>>,
+    offset: usize,
+) -> gimli::Result<Option<(usize, gimli::UnitOffset)>> {
+    let idx = match headers.binary_search_by_key(&offset, |(o, _)| *o) {
+        Ok(i) => i,
+        Err(0) => return Ok(None),
+        Err(i) => i - 1,
+    };
+    if let std::collections::hash_map::Entry::Vacant(v) = units.entry(idx) {
+        v.insert(dwarf.unit(headers[idx].1)?);
+    }
+    Ok(units
+        .get(&idx)
+        .and_then(|unit| DebugInfoOffset(offset).to_unit_offset(&unit.header))
+        .map(|at| (idx, at)))
+}
+
 fn origin_name<'a>(
     dwarf: &gimli::Dwarf<Reader<'a>>,
     headers: &[(usize, gimli::UnitHeader<Reader<'a>>)],
@@ -174,21 +196,13 @@ fn origin_name<'a>(
     if depth > 4 {
         return Ok(None);
     }
-    let idx = match headers.binary_search_by_key(&offset, |(o, _)| *o) {
-        Ok(i) => i,
-        Err(0) => return Ok(None),
-        Err(i) => i - 1,
+    let Some((idx, at)) = unit_at(dwarf, headers, units, offset)? else {
+        return Ok(None);
     };
-    if let std::collections::hash_map::Entry::Vacant(v) = units.entry(idx) {
-        v.insert(dwarf.unit(headers[idx].1)?);
-    }
     let Some(unit) = units.get(&idx) else {
         return Ok(None);
     };
-    let Some(unit_offset) = DebugInfoOffset(offset).to_unit_offset(&unit.header) else {
-        return Ok(None);
-    };
-    let entry = unit.entry(unit_offset)?;
+    let entry = unit.entry(at)?;
     for at in [gimli::DW_AT_linkage_name, gimli::DW_AT_MIPS_linkage_name] {
         if let Some(v) = entry.attr_value(at)? {
             let s = dwarf.attr_string(unit, v)?;
@@ -561,21 +575,13 @@ fn decl_site<'a>(
     units: &mut HashMap<usize, gimli::Unit<Reader<'a>>>,
     offset: usize,
 ) -> gimli::Result<Option<(String, u64)>> {
-    let idx = match headers.binary_search_by_key(&offset, |(o, _)| *o) {
-        Ok(i) => i,
-        Err(0) => return Ok(None),
-        Err(i) => i - 1,
+    let Some((idx, at)) = unit_at(dwarf, headers, units, offset)? else {
+        return Ok(None);
     };
-    if let std::collections::hash_map::Entry::Vacant(v) = units.entry(idx) {
-        v.insert(dwarf.unit(headers[idx].1)?);
-    }
     let Some(unit) = units.get(&idx) else {
         return Ok(None);
     };
-    let Some(unit_offset) = DebugInfoOffset(offset).to_unit_offset(&unit.header) else {
-        return Ok(None);
-    };
-    let entry = unit.entry(unit_offset)?;
+    let entry = unit.entry(at)?;
     let file = match entry.attr_value(gimli::DW_AT_decl_file)? {
         Some(AttributeValue::FileIndex(i)) => file_name(dwarf, unit, i),
         Some(AttributeValue::Udata(i)) => file_name(dwarf, unit, i),
