@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sbs_skip::{skip, Need};
-use util::{sbs, Finished};
+use util::{chain, sbs, Finished, Variants};
 
 fn valgrind_installed() -> bool {
     Command::new("valgrind")
@@ -19,52 +19,16 @@ fn valgrind_installed() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The three builds, in a temporary directory (kept alive by the caller).
-struct Builds {
-    dir: tempfile::TempDir,
-}
-
-impl Builds {
-    fn new() -> Option<Builds> {
-        if !valgrind_installed() {
-            skip!(
-                Need::Valgrind,
-                "valgrind is not installed (sudo apt-get install -y valgrind)"
-            );
-            return None;
-        }
-        let dir = util::gcc_variants("pinpoint", 3)?;
-        Some(Builds { dir })
+/// The three builds of `fixtures/c/pinpoint.c`, or `None` (a recorded skip).
+fn builds() -> Option<Variants> {
+    if !valgrind_installed() {
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
+        return None;
     }
-
-    fn exe(&self, variant: u32) -> PathBuf {
-        self.dir.path().join(format!("v{variant}"))
-    }
-
-    fn pinpoint(&self, previous: u32, current: u32, extra: &[&str], args: &[&str]) -> Finished {
-        let mut argv: Vec<String> = vec![
-            "pinpoint".into(),
-            "--previous".into(),
-            self.exe(previous).display().to_string(),
-            "--format".into(),
-            "json".into(),
-        ];
-        argv.extend(extra.iter().map(|s| s.to_string()));
-        argv.push("--".into());
-        argv.push(self.exe(current).display().to_string());
-        argv.extend(args.iter().map(|s| s.to_string()));
-        sbs(&argv)
-    }
-}
-
-fn chain(run: &Finished) -> Vec<String> {
-    let v = run.json();
-    v["pinpoint"]["chain"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no chain in {v}"))
-        .iter()
-        .map(|l| l["function"].as_str().unwrap_or_default().to_string())
-        .collect()
+    util::gcc_variants("pinpoint", 3)
 }
 
 /// Inclusive instructions of `function` as `callgrind_annotate --inclusive=yes` reports
@@ -99,7 +63,7 @@ fn callgrind_annotate_inclusive(exe: &Path, function: &str) -> Option<f64> {
 
 #[test]
 fn instructions_dig_to_the_function_three_calls_below_main() {
-    let Some(b) = Builds::new() else { return };
+    let Some(b) = builds() else { return };
     let run = b.pinpoint(0, 1, &[], &[]);
     assert_eq!(run.code(), Some(1), "a regression exits 1{}", run.stderr());
     let v = run.json();
@@ -145,7 +109,7 @@ fn instructions_dig_to_the_function_three_calls_below_main() {
 
 #[test]
 fn binary_find_makes_fewer_comparisons_than_linear_find_for_the_same_chain() {
-    let Some(b) = Builds::new() else { return };
+    let Some(b) = builds() else { return };
     let binary = b.pinpoint(0, 1, &["--runs", "1"], &[]);
     let linear = b.pinpoint(0, 1, &["--runs", "1", "--strategy", "linear"], &[]);
     assert_eq!(chain(&binary), chain(&linear));
@@ -163,7 +127,7 @@ fn binary_find_makes_fewer_comparisons_than_linear_find_for_the_same_chain() {
 
 #[test]
 fn depth_function_and_ignore_bound_the_search() {
-    let Some(b) = Builds::new() else { return };
+    let Some(b) = builds() else { return };
     let run = b.pinpoint(0, 1, &["--depth", "1", "--runs", "1"], &[]);
     assert_eq!(run.code(), Some(1));
     assert_eq!(chain(&run), ["main", "outer"]);
@@ -179,7 +143,7 @@ fn depth_function_and_ignore_bound_the_search() {
 
 #[test]
 fn the_same_build_on_both_sides_has_no_bottleneck() {
-    let Some(b) = Builds::new() else { return };
+    let Some(b) = builds() else { return };
     let run = b.pinpoint(0, 0, &[], &[]).success();
     let v = run.json();
     assert!(v["pinpoint"]["bottleneck"].is_null(), "{v}");
@@ -190,7 +154,7 @@ fn the_same_build_on_both_sides_has_no_bottleneck() {
 
 #[test]
 fn allocations_dig_to_the_function_two_calls_below_main() {
-    let Some(b) = Builds::new() else { return };
+    let Some(b) = builds() else { return };
     let run = b.pinpoint(0, 2, &["--metric", "alloc"], &[]);
     assert_eq!(run.code(), Some(1), "{}", run.stderr());
     let v = run.json();
@@ -219,8 +183,8 @@ fn allocations_dig_to_the_function_two_calls_below_main() {
 
 #[test]
 fn text_and_html_show_the_chain() {
-    let Some(b) = Builds::new() else { return };
-    let html = b.dir.path().join("chain.html");
+    let Some(b) = builds() else { return };
+    let html = b.dir().join("chain.html");
     let run = sbs([
         "pinpoint".to_string(),
         "--runs".into(),
@@ -251,8 +215,8 @@ fn text_and_html_show_the_chain() {
 
 #[test]
 fn bad_input_gets_one_line_and_exit_2() {
-    let Some(b) = Builds::new() else { return };
-    let missing = b.dir.path().join("nope");
+    let Some(b) = builds() else { return };
+    let missing = b.dir().join("nope");
     sbs([
         "pinpoint",
         "--previous",
@@ -270,7 +234,7 @@ fn bad_input_gets_one_line_and_exit_2() {
         source.to_str().unwrap(),
     ])
     .fails_with(2, "is not an executable file");
-    let stripped = b.dir.path().join("stripped");
+    let stripped = b.dir().join("stripped");
     std::fs::copy(b.exe(1), &stripped).unwrap();
     if Command::new("strip")
         .arg(&stripped)
@@ -302,7 +266,7 @@ fn bad_input_gets_one_line_and_exit_2() {
         .arg(b.exe(0))
         .arg("--")
         .arg(b.exe(1))
-        .env("PATH", b.dir.path())
+        .env("PATH", b.dir())
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -316,7 +280,7 @@ fn bad_input_gets_one_line_and_exit_2() {
 
 #[test]
 fn builds_that_print_different_output_are_warned_about() {
-    let Some(b) = Builds::new() else { return };
+    let Some(b) = builds() else { return };
     let run = b.pinpoint(0, 1, &["--runs", "1"], &["print"]);
     assert_eq!(run.code(), Some(1), "{}", run.stderr());
     let v = run.json();

@@ -7,54 +7,19 @@
 
 mod util;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use sbs_skip::{skip, Need};
-use util::{sbs, Finished};
+use util::{chain, sbs, Variants};
 
-/// The builds, in a temporary directory kept alive with them.
-struct Builds {
-    dir: tempfile::TempDir,
-}
-
-impl Builds {
-    fn new() -> Option<Builds> {
-        if let Err(e) = sbs_probes::execs::check() {
-            skip!(Need::PerfEvents, "perf events unavailable: {e}");
-            return None;
-        }
-        let dir = util::gcc_variants("timepin", 2)?;
-        Some(Builds { dir })
+/// The builds of `fixtures/c/timepin.c`, or `None` (a recorded skip).
+fn builds() -> Option<Variants> {
+    if let Err(e) = sbs_probes::execs::check() {
+        skip!(Need::PerfEvents, "perf events unavailable: {e}");
+        return None;
     }
-
-    fn exe(&self, variant: u32) -> PathBuf {
-        self.dir.path().join(format!("v{variant}"))
-    }
-
-    fn pinpoint(&self, previous: u32, current: u32, extra: &[&str]) -> Finished {
-        let mut argv: Vec<String> = vec![
-            "pinpoint".into(),
-            "--previous".into(),
-            self.exe(previous).display().to_string(),
-            "--format".into(),
-            "json".into(),
-        ];
-        argv.extend(extra.iter().map(|s| s.to_string()));
-        argv.push("--".into());
-        argv.push(self.exe(current).display().to_string());
-        sbs(&argv)
-    }
-}
-
-fn chain(run: &Finished) -> Vec<String> {
-    let v = run.json();
-    v["pinpoint"]["chain"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no chain in {v}"))
-        .iter()
-        .map(|l| l["function"].as_str().unwrap_or_default().to_string())
-        .collect()
+    util::gcc_variants("timepin", 2)
 }
 
 /// The mean task-clock of `exe` in ms over 5 runs, as `perf stat` measures it.
@@ -71,8 +36,8 @@ fn perf_stat_task_clock_ms(exe: &Path) -> Option<f64> {
 
 #[test]
 fn time_names_the_function_whose_memory_access_got_slow_and_instructions_do_not() {
-    let Some(b) = Builds::new() else { return };
-    let run = b.pinpoint(0, 1, &["--metric", "time", "--threshold", "10"]);
+    let Some(b) = builds() else { return };
+    let run = b.pinpoint(0, 1, &["--metric", "time", "--threshold", "10"], &[]);
     assert_eq!(run.code(), Some(1), "a regression exits 1{}", run.stderr());
     let v = run.json();
     let p = &v["pinpoint"];
@@ -133,7 +98,7 @@ fn time_names_the_function_whose_memory_access_got_slow_and_instructions_do_not(
         );
         return;
     }
-    let counted = b.pinpoint(0, 1, &["--metric", "instructions", "--runs", "1"]);
+    let counted = b.pinpoint(0, 1, &["--metric", "instructions", "--runs", "1"], &[]);
     assert_eq!(counted.code(), Some(0), "{}", counted.stderr());
     let v = counted.json();
     assert!(v["pinpoint"]["bottleneck"].is_null(), "{v}");
@@ -142,8 +107,8 @@ fn time_names_the_function_whose_memory_access_got_slow_and_instructions_do_not(
 
 #[test]
 fn the_same_build_on_both_sides_has_no_time_bottleneck() {
-    let Some(b) = Builds::new() else { return };
-    let run = b.pinpoint(0, 0, &["--metric", "time", "--threshold", "10"]);
+    let Some(b) = builds() else { return };
+    let run = b.pinpoint(0, 0, &["--metric", "time", "--threshold", "10"], &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let v = run.json();
     assert!(v["pinpoint"]["bottleneck"].is_null(), "{v}");
@@ -157,7 +122,7 @@ fn the_same_build_on_both_sides_has_no_time_bottleneck() {
 
 #[test]
 fn text_and_markdown_show_the_means_their_intervals_and_the_samples() {
-    let Some(b) = Builds::new() else { return };
+    let Some(b) = builds() else { return };
     let mut argv = vec![
         "pinpoint".to_string(),
         "--metric".into(),

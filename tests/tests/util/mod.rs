@@ -294,10 +294,53 @@ pub fn gcc_fixture(dir: &std::path::Path, name: &str, extra: &[&str]) -> Option<
     Some(exe)
 }
 
+/// Builds of one C fixture, `v0`, `v1`, ... in a temporary directory kept alive with
+/// them: the two sides of a `pinpoint`.
+pub struct Variants(tempfile::TempDir);
+
+impl Variants {
+    /// The directory of the builds (for other files of a test).
+    pub fn dir(&self) -> &std::path::Path {
+        self.0.path()
+    }
+
+    /// The build of variant `variant`.
+    pub fn exe(&self, variant: u32) -> PathBuf {
+        self.0.path().join(format!("v{variant}"))
+    }
+
+    /// `sbs-profile pinpoint --previous v<previous> --format json EXTRA -- v<current> ARGS`.
+    pub fn pinpoint(&self, previous: u32, current: u32, extra: &[&str], args: &[&str]) -> Finished {
+        let mut argv: Vec<String> = vec![
+            "pinpoint".into(),
+            "--previous".into(),
+            self.exe(previous).display().to_string(),
+            "--format".into(),
+            "json".into(),
+        ];
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        argv.push("--".into());
+        argv.push(self.exe(current).display().to_string());
+        argv.extend(args.iter().map(|s| s.to_string()));
+        sbs(&argv)
+    }
+}
+
+/// The functions of a pinpoint report's chain, from the inspected one down.
+pub fn chain(run: &Finished) -> Vec<String> {
+    let v = run.json();
+    v["pinpoint"]["chain"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no chain in {v}"))
+        .iter()
+        .map(|l| l["function"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 /// Compile `fixtures/c/NAME.c` once per variant `0..variants` (`-DVARIANT=v`, `gcc -O2
 /// -g`) into `v0`, `v1`, ... of a new temporary directory; `None` (a recorded skip) when
 /// gcc is missing.
-pub fn gcc_variants(name: &str, variants: u32) -> Option<tempfile::TempDir> {
+pub fn gcc_variants(name: &str, variants: u32) -> Option<Variants> {
     let dir = tempfile::tempdir().expect("temp dir");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/c/{name}.c"));
     for variant in 0..variants {
@@ -311,5 +354,5 @@ pub fn gcc_variants(name: &str, variants: u32) -> Option<tempfile::TempDir> {
                 .arg(&src)
         )?;
     }
-    Some(dir)
+    Some(Variants(dir))
 }
