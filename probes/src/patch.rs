@@ -521,8 +521,13 @@ fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixu
     .map_err(|err| format!("relocating the displaced instructions failed: {err}"))?;
     let mut fixups = moved_fixups(&list, moved_from, &result)?;
     let mut bytes = result.code_buffer;
-    if call.is_some() {
-        // The callee returns to the instruction after the displaced ones.
+    let jumps_away = d
+        .instructions
+        .last()
+        .is_some_and(|i| i.flow_control() == FlowControl::UnconditionalBranch);
+    if call.is_some() || jumps_away {
+        // The callee returns to the instruction after the displaced ones, or the moved
+        // jump leaves: a jump back would never run.
         return Ok((bytes, fixups));
     }
     // The jump back to the instruction after the displaced ones.
@@ -897,6 +902,8 @@ mod tests {
         let moved = placed(&m, t, bias);
         assert_eq!(moved[6].mnemonic(), Mnemonic::Jmp);
         assert_eq!(moved[6].near_branch_target(), bias + 0x1014);
+        // No jump back after a jump.
+        assert!(moved[7..].iter().all(|i| i.mnemonic() == Mnemonic::Int3));
 
         let with_pads = |pads: Vec<u64>| {
             let pads = move || Ok(pads.clone());
