@@ -23,8 +23,8 @@
 //! its parent allocated between our fork snapshot and the fork itself, which takes `live`
 //! below the snapshot; signed comparison keeps such a dip from looking like a huge peak.
 
-use core::sync::atomic::AtomicU64;
-use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::Ordering::{Relaxed, SeqCst};
+use core::sync::atomic::{fence, AtomicU64};
 
 use crate::{Origin, Record, Slot, SlotValues, GRANULE, RECORDS};
 
@@ -102,6 +102,33 @@ fn take_up_again<'a>(slot: &Slot, record: &'a Record) -> (&'a Record, Found) {
     (record, Found::New)
 }
 
+/// The image's first record is the solo one. The hot path trusts the mode alone (no
+/// check of [`Slot::threads`]), so a second thread must never leave it solo: either this
+/// sees the second thread's count, or the second thread's [`end_solo`] sees this mode
+/// (both sides write, then fence, then read: one of them sees the other's write).
+fn become_solo(slot: &Slot, record: &Record) {
+    record.mode.store(SOLO, Relaxed);
+    fence(SeqCst);
+    if slot.threads.load(Relaxed) > 1 {
+        let _ = record
+            .mode
+            .compare_exchange(SOLO, BATCHED, Relaxed, Relaxed);
+    }
+}
+
+/// A second thread has a record: the solo one, if any, batches from now on (its `live`
+/// word is then only read). The one time a thread writes another's record.
+fn end_solo(slot: &Slot) {
+    fence(SeqCst);
+    for record in &slot.records[..OVERFLOW] {
+        if record.mode.load(Relaxed) == SOLO {
+            let _ = record
+                .mode
+                .compare_exchange(SOLO, BATCHED, Relaxed, Relaxed);
+        }
+    }
+}
+
 #[cold]
 fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
     let start = home(key);
@@ -120,11 +147,12 @@ fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
                 .compare_exchange(0, key, Relaxed, Relaxed)
                 .is_ok()
         {
-            // The image's first record is the solo one.
-            let before = slot.threads.fetch_add(1, Relaxed);
-            record
-                .mode
-                .store(if before == 0 { SOLO } else { BATCHED }, Relaxed);
+            let before = slot.threads.fetch_add(1, SeqCst);
+            if before == 0 {
+                become_solo(slot, record);
+            } else {
+                end_solo(slot);
+            }
             let active = slot.active.fetch_add(1, Relaxed) + 1;
             slot.max_active.fetch_max(active, Relaxed);
             return (record, Found::New);
@@ -133,7 +161,8 @@ fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
     let overflow = &slot.records[OVERFLOW];
     if overflow.owner.swap(u64::MAX, Relaxed) != u64::MAX {
         overflow.mode.store(SHARED, Relaxed);
-        slot.threads.fetch_add(1, Relaxed);
+        slot.threads.fetch_add(1, SeqCst);
+        end_solo(slot);
         // The overflow record never batches, so its threads do not widen the bound.
     }
     (overflow, Found::Overflow)
@@ -174,6 +203,75 @@ fn publish(slot: &Slot, delta: u64) {
         .fetch_add(delta, Relaxed)
         .wrapping_add(delta);
     raise_peak(slot, slot.live.load(Relaxed).wrapping_add(shared));
+}
+
+/// The calling thread's record and its mode, when the hot path may update it without a
+/// call: the record at the thread's home index is its own and solo or batching.
+#[inline(always)]
+fn own_record(slot: &Slot, key: u64) -> Option<(&Record, u64)> {
+    let record = &slot.records[home(key)];
+    if record.owner.load(Relaxed) != key {
+        return None;
+    }
+    let mode = record.mode.load(Relaxed);
+    (mode == SOLO || mode == BATCHED).then_some((record, mode))
+}
+
+/// Whether a change of `delta` live bytes in `record` (in `mode`) stays inside the
+/// record, with no call and no atomic instruction: the solo thread (the only one so far:
+/// see [`become_solo`]), or a batching thread whose pending change stays under the granule while others
+/// are active. Writes nothing; [`change_live`] does the same update when this says yes.
+#[inline(always)]
+fn stays_local(slot: &Slot, record: &Record, mode: u64, delta: u64) -> Option<u64> {
+    if mode == SOLO {
+        return Some(delta);
+    }
+    let pending = record.pending.load(Relaxed).wrapping_add(delta);
+    ((pending as i64).unsigned_abs() < GRANULE && slot.active.load(Relaxed) > 1).then_some(pending)
+}
+
+/// The hot path of [`on_alloc`] for the thread with `key`: counts a block of `size`
+/// bytes and returns true when that needs no call (see [`stays_local`]); otherwise
+/// changes nothing and returns false, and the caller takes the general path
+/// ([`record_of`], then [`on_alloc`]). Same result as that path in every case it takes.
+#[inline(always)]
+pub fn alloc_fast(slot: &Slot, key: u64, size: u64) -> bool {
+    let Some((record, mode)) = own_record(slot, key) else {
+        return false;
+    };
+    let Some(local) = stays_local(slot, record, mode, size) else {
+        return false;
+    };
+    bump_own(&record.allocs, 1);
+    bump_own(&record.bytes, size);
+    if mode == SOLO {
+        let live = bump_own(&slot.live, local);
+        if (live as i64) > (slot.peak.load(Relaxed) as i64) {
+            slot.peak.store(live, Relaxed);
+        }
+    } else {
+        record.pending.store(local, Relaxed);
+    }
+    true
+}
+
+/// The hot path of [`on_free`], as [`alloc_fast`] is of [`on_alloc`]. A free lowers the
+/// live total, so it never raises the peak.
+#[inline(always)]
+pub fn free_fast(slot: &Slot, key: u64, size: u64) -> bool {
+    let Some((record, mode)) = own_record(slot, key) else {
+        return false;
+    };
+    let Some(local) = stays_local(slot, record, mode, size.wrapping_neg()) else {
+        return false;
+    };
+    bump_own(&record.frees, 1);
+    if mode == SOLO {
+        bump_own(&slot.live, local);
+    } else {
+        record.pending.store(local, Relaxed);
+    }
+    true
 }
 
 /// A block of `size` requested bytes was allocated.
@@ -488,6 +586,61 @@ mod tests {
         assert_eq!(s.peak.load(Relaxed), 100 + GRANULE);
         assert_eq!(values(&s).max_active, 2);
         assert_eq!(values(&s).peak_bound(), GRANULE);
+    }
+
+    #[test]
+    fn a_second_thread_ends_the_solo_mode_before_the_first_calls_again() {
+        let s = new_slot();
+        let a = rec(&s, 1);
+        assert_eq!(a.mode.load(Relaxed), SOLO);
+        let _b = rec(&s, 2);
+        // The hot path trusts the mode alone, so the claim itself must switch it.
+        assert_eq!(a.mode.load(Relaxed), BATCHED);
+        assert!(
+            !alloc_fast(&s, 1, GRANULE),
+            "a granule is published, off the hot path"
+        );
+    }
+
+    /// The same operations through the hot path where it applies (else the general path)
+    /// and through the general path alone leave the same slot, step by step.
+    #[test]
+    fn the_hot_path_leaves_what_the_general_path_leaves() {
+        let (hot, general) = (new_slot(), new_slot());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut took_hot = 0;
+        for step in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // One thread for the first half (solo), then three (batched).
+            let key = if step < 10_000 { 1 } else { 1 + x % 3 };
+            if live.is_empty() || x % 5 < 3 {
+                let size = x % 3000;
+                if alloc_fast(&hot, key, size) {
+                    took_hot += 1;
+                } else {
+                    on_alloc(&hot, rec(&hot, key), size);
+                }
+                on_alloc(&general, rec(&general, key), size);
+                live.push((key, size));
+            } else {
+                let (_, size) = live.swap_remove((x % live.len() as u64) as usize);
+                if free_fast(&hot, key, size) {
+                    took_hot += 1;
+                } else {
+                    on_free(&hot, rec(&hot, key), size);
+                }
+                on_free(&general, rec(&general, key), size);
+            }
+            assert_eq!(values(&hot), values(&general), "step {step}");
+            for (h, g) in hot.records.iter().zip(&general.records) {
+                assert_eq!(h.pending.load(Relaxed), g.pending.load(Relaxed));
+                assert_eq!(h.mode.load(Relaxed), g.mode.load(Relaxed));
+            }
+        }
+        assert!(took_hot > 15_000, "the hot path was taken {took_hot} times");
     }
 
     #[test]
