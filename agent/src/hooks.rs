@@ -306,23 +306,24 @@ unsafe fn block_of(ptr: *mut c_void) -> Option<(Block, *mut u64)> {
 #[inline(always)]
 unsafe fn finish(ptr: *mut c_void, size: usize) -> *mut c_void {
     if !ptr.is_null() {
-        // SAFETY: a live glibc block (contract).
-        let usable = unsafe { usable_size(ptr) };
+        // SAFETY: a live glibc block (contract): its chunk size word is in front of it.
+        let word = unsafe { ptr.cast::<usize>().sub(1).read() };
         // SAFETY: a non-null SLOT points into the report file's mapping, never unmapped.
         let slot = unsafe { SLOT.load(Acquire).as_ref() };
-        // (`usable - 8 >= size` rather than `usable >= size + 8`: the hook then keeps one
+        // (`offset >= size` rather than `usable >= size + 8`: the hook then keeps one
         // register fewer across the call to glibc.)
-        if let Some(slot) = slot.filter(|_| usable.saturating_sub(TRAILER_SIZE) >= size) {
+        let offset = trailer::heap_trailer_offset(word).filter(|&at| at >= size);
+        if let (Some(slot), Some(offset)) = (slot, offset) {
             if counters::alloc_fast(slot, sys::thread_pointer(), size as u64) {
                 let word = trailer::encode(Block {
                     size,
                     counted: true,
                 });
-                // SAFETY: usable >= size + 8: the 8 bytes lie inside the block, after the
-                // program's.
+                // SAFETY: offset = usable - 8 >= size: the 8 bytes lie inside the block,
+                // after the program's.
                 unsafe {
                     ptr.cast::<u8>()
-                        .add(usable - TRAILER_SIZE)
+                        .add(offset)
                         .cast::<u64>()
                         .write_unaligned(word);
                 }
@@ -441,8 +442,19 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
-    // SAFETY: ptr is a live block (contract), so a glibc block.
-    if let Some((block, at)) = unsafe { block_of(ptr) } {
+    // SAFETY: ptr is a live block (contract), so a glibc block with its chunk size word in
+    // front of it.
+    let word = unsafe { ptr.cast::<usize>().sub(1).read() };
+    let Some(offset) = trailer::heap_trailer_offset(word) else {
+        // An mmapped chunk (or an odd word): the general path, as a tail call (see
+        // `finish`).
+        // SAFETY: the same contract.
+        return unsafe { free_general(ptr) };
+    };
+    // SAFETY: offset = usable - 8: 8 bytes inside the block; its alignment is not assumed.
+    let at = unsafe { ptr.cast::<u8>().add(offset).cast::<u64>() };
+    // SAFETY: as above.
+    if let Some(block) = trailer::decode(unsafe { at.read_unaligned() }) {
         // SAFETY: a non-null SLOT points into the report file's mapping, never unmapped.
         let slot = unsafe { SLOT.load(Acquire).as_ref() };
         let counted_here = block.counted
@@ -450,7 +462,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
                 counters::free_fast(slot, sys::thread_pointer(), block.size as u64)
             });
         if !counted_here {
-            // Every other case, as a tail call (see `finish`).
+            // Every other case, as a tail call.
             // SAFETY: the same contract.
             return unsafe { free_general(ptr) };
         }

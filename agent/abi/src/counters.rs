@@ -73,9 +73,14 @@ pub enum Found {
 
 #[inline(always)]
 fn home(key: u64) -> usize {
-    // Thread pointers lie far apart (each in its own stack mapping); mixed, their high
-    // bits spread over the records.
-    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % OVERFLOW
+    // Thread pointers lie in the threads' stack mappings, which glibc (and Rust's std)
+    // makes of equal size, one after the other: an odd number of pages apart, since each
+    // has a guard page. So bits 12.. of consecutive threads' keys step by an odd number,
+    // and their low five bits give 32 threads 32 different homes (a multiplicative hash
+    // gives 4 threads in 63 homes a collision one time in ten, and a collided thread
+    // takes the general path on every call). The rest of the records are reached by the
+    // claim's probe.
+    ((key >> 12) & 31) as usize
 }
 
 /// The record of the thread with `key` (non-zero, unique among the live threads), found
@@ -602,6 +607,19 @@ mod tests {
         );
     }
 
+    #[test]
+    fn thirty_two_threads_laid_out_as_glibc_does_each_find_their_record_at_home() {
+        // Stacks of 8 MiB (glibc's default) and 2 MiB (Rust's), each with a guard page.
+        for pages in [2049u64, 513] {
+            let s = new_slot();
+            for t in 0..32u64 {
+                let key = 0x7f3a_1c00_0000 + t * pages * 4096 + 0x6c0;
+                rec(&s, key);
+                assert!(alloc_fast(&s, key, 1), "{pages} pages, thread {t}");
+            }
+        }
+    }
+
     /// The same operations through the hot path where it applies (else the general path)
     /// and through the general path alone leave the same slot, step by step.
     #[test]
@@ -614,8 +632,10 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            // One thread for the first half (solo), then three (batched).
-            let key = if step < 10_000 { 1 } else { 1 + x % 3 };
+            // One thread for the first half (solo), then three (batched), with thread
+            // pointers 8 MiB and a guard page apart, as glibc lays them out.
+            let thread = if step < 10_000 { 1 } else { 1 + x % 3 };
+            let key = thread * 2049 * 4096;
             if live.is_empty() || x % 5 < 3 {
                 let size = x % 3000;
                 if alloc_fast(&hot, key, size) {
