@@ -71,27 +71,48 @@ pub enum Found {
     Overflow,
 }
 
+/// A thread's two home records: two multiplicative hashes of its key (the thread
+/// pointer) over the non-overflow records. The hot path looks at the first, then the
+/// second; a thread whose two homes were both taken when it started finds its record by
+/// the claim's probe on every call, off the hot path. With one home, 4 threads and the
+/// main thread collided about one run in seven (a birthday bound over 63 records),
+/// sending a thread to the general path on every call; with two, a thread is left out
+/// only if both its homes are taken. (Fields of the thread pointer itself, such as its
+/// page number modulo 32, looked better on paper: thread stacks are laid out one after
+/// the other. Under the agent they are not: the report file's mapping and other threads'
+/// stack caches come between, and the main thread's and the first thread's homes
+/// coincided on every run, 1.9x bare CPU with two threads against 1.46x.)
 #[inline(always)]
-fn home(key: u64) -> usize {
-    // Thread pointers lie in the threads' stack mappings, which glibc (and Rust's std)
-    // makes of equal size, one after the other: an odd number of pages apart, since each
-    // has a guard page. So bits 12.. of consecutive threads' keys step by an odd number,
-    // and their low five bits give 32 threads 32 different homes (a multiplicative hash
-    // gives 4 threads in 63 homes a collision one time in ten, and a collided thread
-    // takes the general path on every call). The rest of the records are reached by the
-    // claim's probe.
-    ((key >> 12) & 31) as usize
+fn homes(key: u64) -> (usize, usize) {
+    let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (
+        (h >> 58) as usize % OVERFLOW,
+        (h >> 52) as usize % 64 % OVERFLOW,
+    )
 }
 
 /// The record of the thread with `key` (non-zero, unique among the live threads), found
 /// at its home index on the hot path, claimed on the thread's first call.
 #[inline(always)]
 pub fn record_of(slot: &Slot, key: u64) -> (&Record, Found) {
-    let first = &slot.records[home(key)];
-    if first.owner.load(Relaxed) == key && first.mode.load(Relaxed) != DIRECT {
-        return (first, Found::Known);
+    if let Some(record) = at_home(slot, key) {
+        if record.mode.load(Relaxed) != DIRECT {
+            return (record, Found::Known);
+        }
     }
     claim_record(slot, key)
+}
+
+/// The record of the thread with `key` if it is at one of its homes.
+#[inline(always)]
+fn at_home(slot: &Slot, key: u64) -> Option<&Record> {
+    let (first, second) = homes(key);
+    let record = &slot.records[first];
+    if record.owner.load(Relaxed) == key {
+        return Some(record);
+    }
+    let record = &slot.records[second];
+    (record.owner.load(Relaxed) == key).then_some(record)
 }
 
 /// A folded record used again: by a new thread to which glibc gave the ended thread's
@@ -136,9 +157,13 @@ fn end_solo(slot: &Slot) {
 
 #[cold]
 fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
-    let start = home(key);
-    for i in 0..OVERFLOW {
-        let record = &slot.records[(start + i) % OVERFLOW];
+    let (first, second) = homes(key);
+    // The two homes first, then every record from the first home on.
+    let order = [first, second]
+        .into_iter()
+        .chain((0..OVERFLOW).map(|i| (first + i) % OVERFLOW));
+    for index in order {
+        let record = &slot.records[index];
         let owner = record.owner.load(Relaxed);
         if owner == key {
             if record.mode.load(Relaxed) == DIRECT {
@@ -214,10 +239,7 @@ fn publish(slot: &Slot, delta: u64) {
 /// call: the record at the thread's home index is its own and solo or batching.
 #[inline(always)]
 fn own_record(slot: &Slot, key: u64) -> Option<(&Record, u64)> {
-    let record = &slot.records[home(key)];
-    if record.owner.load(Relaxed) != key {
-        return None;
-    }
+    let record = at_home(slot, key)?;
     let mode = record.mode.load(Relaxed);
     (mode == SOLO || mode == BATCHED).then_some((record, mode))
 }
@@ -608,16 +630,22 @@ mod tests {
     }
 
     #[test]
-    fn thirty_two_threads_laid_out_as_glibc_does_each_find_their_record_at_home() {
-        // Stacks of 8 MiB (glibc's default) and 2 MiB (Rust's), each with a guard page.
-        for pages in [2049u64, 513] {
-            let s = new_slot();
-            for t in 0..32u64 {
-                let key = 0x7f3a_1c00_0000 + t * pages * 4096 + 0x6c0;
-                rec(&s, key);
-                assert!(alloc_fast(&s, key, 1), "{pages} pages, thread {t}");
-            }
-        }
+    fn a_thread_whose_first_home_is_taken_finds_its_record_at_the_second() {
+        let s = new_slot();
+        // Keys whose first homes coincide (and whose second homes differ).
+        let first = |k: u64| homes(k).0;
+        let a = 0x7f3a_1c00_06c0u64;
+        let b = (1..1_000_000u64)
+            .map(|i| a + i * 4096)
+            .find(|&k| first(k) == first(a) && homes(k).1 != first(a))
+            .expect("two keys with one first home");
+        rec(&s, a);
+        rec(&s, b);
+        assert!(alloc_fast(&s, a, 1) && alloc_fast(&s, b, 1));
+        assert!(core::ptr::eq(
+            at_home(&s, b).unwrap(),
+            &s.records[homes(b).1]
+        ));
     }
 
     /// The same operations through the hot path where it applies (else the general path)
