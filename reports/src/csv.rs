@@ -37,6 +37,9 @@ struct Row<'a> {
     /// The metric's notes, joined by "; " (an exact count that varied, what a total
     /// covers...), so no format drops them.
     notes: String,
+    /// The largest error one run's value may carry (`MetricResult::bound`), empty when
+    /// none is stated.
+    bound: Option<f64>,
 }
 
 impl Render for Csv {
@@ -71,6 +74,7 @@ impl Render for Csv {
                     threshold: c.map(|c| c.threshold),
                     verdict: c.map(|c| c.verdict.id()),
                     notes: m.notes.join("; "),
+                    bound: m.bound,
                 })
                 .map_err(io::Error::other)?;
             }

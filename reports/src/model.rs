@@ -124,6 +124,13 @@ pub struct MetricResult {
     /// renderers then say so instead of printing its mean.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distinguishable: Option<bool>,
+    /// The largest error one run's value may carry, in the metric's unit, where the
+    /// instrument states one: `heap.peak` of a run whose threads allocated at once is
+    /// within `±bound` bytes of the peak of the true live total (docs/alloc.md). Absent when
+    /// the values are what they say (an exact count, or a measurement whose spread the
+    /// interval already shows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<f64>,
 }
 
 /// One run of a metric's history.

@@ -276,6 +276,7 @@ mod tests {
             comparison,
             trend: vec![],
             distinguishable: None,
+            bound: None,
         }
     }
 

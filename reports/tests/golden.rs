@@ -49,6 +49,7 @@ fn metric(
         comparison: None,
         trend: Vec::new(),
         distinguishable: None,
+        bound: None,
     }
 }
 
@@ -155,7 +156,12 @@ pub fn report() -> Report {
                     Some((12_900_000.0, 13_200_000.0)),
                 ),
                 calls,
-                metric("heap.peak", Unit::Bytes, "agent", true, &[512.0], None),
+                MetricResult {
+                    // Threads allocated at once: within a stated bound, not exact.
+                    bound: Some(16384.0),
+                    group: "alloc".into(),
+                    ..metric("heap.peak", Unit::Bytes, "agent", false, &[512.0], None)
+                },
             ],
             warnings: vec!["Vec::push also has 37 inlined instances that were not counted".into()],
         }],

@@ -41,6 +41,7 @@ fn metric(
         comparison: c,
         trend: Vec::new(),
         distinguishable: None,
+        bound: None,
     }
 }
 

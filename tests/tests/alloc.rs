@@ -1034,10 +1034,22 @@ fn the_peak_is_called_exact_only_when_it_is() {
     };
     let single = run(&["churn", "2000"]);
     assert_eq!(metric(&single, "heap.peak")["exact"], true, "{single:#}");
+    assert!(metric(&single, "heap.peak").get("bound").is_none());
     let threads = run(&["phases", "4", "500", "0"]);
     let peak = metric(&threads, "heap.peak");
     assert_eq!(peak["exact"], false, "{peak:#}");
     assert_eq!(metric(&threads, "alloc.count")["exact"], true);
+    assert!(metric(&threads, "alloc.count").get("bound").is_none());
+    // The stated bound as a number: (concurrently active threads - 1) x the granule,
+    // with 4 workers and the main thread at most 4 x 8 KiB.
+    let bound = peak["bound"].as_f64().expect("a numeric bound");
+    assert!(
+        bound > 0.0 && bound <= 4.0 * 8192.0 && bound % 8192.0 == 0.0,
+        "{peak:#}"
+    );
     let warnings = threads["benchmarks"][0]["warnings"].to_string();
-    assert!(warnings.contains("heap.peak exact to"), "{warnings}");
+    assert!(
+        warnings.contains(&format!("heap.peak exact to \u{b1}{bound} bytes")),
+        "{warnings}"
+    );
 }

@@ -274,6 +274,7 @@ mod tests {
             comparison: None,
             trend: Vec::new(),
             distinguishable: None,
+            bound: None,
         }
     }
 

@@ -85,6 +85,7 @@ pub fn metric_result(
         comparison: None,
         trend: Vec::new(),
         distinguishable: None,
+        bound: None,
     }
 }
 

@@ -15,7 +15,7 @@ use nix::unistd::Pid;
 use sbs_reports::model::{MetricResult, Unit};
 
 /// What a metric is: its id, unit, mechanism and kind.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MetricSpec {
     /// Stable id, e.g. `time.wall`, `alloc.count`, `invocations.Vec::push`.
     pub id: String,
@@ -25,6 +25,9 @@ pub struct MetricSpec {
     pub source: String,
     /// An exact count (repeatable) rather than a measurement.
     pub exact: bool,
+    /// The largest error the value may carry, in its unit, where the instrument states
+    /// one (see `MetricResult::bound`); the series keeps the largest of its runs'.
+    pub bound: Option<f64>,
 }
 
 impl MetricSpec {
@@ -35,7 +38,14 @@ impl MetricSpec {
             unit,
             source: source.into(),
             exact,
+            bound: None,
         }
+    }
+
+    /// The same metric, its value within `±bound` of the truth (`None`: as exact as
+    /// `exact` says).
+    pub fn with_bound(self, bound: Option<f64>) -> Self {
+        MetricSpec { bound, ..self }
     }
 
     /// The metric's result for a report: its samples, its breakdown (label, samples) and
@@ -49,6 +59,7 @@ impl MetricSpec {
     ) -> MetricResult {
         MetricResult {
             group,
+            bound: self.bound,
             ..crate::judge::summary::metric_result(
                 self.id,
                 self.unit,

@@ -177,6 +177,10 @@ impl Collected {
             // Exact only if every run's value was (the heap peak of a run whose threads
             // allocated at once is not).
             series.spec.exact &= s.metric.exact;
+            series.spec.bound = match (series.spec.bound, s.metric.bound) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
             if failed {
                 series.failed.push(series.samples.len());
             }

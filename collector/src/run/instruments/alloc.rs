@@ -699,7 +699,8 @@ impl AllocAgent {
         let m = |id: &str, unit| MetricSpec::new(id, unit, source, true);
         // Within the stated bound, not exact, when threads allocated at once.
         let peak = Sample::new(
-            MetricSpec::new("heap.peak", Unit::Bytes, source, t.peak_bound == 0),
+            MetricSpec::new("heap.peak", Unit::Bytes, source, t.peak_bound == 0)
+                .with_bound((t.peak_bound > 0).then_some(t.peak_bound as f64)),
             t.peak as f64,
         );
         if self.metrics == AllocMetrics::HeapPeak {
