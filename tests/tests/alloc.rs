@@ -1053,3 +1053,38 @@ fn the_peak_is_called_exact_only_when_it_is() {
         "{warnings}"
     );
 }
+
+/// A thread made with a raw `clone` (no `pthread_create`: glibc still believes the
+/// process single-threaded) that has its own thread pointer gets a record of its own, and
+/// every block of it counts, as DHAT counts them.
+#[test]
+fn a_raw_clone_thread_counts_in_a_record_of_its_own() {
+    let Some((_dir, exe)) = c_fixture("raw_thread") else {
+        return;
+    };
+    let main = main_image(&agent(&exe, &[]));
+    // The numbers written in the fixture's header comment.
+    assert_eq!(
+        (main.allocs, main.bytes, main.frees, main.live),
+        (1035, 180_000, 925, 25_000),
+        "{main:#?}"
+    );
+    assert_eq!(main.threads, 2, "the raw thread shared a record: {main:#?}");
+    // It never ran glibc's thread exit, so it stays active: the peak is stated with a
+    // bound of one granule, and lies within it.
+    assert_eq!(main.peak_bound(), sbs_agent_abi::GRANULE, "{main:#?}");
+    assert!(
+        main.peak.abs_diff(105_000) <= main.peak_bound(),
+        "{main:#?}"
+    );
+    let Some(oracle) = dhat(&exe, &[]) else {
+        return;
+    };
+    let oracle = dhat_main(&oracle);
+    assert_eq!(
+        (main.allocs, main.bytes, main.live),
+        (oracle.blocks, oracle.bytes, oracle.end),
+        "agent vs DHAT\nagent: {main:#?}\nDHAT: {oracle:#?}"
+    );
+    assert_eq!(oracle.gmax, 105_000, "{oracle:#?}");
+}
