@@ -8,15 +8,13 @@
 //! thread-exit key are registered by the constructor), and nothing can unwind (the panic
 //! handler aborts; arithmetic on sizes is checked).
 
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize};
 
-use sbs_agent_abi::{
-    parse_fd, parse_token, slot_offset, HeaderValues, Origin, ReportHeader, Slot, ENV_REPORT_FD_C,
-    ENV_REPORT_TOKEN_C, HEADER_SIZE as REPORT_HEADER_SIZE, REPORT_SIZE, SLOT_COUNT,
-};
+use sbs_agent_abi::attach::{self, Report};
+use sbs_agent_abi::{Origin, Slot, ENV_REPORT_FD_C, ENV_REPORT_TOKEN_C};
 
 use crate::sys;
 use crate::trailer::{self, Block, MAX_SIZE, TRAILER_SIZE};
@@ -26,7 +24,7 @@ use sbs_agent_abi::Record;
 /// The report slot of this process image, or null (no report file, or all slots taken).
 static SLOT: AtomicPtr<Slot> = AtomicPtr::new(null_mut());
 /// The mapped report file, or null.
-static REPORT: AtomicPtr<ReportHeader> = AtomicPtr::new(null_mut());
+static REPORT: AtomicPtr<Report> = AtomicPtr::new(null_mut());
 /// Start-up state: [`UNINIT`], [`RUNNING`] or [`DONE`].
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 const UNINIT: u8 = 0;
@@ -84,11 +82,9 @@ fn start(final_attempt: bool) {
     {
         return;
     }
-    // SAFETY: runs once (guarded by STATE); only reads the environment and maps the fd.
-    let found = unsafe { find_report() };
-    match found {
+    match attach::find_report::<sys::Libc>(ENV_REPORT_FD_C, ENV_REPORT_TOKEN_C) {
         Some(report) => {
-            REPORT.store(report, Release);
+            REPORT.store((report as *const Report).cast_mut(), Release);
             claim(Origin::Load, None);
             STATE.store(DONE, Release);
         }
@@ -97,81 +93,17 @@ fn start(final_attempt: bool) {
     }
 }
 
-/// Read the env vars, check the report header and map it.
-///
-/// # Safety
-/// Must not run concurrently with itself (guarded by `STATE`).
-unsafe fn find_report() -> Option<*mut ReportHeader> {
-    // SAFETY: NUL-terminated names; getenv returns null or a NUL-terminated string.
-    let fd = parse_fd(unsafe { env_bytes(ENV_REPORT_FD_C)? })?;
-    // SAFETY: as above.
-    let token = parse_token(unsafe { env_bytes(ENV_REPORT_TOKEN_C)? })?;
-    let mut raw = [0u8; REPORT_HEADER_SIZE];
-    // SAFETY: reads at most raw.len() bytes into a stack buffer.
-    let got = unsafe { sys::pread(fd, raw.as_mut_ptr().cast(), raw.len(), 0) };
-    if got != raw.len() as isize || !HeaderValues::from_bytes(&raw)?.matches(token) {
-        return None;
-    }
-    // SAFETY: a fresh shared mapping of the report file; the header check above shows the fd is
-    // the collector's report file of REPORT_SIZE bytes.
-    let map = unsafe {
-        sys::mmap(
-            null_mut(),
-            REPORT_SIZE,
-            sys::PROT_READ | sys::PROT_WRITE,
-            sys::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if map == sys::MAP_FAILED || map.is_null() {
-        return None;
-    }
-    Some(map.cast())
-}
-
-/// The value of env var `name` (NUL-terminated) as bytes.
-///
-/// # Safety
-/// `name` must end with NUL. The returned slice points into the environment.
-unsafe fn env_bytes(name: &[u8]) -> Option<&'static [u8]> {
-    // SAFETY: the caller passes a NUL-terminated name.
-    let value = unsafe { sys::getenv(name.as_ptr().cast::<c_char>()) };
-    if value.is_null() {
-        return None;
-    }
-    let mut len = 0usize;
-    // SAFETY: getenv's result is NUL-terminated; we stop at the NUL and read no further
-    // than 32 bytes (our values are shorter).
-    while len < 32 && unsafe { *value.add(len) } != 0 {
-        len += 1;
-    }
-    // SAFETY: `len` bytes from `value` were just read.
-    Some(unsafe { core::slice::from_raw_parts(value.cast::<u8>(), len) })
-}
-
 /// Take the next slot of the report file for this process image.
 fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
-    let report = REPORT.load(Acquire);
-    if report.is_null() {
+    // SAFETY: a non-null REPORT is the report file's mapping, never unmapped.
+    let Some(report) = (unsafe { REPORT.load(Acquire).as_ref() }) else {
         return;
-    }
-    // SAFETY: REPORT is a live mapping of REPORT_SIZE bytes starting with the header.
-    let head = unsafe { &*report };
-    let index = head.claims.fetch_add(1, Relaxed) as usize;
-    if index >= SLOT_COUNT {
-        SLOT.store(null_mut(), Release);
-        return;
-    }
-    // SAFETY: slot_offset(index) + SLOT_SIZE <= REPORT_SIZE for index < SLOT_COUNT, and
-    // slots are 8-byte aligned (the mapping is page-aligned, offsets multiples of 128).
-    let slot = unsafe { report.cast::<u8>().add(slot_offset(index)).cast::<Slot>() };
-    // SAFETY: as above; the slot is ours alone (claimed by the atomic increment).
-    let slot_ref = unsafe { &*slot };
-    // SAFETY: getpid/getppid have no preconditions.
-    let (pid, ppid) = unsafe { (sys::getpid(), sys::getppid()) };
-    counters::start(slot_ref, origin, pid as u64, ppid as u64, inherited);
-    SLOT.store(slot, Release);
+    };
+    let slot = attach::claim::<sys::Libc>(report, origin, inherited);
+    SLOT.store(
+        slot.map_or(null_mut(), |s| (s as *const Slot).cast_mut()),
+        Release,
+    );
 }
 
 unsafe extern "C" fn before_fork() {

@@ -70,3 +70,58 @@ pub fn thread_pointer() -> u64 {
     }
     tp
 }
+
+/// The system calls of attaching to the report file (`sbs_agent_abi::attach`).
+pub struct Libc;
+
+impl sbs_agent_abi::attach::Os for Libc {
+    fn env(name: &'static [u8]) -> Option<&'static [u8]> {
+        // SAFETY: the abi's names end with NUL; getenv returns null or a NUL-terminated
+        // string in the environment.
+        let value = unsafe { getenv(name.as_ptr().cast::<c_char>()) };
+        if value.is_null() {
+            return None;
+        }
+        let mut len = 0usize;
+        // SAFETY: getenv's result is NUL-terminated; we stop at the NUL and read no
+        // further than 32 bytes (the values read are shorter).
+        while len < 32 && unsafe { *value.add(len) } != 0 {
+            len += 1;
+        }
+        // SAFETY: `len` bytes from `value` were just read.
+        Some(unsafe { core::slice::from_raw_parts(value.cast::<u8>(), len) })
+    }
+
+    fn read_header(fd: c_int, out: &mut [u8; sbs_agent_abi::HEADER_SIZE]) -> bool {
+        // SAFETY: reads at most out.len() bytes into the caller's buffer.
+        let got = unsafe { pread(fd, out.as_mut_ptr().cast(), out.len(), 0) };
+        got == out.len() as isize
+    }
+
+    fn map(fd: c_int) -> Option<&'static sbs_agent_abi::attach::Report> {
+        // SAFETY: a fresh shared mapping; the caller checked the header, so `fd` is the
+        // collector's report file of REPORT_SIZE bytes.
+        let map = unsafe {
+            mmap(
+                core::ptr::null_mut(),
+                sbs_agent_abi::REPORT_SIZE,
+                PROT_READ | PROT_WRITE,
+                MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if map == MAP_FAILED || map.is_null() {
+            return None;
+        }
+        // SAFETY: REPORT_SIZE bytes, page-aligned, shared, never unmapped; every bit
+        // pattern is a valid `Report` (atomics only).
+        Some(unsafe { &*map.cast::<sbs_agent_abi::attach::Report>() })
+    }
+
+    fn pids() -> (u64, u64) {
+        // SAFETY: getpid/getppid have no preconditions.
+        let (pid, ppid) = unsafe { (getpid(), getppid()) };
+        (pid as u64, ppid as u64)
+    }
+}

@@ -13,8 +13,9 @@
 //! # fn main() {}
 //! ```
 //!
-//! The wrapper counts into the same report file, with the same slot layout and update
-//! rules (`sbs_agent_abi::counters`), as the agent: blocks, requested bytes (from the
+//! The wrapper counts into the same report file, found and claimed by the same code
+//! (`sbs_agent_abi::attach`), with the same slot layout and update rules
+//! (`sbs_agent_abi::counters`), as the agent: blocks, requested bytes (from the
 //! `Layout`, so no block header is needed), resizes, live and peak bytes, per process
 //! image, forks included. Outside `sbs-profile` (no report file announced) it only forwards.
 //! What it cannot see: allocations that do not go through the Rust global allocator
@@ -27,13 +28,13 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_char;
 use std::ptr::null_mut;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU8};
 
+use sbs_agent_abi::attach::{self, Report};
 use sbs_agent_abi::counters::{self, ForkCarry, ForkSnapshot};
 use sbs_agent_abi::{
-    parse_fd, parse_token, slot_offset, HeaderValues, Origin, Record, ReportHeader, Slot,
-    ENV_HARNESS_FD_C, ENV_HARNESS_TOKEN_C, HEADER_SIZE, REPORT_SIZE, SLOT_COUNT,
+    Origin, Record, Slot, ENV_HARNESS_FD_C, ENV_HARNESS_TOKEN_C, HEADER_SIZE, REPORT_SIZE,
 };
 
 /// A `GlobalAlloc` that forwards to `A` and counts into sbs-profile's report file.
@@ -50,7 +51,7 @@ impl<A> CountingAlloc<A> {
 }
 
 static SLOT: AtomicPtr<Slot> = AtomicPtr::new(null_mut());
-static REPORT: AtomicPtr<ReportHeader> = AtomicPtr::new(null_mut());
+static REPORT: AtomicPtr<Report> = AtomicPtr::new(null_mut());
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 const UNINIT: u8 = 0;
 const RUNNING: u8 = 1;
@@ -99,8 +100,8 @@ fn start() {
         }
         return;
     }
-    if let Some(report) = find_report() {
-        REPORT.store(report, Release);
+    if let Some(report) = attach::find_report::<Libc>(ENV_HARNESS_FD_C, ENV_HARNESS_TOKEN_C) {
+        REPORT.store((report as *const Report).cast_mut(), Release);
         claim(Origin::Load, None);
         // SAFETY: registering plain `extern "C"` functions without arguments.
         unsafe { libc::pthread_atfork(Some(before_fork), None, Some(in_fork_child)) };
@@ -108,69 +109,70 @@ fn start() {
     STATE.store(DONE, Release);
 }
 
-/// The value of env var `name` (NUL-terminated), read without allocating.
-fn env_bytes(name: &[u8]) -> Option<&'static [u8]> {
-    // SAFETY: `name` is NUL-terminated (the abi's *_C constants).
-    let value = unsafe { libc::getenv(name.as_ptr().cast::<c_char>()) };
-    if value.is_null() {
-        return None;
+/// The system calls of attaching to the report file, through the `libc` crate.
+struct Libc;
+
+impl attach::Os for Libc {
+    /// Read at the first allocation, not by a constructor (an `.init_array` entry in this
+    /// rlib is linked only if something else in its object file is): a Rust program's
+    /// first allocation comes before any thread it starts (starting one allocates) and
+    /// before any `setenv` of its own (`std::env::set_var` allocates its C strings first),
+    /// so no other thread can be changing the environment while it is read.
+    fn env(name: &'static [u8]) -> Option<&'static [u8]> {
+        // SAFETY: `name` is NUL-terminated (the abi's *_C constants).
+        let value = unsafe { libc::getenv(name.as_ptr().cast::<c_char>()) };
+        if value.is_null() {
+            return None;
+        }
+        // SAFETY: getenv's result is a NUL-terminated string in the environment.
+        Some(unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes())
     }
-    // SAFETY: getenv's result is a NUL-terminated string in the environment.
-    Some(unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes())
+
+    fn read_header(fd: i32, out: &mut [u8; HEADER_SIZE]) -> bool {
+        // SAFETY: reads at most out.len() bytes into the caller's buffer.
+        let got = unsafe { libc::pread(fd, out.as_mut_ptr().cast(), out.len(), 0) };
+        got == out.len() as isize
+    }
+
+    fn map(fd: i32) -> Option<&'static Report> {
+        // SAFETY: a fresh shared mapping of the collector's report file (the caller checked
+        // its header).
+        let map = unsafe {
+            libc::mmap(
+                null_mut(),
+                REPORT_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED || map.is_null() {
+            return None;
+        }
+        // SAFETY: REPORT_SIZE bytes, page-aligned, shared, never unmapped; every bit
+        // pattern is a valid `Report` (atomics only).
+        Some(unsafe { &*map.cast::<Report>() })
+    }
+
+    fn pids() -> (u64, u64) {
+        // SAFETY: getpid/getppid have no preconditions.
+        let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
+        (pid as u64, ppid as u64)
+    }
 }
 
-fn find_report() -> Option<*mut ReportHeader> {
-    let fd = parse_fd(env_bytes(ENV_HARNESS_FD_C)?)?;
-    let token = parse_token(env_bytes(ENV_HARNESS_TOKEN_C)?)?;
-    let mut raw = [0u8; HEADER_SIZE];
-    // SAFETY: reads at most raw.len() bytes into a stack buffer.
-    let got = unsafe { libc::pread(fd, raw.as_mut_ptr().cast(), raw.len(), 0) };
-    if got != raw.len() as isize || !HeaderValues::from_bytes(&raw)?.matches(token) {
-        return None;
-    }
-    // SAFETY: a fresh shared mapping of the collector's report file (header checked above).
-    let map = unsafe {
-        libc::mmap(
-            null_mut(),
-            REPORT_SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if map == libc::MAP_FAILED || map.is_null() {
-        return None;
-    }
-    Some(map.cast())
-}
-
+/// Take the next slot of the report file for this process image.
 fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
-    let report = REPORT.load(Acquire);
-    if report.is_null() {
+    // SAFETY: a non-null REPORT is the report file's mapping, never unmapped.
+    let Some(report) = (unsafe { REPORT.load(Acquire).as_ref() }) else {
         return;
-    }
-    // SAFETY: REPORT is a live mapping of REPORT_SIZE bytes starting with the header.
-    let head = unsafe { &*report };
-    let index = head.claims.fetch_add(1, Relaxed) as usize;
-    if index >= SLOT_COUNT {
-        SLOT.store(null_mut(), Release);
-        return;
-    }
-    // SAFETY: slot `index` lies inside the mapping and is 64-byte aligned; claimed by the
-    // atomic increment, so it is ours alone.
-    let slot = unsafe { report.cast::<u8>().add(slot_offset(index)).cast::<Slot>() };
-    // SAFETY: getpid/getppid have no preconditions.
-    let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
-    // SAFETY: as above.
-    counters::start(
-        unsafe { &*slot },
-        origin,
-        pid as u64,
-        ppid as u64,
-        inherited,
+    };
+    let slot = attach::claim::<Libc>(report, origin, inherited);
+    SLOT.store(
+        slot.map_or(null_mut(), |s| (s as *const Slot).cast_mut()),
+        Release,
     );
-    SLOT.store(slot, Release);
 }
 
 extern "C" fn before_fork() {
@@ -255,6 +257,6 @@ mod tests {
             a.dealloc(q, Layout::from_size_align(128, 8).unwrap());
         }
         // The test process has no report file: nothing was claimed.
-        assert!(SLOT.load(Relaxed).is_null());
+        assert!(SLOT.load(Acquire).is_null());
     }
 }

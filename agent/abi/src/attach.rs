@@ -1,0 +1,142 @@
+//! Finding the report file and claiming a slot in it: the same steps for the preload
+//! agent and for the in-process harness (`sbs-harness`), written once. Each side supplies
+//! the few system calls through [`Os`] (the agent declares libc by hand, the harness uses
+//! the `libc` crate) and keeps the slot in statics of its own, which its hot path reads.
+//!
+//! Nothing here allocates or takes a lock: it runs inside allocation hooks and fork
+//! handlers.
+
+use core::mem::size_of;
+use core::sync::atomic::Ordering::Relaxed;
+
+use crate::counters::{self, ForkSnapshot};
+use crate::{
+    parse_fd, parse_token, HeaderValues, Origin, ReportHeader, Slot, HEADER_SIZE, REPORT_SIZE,
+    SLOT_COUNT,
+};
+
+/// The report file as mapped: its header, then its slots.
+#[repr(C)]
+pub struct Report {
+    /// The header.
+    pub header: ReportHeader,
+    /// Every slot.
+    pub slots: [Slot; SLOT_COUNT],
+}
+
+const _: () = assert!(size_of::<Report>() == REPORT_SIZE);
+const _: () = assert!(core::mem::offset_of!(Report, slots) == HEADER_SIZE);
+
+/// The system calls attaching needs.
+pub trait Os {
+    /// The value of the env var `name` (NUL-terminated), read without allocating.
+    fn env(name: &'static [u8]) -> Option<&'static [u8]>;
+    /// The first [`HEADER_SIZE`] bytes of descriptor `fd` (`false` on an error or a short
+    /// read).
+    fn read_header(fd: i32, out: &mut [u8; HEADER_SIZE]) -> bool;
+    /// The [`REPORT_SIZE`] bytes of descriptor `fd`, mapped shared and writable for the
+    /// rest of the process's life (never unmapped).
+    fn map(fd: i32) -> Option<&'static Report>;
+    /// This process's pid and its parent's.
+    fn pids() -> (u64, u64);
+}
+
+/// The report file announced by the env vars `fd_var` and `token_var` (NUL-terminated
+/// names), mapped, if its header carries the announced token: a descriptor number reused
+/// for something else is never written to.
+pub fn find_report<O: Os>(
+    fd_var: &'static [u8],
+    token_var: &'static [u8],
+) -> Option<&'static Report> {
+    let fd = parse_fd(O::env(fd_var)?)?;
+    let token = parse_token(O::env(token_var)?)?;
+    let mut raw = [0u8; HEADER_SIZE];
+    if !O::read_header(fd, &mut raw) || !HeaderValues::from_bytes(&raw)?.matches(token) {
+        return None;
+    }
+    O::map(fd)
+}
+
+/// Take the next slot of `report` for this process image and fill it: counts from zero,
+/// and for a forked child (`inherited`) the live heap it inherited. `None` when every
+/// slot is taken (the collector reports the excess).
+pub fn claim<O: Os>(
+    report: &'static Report,
+    origin: Origin,
+    inherited: Option<ForkSnapshot>,
+) -> Option<&'static Slot> {
+    let index = report.header.claims.fetch_add(1, Relaxed) as usize;
+    let slot = report.slots.get(index)?;
+    let (pid, ppid) = O::pids();
+    counters::start(slot, origin, pid, ppid, inherited);
+    Some(slot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{REPORT_MAGIC, REPORT_VERSION};
+    use std::sync::OnceLock;
+
+    /// A report file in ordinary memory, announced as descriptor 7 with token `abc`.
+    struct Fake;
+
+    #[allow(unsafe_code)]
+    fn report() -> &'static Report {
+        static REPORT: OnceLock<&'static Report> = OnceLock::new();
+        REPORT.get_or_init(|| {
+            // A zeroed Report is valid (atomics and integers): built on the heap, leaked.
+            let layout = std::alloc::Layout::new::<Report>();
+            // SAFETY: a non-zero layout; all-zero bytes are a valid `Report`.
+            let report: &'static Report = unsafe { &*std::alloc::alloc_zeroed(layout).cast() };
+            report.header.magic.store(REPORT_MAGIC, Relaxed);
+            report.header.version.store(REPORT_VERSION, Relaxed);
+            report.header.token.store(0xabc, Relaxed);
+            report
+        })
+    }
+
+    impl Os for Fake {
+        fn env(name: &'static [u8]) -> Option<&'static [u8]> {
+            match name {
+                b"FD\0" => Some(b"7"),
+                b"TOKEN\0" => Some(b"abc"),
+                b"WRONG_TOKEN\0" => Some(b"abd"),
+                _ => None,
+            }
+        }
+        fn read_header(fd: i32, out: &mut [u8; HEADER_SIZE]) -> bool {
+            let h = &report().header;
+            for (i, word) in [&h.magic, &h.version, &h.token, &h.claims]
+                .iter()
+                .enumerate()
+            {
+                out[i * 8..i * 8 + 8].copy_from_slice(&word.load(Relaxed).to_le_bytes());
+            }
+            fd == 7
+        }
+        fn map(fd: i32) -> Option<&'static Report> {
+            (fd == 7).then(report)
+        }
+        fn pids() -> (u64, u64) {
+            (42, 41)
+        }
+    }
+
+    #[test]
+    fn a_report_is_found_only_with_its_token_and_slots_are_claimed_in_turn() {
+        assert!(find_report::<Fake>(b"FD\0", b"WRONG_TOKEN\0").is_none());
+        assert!(find_report::<Fake>(b"NONE\0", b"TOKEN\0").is_none());
+        let report = find_report::<Fake>(b"FD\0", b"TOKEN\0").expect("found");
+        let first = claim::<Fake>(report, Origin::Load, None).expect("a slot");
+        let second = claim::<Fake>(report, Origin::Fork, None).expect("a slot");
+        assert!(core::ptr::eq(first, &report.slots[0]));
+        assert!(core::ptr::eq(second, &report.slots[1]));
+        assert_eq!(first.pid.load(Relaxed), 42);
+        assert_eq!(second.ppid.load(Relaxed), 41);
+        // Past the last slot: none, and the claim count says how many wanted one.
+        report.header.claims.store(SLOT_COUNT as u64, Relaxed);
+        assert!(claim::<Fake>(report, Origin::Load, None).is_none());
+        assert_eq!(report.header.claims.load(Relaxed), SLOT_COUNT as u64 + 1);
+    }
+}
