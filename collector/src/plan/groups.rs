@@ -34,6 +34,38 @@ pub(super) fn benchmark_groups(
     harness: Option<(&str, &[String])>,
 ) -> anyhow::Result<Vec<Group>> {
     let region = harness.is_some();
+    let counter_options = CounterOptions {
+        region,
+        ..measures.counters.clone()
+    };
+    let mut groups = instrument_groups(measures, run, region)?;
+    groups.extend(counters::groups(&counter_options)?);
+    let others_requested = !groups.is_empty();
+    // A harnessed benchmark is always timed: time.op is what it is for.
+    if measures.time || !others_requested || region {
+        groups.insert(
+            0,
+            Group {
+                name: "timing".into(),
+                instruments: vec![Box::new(Timing {
+                    rss: !measures.memory,
+                })],
+            },
+        );
+    }
+    if let Some((name, probes)) = harness {
+        add_harness_records(&mut groups, measures, &counter_options, name, probes)?;
+    }
+    Ok(groups)
+}
+
+/// The groups of every instrument but the counters and timing: invocations, allocations,
+/// boxing, memory, the time profile, in that order.
+fn instrument_groups(
+    measures: &Measures,
+    run: &RunConfig,
+    region: bool,
+) -> anyhow::Result<Vec<Group>> {
     let mut groups = Vec::new();
     if !measures.invocations.is_empty() {
         groups.push(invocations_group(measures, run, region)?);
@@ -76,67 +108,50 @@ pub(super) fn benchmark_groups(
             )?)],
         });
     }
-    let counter_options = CounterOptions {
-        region,
-        ..measures.counters.clone()
-    };
-    groups.extend(counters::groups(&counter_options)?);
-    // The calibration of a harnessed benchmark's counts: the same counter groups again, in
-    // which the harness runs the empty operation.
-    let calibrations = if region {
-        counters::groups(&counter_options)?
-    } else {
-        Vec::new()
-    };
-    // The constant-input check: the instructions alone, at each size probe.
-    let mut size_groups = Vec::new();
-    if let (Some((_, probes)), Some(_)) = (harness, &measures.counters.instructions) {
+    Ok(groups)
+}
+
+/// For the harnessed benchmark `name`: every group gets the instrument that reads the
+/// harness's records; each counter group gets its calibration twin (the same counters,
+/// the harness running the empty operation) right after it; and with `--instructions`,
+/// each size probe a group that counts the instructions alone at that size (the
+/// constant-input check), at the end.
+fn add_harness_records(
+    groups: &mut Vec<Group>,
+    measures: &Measures,
+    counter_options: &CounterOptions,
+    name: &str,
+    probes: &[String],
+) -> anyhow::Result<()> {
+    for g in groups.iter_mut() {
+        g.instruments
+            .push(Box::new(per_op_records(name, &g.name, measures)));
+    }
+    for mut twin in counters::groups(counter_options)? {
+        let records = per_op_records(name, &twin.name, measures).empty_operation();
+        twin.instruments.push(Box::new(records));
+        let at = groups
+            .iter()
+            .position(|g| g.name == twin.name)
+            .map_or(groups.len(), |i| i + 1);
+        twin.name.push_str(EMPTY_GROUP);
+        groups.insert(at, twin);
+    }
+    if measures.counters.instructions.is_some() {
         let instructions_only = CounterOptions {
             counters: None,
             ..counter_options.clone()
         };
         for probe in probes {
-            for g in counters::groups(&instructions_only)? {
-                size_groups.push((probe.clone(), g));
+            for mut g in counters::groups(&instructions_only)? {
+                let records = per_op_records(name, &g.name, measures).at_size(probe);
+                g.instruments.push(Box::new(records));
+                g.name = format!("{} @{probe}", g.name);
+                groups.push(g);
             }
         }
     }
-    let others_requested = !groups.is_empty();
-    // A harnessed benchmark is always timed: time.op is what it is for.
-    if measures.time || !others_requested || region {
-        groups.insert(
-            0,
-            Group {
-                name: "timing".into(),
-                instruments: vec![Box::new(Timing {
-                    rss: !measures.memory,
-                })],
-            },
-        );
-    }
-    if let Some((name, _)) = harness {
-        for g in groups.iter_mut() {
-            g.instruments
-                .push(Box::new(per_op_records(name, &g.name, measures)));
-        }
-        for mut twin in calibrations {
-            let records = per_op_records(name, &twin.name, measures).empty_operation();
-            twin.instruments.push(Box::new(records));
-            let at = groups
-                .iter()
-                .position(|g| g.name == twin.name)
-                .map_or(groups.len(), |i| i + 1);
-            twin.name.push_str(EMPTY_GROUP);
-            groups.insert(at, twin);
-        }
-        for (probe, mut g) in size_groups {
-            let records = per_op_records(name, &g.name, measures).at_size(&probe);
-            g.instruments.push(Box::new(records));
-            g.name = format!("{} @{probe}", g.name);
-            groups.push(g);
-        }
-    }
-    Ok(groups)
+    Ok(())
 }
 
 /// The child's `LD_LIBRARY_PATH`, where probes look for the libraries it loads.
