@@ -239,6 +239,68 @@ struct Search<'a, B: Builds> {
 }
 
 impl<B: Builds> Search<'_, B> {
+    /// One layer of the dig below `current` (a regressed function, last in `chain`): the
+    /// call the regression lies in joins `chain`, and the answer is its callee to dig
+    /// into next, or why the dig stops here.
+    fn step(
+        &mut self,
+        current: &B::F,
+        chain: &mut Vec<Link>,
+        visited: &mut Vec<B::F>,
+    ) -> anyhow::Result<Result<B::F, Stop>> {
+        let name = self.builds.name(current);
+        let lists = self.builds.calls(current)?;
+        let names = |l: &[Call<B::F>]| l.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        let (previous, now) = (names(&lists.previous), names(&lists.current));
+        if previous != now {
+            return Ok(Err(Stop::CallListChanged {
+                function: name,
+                previous,
+                current: now,
+            }));
+        }
+        let all = 0..lists.current.len();
+        self.layer = (name.clone(), now.clone());
+        let found = match self.options.strategy {
+            Strategy::Binary => self.binary(current, all)?,
+            Strategy::Linear => self.linear(current, all)?,
+        };
+        let Some((range, mut link)) = found else {
+            return Ok(Err(Stop::OwnCode(name)));
+        };
+        if range.len() > 1 {
+            return Ok(Err(Stop::Spread {
+                function: name,
+                calls: now[range].to_vec(),
+            }));
+        }
+        let call = &lists.current[range.start];
+        let depth = chain.len();
+        link.function = call.name.clone();
+        link.depth = depth;
+        link.external = call.callee.is_none();
+        chain.push(link);
+        let Some(callee) = call.callee.clone() else {
+            return Ok(Err(Stop::External(call.name.clone())));
+        };
+        let options = self.options;
+        if options
+            .ignore
+            .iter()
+            .any(|p| p.matches(&call.name, &call.name))
+        {
+            return Ok(Err(Stop::Ignored(call.name.clone())));
+        }
+        if visited.contains(&callee) {
+            return Ok(Err(Stop::Recursion(call.name.clone())));
+        }
+        if options.depth.is_some_and(|d| depth >= d) {
+            return Ok(Err(Stop::Depth(depth)));
+        }
+        visited.push(callee.clone());
+        Ok(Ok(callee))
+    }
+
     fn judge(&mut self, samples: &Samples) -> Result<Comparison, CompareError> {
         self.comparisons += 1;
         compare(
@@ -371,56 +433,10 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
     let mut visited = vec![inspected.clone()];
     let mut current = inspected.clone();
     let stopped = loop {
-        let name = builds.name(&current);
-        let lists = builds.calls(&current)?;
-        let names = |l: &[Call<B::F>]| l.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
-        let (previous, now) = (names(&lists.previous), names(&lists.current));
-        if previous != now {
-            break Stop::CallListChanged {
-                function: name,
-                previous,
-                current: now,
-            };
+        match search.step(&current, &mut chain, &mut visited)? {
+            Ok(callee) => current = callee,
+            Err(stop) => break stop,
         }
-        let all = 0..lists.current.len();
-        search.layer = (name.clone(), now.clone());
-        let found = match options.strategy {
-            Strategy::Binary => search.binary(&current, all)?,
-            Strategy::Linear => search.linear(&current, all)?,
-        };
-        let Some((range, mut link)) = found else {
-            break Stop::OwnCode(name);
-        };
-        if range.len() > 1 {
-            break Stop::Spread {
-                function: name,
-                calls: now[range].to_vec(),
-            };
-        }
-        let call = &lists.current[range.start];
-        let depth = chain.len();
-        link.function = call.name.clone();
-        link.depth = depth;
-        link.external = call.callee.is_none();
-        chain.push(link);
-        let Some(callee) = call.callee.clone() else {
-            break Stop::External(call.name.clone());
-        };
-        if options
-            .ignore
-            .iter()
-            .any(|p| p.matches(&call.name, &call.name))
-        {
-            break Stop::Ignored(call.name.clone());
-        }
-        if visited.contains(&callee) {
-            break Stop::Recursion(call.name.clone());
-        }
-        if options.depth.is_some_and(|d| depth >= d) {
-            break Stop::Depth(depth);
-        }
-        visited.push(callee.clone());
-        current = callee;
     };
     Ok(Outcome {
         bottleneck: chain.last().map(|l| l.function.clone()),
