@@ -260,7 +260,27 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
-/// Patch one module.
+impl Loaded {
+    /// The executable segment holding `[start, start + len)`, if one does.
+    fn code_segment(&self, start: u64, len: u64) -> Option<(u64, u64, u32)> {
+        self.segments[..self.segment_count]
+            .iter()
+            .find(|&&(s, e, flags)| start >= s && start + len <= e && flags & sys::PF_X != 0)
+            .copied()
+    }
+}
+
+/// Site `i` of `record`.
+fn site(table: &[u8], record: &ModuleRecord, i: u64) -> Option<SiteRecord> {
+    SiteRecord::read(
+        table,
+        (record.sites_offset + i * SITE_WORDS as u64 * 8) as usize,
+    )
+}
+
+/// Patch one module: check its sites, make room for the trampolines near it, write them,
+/// then the jumps to them. Nothing in the module is written before everything else was
+/// checked and written.
 ///
 /// # Safety
 /// `loaded` describes a mapped object, the process has a single thread, and `record`
@@ -272,23 +292,31 @@ unsafe fn patch_module(
     record: &ModuleRecord,
     loaded: &Loaded,
 ) -> Result<(), Refusal> {
-    let site = |i: u64| {
-        SiteRecord::read(
-            table,
-            (record.sites_offset + i * SITE_WORDS as u64 * 8) as usize,
-        )
-    };
-    let segment_of = |start: u64, len: u64| {
-        loaded.segments[..loaded.segment_count]
-            .iter()
-            .find(|&&(s, e, flags)| start >= s && start + len <= e && flags & sys::PF_X != 0)
-            .copied()
-    };
-    // 1. Every site lies in the module's code and holds the bytes the collector read.
+    // SAFETY: the caller's contract.
+    unsafe { check_sites(table, record, loaded) }?;
+    let size = record.code_pages + header.live_len;
+    // SAFETY: as above.
+    let t = unsafe { reserve_near(loaded, size) }.ok_or(Refusal::NoRoom)?;
+    // SAFETY: [t, t + size) is the mapping just made, unused; on failure it is undone.
+    let written = unsafe { fill_area(table, fd, header, record, loaded, t) };
+    if let Err(refusal) = written {
+        // SAFETY: the mapping just made; nothing refers to it yet.
+        unsafe { sys::munmap(t, size) };
+        return Err(refusal);
+    }
+    // SAFETY: the trampolines are complete and executable; the caller's contract.
+    unsafe { write_jumps(table, record, loaded, t) }
+}
+
+/// Every site lies in the module's code and holds the bytes the collector read.
+///
+/// # Safety
+/// `loaded` describes a mapped object.
+unsafe fn check_sites(table: &[u8], record: &ModuleRecord, loaded: &Loaded) -> Result<(), Refusal> {
     for i in 0..record.sites {
-        let s = site(i).ok_or(Refusal::BytesDiffer)?;
+        let s = site(table, record, i).ok_or(Refusal::BytesDiffer)?;
         let at = loaded.bias.wrapping_add(s.address);
-        if segment_of(at, s.len as u64).is_none() {
+        if loaded.code_segment(at, s.len as u64).is_none() {
             return Err(Refusal::BytesDiffer);
         }
         for k in 0..s.len as u64 {
@@ -299,9 +327,15 @@ unsafe fn patch_module(
             }
         }
     }
-    // 2. Room for the code and the live region, near the module.
-    let size = record.code_pages + header.live_len;
-    let mut area = None;
+    Ok(())
+}
+
+/// `size` bytes of fresh anonymous memory within a rel32 jump of every byte of the
+/// module, or `None`.
+///
+/// # Safety
+/// `loaded` describes a mapped object.
+unsafe fn reserve_near(loaded: &Loaded, size: u64) -> Option<u64> {
     for cand in candidates(loaded.lo, loaded.hi, size) {
         if !within_reach(cand, size, loaded.lo, loaded.hi) {
             continue;
@@ -318,19 +352,30 @@ unsafe fn patch_module(
             )
         };
         match got {
-            Some(a) if a == cand => {
-                area = Some(a);
-                break;
-            }
+            Some(a) if a == cand => return Some(a),
             // An old kernel took the flag as a hint and mapped elsewhere.
             // SAFETY: the mapping just made, unused.
             Some(a) => unsafe { sys::munmap(a, size) },
             None => {}
         }
     }
-    let t = area.ok_or(Refusal::NoRoom)?;
-    // SAFETY: [t, t + size) is the mapping just made; the live region replaces its tail.
-    let undo = || unsafe { sys::munmap(t, size) };
+    None
+}
+
+/// Fill the area at `t`: the table's live region over its tail, the module's trampoline
+/// code with its fixups, a check that every site's jump reaches its trampoline, and the
+/// code pages made executable.
+///
+/// # Safety
+/// `[t, t + record.code_pages + header.live_len)` is a fresh writable mapping of ours.
+unsafe fn fill_area(
+    table: &[u8],
+    fd: i64,
+    header: &TableHeader,
+    record: &ModuleRecord,
+    loaded: &Loaded,
+    t: u64,
+) -> Result<(), Refusal> {
     // SAFETY: replaces our own anonymous pages with the table's live region.
     let live = unsafe {
         sys::mmap(
@@ -343,11 +388,8 @@ unsafe fn patch_module(
         )
     };
     if live != Some(t + record.code_pages) {
-        undo();
         return Err(Refusal::NoRoom);
     }
-    // 3. The code, its fixups, and the site jumps, all checked before the first write
-    //    to the module.
     for k in 0..record.code_len {
         let b = table[(record.code_offset + k) as usize];
         // SAFETY: inside our writable code pages (code_len <= code_pages).
@@ -355,40 +397,51 @@ unsafe fn patch_module(
     }
     for i in 0..record.fixups {
         let at = (record.fixups_offset + i * FIXUP_WORDS as u64 * 8) as usize;
-        let Some(f) = Fixup::read(table, at).filter(|f| f.field as u64 + 4 <= record.code_len)
-        else {
-            undo();
-            return Err(Refusal::OutOfRange);
-        };
-        let Some(v) = rel32(t + f.end as u64, loaded.bias.wrapping_add(f.target)) else {
-            undo();
-            return Err(Refusal::OutOfRange);
-        };
+        let f = Fixup::read(table, at)
+            .filter(|f| f.field as u64 + 4 <= record.code_len)
+            .ok_or(Refusal::OutOfRange)?;
+        let v = rel32(t + f.end as u64, loaded.bias.wrapping_add(f.target))
+            .ok_or(Refusal::OutOfRange)?;
         for (k, b) in v.to_le_bytes().iter().enumerate() {
             // SAFETY: the 4-byte field lies inside the code (checked above).
             unsafe { core::ptr::write_volatile((t + f.field as u64 + k as u64) as *mut u8, *b) };
         }
     }
     for i in 0..record.sites {
-        let s = site(i).ok_or(Refusal::BytesDiffer)?;
+        let s = site(table, record, i).ok_or(Refusal::BytesDiffer)?;
         if s.stub as u64 >= record.code_len
             || s.patch(loaded.bias.wrapping_add(s.address), t + s.stub as u64)
                 .is_none()
         {
-            undo();
             return Err(Refusal::OutOfRange);
         }
     }
     // SAFETY: our own code pages, now complete.
     if !unsafe { sys::mprotect(t, record.code_pages, sys::PROT_READ | sys::PROT_EXEC) } {
-        undo();
         return Err(Refusal::Protect);
     }
-    // 4. The jumps. From here on the trampolines are in use: never unmapped.
+    Ok(())
+}
+
+/// The jumps from each site to its trampoline at `t`. From here on the trampolines are
+/// in use: never unmapped.
+///
+/// # Safety
+/// `loaded` describes a mapped object whose sites were checked ([`check_sites`]), the
+/// trampolines at `t` are complete and executable ([`fill_area`]), and the process has a
+/// single thread.
+unsafe fn write_jumps(
+    table: &[u8],
+    record: &ModuleRecord,
+    loaded: &Loaded,
+    t: u64,
+) -> Result<(), Refusal> {
     for i in 0..record.sites {
-        let s = site(i).ok_or(Refusal::BytesDiffer)?;
+        let s = site(table, record, i).ok_or(Refusal::BytesDiffer)?;
         let at = loaded.bias.wrapping_add(s.address);
-        let (_, _, flags) = segment_of(at, s.len as u64).ok_or(Refusal::BytesDiffer)?;
+        let (_, _, flags) = loaded
+            .code_segment(at, s.len as u64)
+            .ok_or(Refusal::BytesDiffer)?;
         let bytes = s.patch(at, t + s.stub as u64).ok_or(Refusal::OutOfRange)?;
         let first = at & !(PAGE - 1);
         let len = (at + s.len as u64 - first).div_ceil(PAGE) * PAGE;
