@@ -237,6 +237,40 @@ unsafe fn block_of(ptr: *mut c_void) -> Option<(Block, *mut u64)> {
 /// As for [`finish_general`].
 #[inline(always)]
 unsafe fn finish(ptr: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: the same contract.
+    unsafe {
+        finish_with(ptr, size, None, |slot, key| {
+            counters::alloc_fast(slot, key, size as u64)
+        })
+    }
+}
+
+/// [`finish`] for a resize of the block whose trailer was `old`.
+///
+/// # Safety
+/// As for [`finish_general`].
+#[inline(always)]
+unsafe fn finish_resize(ptr: *mut c_void, size: usize, old: Block) -> *mut c_void {
+    // SAFETY: the same contract.
+    unsafe {
+        finish_with(ptr, size, Some(old), |slot, key| {
+            old.counted && counters::realloc_fast(slot, key, old.size as u64, size as u64)
+        })
+    }
+}
+
+/// The hot path of [`finish`] and [`finish_resize`]: `count` (given the slot and the
+/// thread's key) counts without a call or says it cannot.
+///
+/// # Safety
+/// As for [`finish_general`].
+#[inline(always)]
+unsafe fn finish_with(
+    ptr: *mut c_void,
+    size: usize,
+    realloc_of: Option<Block>,
+    count: impl FnOnce(&'static Slot, u64) -> bool,
+) -> *mut c_void {
     if !ptr.is_null() {
         // SAFETY: a live glibc block (contract): its chunk size word is in front of it.
         let word = unsafe { ptr.cast::<usize>().sub(1).read() };
@@ -246,7 +280,7 @@ unsafe fn finish(ptr: *mut c_void, size: usize) -> *mut c_void {
         // register fewer across the call to glibc.)
         let offset = trailer::heap_trailer_offset(word).filter(|&at| at >= size);
         if let (Some(slot), Some(offset)) = (slot, offset) {
-            if counters::alloc_fast(slot, sys::thread_pointer(), size as u64) {
+            if count(slot, sys::thread_pointer()) {
                 let word = trailer::encode(Block {
                     size,
                     counted: true,
@@ -264,7 +298,7 @@ unsafe fn finish(ptr: *mut c_void, size: usize) -> *mut c_void {
         }
     }
     // SAFETY: the same contract.
-    unsafe { finish_general(ptr, size, None) }
+    unsafe { finish_general(ptr, size, realloc_of) }
 }
 
 /// Write the trailer of a new block and count it, in every case. `realloc_of` is the old
@@ -466,7 +500,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
         return null_mut();
     }
     // SAFETY: a glibc block of size + 8 bytes; the trailer goes at its new usable end.
-    unsafe { finish_general(new, size, Some(old)) }
+    unsafe { finish_resize(new, size, old) }
 }
 
 /// # Safety
