@@ -14,7 +14,7 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize};
 
 use sbs_agent_abi::attach::{self, Report};
-use sbs_agent_abi::{Origin, Slot, ENV_REPORT_FD_C, ENV_REPORT_TOKEN_C};
+use sbs_agent_abi::{tree, Origin, Slot, ENV_REPORT_FD_C, ENV_REPORT_TOKEN_C};
 
 use crate::sys;
 use crate::trailer::{self, Block, MAX_SIZE, TRAILER_SIZE};
@@ -52,6 +52,12 @@ sbs_agent_abi::personality_stub!();
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init_at_load;
+
+/// Run at `exit`, after the program's own exit handlers and destructors (a preloaded
+/// library's destructors run last).
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = leave_tree;
 
 /// Everything that takes a libc lock is done here, never from a hook: a hook can run
 /// inside another library's fork handling or under the loader lock, where taking
@@ -95,8 +101,7 @@ fn start(final_attempt: bool) {
 
 /// Take the next slot of the report file for this process image.
 fn claim(origin: Origin, inherited: Option<ForkSnapshot>) {
-    // SAFETY: a non-null REPORT is the report file's mapping, never unmapped.
-    let Some(report) = (unsafe { REPORT.load(Acquire).as_ref() }) else {
+    let Some(report) = report() else {
         return;
     };
     let slot = attach::claim::<sys::Libc>(report, origin, inherited);
@@ -117,6 +122,62 @@ unsafe extern "C" fn in_fork_child() {
         return;
     }
     claim(Origin::Fork, Some(FORK.saved()));
+}
+
+/// The process tree's words, once the report file is mapped.
+fn report() -> Option<&'static Report> {
+    // SAFETY: a non-null REPORT is the report file's mapping, never unmapped.
+    unsafe { REPORT.load(Acquire).as_ref() }
+}
+
+/// Bring the process tree's total up to date with this image's change (nothing while the
+/// image is alone: see `tree`). Called after every count on the general path.
+#[inline(always)]
+fn sync_tree(slot: &Slot) {
+    if slot.tree.load(Relaxed) == tree::OUT {
+        return;
+    }
+    if let Some(report) = report() {
+        tree::sync(&report.header, slot);
+    }
+}
+
+/// This image is ending (`exit`, `_exit`, `_Exit`): its heap leaves the process tree's
+/// total. Only the image that claimed the slot: a `vfork` child shares our statics, not
+/// our pid.
+extern "C" fn leave_tree() {
+    // SAFETY: a non-null SLOT points into the report file's mapping, never unmapped.
+    let Some(slot) = (unsafe { SLOT.load(Acquire).as_ref() }) else {
+        return;
+    };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { sys::getpid() } as u64;
+    if let (Some(report), true) = (report(), slot.pid.load(Relaxed) == pid) {
+        tree::leave(&report.header, slot);
+    }
+}
+
+/// `_exit` ends the process without running `exit`'s handlers, so the tree is left here.
+///
+/// # Safety
+/// The C `_exit` contract.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    leave_tree();
+    loop {
+        // SAFETY: exit_group ends every thread of the process; it does not return.
+        unsafe { sys::syscall(sys::SYS_EXIT_GROUP, status) };
+    }
+}
+
+/// The same as [`_exit`] (C99's name).
+///
+/// # Safety
+/// The C `_Exit` contract.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    // SAFETY: the same contract.
+    unsafe { _exit(status) }
 }
 
 /// This image's slot, starting the agent if needed.
@@ -164,6 +225,7 @@ unsafe extern "C" fn at_thread_exit(value: *mut c_void) {
         .find(|r| core::ptr::eq(*r, value.cast::<Record>()) && r.owner.load(Relaxed) == here)
     {
         counters::fold(slot, record);
+        sync_tree(slot);
     }
 }
 
@@ -343,6 +405,7 @@ unsafe fn finish_general(ptr: *mut c_void, size: usize, realloc_of: Option<Block
                 size as u64,
             ),
         }
+        sync_tree(slot);
     }
     ptr
 }
@@ -454,6 +517,7 @@ unsafe fn free_general(ptr: *mut c_void) {
         if block.counted {
             if let Some(slot) = current_slot() {
                 counters::on_free(slot, record(slot), block.size as u64);
+                sync_tree(slot);
             }
         }
         // SAFETY: the trailer lies inside the block; cleared, stale memory never looks

@@ -13,6 +13,10 @@ pub const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
 pub const SC_PAGESIZE: c_int = 30;
 pub const ENOMEM: c_int = 12;
 pub const EINVAL: c_int = 22;
+#[cfg(target_arch = "x86_64")]
+pub const SYS_EXIT_GROUP: c_long = 231;
+#[cfg(target_arch = "aarch64")]
+pub const SYS_EXIT_GROUP: c_long = 94;
 
 pub type AtforkHandler = Option<unsafe extern "C" fn()>;
 pub type KeyDestructor = Option<unsafe extern "C" fn(*mut c_void)>;
@@ -46,6 +50,7 @@ extern "C" {
         child: AtforkHandler,
     ) -> c_int;
     pub fn __errno_location() -> *mut c_int;
+    pub fn syscall(number: c_long, ...) -> c_long;
     pub fn abort() -> !;
 }
 

@@ -1088,3 +1088,95 @@ fn a_raw_clone_thread_counts_in_a_record_of_its_own() {
     );
     assert_eq!(oracle.gmax, 105_000, "{oracle:#?}");
 }
+
+/// `tests/fixtures/c/tree.c` run under the agent, with 100,000 bytes kept by the parent
+/// and 300,000 allocated by each child: blocks far above the granule, so every change
+/// reaches the tree's total at once and the known peaks are exact.
+fn tree_run(mode: &str) -> Option<(Reports, sbs_profile::run::instruments::alloc::Totals)> {
+    let (_dir, exe) = c_fixture("tree")?;
+    let reports = agent(&exe, &[mode, "100000", "300000"]);
+    let totals = reports.totals();
+    Some((reports, totals))
+}
+
+#[test]
+fn the_tree_peak_of_children_run_one_after_the_other_is_the_simultaneous_one() {
+    let Some((reports, t)) = tree_run("sequential") else {
+        return;
+    };
+    // The parent, three forked children, and the program the third one exec'd.
+    assert_eq!(t.images, 5, "{reports:#?}");
+    // Parent 100,000 + a child's inherited copy 100,000 + its own 300,000.
+    assert_eq!(t.tree_peak, 500_000, "{reports:#?}");
+    // Each image's own peak summed: (100,000 + 150,000) + 2 x 400,000 + 100,000 (the
+    // third child, which execs at once) + 300,000 (the exec'd program).
+    assert_eq!(t.peak, 250_000 + 800_000 + 100_000 + 300_000);
+    // exit, _exit and exec all left the tree: nothing stranded, nothing left counted.
+    assert_eq!(t.stranded, 0, "{reports:#?}");
+    assert_eq!(reports.tree.live, 0, "{reports:#?}");
+    // Two images were alive at once: the stated bound is one granule.
+    assert_eq!(reports.tree.max_active, 2);
+    assert_eq!(t.tree_bound, sbs_agent_abi::GRANULE);
+}
+
+#[test]
+fn the_tree_peak_of_concurrent_children_adds_what_they_hold_at_once() {
+    let Some((reports, t)) = tree_run("concurrent") else {
+        return;
+    };
+    assert_eq!(t.images, 3, "{reports:#?}");
+    assert_eq!(t.tree_peak, 3 * 100_000 + 2 * 300_000, "{reports:#?}");
+    assert_eq!((t.stranded, reports.tree.live), (0, 0), "{reports:#?}");
+    assert_eq!(t.tree_bound, 2 * sbs_agent_abi::GRANULE);
+}
+
+#[test]
+fn a_killed_child_stays_counted_and_the_bound_says_by_how_much() {
+    let Some((reports, t)) = tree_run("killed") else {
+        return;
+    };
+    assert_eq!(t.images, 2, "{reports:#?}");
+    assert_eq!(t.stranded, 1, "{reports:#?}");
+    // The true peak is 500,000; the killed child's 400,000 bytes stay in the total, so
+    // the parent's later 150,000 lift it to 650,000. The bound covers the difference.
+    let truth = 500_000u64;
+    assert!(t.tree_peak >= truth, "{reports:#?}");
+    assert!(t.tree_bound >= 400_000, "{t:#?}");
+    assert!(t.tree_peak - truth <= t.tree_bound, "{t:#?}");
+}
+
+/// Through the collector: heap.tree_peak for a tree, with its bound; heap.peak stays the
+/// sum of each image's own peak, and the warning says which is which.
+#[test]
+fn cli_reports_the_tree_peak_with_its_bound() {
+    let Some((_dir, exe)) = c_fixture("tree") else {
+        return;
+    };
+    let exe = exe.to_str().expect("a UTF-8 temporary path");
+    let report = sbs([
+        "--alloc",
+        "-r",
+        "2",
+        "-w",
+        "0",
+        "-f",
+        "json",
+        "--",
+        exe,
+        "sequential",
+        "100000",
+        "300000",
+    ])
+    .success()
+    .json();
+    let tree = metric(&report, "heap.tree_peak");
+    assert_eq!(samples(tree), vec![500_000.0, 500_000.0], "{tree:#}");
+    assert_eq!(tree["bound"].as_f64(), Some(8192.0), "{tree:#}");
+    assert_eq!(tree["exact"], false);
+    assert_eq!(samples(metric(&report, "heap.peak"))[0], 1_450_000.0);
+    let warnings = report["benchmarks"][0]["warnings"].to_string();
+    assert!(
+        warnings.contains("heap.tree_peak exact to \u{b1}8192 bytes"),
+        "{warnings}"
+    );
+}

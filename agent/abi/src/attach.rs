@@ -7,9 +7,10 @@
 //! handlers.
 
 use core::mem::size_of;
-use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::Ordering::SeqCst;
 
 use crate::counters::{self, ForkSnapshot};
+use crate::tree;
 use crate::{
     parse_fd, parse_token, HeaderValues, Origin, ReportHeader, Slot, HEADER_SIZE, REPORT_SIZE,
     SLOT_COUNT,
@@ -58,17 +59,19 @@ pub fn find_report<O: Os>(
 }
 
 /// Take the next slot of `report` for this process image and fill it: counts from zero,
-/// and for a forked child (`inherited`) the live heap it inherited. `None` when every
-/// slot is taken (the collector reports the excess).
+/// and for a forked child (`inherited`) the live heap it inherited. Then place it in the
+/// process tree ([`tree::enter`]). `None` when every slot is taken (the collector reports
+/// the excess).
 pub fn claim<O: Os>(
     report: &'static Report,
     origin: Origin,
     inherited: Option<ForkSnapshot>,
 ) -> Option<&'static Slot> {
-    let index = report.header.claims.fetch_add(1, Relaxed) as usize;
+    let index = report.header.claims.fetch_add(1, SeqCst) as usize;
     let slot = report.slots.get(index)?;
     let (pid, ppid) = O::pids();
     counters::start(slot, origin, pid, ppid, inherited);
+    tree::enter(&report.header, &report.slots, index, origin, pid);
     Some(slot)
 }
 
@@ -89,9 +92,9 @@ mod tests {
             let layout = std::alloc::Layout::new::<Report>();
             // SAFETY: a non-zero layout; all-zero bytes are a valid `Report`.
             let report: &'static Report = unsafe { &*std::alloc::alloc_zeroed(layout).cast() };
-            report.header.magic.store(REPORT_MAGIC, Relaxed);
-            report.header.version.store(REPORT_VERSION, Relaxed);
-            report.header.token.store(0xabc, Relaxed);
+            report.header.magic.store(REPORT_MAGIC, SeqCst);
+            report.header.version.store(REPORT_VERSION, SeqCst);
+            report.header.token.store(0xabc, SeqCst);
             report
         })
     }
@@ -111,7 +114,7 @@ mod tests {
                 .iter()
                 .enumerate()
             {
-                out[i * 8..i * 8 + 8].copy_from_slice(&word.load(Relaxed).to_le_bytes());
+                out[i * 8..i * 8 + 8].copy_from_slice(&word.load(SeqCst).to_le_bytes());
             }
             fd == 7
         }
@@ -132,11 +135,11 @@ mod tests {
         let second = claim::<Fake>(report, Origin::Fork, None).expect("a slot");
         assert!(core::ptr::eq(first, &report.slots[0]));
         assert!(core::ptr::eq(second, &report.slots[1]));
-        assert_eq!(first.pid.load(Relaxed), 42);
-        assert_eq!(second.ppid.load(Relaxed), 41);
+        assert_eq!(first.pid.load(SeqCst), 42);
+        assert_eq!(second.ppid.load(SeqCst), 41);
         // Past the last slot: none, and the claim count says how many wanted one.
-        report.header.claims.store(SLOT_COUNT as u64, Relaxed);
+        report.header.claims.store(SLOT_COUNT as u64, SeqCst);
         assert!(claim::<Fake>(report, Origin::Load, None).is_none());
-        assert_eq!(report.header.claims.load(Relaxed), SLOT_COUNT as u64 + 1);
+        assert_eq!(report.header.claims.load(SeqCst), SLOT_COUNT as u64 + 1);
     }
 }

@@ -26,7 +26,7 @@
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 use core::sync::atomic::{fence, AtomicU64};
 
-use crate::{Origin, Record, Slot, SlotValues, GRANULE, RECORDS};
+use crate::{tree, Origin, Record, Slot, SlotValues, GRANULE, RECORDS};
 
 /// Record mode: the image's only thread so far (see the module doc).
 pub const SOLO: u64 = 1;
@@ -140,19 +140,23 @@ fn take_up_again<'a>(slot: &Slot, record: &'a Record) -> (&'a Record, Found) {
 /// check of [`Slot::threads`]), so a second thread must never leave it solo: either this
 /// sees the second thread's count, or the second thread's [`end_solo`] sees this mode
 /// (both sides write, then fence, then read: one of them sees the other's write).
+///
+/// The same holds for another image that pulls this one into the process tree
+/// ([`crate::tree::join`]): it sets [`Slot::tree`], then fences, then ends solo mode.
 fn become_solo(slot: &Slot, record: &Record) {
     record.mode.store(SOLO, Relaxed);
     fence(SeqCst);
-    if slot.threads.load(Relaxed) > 1 {
+    if slot.threads.load(Relaxed) > 1 || tree::in_tree(slot.tree.load(Relaxed)) {
         let _ = record
             .mode
             .compare_exchange(SOLO, BATCHED, Relaxed, Relaxed);
     }
 }
 
-/// A second thread has a record: the solo one, if any, batches from now on (its `live`
-/// word is then only read). The one time a thread writes another's record.
-fn end_solo(slot: &Slot) {
+/// A second thread has a record, or the image joined the process tree: the solo record,
+/// if any, batches from now on (its `live` word is then only read). The one time a thread
+/// writes another's record.
+pub(crate) fn end_solo(slot: &Slot) {
     fence(SeqCst);
     for record in &slot.records[..OVERFLOW] {
         if record.mode.load(Relaxed) == SOLO {
@@ -382,12 +386,14 @@ pub fn fold(slot: &Slot, record: &Record) {
 
 /// Make `peak` at least `live` (both read as signed).
 pub fn raise_peak(slot: &Slot, live: u64) {
-    let mut peak = slot.peak.load(Relaxed);
-    while (live as i64) > (peak as i64) {
-        match slot
-            .peak
-            .compare_exchange_weak(peak, live, Relaxed, Relaxed)
-        {
+    raise(&slot.peak, live);
+}
+
+/// Make `word` at least `value` (both read as signed).
+pub(crate) fn raise(word: &AtomicU64, value: u64) {
+    let mut peak = word.load(Relaxed);
+    while (value as i64) > (peak as i64) {
+        match word.compare_exchange_weak(peak, value, Relaxed, Relaxed) {
             Ok(_) => return,
             Err(now) => peak = now,
         }
@@ -487,7 +493,8 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
     slot.inherited_bytes.store(inherited.bytes, Relaxed);
     slot.inherited_live.store(inherited.live, Relaxed);
     slot.inherited_peak.store(inherited.peak, Relaxed);
-    slot.origin.store(origin.code(), Relaxed);
+    slot.tree.store(tree::OUT, SeqCst);
+    slot.origin.store(origin.code(), SeqCst);
 }
 
 #[cfg(test)]

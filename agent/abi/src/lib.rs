@@ -19,6 +19,7 @@
 pub mod attach;
 pub mod counters;
 pub mod inproc;
+pub mod tree;
 
 // Not in the preload library (`collector/build.rs` compiles this crate without features):
 // its float parsing would pull in a reference to `rust_eh_personality`, which a no_std
@@ -77,7 +78,7 @@ pub const LIBRARY_FD: i32 = 1018;
 /// First word of the report header.
 pub const REPORT_MAGIC: u64 = 0x5342_5341_4c4c_4f43; // "SBSALLOC"
 /// Layout version; bumped on any incompatible change.
-pub const REPORT_VERSION: u64 = 3;
+pub const REPORT_VERSION: u64 = 4;
 
 /// Bytes of the header (one slot's worth, for alignment).
 pub const HEADER_SIZE: usize = 128;
@@ -128,8 +129,17 @@ pub struct ReportHeader {
     pub token: AtomicU64,
     /// Number of slot claims so far (may exceed [`SLOT_COUNT`]: the excess had no slot).
     pub claims: AtomicU64,
+    /// Live bytes of the process tree published by its images once a second image joined
+    /// (see [`tree`]; wrapping, read signed).
+    pub tree_live: AtomicU64,
+    /// Highest [`ReportHeader::tree_live`] seen, and the peak of each image that was alone.
+    pub tree_peak: AtomicU64,
+    /// Images in the tree that have not left.
+    pub tree_active: AtomicU64,
+    /// Most images in the tree at once: the tree's share of the bound follows from it.
+    pub tree_max_active: AtomicU64,
     /// Padding up to [`HEADER_SIZE`].
-    pub reserved: [AtomicU64; 12],
+    pub reserved: [AtomicU64; 8],
 }
 
 /// One thread's counters. Each thread of a process owns one record (found from its
@@ -200,8 +210,11 @@ pub struct Slot {
     pub max_active: AtomicU64,
     /// [`GRANULE`], for the reader.
     pub granule: AtomicU64,
+    /// The image's place in the process tree: [`tree::OUT`], [`tree::LEFT`], or the live
+    /// bytes it has added to [`ReportHeader::tree_live`].
+    pub tree: AtomicU64,
     /// Padding up to [`SLOT_HEAD_SIZE`].
-    pub reserved: [AtomicU64; 2],
+    pub reserved: AtomicU64,
     /// Per-thread counters; the last one is the shared overflow record.
     pub records: [Record; RECORDS],
 }
@@ -224,7 +237,8 @@ impl Default for Slot {
             active: zero(),
             max_active: zero(),
             granule: zero(),
-            reserved: Default::default(),
+            tree: zero(),
+            reserved: zero(),
             records: core::array::from_fn(|_| Record::default()),
         }
     }
@@ -256,6 +270,8 @@ pub struct HeaderValues {
     pub token: u64,
     /// See [`ReportHeader::claims`].
     pub claims: u64,
+    /// The tree's words.
+    pub tree: tree::TreeValues,
 }
 
 impl HeaderValues {
@@ -266,6 +282,11 @@ impl HeaderValues {
             version: REPORT_VERSION,
             token,
             claims: 0,
+            tree: tree::TreeValues {
+                live: 0,
+                peak: 0,
+                max_active: 0,
+            },
         }
     }
 
@@ -276,6 +297,11 @@ impl HeaderValues {
             version: word(bytes, offset_of!(ReportHeader, version))?,
             token: word(bytes, offset_of!(ReportHeader, token))?,
             claims: word(bytes, offset_of!(ReportHeader, claims))?,
+            tree: tree::TreeValues {
+                live: word(bytes, offset_of!(ReportHeader, tree_live))?,
+                peak: word(bytes, offset_of!(ReportHeader, tree_peak))?,
+                max_active: word(bytes, offset_of!(ReportHeader, tree_max_active))?,
+            },
         })
     }
 
@@ -286,6 +312,21 @@ impl HeaderValues {
         put(&mut out, offset_of!(ReportHeader, version), self.version);
         put(&mut out, offset_of!(ReportHeader, token), self.token);
         put(&mut out, offset_of!(ReportHeader, claims), self.claims);
+        put(
+            &mut out,
+            offset_of!(ReportHeader, tree_live),
+            self.tree.live,
+        );
+        put(
+            &mut out,
+            offset_of!(ReportHeader, tree_peak),
+            self.tree.peak,
+        );
+        put(
+            &mut out,
+            offset_of!(ReportHeader, tree_max_active),
+            self.tree.max_active,
+        );
         out
     }
 
@@ -331,6 +372,8 @@ pub struct SlotValues {
     pub max_active: u64,
     /// See [`Slot::granule`].
     pub granule: u64,
+    /// See [`Slot::tree`].
+    pub tree: u64,
 }
 
 impl SlotValues {
@@ -364,6 +407,7 @@ impl SlotValues {
             threads: word(bytes, offset_of!(Slot, threads))?,
             max_active: word(bytes, offset_of!(Slot, max_active))?,
             granule: word(bytes, offset_of!(Slot, granule))?,
+            tree: word(bytes, offset_of!(Slot, tree))?,
         })
     }
 
@@ -396,6 +440,7 @@ impl SlotValues {
             threads: slot.threads.load(Relaxed),
             max_active: slot.max_active.load(Relaxed),
             granule: slot.granule.load(Relaxed),
+            tree: slot.tree.load(Relaxed),
         }
     }
 

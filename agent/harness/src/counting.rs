@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU8};
 
 use sbs_agent_abi::attach::{self, Report};
 use sbs_agent_abi::counters::{self, ForkCarry, ForkSnapshot};
+use sbs_agent_abi::tree;
 use sbs_agent_abi::{
     Origin, Record, Slot, ENV_HARNESS_FD_C, ENV_HARNESS_TOKEN_C, HEADER_SIZE, REPORT_SIZE,
 };
@@ -65,6 +66,20 @@ static FORK: ForkCarry = ForkCarry::new();
 fn record(slot: &Slot) -> &Record {
     // SAFETY: pthread_self has no preconditions and cannot fail.
     counters::record_of(slot, unsafe { libc::pthread_self() } as u64).0
+}
+
+/// Bring the process tree's total up to date after a count (nothing while this image is
+/// alone). The harness does not leave the tree when its process ends (it has no exit
+/// hook it could register without allocating), so in a tree its images count as ended
+/// without leaving, and the tree peak's stated bound includes their last bytes.
+fn sync_tree(slot: &Slot) {
+    if slot.tree.load(std::sync::atomic::Ordering::Relaxed) == tree::OUT {
+        return;
+    }
+    // SAFETY: a non-null REPORT is the report file's mapping, never unmapped.
+    if let Some(report) = unsafe { REPORT.load(Acquire).as_ref() } {
+        tree::sync(&report.header, slot);
+    }
 }
 
 /// This image's slot, starting on first use (an allocation).
@@ -198,6 +213,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
         if !p.is_null() {
             if let Some(slot) = slot() {
                 counters::on_alloc(slot, record(slot), layout.size() as u64);
+                sync_tree(slot);
             }
         }
         p
@@ -209,6 +225,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
         if !p.is_null() {
             if let Some(slot) = slot() {
                 counters::on_alloc(slot, record(slot), layout.size() as u64);
+                sync_tree(slot);
             }
         }
         p
@@ -219,6 +236,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
         unsafe { self.inner.dealloc(ptr, layout) };
         if let Some(slot) = started_slot() {
             counters::on_free(slot, record(slot), layout.size() as u64);
+            sync_tree(slot);
         }
     }
 
@@ -233,6 +251,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
                     Some(layout.size() as u64),
                     new_size as u64,
                 );
+                sync_tree(slot);
             }
         }
         p

@@ -25,6 +25,7 @@ use anyhow::Context;
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use nix::unistd::Pid;
+use sbs_agent_abi::tree::{self, TreeValues};
 use sbs_agent_abi::{
     slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD, ENV_HARNESS_TOKEN,
     ENV_REPORT_FD, ENV_REPORT_TOKEN, GRANULE, HEADER_SIZE, LIBRARY_FD, REPORT_FD, REPORT_SIZE,
@@ -139,6 +140,8 @@ pub struct Reports {
     pub images: Vec<SlotValues>,
     /// Images that loaded the agent but found no free slot.
     pub unreported: u64,
+    /// The process tree's words (see `sbs_agent_abi::tree`).
+    pub tree: TreeValues,
 }
 
 /// The sum over a run's process images.
@@ -163,6 +166,16 @@ pub struct Totals {
     pub images: u64,
     /// Distinct process ids among them.
     pub processes: u64,
+    /// Peak of the sum of live bytes over the images alive at once (see
+    /// `sbs_agent_abi::tree`).
+    pub tree_peak: u64,
+    /// How far `tree_peak` may be from the true simultaneous peak, in bytes (0: exact):
+    /// the images' own bounds, less than a granule per other image in the tree, and the
+    /// bytes of images that ended without leaving the tree.
+    pub tree_bound: u64,
+    /// Images that ended without leaving the tree (killed, or exec'd a program without
+    /// the agent): their last bytes stayed in the total.
+    pub stranded: u64,
 }
 
 impl ReportFile {
@@ -226,6 +239,7 @@ impl ReportFile {
         Ok(Reports {
             images,
             unreported: header.claims.saturating_sub(SLOT_COUNT as u64),
+            tree: header.tree,
         })
     }
 }
@@ -258,7 +272,26 @@ impl Reports {
             t.peak_bound += s.peak_bound();
             t.live_at_exit += clamp(s.live);
         }
+        self.tree_totals(&mut t);
         t
+    }
+
+    /// The tree's peak and its bound. An image that never joined the tree was the only
+    /// one alive all along, so its own peak is a peak of the tree (the agent also adds it
+    /// when such an image ends, but not for one killed).
+    fn tree_totals(&self, t: &mut Totals) {
+        let mut stranded_bytes = 0u64;
+        t.tree_peak = clamp(self.tree.peak);
+        for s in &self.images {
+            if s.tree == tree::OUT {
+                t.tree_peak = t.tree_peak.max(clamp(s.peak));
+            } else if tree::in_tree(s.tree) {
+                t.stranded += 1;
+                stranded_bytes += clamp(s.tree);
+            }
+        }
+        t.tree_bound =
+            t.peak_bound + self.tree.max_active.saturating_sub(1) * GRANULE + stranded_bytes;
     }
 
     /// Allocations by role: the main program, forked children, exec'd programs.
@@ -290,6 +323,19 @@ fn peak_bound_note(bound: u64) -> String {
     format!(
         "heap.peak exact to \u{b1}{bound} bytes: threads allocated concurrently, and each keeps less than {GRANULE} bytes of change to itself while others run (exact when one thread allocates at a time; see docs/alloc.md)"
     )
+}
+
+/// What the report says when the tree's peak is not exact.
+fn tree_bound_note(bound: u64, stranded: u64) -> String {
+    let mut note = format!(
+        "heap.tree_peak exact to \u{b1}{bound} bytes: processes of the tree were alive at once, and each keeps less than {GRANULE} bytes of change to itself while others are (see docs/alloc.md)"
+    );
+    if stranded > 0 {
+        note.push_str(&format!(
+            "; {stranded} process image(s) ended without leaving the tree (killed by a signal, or exec'd a program without the agent), so their last bytes stayed counted after their end: the figure may be high by that much, which the bound includes"
+        ));
+    }
+    note
 }
 
 /// Live and peak are stored wrapping and read signed (see the agent's `counters`).
@@ -519,6 +565,10 @@ pub struct AllocAgent {
     max_images: u64,
     /// Largest `Totals::peak_bound` of a run.
     max_peak_bound: u64,
+    /// Most images per run that ended without leaving the process tree, and the widest
+    /// tree bound.
+    max_stranded: u64,
+    max_tree_bound: u64,
     execs: ExecCheck,
 }
 
@@ -683,6 +733,8 @@ impl AllocAgent {
             unreported: 0,
             max_images: 0,
             max_peak_bound: 0,
+            max_stranded: 0,
+            max_tree_bound: 0,
             execs: ExecCheck::default(),
         })
     }
@@ -703,8 +755,17 @@ impl AllocAgent {
                 .with_bound((t.peak_bound > 0).then_some(t.peak_bound as f64)),
             t.peak as f64,
         );
+        // Only for a tree: for one image it is heap.peak.
+        let tree_peak = (t.images > 1).then(|| {
+            Sample::new(
+                MetricSpec::new("heap.tree_peak", Unit::Bytes, source, t.tree_bound == 0)
+                    .with_bound((t.tree_bound > 0).then_some(t.tree_bound as f64)),
+                t.tree_peak as f64,
+            )
+        });
         if self.metrics == AllocMetrics::HeapPeak {
             out.push(peak);
+            out.extend(tree_peak);
             return;
         }
         let mut count = Sample::new(m("alloc.count", Unit::Count), t.allocs as f64);
@@ -719,6 +780,7 @@ impl AllocAgent {
             t.reallocs as f64,
         ));
         out.push(peak);
+        out.extend(tree_peak);
         out.push(Sample::new(
             m("heap.live_at_exit", Unit::Bytes),
             t.live_at_exit as f64,
@@ -817,6 +879,10 @@ impl Instrument for AllocAgent {
         self.unreported += reports.unreported;
         self.max_images = self.max_images.max(totals.images);
         self.max_peak_bound = self.max_peak_bound.max(totals.peak_bound);
+        if totals.images > 1 {
+            self.max_stranded = self.max_stranded.max(totals.stranded);
+            self.max_tree_bound = self.max_tree_bound.max(totals.tree_bound);
+        }
         self.samples(&reports, unmeasured, outcome, out);
         Ok(())
     }
@@ -855,9 +921,12 @@ impl Instrument for AllocAgent {
         }
         if self.max_images > 1 && self.metrics == AllocMetrics::All {
             w.push(format!(
-                "allocations are summed over up to {} process images per run (forked children and exec'd programs); heap.peak is the sum of their peaks, an upper bound of the tree's simultaneous peak",
+                "allocations are summed over up to {} process images per run (forked children and exec'd programs); heap.peak is the sum of their own peaks, an upper bound of the tree's simultaneous peak, which is heap.tree_peak",
                 self.max_images
             ));
+        }
+        if self.max_tree_bound > 0 {
+            w.push(tree_bound_note(self.max_tree_bound, self.max_stranded));
         }
         w.extend(self.execs.warnings(self.metrics == AllocMetrics::All));
         w
@@ -931,6 +1000,7 @@ mod tests {
                 img(Origin::Load, 11, 2, 30, 0),  // the fork child exec'd
             ],
             unreported: 0,
+            tree: TreeValues::default(),
         };
         let t = r.totals();
         assert_eq!((t.allocs, t.bytes, t.frees), (10, 100, 2 + 1 + 1));
@@ -941,6 +1011,48 @@ mod tests {
         assert_eq!(roles[0].1, 5.0);
         assert_eq!(roles[1].1, 3.0);
         assert_eq!(roles[2].1, 2.0);
+    }
+
+    #[test]
+    fn the_tree_peak_takes_lone_images_and_bounds_stranded_ones() {
+        let img = |tree: u64, peak: u64, max_active: u64| SlotValues {
+            origin: Origin::Load.code(),
+            tree,
+            peak,
+            max_active,
+            granule: GRANULE,
+            ..SlotValues::default()
+        };
+        // An exec chain: each image alone in turn, the last one killed before it could
+        // add its peak to the header's.
+        let chain = Reports {
+            images: vec![img(tree::LEFT, 500, 1), img(tree::OUT, 900, 1)],
+            unreported: 0,
+            tree: TreeValues {
+                peak: 500,
+                ..TreeValues::default()
+            },
+        };
+        let t = chain.totals();
+        assert_eq!((t.tree_peak, t.tree_bound, t.stranded), (900, 0, 0));
+        // A tree of three with one image killed while it held 4000 published bytes, and
+        // one image whose two threads ran at once.
+        let tree = Reports {
+            images: vec![
+                img(tree::LEFT, 100, 2),
+                img(4000, 4000, 1),
+                img(tree::LEFT, 10, 1),
+            ],
+            unreported: 0,
+            tree: TreeValues {
+                live: 4000,
+                peak: 7000,
+                max_active: 3,
+            },
+        };
+        let t = tree.totals();
+        assert_eq!((t.tree_peak, t.stranded), (7000, 1));
+        assert_eq!(t.tree_bound, GRANULE + 2 * GRANULE + 4000);
     }
 
     #[test]
@@ -962,6 +1074,7 @@ mod tests {
                 img(Origin::Load, 11),
             ],
             unreported: 0,
+            tree: TreeValues::default(),
         };
         assert_eq!(unmeasured_images(seen(2), &r), 0);
         // A third exec left no slot; forks are no execs and never make up for one.

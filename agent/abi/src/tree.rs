@@ -1,0 +1,374 @@
+//! The live bytes of a whole process tree, for `heap.tree_peak`: the peak of the sum of
+//! live bytes over every process image of a run at once, not the sum of each image's own
+//! peak.
+//!
+//! A single process image costs nothing here: it stays [`OUT`] of the tree and keeps its
+//! solo hot path; its own peak is the tree's. When a second image that is alive at the
+//! same time claims a slot (a forked child, a spawned or exec'd program), both *join* the
+//! tree: each slot's [`Slot::tree`] then holds how much of the image's live bytes it has
+//! added to [`ReportHeader::tree_live`], and every image brings the total up to date from
+//! its general path ([`sync`]): at once while it is the only active image, else when its
+//! own unpublished change reaches [`GRANULE`] bytes, as threads do inside an image. Each
+//! image's solo thread batches from then on, so that every change reaches [`sync`].
+//!
+//! An image *leaves* the tree when it ends ([`leave`]: at `exit`, `_exit` and `_Exit` in
+//! the preload agent) or is replaced by `exec` (the new image, which has the same pid,
+//! makes the old one leave when it claims its slot). An image that ends without leaving
+//! (a fatal signal, `abort`, an `exec` of a program without the agent) keeps its bytes in
+//! the total: the collector sees it still joined and states how far that can lift the
+//! figure ([`TreeValues`] and the slots' words).
+//!
+//! A slot's word [`Slot::tree`] is [`OUT`] (never joined: the only live image when it
+//! started and nobody pulled it in since), [`LEFT`], or the bytes published (wrapping,
+//! read signed, never one of the two marks: those are below -2^62).
+
+use core::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+use crate::counters::{end_solo, raise};
+use crate::{Origin, ReportHeader, Slot, GRANULE};
+
+/// [`Slot::tree`]: not in the tree.
+pub const OUT: u64 = 1 << 63;
+/// [`Slot::tree`]: left the tree (ended, or replaced by `exec`).
+pub const LEFT: u64 = OUT | 1;
+
+/// Whether a [`Slot::tree`] word says the image is in the tree (joined, not left).
+pub fn in_tree(word: u64) -> bool {
+    word != OUT && word != LEFT
+}
+
+/// Live bytes of `slot` that its threads have published (their pending changes are the
+/// image's own bound). `live` is written only by a solo thread, which a joined image has
+/// not: the two words change by atomic adds from here on.
+fn published(slot: &Slot) -> u64 {
+    slot.live
+        .load(SeqCst)
+        .wrapping_add(slot.shared_live.load(SeqCst))
+}
+
+/// Join `slot` to the tree if it is [`OUT`]: the tree counts one more active image, and
+/// everything the image did before was done alone, so its own peak is a peak of the
+/// tree. Its solo thread, if any, batches from now on (see `counters::become_solo` for
+/// the other side of that handshake), and its bytes go into the total.
+pub fn join(tree: &ReportHeader, slot: &Slot) {
+    if slot.tree.compare_exchange(OUT, 0, SeqCst, SeqCst).is_err() {
+        return;
+    }
+    let active = tree.tree_active.fetch_add(1, SeqCst) + 1;
+    tree.tree_max_active.fetch_max(active, Relaxed);
+    raise(&tree.tree_peak, slot.peak.load(SeqCst));
+    end_solo(slot);
+    publish(tree, slot, true);
+}
+
+/// Bring the tree's total up to date with `slot` (a joined image; nothing for one that is
+/// [`OUT`] or has [`LEFT`]): at once while at most one image is active, else when the
+/// unpublished change reaches a granule either way. Called from the general path after
+/// every change, and from [`join`].
+pub fn sync(tree: &ReportHeader, slot: &Slot) {
+    if slot.tree.load(Relaxed) == OUT {
+        return;
+    }
+    publish(tree, slot, false);
+}
+
+fn publish(tree: &ReportHeader, slot: &Slot, force: bool) {
+    loop {
+        let had = slot.tree.load(SeqCst);
+        if had == OUT || had == LEFT {
+            return;
+        }
+        let now = published(slot);
+        let change = now.wrapping_sub(had);
+        if change == 0
+            || (!force
+                && (change as i64).unsigned_abs() < GRANULE
+                && tree.tree_active.load(Relaxed) > 1)
+        {
+            return;
+        }
+        // Successive publications telescope: whatever the interleaving of this image's
+        // threads, the total receives exactly the image's last published value.
+        if slot.tree.compare_exchange(had, now, SeqCst, SeqCst).is_ok() {
+            let total = tree
+                .tree_live
+                .fetch_add(change, SeqCst)
+                .wrapping_add(change);
+            raise(&tree.tree_peak, total);
+            return;
+        }
+    }
+}
+
+/// `slot`'s image has ended (or is being replaced by `exec`): its bytes leave the total.
+/// An image that was never in the tree was alone all its life: its peak is a peak of the
+/// tree. Leaving twice changes nothing.
+pub fn leave(tree: &ReportHeader, slot: &Slot) {
+    loop {
+        let had = slot.tree.load(SeqCst);
+        if had == LEFT {
+            return;
+        }
+        if slot
+            .tree
+            .compare_exchange(had, LEFT, SeqCst, SeqCst)
+            .is_err()
+        {
+            continue;
+        }
+        if had == OUT {
+            raise(&tree.tree_peak, slot.peak.load(SeqCst));
+        } else {
+            tree.tree_live.fetch_sub(had, SeqCst);
+            tree.tree_active.fetch_sub(1, SeqCst);
+        }
+        return;
+    }
+}
+
+/// Place a freshly started slot (`slots[own]`, of process `pid`) in the tree. A loaded
+/// image first makes the images it replaced by `exec` (same pid, not yet left) leave.
+/// Then, if any other image may be alive (claimed and not left, including one still
+/// starting), this one joins and pulls every image still [`OUT`] in with it; otherwise it
+/// stays out, alone, at no cost.
+///
+/// Two images that start at once both see each other or one sees the other: each claims
+/// (an atomic add on the claim count) before it looks, so the later claimer sees the
+/// earlier one, at worst as still starting, and joins; the earlier one is then pulled in
+/// by it, or joins itself when it looks.
+pub fn enter(tree: &ReportHeader, slots: &[Slot], own: usize, origin: Origin, pid: u64) {
+    let claimed = (tree.claims.load(SeqCst) as usize).min(slots.len());
+    let mut alone = true;
+    for (index, other) in slots[..claimed].iter().enumerate() {
+        if index == own {
+            continue;
+        }
+        let started = other.origin.load(SeqCst) != 0;
+        if started && origin == Origin::Load && other.pid.load(SeqCst) == pid {
+            leave(tree, other);
+            continue;
+        }
+        if !started || other.tree.load(SeqCst) != LEFT {
+            alone = false;
+        }
+    }
+    if alone {
+        return;
+    }
+    join(tree, &slots[own]);
+    for (index, other) in slots[..claimed].iter().enumerate() {
+        if index != own && other.origin.load(SeqCst) != 0 {
+            join(tree, other);
+        }
+    }
+}
+
+/// The tree's words as the collector reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TreeValues {
+    /// See [`ReportHeader::tree_live`].
+    pub live: u64,
+    /// See [`ReportHeader::tree_peak`].
+    pub peak: u64,
+    /// See [`ReportHeader::tree_max_active`].
+    pub max_active: u64,
+}
+
+impl TreeValues {
+    /// Read the words of a live header (tests).
+    pub fn from_header(tree: &ReportHeader) -> Self {
+        TreeValues {
+            live: tree.tree_live.load(Relaxed),
+            peak: tree.tree_peak.load(Relaxed),
+            max_active: tree.tree_max_active.load(Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::{self, alloc_fast, on_alloc, on_free, record_of, snapshot, SOLO};
+    use crate::SlotValues;
+
+    struct Run {
+        header: ReportHeader,
+        slots: Vec<Slot>,
+    }
+
+    impl Run {
+        fn new() -> Self {
+            let zero = || core::sync::atomic::AtomicU64::new(0);
+            Run {
+                header: ReportHeader {
+                    magic: zero(),
+                    version: zero(),
+                    token: zero(),
+                    claims: zero(),
+                    tree_live: zero(),
+                    tree_peak: zero(),
+                    tree_active: zero(),
+                    tree_max_active: zero(),
+                    reserved: Default::default(),
+                },
+                slots: (0..8).map(|_| Slot::default()).collect(),
+            }
+        }
+
+        /// What `attach::claim` does, with a given pid and inheritance.
+        fn claim(&self, origin: Origin, pid: u64, inherited: Option<usize>) -> &Slot {
+            let index = self.header.claims.fetch_add(1, SeqCst) as usize;
+            let inherited = inherited.map(|parent| snapshot(&self.slots[parent]));
+            counters::start(&self.slots[index], origin, pid, 1, inherited);
+            enter(&self.header, &self.slots, index, origin, pid);
+            &self.slots[index]
+        }
+
+        /// One allocation or free by thread `key` of `slot`, through the general path and
+        /// the tree's sync, as the agent does it.
+        fn change(&self, slot: &Slot, key: u64, delta: i64) {
+            let record = record_of(slot, key).0;
+            if delta >= 0 {
+                on_alloc(slot, record, delta as u64);
+            } else {
+                on_free(slot, record, delta.unsigned_abs());
+            }
+            sync(&self.header, slot);
+        }
+
+        fn tree(&self) -> TreeValues {
+            TreeValues::from_header(&self.header)
+        }
+    }
+
+    #[test]
+    fn a_lone_image_stays_out_and_keeps_its_hot_path() {
+        let run = Run::new();
+        let main = run.claim(Origin::Load, 10, None);
+        assert_eq!(main.tree.load(SeqCst), OUT);
+        run.change(main, 1, 5000);
+        assert!(alloc_fast(main, 1, 10), "the solo hot path");
+        assert_eq!(run.tree(), TreeValues::default());
+        leave(&run.header, main);
+        // Alone all its life: its peak is the tree's.
+        assert_eq!(run.tree().peak, 5010);
+        assert_eq!(main.tree.load(SeqCst), LEFT);
+    }
+
+    #[test]
+    fn a_fork_pulls_the_parent_in_and_the_tree_peak_is_simultaneous() {
+        let run = Run::new();
+        let parent = run.claim(Origin::Load, 10, None);
+        run.change(parent, 1, 100_000);
+        assert_eq!(record_of(parent, 1).0.mode.load(SeqCst), SOLO);
+        let child = run.claim(Origin::Fork, 11, Some(0));
+        // Both joined: the parent's heap and the child's inherited copy.
+        assert_eq!(run.tree().live, 200_000);
+        assert_eq!(run.tree().max_active, 2);
+        assert_ne!(record_of(parent, 1).0.mode.load(SeqCst), SOLO);
+        assert!(
+            !alloc_fast(parent, 1, 10),
+            "a joined image takes the general path"
+        );
+        run.change(child, 1, 300_000);
+        run.change(child, 1, -300_000);
+        leave(&run.header, child);
+        assert_eq!(run.tree().live, 100_000);
+        run.change(parent, 1, 50_000);
+        let tree = run.tree();
+        assert_eq!(tree.peak, 500_000);
+        assert_eq!(tree.live, 150_000);
+        // The sum of the two images' own peaks would say 550,000.
+        let peaks = SlotValues::from_slot(parent).peak + SlotValues::from_slot(child).peak;
+        assert_eq!(peaks, 550_000);
+    }
+
+    #[test]
+    fn small_changes_wait_for_a_granule_while_two_images_are_active() {
+        let run = Run::new();
+        let parent = run.claim(Origin::Load, 10, None);
+        let child = run.claim(Origin::Fork, 11, Some(0));
+        run.change(child, 1, 100);
+        assert_eq!(run.tree().live, 0, "kept by the child");
+        run.change(child, 1, GRANULE as i64);
+        assert_eq!(run.tree().live, 100 + GRANULE);
+        run.change(parent, 1, 7);
+        leave(&run.header, child);
+        // Alone now: every change is published at once.
+        run.change(parent, 1, 1);
+        assert_eq!(run.tree().live, 8);
+    }
+
+    #[test]
+    fn an_exec_makes_the_image_it_replaced_leave() {
+        let run = Run::new();
+        let shell = run.claim(Origin::Load, 10, None);
+        run.change(shell, 1, 700);
+        let program = run.claim(Origin::Load, 10, None);
+        assert_eq!(shell.tree.load(SeqCst), LEFT);
+        assert_eq!(program.tree.load(SeqCst), OUT, "alone again: no tree");
+        assert_eq!(run.tree().peak, 700);
+        // A spawned program (another pid) while the first is alive makes a tree.
+        let spawned = run.claim(Origin::Load, 12, None);
+        assert!(in_tree(spawned.tree.load(SeqCst)) && in_tree(program.tree.load(SeqCst)));
+    }
+
+    #[test]
+    fn leaving_takes_the_bytes_out_once() {
+        let run = Run::new();
+        let parent = run.claim(Origin::Load, 10, None);
+        run.change(parent, 1, 20_000);
+        let child = run.claim(Origin::Fork, 11, Some(0));
+        assert_eq!(run.tree().live, 40_000);
+        leave(&run.header, child);
+        leave(&run.header, child);
+        assert_eq!(run.tree().live, 20_000);
+        assert_eq!(run.header.tree_active.load(SeqCst), 1);
+        // Changes after leaving (a late destructor) no longer move the tree.
+        run.change(child, 1, -20_000);
+        assert_eq!(run.tree().live, 20_000);
+    }
+
+    #[test]
+    fn concurrent_images_and_threads_add_up_exactly() {
+        let run = Run::new();
+        let main = run.claim(Origin::Load, 10, None);
+        run.change(main, 1, 64);
+        let children: Vec<&Slot> = (0..3)
+            .map(|i| run.claim(Origin::Fork, 20 + i, Some(0)))
+            .collect();
+        std::thread::scope(|scope| {
+            for (i, &slot) in children.iter().enumerate() {
+                for t in 0..2u64 {
+                    let run = &run;
+                    scope.spawn(move || {
+                        let key = 100 + t;
+                        for step in 0..5_000i64 {
+                            run.change(slot, key, 1 + (step + i as i64) % 3000);
+                            run.change(slot, key, -(1 + (step + i as i64) % 3000));
+                        }
+                        counters::fold(slot, record_of(slot, key).0);
+                        sync(&run.header, slot);
+                    });
+                }
+            }
+        });
+        // Every image holds 64 bytes again; what the children have not published yet is
+        // less than a granule each.
+        assert!(
+            run.tree().live.abs_diff(4 * 64) < 3 * GRANULE,
+            "{:?}",
+            run.tree()
+        );
+        for &child in &children {
+            leave(&run.header, child);
+        }
+        assert_eq!(run.tree().live, 64);
+        let bound = (run.tree().max_active - 1) * GRANULE + 3 * GRANULE;
+        assert!(
+            run.tree().peak <= 4 * 64 + 6 * 3000 + bound,
+            "{:?}",
+            run.tree()
+        );
+    }
+}
