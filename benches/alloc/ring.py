@@ -18,6 +18,9 @@ Usage: benches/alloc/ring.py [N] [REPS] [SLOW_DIV] [THREADS...]
   BEFORE_DIR=dir: also time the agent of an older build (its `alloc` and `with_agent`
   copied to dir), interleaved with the others: before and after in the same run.
   CHURN=n: also time the realistic single-threaded `alloc churn n` (bare, agent, before).
+  PROCS="1 2": also time `alloc ring-procs P N` (P forked children, each one thread of
+  the ring, at once): the agent's process-tree mode, where every call takes the general
+  path. Compare with the 1-thread row, which runs the same calls in one process.
 """
 import os
 import resource
@@ -125,6 +128,13 @@ def main():
             row["dhat_ns"] = (d - small_bare) / small_calls * 1e9
         rows.append(row)
         print(f"# {row}", file=sys.stderr)
+    procs = []
+    for p in (int(x) for x in os.environ.get("PROCS", "").split()):
+        cmd = [alloc, "ring-procs", str(p), str(n)]
+        row = side_by_side(cmd, with_agent, before, reps, 2 * p * n, "ring-procs")
+        row["procs"] = p
+        procs.append(row)
+        print(f"# procs: {row}", file=sys.stderr)
     churn = None
     if os.environ.get("CHURN"):
         churn_cmd = [alloc, "churn", os.environ["CHURN"]]
@@ -144,6 +154,17 @@ def main():
             f"| {r['threads']} | {r['bare'] * 1000:.0f} ms | {r['agent'] * 1000:.0f} ms | "
             f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['agent_ns']:.1f} | {bf} | {ht} | {dh} |"
         )
+    if procs:
+        print()
+        print(f"`alloc ring-procs P {n}` (P forked children, one ring thread each, at once):")
+        print()
+        print("| processes | bare CPU | agent CPU | agent / bare (min-max) | agent ns/call |")
+        print("|---:|---:|---:|---:|---:|")
+        for r in procs:
+            print(
+                f"| {r['procs']} | {r['bare'] * 1000:.0f} ms | {r['agent'] * 1000:.0f} ms | "
+                f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['agent_ns']:.1f} |"
+            )
     if churn:
         bf = f", before {churn['before_ratio']:.3f}x" if "before_ratio" in churn else ""
         print()

@@ -10,6 +10,7 @@
 //! - `stress T N`: T threads allocate, reallocate and free N blocks each, concurrently.
 //! - `churn N`: allocation-heavy single-threaded work for benchmarks: a `BTreeMap` of N
 //!   formatted keys to byte vectors, then N short-lived strings.
+//! - `ring-procs P N`: P forked children each run `ring 1 N` at once; the parent waits.
 //! - `ring T N`: the worst case for an allocation hook: T threads each run N rounds of
 //!   freeing one block of a 64-slot ring and allocating a new one of 16-79 bytes in its
 //!   place (raw `malloc`/`free`, glibc's per-thread cache always hot), concurrently. With
@@ -182,6 +183,28 @@ fn main() {
                         s.spawn(move || ring(i, n));
                     }
                 });
+            }
+        }
+        Some("ring-procs") => {
+            // P forked children each run `ring 1 N` at once while the parent waits: the
+            // agent's process-tree mode.
+            let (p, n) = (arg(&args, 2), arg(&args, 3));
+            let children: Vec<libc::pid_t> = (0..p)
+                .map(|i| {
+                    // SAFETY: fork in a single-threaded program; the child only runs
+                    // `ring` and exits.
+                    match unsafe { libc::fork() } {
+                        0 => {
+                            ring(i, n);
+                            std::process::exit(0)
+                        }
+                        pid if pid > 0 => pid,
+                        _ => panic!("fork failed"),
+                    }
+                })
+                .collect();
+            for pid in children {
+                assert_eq!(wait(pid), 0, "a ring child failed");
             }
         }
         Some("phases") => {
