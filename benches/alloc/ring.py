@@ -158,12 +158,13 @@ def main():
         print()
         print(f"`alloc ring-procs P {n}` (P forked children, one ring thread each, at once):")
         print()
-        print("| processes | bare CPU | agent CPU | agent / bare (min-max) | agent ns/call |")
-        print("|---:|---:|---:|---:|---:|")
+        print("| processes | bare CPU | agent CPU | agent / bare (min-max) | agent ns/call | before / bare | before ns/call |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for r in procs:
+            bf = f"{r['before_ratio']:.2f}x | {r['before_ns']:.1f}" if "before_ratio" in r else "- | -"
             print(
                 f"| {r['procs']} | {r['bare'] * 1000:.0f} ms | {r['agent'] * 1000:.0f} ms | "
-                f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['agent_ns']:.1f} |"
+                f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['agent_ns']:.1f} | {bf} |"
             )
     if churn:
         bf = f", before {churn['before_ratio']:.3f}x" if "before_ratio" in churn else ""

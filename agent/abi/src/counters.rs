@@ -4,11 +4,15 @@
 //! Every thread owns a [`Record`] of the slot, found from a key that is unique among the
 //! process's live threads (the agent uses the thread pointer). Only its owner writes a
 //! record, so counts are plain loads and stores: no bus lock, no cache line shared
-//! between cores. Live bytes follow one of three modes per record:
+//! between cores. Live bytes follow one of these modes per record:
 //!
 //! - [`SOLO`]: the image's first thread, while it is the only thread that ever
 //!   allocated, adds its changes straight to [`Slot::live`] and raises [`Slot::peak`]
 //!   with plain stores: exact, and as cheap as the counts.
+//! - [`SOLO_IN_TREE`]: the same, in an image that has joined a process tree (see
+//!   [`crate::tree`]); the hot path also checks that `live` stays within [`GRANULE`]
+//!   bytes of what the image last added to the tree's total ([`Slot::tree`]), and leaves
+//!   the publishing to the general path when it does not.
 //! - [`BATCHED`]: once a second thread has a record, each thread keeps its net change in
 //!   [`Record::pending`] and adds it to [`Slot::shared_live`] (one atomic add, then the
 //!   peak check) when it reaches [`GRANULE`] bytes either way, or at once while it is the
@@ -32,11 +36,13 @@ use crate::{tree, Origin, Record, Slot, SlotValues, GRANULE, RECORDS};
 pub const SOLO: u64 = 1;
 /// Record mode: changes batched up to [`GRANULE`] bytes (0, so a fresh record has it).
 pub const BATCHED: u64 = 0;
+/// Record mode: the only thread so far of an image in a process tree.
+pub const SOLO_IN_TREE: u64 = 2;
 /// Record mode: every change published at once.
-pub const DIRECT: u64 = 2;
+pub const DIRECT: u64 = 3;
 /// Record mode: the overflow record, shared by threads: atomic counts, every change
 /// published at once.
-pub const SHARED: u64 = 3;
+pub const SHARED: u64 = 4;
 /// Index of the overflow record.
 pub const OVERFLOW: usize = RECORDS - 1;
 
@@ -141,29 +147,43 @@ fn take_up_again<'a>(slot: &Slot, record: &'a Record) -> (&'a Record, Found) {
 /// sees the second thread's count, or the second thread's [`end_solo`] sees this mode
 /// (both sides write, then fence, then read: one of them sees the other's write).
 ///
-/// The same holds for another image that pulls this one into the process tree
-/// ([`crate::tree::join`]): it sets [`Slot::tree`], then fences, then ends solo mode.
+/// The same handshake with another image that pulls this one into the process tree
+/// ([`crate::tree::join`]): it sets [`Slot::tree`], fences, then turns a solo record into
+/// [`SOLO_IN_TREE`] ([`solo_in_tree`]). Of the modes others may set, batching wins.
 fn become_solo(slot: &Slot, record: &Record) {
     record.mode.store(SOLO, Relaxed);
     fence(SeqCst);
-    if slot.threads.load(Relaxed) > 1 || tree::in_tree(slot.tree.load(Relaxed)) {
+    if slot.threads.load(Relaxed) > 1 {
+        record.mode.store(BATCHED, Relaxed);
+    } else if tree::in_tree(slot.tree.load(Relaxed)) {
         let _ = record
             .mode
-            .compare_exchange(SOLO, BATCHED, Relaxed, Relaxed);
+            .compare_exchange(SOLO, SOLO_IN_TREE, Relaxed, Relaxed);
     }
 }
 
-/// A second thread has a record, or the image joined the process tree: the solo record,
-/// if any, batches from now on (its `live` word is then only read). The one time a thread
-/// writes another's record.
-pub(crate) fn end_solo(slot: &Slot) {
+/// A second thread has a record: the solo record, if any, batches from now on (its
+/// `live` word is then only read). With [`solo_in_tree`], the only times a thread writes
+/// another's record.
+fn end_solo(slot: &Slot) {
     fence(SeqCst);
     for record in &slot.records[..OVERFLOW] {
-        if record.mode.load(Relaxed) == SOLO {
+        for solo in [SOLO, SOLO_IN_TREE] {
             let _ = record
                 .mode
-                .compare_exchange(SOLO, BATCHED, Relaxed, Relaxed);
+                .compare_exchange(solo, BATCHED, Relaxed, Relaxed);
         }
+    }
+}
+
+/// The image joined a process tree: its solo record, if any, checks its distance from
+/// what the tree has of it from now on.
+pub(crate) fn solo_in_tree(slot: &Slot) {
+    fence(SeqCst);
+    for record in &slot.records[..OVERFLOW] {
+        let _ = record
+            .mode
+            .compare_exchange(SOLO, SOLO_IN_TREE, Relaxed, Relaxed);
     }
 }
 
@@ -213,7 +233,7 @@ fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
 /// Live bytes changed by `delta` (wrapping) in `record`'s thread.
 #[inline(always)]
 fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
-    if mode == SOLO {
+    if mode == SOLO || mode == SOLO_IN_TREE {
         if slot.threads.load(Relaxed) <= 1 {
             let live = bump_own(&slot.live, delta);
             if (live as i64) > (slot.peak.load(Relaxed) as i64) {
@@ -253,7 +273,7 @@ fn publish(slot: &Slot, delta: u64) {
 fn own_record(slot: &Slot, key: u64) -> Option<(&Record, u64)> {
     let record = at_home(slot, key)?;
     let mode = record.mode.load(Relaxed);
-    (mode == SOLO || mode == BATCHED).then_some((record, mode))
+    (mode == SOLO || mode == BATCHED || mode == SOLO_IN_TREE).then_some((record, mode))
 }
 
 /// Whether a change of `delta` live bytes in `record` (in `mode`) stays inside the
@@ -264,6 +284,16 @@ fn own_record(slot: &Slot, key: u64) -> Option<(&Record, u64)> {
 fn stays_local(slot: &Slot, record: &Record, mode: u64, delta: u64) -> Option<u64> {
     if mode == SOLO {
         return Some(delta);
+    }
+    if mode == SOLO_IN_TREE {
+        // Within a granule of what the tree has of this image (its `tree` word; `live`
+        // is all of a solo image's bytes).
+        let unpublished = slot
+            .live
+            .load(Relaxed)
+            .wrapping_add(delta)
+            .wrapping_sub(slot.tree.load(Relaxed));
+        return ((unpublished as i64).unsigned_abs() < GRANULE).then_some(delta);
     }
     let pending = record.pending.load(Relaxed).wrapping_add(delta);
     ((pending as i64).unsigned_abs() < GRANULE && slot.active.load(Relaxed) > 1).then_some(pending)
@@ -319,7 +349,7 @@ fn change_fast<const RAISES: bool>(
         return false;
     };
     count(record);
-    if mode == SOLO {
+    if mode == SOLO || mode == SOLO_IN_TREE {
         let live = bump_own(&slot.live, local);
         if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
             slot.peak.store(live, Relaxed);
@@ -372,7 +402,7 @@ pub fn on_realloc(slot: &Slot, record: &Record, old: Option<u64>, new: u64) {
 pub fn fold(slot: &Slot, record: &Record) {
     match record.mode.load(Relaxed) {
         DIRECT | SHARED => return,
-        SOLO => {}
+        SOLO | SOLO_IN_TREE => {}
         _ => {
             let pending = record.pending.swap(0, Relaxed);
             if pending != 0 {

@@ -8,8 +8,10 @@
 //! tree: each slot's [`Slot::tree`] then holds how much of the image's live bytes it has
 //! added to [`ReportHeader::tree_live`], and every image brings the total up to date from
 //! its general path ([`sync`]): at once while it is the only active image, else when its
-//! own unpublished change reaches [`GRANULE`] bytes, as threads do inside an image. Each
-//! image's solo thread batches from then on, so that every change reaches [`sync`].
+//! own unpublished change reaches [`GRANULE`] bytes, as threads do inside an image. An
+//! image's solo thread stays solo and exact (mode `SOLO_IN_TREE`): its hot path only
+//! checks that it stays within a granule of what the tree has of it, and takes the
+//! general path, which publishes, when it does not.
 //!
 //! An image *leaves* the tree when it ends ([`leave`]: at `exit`, `_exit` and `_Exit` in
 //! the preload agent) or is replaced by `exec` (the new image, which has the same pid,
@@ -24,7 +26,7 @@
 
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 
-use crate::counters::{end_solo, raise};
+use crate::counters::{raise, solo_in_tree};
 use crate::{Origin, ReportHeader, Slot, GRANULE};
 
 /// [`Slot::tree`]: not in the tree.
@@ -48,8 +50,9 @@ fn published(slot: &Slot) -> u64 {
 
 /// Join `slot` to the tree if it is [`OUT`]: the tree counts one more active image, and
 /// everything the image did before was done alone, so its own peak is a peak of the
-/// tree. Its solo thread, if any, batches from now on (see `counters::become_solo` for
-/// the other side of that handshake), and its bytes go into the total.
+/// tree. Its solo thread, if any, checks its distance from the tree's figure from now on
+/// (see `counters::become_solo` for the other side of that handshake), and its bytes go
+/// into the total.
 pub fn join(tree: &ReportHeader, slot: &Slot) {
     if slot.tree.compare_exchange(OUT, 0, SeqCst, SeqCst).is_err() {
         return;
@@ -57,7 +60,7 @@ pub fn join(tree: &ReportHeader, slot: &Slot) {
     let active = tree.tree_active.fetch_add(1, SeqCst) + 1;
     tree.tree_max_active.fetch_max(active, Relaxed);
     raise(&tree.tree_peak, slot.peak.load(SeqCst));
-    end_solo(slot);
+    solo_in_tree(slot);
     publish(tree, slot, true);
 }
 
@@ -66,7 +69,7 @@ pub fn join(tree: &ReportHeader, slot: &Slot) {
 /// unpublished change reaches a granule either way. Called from the general path after
 /// every change, and from [`join`].
 pub fn sync(tree: &ReportHeader, slot: &Slot) {
-    if slot.tree.load(Relaxed) == OUT {
+    if !in_tree(slot.tree.load(Relaxed)) {
         return;
     }
     publish(tree, slot, false);
@@ -188,7 +191,9 @@ impl TreeValues {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::{self, alloc_fast, on_alloc, on_free, record_of, snapshot, SOLO};
+    use crate::counters::{
+        self, alloc_fast, free_fast, on_alloc, on_free, record_of, snapshot, SOLO, SOLO_IN_TREE,
+    };
     use crate::SlotValues;
 
     struct Run {
@@ -266,10 +271,12 @@ mod tests {
         assert_eq!(run.tree().live, 200_000);
         assert_eq!(run.tree().max_active, 2);
         assert_ne!(record_of(parent, 1).0.mode.load(SeqCst), SOLO);
-        assert!(
-            !alloc_fast(parent, 1, 10),
-            "a joined image takes the general path"
-        );
+        // Its thread stays solo and exact, on the hot path while within a granule of
+        // what the tree has of it.
+        assert_eq!(record_of(parent, 1).0.mode.load(SeqCst), SOLO_IN_TREE);
+        assert!(alloc_fast(parent, 1, 10));
+        assert!(!alloc_fast(parent, 1, GRANULE));
+        run.change(parent, 1, -10);
         run.change(child, 1, 300_000);
         run.change(child, 1, -300_000);
         leave(&run.header, child);
@@ -281,6 +288,61 @@ mod tests {
         // The sum of the two images' own peaks would say 550,000.
         let peaks = SlotValues::from_slot(parent).peak + SlotValues::from_slot(child).peak;
         assert_eq!(peaks, 550_000);
+    }
+
+    /// In a tree, the solo hot path where it applies (else the general path and `sync`)
+    /// and the general path alone leave the same slots and the same tree, step by step,
+    /// and the tree never lags an image by a granule or more.
+    #[test]
+    fn in_a_tree_the_hot_path_leaves_what_the_general_path_leaves() {
+        let (hot, general) = (Run::new(), Run::new());
+        for run in [&hot, &general] {
+            run.claim(Origin::Load, 10, None);
+            run.claim(Origin::Fork, 11, Some(0));
+        }
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut live: Vec<(usize, u64)> = Vec::new();
+        let mut took_hot = 0;
+        for step in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let image = (x % 2) as usize;
+            let (h, g) = (&hot.slots[image], &general.slots[image]);
+            if live.is_empty() || x % 5 < 3 {
+                let size = 1 + (x >> 8) % 3000;
+                if alloc_fast(h, 1, size) {
+                    took_hot += 1;
+                } else {
+                    hot.change(h, 1, size as i64);
+                }
+                general.change(g, 1, size as i64);
+                live.push((image, size));
+            } else {
+                let at = (x % live.len() as u64) as usize;
+                let (image, size) = live.swap_remove(at);
+                let (h, g) = (&hot.slots[image], &general.slots[image]);
+                if free_fast(h, 1, size) {
+                    took_hot += 1;
+                } else {
+                    hot.change(h, 1, -(size as i64));
+                }
+                general.change(g, 1, -(size as i64));
+            }
+            assert_eq!(hot.tree(), general.tree(), "step {step}");
+            for (h, g) in hot.slots.iter().zip(&general.slots) {
+                assert_eq!(
+                    SlotValues::from_slot(h),
+                    SlotValues::from_slot(g),
+                    "step {step}"
+                );
+                let lag = SlotValues::from_slot(h)
+                    .live
+                    .wrapping_sub(h.tree.load(SeqCst));
+                assert!((lag as i64).unsigned_abs() < GRANULE, "step {step}");
+            }
+        }
+        assert!(took_hot > 15_000, "the hot path was taken {took_hot} times");
     }
 
     #[test]
