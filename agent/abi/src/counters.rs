@@ -267,37 +267,42 @@ fn publish(slot: &Slot, delta: u64) {
     raise_peak(slot, slot.live.load(Relaxed).wrapping_add(shared));
 }
 
-/// The calling thread's record and its mode, when the hot path may update it without a
-/// call: the record at the thread's home index is its own and solo or batching.
+/// Whether a change of `delta` live bytes in `record` (in `mode`) stays inside the
+/// record, with no call and no atomic instruction, and how: `Some(true)` for a solo
+/// thread (the only one so far: see [`become_solo`]; in a process tree, while within a
+/// granule of what the tree has of the image), `Some(false)` for a batching thread whose
+/// pending change stays under the granule while others are active, `None` otherwise.
+/// Writes nothing; [`change_live`] does the same update when this says yes. The modes
+/// are tested batching first, then solo, each with one comparison, as before there
+/// were process trees; the tree's mode comes last.
 #[inline(always)]
-fn own_record(slot: &Slot, key: u64) -> Option<(&Record, u64)> {
-    let record = at_home(slot, key)?;
-    let mode = record.mode.load(Relaxed);
-    (mode == SOLO || mode == BATCHED || mode == SOLO_IN_TREE).then_some((record, mode))
+fn stays_local(slot: &Slot, record: &Record, mode: u64, delta: u64) -> Option<bool> {
+    if mode == BATCHED {
+        let pending = record.pending.load(Relaxed).wrapping_add(delta);
+        return ((pending as i64).unsigned_abs() < GRANULE && slot.active.load(Relaxed) > 1)
+            .then_some(false);
+    }
+    if mode == SOLO {
+        return Some(true);
+    }
+    if mode != SOLO_IN_TREE {
+        return None;
+    }
+    // Laid out after the other two, so that they keep the one comparison each they had
+    // before there were process trees.
+    unlikely();
+    let unpublished = slot
+        .live
+        .load(Relaxed)
+        .wrapping_add(delta)
+        .wrapping_sub(slot.tree.load(Relaxed));
+    ((unpublished as i64).unsigned_abs() < GRANULE).then_some(true)
 }
 
-/// Whether a change of `delta` live bytes in `record` (in `mode`) stays inside the
-/// record, with no call and no atomic instruction: the solo thread (the only one so far:
-/// see [`become_solo`]), or a batching thread whose pending change stays under the granule while others
-/// are active. Writes nothing; [`change_live`] does the same update when this says yes.
+/// Marks the branch that calls it as the unlikely one (inlined away: no call remains).
+#[cold]
 #[inline(always)]
-fn stays_local(slot: &Slot, record: &Record, mode: u64, delta: u64) -> Option<u64> {
-    if mode == SOLO {
-        return Some(delta);
-    }
-    if mode == SOLO_IN_TREE {
-        // Within a granule of what the tree has of this image (its `tree` word; `live`
-        // is all of a solo image's bytes).
-        let unpublished = slot
-            .live
-            .load(Relaxed)
-            .wrapping_add(delta)
-            .wrapping_sub(slot.tree.load(Relaxed));
-        return ((unpublished as i64).unsigned_abs() < GRANULE).then_some(delta);
-    }
-    let pending = record.pending.load(Relaxed).wrapping_add(delta);
-    ((pending as i64).unsigned_abs() < GRANULE && slot.active.load(Relaxed) > 1).then_some(pending)
-}
+fn unlikely() {}
 
 /// The hot path of [`on_alloc`] for the thread with `key`: counts a block of `size`
 /// bytes and returns true when that needs no call (see [`stays_local`]); otherwise
@@ -342,20 +347,21 @@ fn change_fast<const RAISES: bool>(
     delta: u64,
     count: impl FnOnce(&Record),
 ) -> bool {
-    let Some((record, mode)) = own_record(slot, key) else {
+    let Some(record) = at_home(slot, key) else {
         return false;
     };
-    let Some(local) = stays_local(slot, record, mode, delta) else {
+    let mode = record.mode.load(Relaxed);
+    let Some(solo) = stays_local(slot, record, mode, delta) else {
         return false;
     };
     count(record);
-    if mode == SOLO || mode == SOLO_IN_TREE {
-        let live = bump_own(&slot.live, local);
+    if solo {
+        let live = bump_own(&slot.live, delta);
         if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
             slot.peak.store(live, Relaxed);
         }
     } else {
-        record.pending.store(local, Relaxed);
+        bump_own(&record.pending, delta);
     }
     true
 }
