@@ -153,7 +153,7 @@ extern "C" fn leave_tree() {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { sys::getpid() } as u64;
     if let (Some(report), true) = (report(), slot.pid.load(Relaxed) == pid) {
-        tree::leave(&report.header, slot);
+        tree::leave(report, slot);
     }
 }
 

@@ -7,6 +7,7 @@
 //! handlers.
 
 use core::mem::size_of;
+use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::SeqCst;
 
 use crate::counters::{self, ForkSnapshot};
@@ -23,6 +24,9 @@ pub struct Report {
     pub header: ReportHeader,
     /// Every slot.
     pub slots: [Slot; SLOT_COUNT],
+    /// One word per slot: which are started, by which pid, and which have left the
+    /// process tree (see [`tree::enter`]).
+    pub directory: [AtomicU64; SLOT_COUNT],
 }
 
 const _: () = assert!(size_of::<Report>() == REPORT_SIZE);
@@ -71,7 +75,8 @@ pub fn claim<O: Os>(
     let slot = report.slots.get(index)?;
     let (pid, ppid) = O::pids();
     counters::start(slot, origin, pid, ppid, inherited);
-    tree::enter(&report.header, &report.slots, index, origin, pid);
+    slot.index.store(index as u64, SeqCst);
+    tree::enter(report, index, origin, pid);
     Some(slot)
 }
 

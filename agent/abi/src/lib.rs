@@ -86,8 +86,11 @@ pub const HEADER_SIZE: usize = 128;
 pub const SLOT_SIZE: usize = SLOT_HEAD_SIZE + RECORDS * RECORD_SIZE;
 /// Number of slots: process images that can report in one run.
 pub const SLOT_COUNT: usize = 8191;
+/// Bytes of the directory after the slots: one word per slot (see [`tree`]), side by side
+/// so that a new process image looks over every claimed slot in a few pages.
+pub const DIRECTORY_SIZE: usize = SLOT_COUNT * 8;
 /// Total size of the report file.
-pub const REPORT_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE;
+pub const REPORT_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE + DIRECTORY_SIZE;
 
 /// How a process image came to use its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,8 +216,8 @@ pub struct Slot {
     /// The image's place in the process tree: [`tree::OUT`], [`tree::LEFT`], or the live
     /// bytes it has added to [`ReportHeader::tree_live`].
     pub tree: AtomicU64,
-    /// Padding up to [`SLOT_HEAD_SIZE`].
-    pub reserved: AtomicU64,
+    /// The slot's own index (its directory entry).
+    pub index: AtomicU64,
     /// Per-thread counters; the last one is the shared overflow record.
     pub records: [Record; RECORDS],
 }
@@ -238,7 +241,7 @@ impl Default for Slot {
             max_active: zero(),
             granule: zero(),
             tree: zero(),
-            reserved: zero(),
+            index: zero(),
             records: core::array::from_fn(|_| Record::default()),
         }
     }
@@ -555,7 +558,7 @@ mod tests {
     #[test]
     fn report_layout_is_what_the_agent_maps() {
         assert_eq!(slot_offset(0), HEADER_SIZE);
-        assert_eq!(slot_offset(SLOT_COUNT), REPORT_SIZE);
+        assert_eq!(slot_offset(SLOT_COUNT) + DIRECTORY_SIZE, REPORT_SIZE);
         assert_eq!(offset_of!(Slot, records), SLOT_HEAD_SIZE);
         // Slots and records start on cache lines (the report file is mapped page-aligned).
         assert_eq!(slot_offset(1) % 64, 0);

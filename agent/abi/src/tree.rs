@@ -26,6 +26,7 @@
 
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 
+use crate::attach::Report;
 use crate::counters::{raise, solo_in_tree};
 use crate::{Origin, ReportHeader, Slot, GRANULE};
 
@@ -103,10 +104,23 @@ fn publish(tree: &ReportHeader, slot: &Slot, force: bool) {
     }
 }
 
+/// A started image's directory entry: its pid and [`STARTED`].
+const fn entry(pid: u64) -> u64 {
+    (pid << 2) | STARTED
+}
+/// Directory entry flag: the slot is started (0: not claimed, or still starting).
+const STARTED: u64 = 1;
+/// Directory entry flag: the image has left the tree.
+const GONE: u64 = 2;
+
 /// `slot`'s image has ended (or is being replaced by `exec`): its bytes leave the total.
 /// An image that was never in the tree was alone all its life: its peak is a peak of the
 /// tree. Leaving twice changes nothing.
-pub fn leave(tree: &ReportHeader, slot: &Slot) {
+pub fn leave(report: &Report, slot: &Slot) {
+    if let Some(word) = report.directory.get(slot.index.load(SeqCst) as usize) {
+        word.fetch_or(GONE, SeqCst);
+    }
+    let tree = &report.header;
     loop {
         let had = slot.tree.load(SeqCst);
         if had == LEFT {
@@ -129,39 +143,46 @@ pub fn leave(tree: &ReportHeader, slot: &Slot) {
     }
 }
 
-/// Place a freshly started slot (`slots[own]`, of process `pid`) in the tree. A loaded
-/// image first makes the images it replaced by `exec` (same pid, not yet left) leave.
-/// Then, if any other image may be alive (claimed and not left, including one still
-/// starting), this one joins and pulls every image still [`OUT`] in with it; otherwise it
-/// stays out, alone, at no cost.
+/// Place a freshly started slot (`own`, of process `pid`) in the tree. A loaded image
+/// first makes the images it replaced by `exec` (same pid, not yet left) leave. Then, if
+/// any other image may be alive (claimed and not left, including one still starting),
+/// this one joins and pulls every image still [`OUT`] in with it; otherwise it stays
+/// out, alone, at no cost.
+///
+/// The look over the claimed slots reads the directory (one word per slot, side by
+/// side), and touches a slot itself only for an image still alive: a run of thousands of
+/// short programs would otherwise fault in a page per slot per program.
 ///
 /// Two images that start at once both see each other or one sees the other: each claims
-/// (an atomic add on the claim count) before it looks, so the later claimer sees the
-/// earlier one, at worst as still starting, and joins; the earlier one is then pulled in
-/// by it, or joins itself when it looks.
-pub fn enter(tree: &ReportHeader, slots: &[Slot], own: usize, origin: Origin, pid: u64) {
-    let claimed = (tree.claims.load(SeqCst) as usize).min(slots.len());
+/// (an atomic add on the claim count) and writes its directory entry before it looks, so
+/// the later one sees the earlier, at worst as still starting, and joins; the earlier one
+/// is then pulled in by it, or joins itself when it looks.
+pub fn enter(report: &Report, own: usize, origin: Origin, pid: u64) {
+    let tree = &report.header;
+    let claimed = (tree.claims.load(SeqCst) as usize).min(report.slots.len());
+    if let Some(word) = report.directory.get(own) {
+        word.store(entry(pid), SeqCst);
+    }
     let mut alone = true;
-    for (index, other) in slots[..claimed].iter().enumerate() {
-        if index == own {
+    for (index, word) in report.directory[..claimed].iter().enumerate() {
+        let e = word.load(SeqCst);
+        if index == own || e & GONE != 0 {
             continue;
         }
-        let started = other.origin.load(SeqCst) != 0;
-        if started && origin == Origin::Load && other.pid.load(SeqCst) == pid {
-            leave(tree, other);
+        if e == entry(pid) && origin == Origin::Load {
+            leave(report, &report.slots[index]);
             continue;
         }
-        if !started || other.tree.load(SeqCst) != LEFT {
-            alone = false;
-        }
+        alone = false;
     }
     if alone {
         return;
     }
-    join(tree, &slots[own]);
-    for (index, other) in slots[..claimed].iter().enumerate() {
-        if index != own && other.origin.load(SeqCst) != 0 {
-            join(tree, other);
+    join(tree, &report.slots[own]);
+    for (index, word) in report.directory[..claimed].iter().enumerate() {
+        let e = word.load(SeqCst);
+        if index != own && e & STARTED != 0 && e & GONE == 0 {
+            join(tree, &report.slots[index]);
         }
     }
 }
@@ -196,37 +217,44 @@ mod tests {
     };
     use crate::SlotValues;
 
+    /// A report file in ordinary memory (zeroed, as the collector's memfd starts).
     struct Run {
-        header: ReportHeader,
-        slots: Vec<Slot>,
+        report: &'static Report,
     }
 
     impl Run {
+        #[allow(unsafe_code)]
         fn new() -> Self {
-            let zero = || core::sync::atomic::AtomicU64::new(0);
-            Run {
-                header: ReportHeader {
-                    magic: zero(),
-                    version: zero(),
-                    token: zero(),
-                    claims: zero(),
-                    tree_live: zero(),
-                    tree_peak: zero(),
-                    tree_active: zero(),
-                    tree_max_active: zero(),
-                    reserved: Default::default(),
-                },
-                slots: (0..8).map(|_| Slot::default()).collect(),
-            }
+            let layout = std::alloc::Layout::new::<Report>();
+            // SAFETY: a non-zero layout; all-zero bytes are a valid `Report` (atomics).
+            let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+            assert!(!raw.is_null(), "memory for a report");
+            // SAFETY: as above; borrowed only through `report()`, which is tied to `self`.
+            let report = unsafe { &*raw.cast::<Report>() };
+            Run { report }
+        }
+
+        fn report(&self) -> &Report {
+            self.report
+        }
+
+        fn header(&self) -> &ReportHeader {
+            &self.report().header
+        }
+
+        fn slots(&self) -> &[Slot] {
+            &self.report().slots
         }
 
         /// What `attach::claim` does, with a given pid and inheritance.
         fn claim(&self, origin: Origin, pid: u64, inherited: Option<usize>) -> &Slot {
-            let index = self.header.claims.fetch_add(1, SeqCst) as usize;
-            let inherited = inherited.map(|parent| snapshot(&self.slots[parent]));
-            counters::start(&self.slots[index], origin, pid, 1, inherited);
-            enter(&self.header, &self.slots, index, origin, pid);
-            &self.slots[index]
+            let index = self.header().claims.fetch_add(1, SeqCst) as usize;
+            let inherited = inherited.map(|parent| snapshot(&self.slots()[parent]));
+            let slot = &self.slots()[index];
+            counters::start(slot, origin, pid, 1, inherited);
+            slot.index.store(index as u64, SeqCst);
+            enter(self.report(), index, origin, pid);
+            slot
         }
 
         /// One allocation or free by thread `key` of `slot`, through the general path and
@@ -238,11 +266,24 @@ mod tests {
             } else {
                 on_free(slot, record, delta.unsigned_abs());
             }
-            sync(&self.header, slot);
+            sync(self.header(), slot);
         }
 
         fn tree(&self) -> TreeValues {
-            TreeValues::from_header(&self.header)
+            TreeValues::from_header(self.header())
+        }
+    }
+
+    impl Drop for Run {
+        #[allow(unsafe_code)]
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with this layout; nothing borrowed outlives `self`.
+            unsafe {
+                std::alloc::dealloc(
+                    (self.report as *const Report).cast_mut().cast(),
+                    std::alloc::Layout::new::<Report>(),
+                )
+            };
         }
     }
 
@@ -254,7 +295,7 @@ mod tests {
         run.change(main, 1, 5000);
         assert!(alloc_fast(main, 1, 10), "the solo hot path");
         assert_eq!(run.tree(), TreeValues::default());
-        leave(&run.header, main);
+        leave(run.report(), main);
         // Alone all its life: its peak is the tree's.
         assert_eq!(run.tree().peak, 5010);
         assert_eq!(main.tree.load(SeqCst), LEFT);
@@ -279,7 +320,7 @@ mod tests {
         run.change(parent, 1, -10);
         run.change(child, 1, 300_000);
         run.change(child, 1, -300_000);
-        leave(&run.header, child);
+        leave(run.report(), child);
         assert_eq!(run.tree().live, 100_000);
         run.change(parent, 1, 50_000);
         let tree = run.tree();
@@ -308,7 +349,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let image = (x % 2) as usize;
-            let (h, g) = (&hot.slots[image], &general.slots[image]);
+            let (h, g) = (&hot.slots()[image], &general.slots()[image]);
             if live.is_empty() || x % 5 < 3 {
                 let size = 1 + (x >> 8) % 3000;
                 if alloc_fast(h, 1, size) {
@@ -321,7 +362,7 @@ mod tests {
             } else {
                 let at = (x % live.len() as u64) as usize;
                 let (image, size) = live.swap_remove(at);
-                let (h, g) = (&hot.slots[image], &general.slots[image]);
+                let (h, g) = (&hot.slots()[image], &general.slots()[image]);
                 if free_fast(h, 1, size) {
                     took_hot += 1;
                 } else {
@@ -330,7 +371,7 @@ mod tests {
                 general.change(g, 1, -(size as i64));
             }
             assert_eq!(hot.tree(), general.tree(), "step {step}");
-            for (h, g) in hot.slots.iter().zip(&general.slots) {
+            for (h, g) in hot.slots()[..2].iter().zip(&general.slots()[..2]) {
                 assert_eq!(
                     SlotValues::from_slot(h),
                     SlotValues::from_slot(g),
@@ -355,7 +396,7 @@ mod tests {
         run.change(child, 1, GRANULE as i64);
         assert_eq!(run.tree().live, 100 + GRANULE);
         run.change(parent, 1, 7);
-        leave(&run.header, child);
+        leave(run.report(), child);
         // Alone now: every change is published at once.
         run.change(parent, 1, 1);
         assert_eq!(run.tree().live, 8);
@@ -382,10 +423,10 @@ mod tests {
         run.change(parent, 1, 20_000);
         let child = run.claim(Origin::Fork, 11, Some(0));
         assert_eq!(run.tree().live, 40_000);
-        leave(&run.header, child);
-        leave(&run.header, child);
+        leave(run.report(), child);
+        leave(run.report(), child);
         assert_eq!(run.tree().live, 20_000);
-        assert_eq!(run.header.tree_active.load(SeqCst), 1);
+        assert_eq!(run.header().tree_active.load(SeqCst), 1);
         // Changes after leaving (a late destructor) no longer move the tree.
         run.change(child, 1, -20_000);
         assert_eq!(run.tree().live, 20_000);
@@ -410,7 +451,7 @@ mod tests {
                             run.change(slot, key, -(1 + (step + i as i64) % 3000));
                         }
                         counters::fold(slot, record_of(slot, key).0);
-                        sync(&run.header, slot);
+                        sync(run.header(), slot);
                     });
                 }
             }
@@ -423,7 +464,7 @@ mod tests {
             run.tree()
         );
         for &child in &children {
-            leave(&run.header, child);
+            leave(run.report(), child);
         }
         assert_eq!(run.tree().live, 64);
         let bound = (run.tree().max_active - 1) * GRANULE + 3 * GRANULE;
