@@ -1180,3 +1180,24 @@ fn cli_reports_the_tree_peak_with_its_bound() {
         "{warnings}"
     );
 }
+
+/// An exec chain (a shell that execs the program) never has two images alive at once:
+/// the tree's peak is the larger of the two images' own peaks, and exact.
+#[test]
+fn an_exec_chain_is_one_image_at_a_time_and_its_tree_peak_is_exact() {
+    let Some((_dir, exe)) = c_fixture("tree") else {
+        return;
+    };
+    let script = format!("exec '{}' leaf 300000", exe.display());
+    let reports = agent(Path::new("/bin/sh"), &["-c", &script]);
+    let t = reports.totals();
+    assert_eq!(t.images, 2, "{reports:#?}");
+    assert_eq!(
+        reports.tree.max_active, 0,
+        "nobody joined a tree: {reports:#?}"
+    );
+    let own_peaks: Vec<u64> = reports.images.iter().map(|s| s.peak).collect();
+    assert_eq!(t.tree_peak, *own_peaks.iter().max().unwrap_or(&0));
+    assert!(t.tree_peak >= 300_000, "{reports:#?}");
+    assert_eq!((t.tree_bound, t.stranded), (0, 0), "{t:#?}");
+}
