@@ -1201,3 +1201,34 @@ fn an_exec_chain_is_one_image_at_a_time_and_its_tree_peak_is_exact() {
     assert!(t.tree_peak >= 300_000, "{reports:#?}");
     assert_eq!((t.tree_bound, t.stranded), (0, 0), "{t:#?}");
 }
+
+/// The in-process harness counts a forked child too, and leaves the tree at `exit`.
+#[test]
+fn harness_tree_peak_counts_a_forked_child_and_leaves_at_exit() {
+    let report = sbs([
+        "--alloc",
+        "--alloc-harness",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "-f",
+        "json",
+        "--",
+        fixture!("harness_alloc"),
+        "fork",
+        "100000",
+        "300000",
+    ])
+    .success()
+    .json();
+    let tree = metric(&report, "heap.tree_peak");
+    let peak = samples(tree)[0];
+    // 2 x 100,000 + 300,000, and the runtime's few blocks twice.
+    assert!((500_000.0..510_000.0).contains(&peak), "{tree:#}");
+    // Both images left at exit: no stranded bytes in the bound, which is the tree's
+    // granule alone (two images alive at once).
+    assert_eq!(tree["bound"].as_f64(), Some(8192.0), "{tree:#}");
+    let warnings = report["benchmarks"][0]["warnings"].to_string();
+    assert!(!warnings.contains("without leaving"), "{warnings}");
+}

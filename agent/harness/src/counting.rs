@@ -69,15 +69,12 @@ fn record(slot: &Slot) -> &Record {
 }
 
 /// Bring the process tree's total up to date after a count (nothing while this image is
-/// alone). The harness does not leave the tree when its process ends (it has no exit
-/// hook it could register without allocating), so in a tree its images count as ended
-/// without leaving, and the tree peak's stated bound includes their last bytes.
+/// alone).
 fn sync_tree(slot: &Slot) {
     if slot.tree.load(std::sync::atomic::Ordering::Relaxed) == tree::OUT {
         return;
     }
-    // SAFETY: a non-null REPORT is the report file's mapping, never unmapped.
-    if let Some(report) = unsafe { REPORT.load(Acquire).as_ref() } {
+    if let Some(report) = report() {
         tree::sync(&report.header, slot);
     }
 }
@@ -115,13 +112,39 @@ fn start() {
         }
         return;
     }
-    if let Some(report) = attach::find_report::<Libc>(ENV_HARNESS_FD_C, ENV_HARNESS_TOKEN_C) {
+    let found = attach::find_report::<Libc>(ENV_HARNESS_FD_C, ENV_HARNESS_TOKEN_C);
+    if let Some(report) = found {
         REPORT.store((report as *const Report).cast_mut(), Release);
         claim(Origin::Load, None);
         // SAFETY: registering plain `extern "C"` functions without arguments.
         unsafe { libc::pthread_atfork(Some(before_fork), None, Some(in_fork_child)) };
     }
     STATE.store(DONE, Release);
+    if found.is_some() {
+        // After DONE: `atexit` may allocate, which now counts instead of waiting for
+        // this very start. A forked child inherits the registration.
+        // SAFETY: registering a plain `extern "C"` function without arguments.
+        unsafe { libc::atexit(leave_tree) };
+    }
+}
+
+/// At `exit`: this image's heap leaves the process tree's total (see
+/// `sbs_agent_abi::tree`). An image that ends with `_exit` or a signal does not leave,
+/// and the tree peak's stated bound includes its last bytes.
+extern "C" fn leave_tree() {
+    let (Some(slot), Some(report)) = (started_slot(), report()) else {
+        return;
+    };
+    // SAFETY: getpid has no preconditions.
+    if slot.pid.load(std::sync::atomic::Ordering::Relaxed) == unsafe { libc::getpid() } as u64 {
+        tree::leave(report, slot);
+    }
+}
+
+/// The mapped report file, once found.
+fn report() -> Option<&'static Report> {
+    // SAFETY: a non-null REPORT is the report file's mapping, never unmapped.
+    unsafe { REPORT.load(Acquire).as_ref() }
 }
 
 /// The system calls of attaching to the report file, through the `libc` crate.

@@ -4,6 +4,9 @@
 //! never calls malloc (what jemalloc or mimalloc look like to the preload agent).
 //! - `blocks N SIZE`: N blocks of SIZE bytes through `System`, then a 1 MiB block.
 //! - `private N SIZE`: the same through the private allocator.
+//! - `fork N SIZE`: keeps N bytes, forks a child that allocates and frees SIZE bytes and
+//!   exits, waits for it, then allocates and frees SIZE / 2 bytes. The tree's peak: the
+//!   runtime's own blocks twice (parent and child), 2 N, and SIZE.
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -85,6 +88,26 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(2).and_then(|a| a.parse().ok()).expect("N");
     let size: usize = args.get(3).and_then(|a| a.parse().ok()).expect("SIZE");
+    if args.get(1).map(String::as_str) == Some("fork") {
+        let kept = black_box(vec![1u8; n]);
+        // SAFETY: fork in a single-threaded program; the child allocates and exits.
+        match unsafe { libc::fork() } {
+            0 => {
+                drop(black_box(vec![2u8; size]));
+                std::process::exit(0);
+            }
+            pid if pid > 0 => {
+                let mut status = 0;
+                // SAFETY: waiting for our own child into a live local.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                assert_eq!(status, 0, "the child failed");
+            }
+            _ => panic!("fork failed"),
+        }
+        drop(black_box(vec![3u8; size / 2]));
+        drop(kept);
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("private") {
         // SAFETY: an anonymous private mapping; its address is published before use.
         let base = unsafe {
