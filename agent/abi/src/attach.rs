@@ -6,31 +6,13 @@
 //! Nothing here allocates or takes a lock: it runs inside allocation hooks and fork
 //! handlers.
 
-use core::mem::size_of;
-use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::SeqCst;
 
 use crate::counters::{self, ForkSnapshot};
 use crate::tree;
-use crate::{
-    parse_fd, parse_token, HeaderValues, Origin, ReportHeader, Slot, HEADER_SIZE, REPORT_SIZE,
-    SLOT_COUNT,
-};
+use crate::{parse_fd, parse_token, HeaderValues, Origin, Slot, HEADER_SIZE};
 
-/// The report file as mapped: its header, then its slots.
-#[repr(C)]
-pub struct Report {
-    /// The header.
-    pub header: ReportHeader,
-    /// Every slot.
-    pub slots: [Slot; SLOT_COUNT],
-    /// One word per slot: which are started, by which pid, and which have left the
-    /// process tree (see [`tree::enter`]).
-    pub directory: [AtomicU64; SLOT_COUNT],
-}
-
-const _: () = assert!(size_of::<Report>() == REPORT_SIZE);
-const _: () = assert!(core::mem::offset_of!(Report, slots) == HEADER_SIZE);
+pub use crate::Report;
 
 /// The system calls attaching needs.
 pub trait Os {
@@ -39,7 +21,7 @@ pub trait Os {
     /// The first [`HEADER_SIZE`] bytes of descriptor `fd` (`false` on an error or a short
     /// read).
     fn read_header(fd: i32, out: &mut [u8; HEADER_SIZE]) -> bool;
-    /// The [`REPORT_SIZE`] bytes of descriptor `fd`, mapped shared and writable for the
+    /// The [`crate::REPORT_SIZE`] bytes of descriptor `fd`, mapped shared and writable for the
     /// rest of the process's life (never unmapped).
     fn map(fd: i32) -> Option<&'static Report>;
     /// This process's pid and its parent's.
@@ -83,7 +65,7 @@ pub fn claim<O: Os>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{REPORT_MAGIC, REPORT_VERSION};
+    use crate::{REPORT_MAGIC, REPORT_VERSION, SLOT_COUNT};
     use std::sync::OnceLock;
 
     /// A report file in ordinary memory, announced as descriptor 7 with token `abc`.

@@ -30,7 +30,7 @@
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 use core::sync::atomic::{fence, AtomicU64};
 
-use crate::{tree, Origin, Record, Slot, SlotValues, GRANULE, RECORDS};
+use crate::{in_tree, Origin, Record, Slot, SlotValues, GRANULE, RECORDS, TREE_OUT};
 
 /// Record mode: the image's only thread so far (see the module doc).
 pub const SOLO: u64 = 1;
@@ -155,7 +155,7 @@ fn become_solo(slot: &Slot, record: &Record) {
     fence(SeqCst);
     if slot.threads.load(Relaxed) > 1 {
         record.mode.store(BATCHED, Relaxed);
-    } else if tree::in_tree(slot.tree.load(Relaxed)) {
+    } else if in_tree(slot.tree.load(Relaxed)) {
         let _ = record
             .mode
             .compare_exchange(SOLO, SOLO_IN_TREE, Relaxed, Relaxed);
@@ -529,7 +529,7 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
     slot.inherited_bytes.store(inherited.bytes, Relaxed);
     slot.inherited_live.store(inherited.live, Relaxed);
     slot.inherited_peak.store(inherited.peak, Relaxed);
-    slot.tree.store(tree::OUT, SeqCst);
+    slot.tree.store(TREE_OUT, SeqCst);
     slot.origin.store(origin.code(), SeqCst);
 }
 

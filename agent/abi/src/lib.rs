@@ -213,7 +213,7 @@ pub struct Slot {
     pub max_active: AtomicU64,
     /// [`GRANULE`], for the reader.
     pub granule: AtomicU64,
-    /// The image's place in the process tree: [`tree::OUT`], [`tree::LEFT`], or the live
+    /// The image's place in the process tree: [`TREE_OUT`], [`TREE_LEFT`], or the live
     /// bytes it has added to [`ReportHeader::tree_live`].
     pub tree: AtomicU64,
     /// The slot's own index (its directory entry).
@@ -258,6 +258,30 @@ pub const SLOT_HEAD_SIZE: usize = 128;
 /// by less than this per other active thread.
 pub const GRANULE: u64 = 8192;
 
+/// The report file as mapped: its header, its slots, then the directory.
+#[repr(C)]
+pub struct Report {
+    /// The header.
+    pub header: ReportHeader,
+    /// Every slot.
+    pub slots: [Slot; SLOT_COUNT],
+    /// One word per slot: which are started, by which pid, and which have left the
+    /// process tree (see [`tree::enter`]).
+    pub directory: [AtomicU64; SLOT_COUNT],
+}
+
+/// [`Slot::tree`]: the image is not in the process tree (see [`tree`]).
+pub const TREE_OUT: u64 = 1 << 63;
+/// [`Slot::tree`]: the image has left the process tree (ended, or replaced by `exec`).
+pub const TREE_LEFT: u64 = TREE_OUT | 1;
+
+/// Whether a [`Slot::tree`] word says the image is in the tree (joined, not left).
+pub const fn in_tree(word: u64) -> bool {
+    word != TREE_OUT && word != TREE_LEFT
+}
+
+const _: () = assert!(size_of::<Report>() == REPORT_SIZE);
+const _: () = assert!(offset_of!(Report, slots) == HEADER_SIZE);
 const _: () = assert!(size_of::<Record>() == RECORD_SIZE);
 const _: () = assert!(size_of::<ReportHeader>() == HEADER_SIZE);
 const _: () = assert!(size_of::<Slot>() == SLOT_SIZE);

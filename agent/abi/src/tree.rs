@@ -26,19 +26,14 @@
 
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 
-use crate::attach::Report;
 use crate::counters::{raise, solo_in_tree};
-use crate::{Origin, ReportHeader, Slot, GRANULE};
+use crate::{Origin, Report, ReportHeader, Slot, GRANULE};
 
-/// [`Slot::tree`]: not in the tree.
-pub const OUT: u64 = 1 << 63;
+pub use crate::in_tree;
 /// [`Slot::tree`]: left the tree (ended, or replaced by `exec`).
-pub const LEFT: u64 = OUT | 1;
-
-/// Whether a [`Slot::tree`] word says the image is in the tree (joined, not left).
-pub fn in_tree(word: u64) -> bool {
-    word != OUT && word != LEFT
-}
+pub use crate::TREE_LEFT as LEFT;
+/// [`Slot::tree`]: not in the tree.
+pub use crate::TREE_OUT as OUT;
 
 /// Live bytes of `slot` that its threads have published (their pending changes are the
 /// image's own bound). `live` is written only by a solo thread, which a joined image has
