@@ -14,7 +14,7 @@
 //! general path, which publishes, when it does not.
 //!
 //! An image *leaves* the tree when it ends ([`leave`]: at `exit`, `_exit` and `_Exit` in
-//! the preload agent) or is replaced by `exec` (the new image, which has the same pid,
+//! the preload agent, at `exit` in the harness) or is replaced by `exec` (the new image, which has the same pid,
 //! makes the old one leave when it claims its slot). An image that ends without leaving
 //! (a fatal signal, `abort`, an `exec` of a program without the agent) keeps its bytes in
 //! the total: the collector sees it still joined and states how far that can lift the
@@ -36,8 +36,10 @@ pub use crate::TREE_LEFT as LEFT;
 pub use crate::TREE_OUT as OUT;
 
 /// Live bytes of `slot` that its threads have published (their pending changes are the
-/// image's own bound). `live` is written only by a solo thread, which a joined image has
-/// not: the two words change by atomic adds from here on.
+/// image's own bound): `live`, written with plain stores by the image's solo thread (if
+/// it has one), and `shared_live`, added to atomically by batching threads. Read from
+/// another thread or process, a solo thread's last change may show one call late; the
+/// image's next publication catches it up.
 fn published(slot: &Slot) -> u64 {
     slot.live
         .load(SeqCst)
