@@ -132,28 +132,19 @@ fn report() -> Option<&'static Report> {
 
 /// Bring the process tree's total up to date with this image's change (nothing while the
 /// image is alone: see `tree`). Called after every count on the general path.
-#[inline(always)]
 fn sync_tree(slot: &Slot) {
-    if slot.tree.load(Relaxed) == tree::OUT {
-        return;
-    }
     if let Some(report) = report() {
         tree::sync(&report.header, slot);
     }
 }
 
 /// This image is ending (`exit`, `_exit`, `_Exit`): its heap leaves the process tree's
-/// total. Only the image that claimed the slot: a `vfork` child shares our statics, not
-/// our pid.
+/// total.
 extern "C" fn leave_tree() {
     // SAFETY: a non-null SLOT points into the report file's mapping, never unmapped.
-    let Some(slot) = (unsafe { SLOT.load(Acquire).as_ref() }) else {
-        return;
-    };
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { sys::getpid() } as u64;
-    if let (Some(report), true) = (report(), slot.pid.load(Relaxed) == pid) {
-        tree::leave(report, slot);
+    let slot = unsafe { SLOT.load(Acquire).as_ref() };
+    if let (Some(report), Some(slot)) = (report(), slot) {
+        attach::leave_at_end::<sys::Libc>(report, slot);
     }
 }
 

@@ -62,6 +62,15 @@ pub fn claim<O: Os>(
     Some(slot)
 }
 
+/// This image is ending: its heap leaves the process tree's total ([`tree::leave`]), if
+/// `slot` is this process's own: a `vfork` child shares its parent's statics (and so the
+/// parent's slot) but not its pid.
+pub fn leave_at_end<O: Os>(report: &Report, slot: &Slot) {
+    if slot.pid.load(SeqCst) == O::pids().0 {
+        tree::leave(report, slot);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,9 +71,6 @@ fn record(slot: &Slot) -> &Record {
 /// Bring the process tree's total up to date after a count (nothing while this image is
 /// alone).
 fn sync_tree(slot: &Slot) {
-    if slot.tree.load(std::sync::atomic::Ordering::Relaxed) == tree::OUT {
-        return;
-    }
     if let Some(report) = report() {
         tree::sync(&report.header, slot);
     }
@@ -132,12 +129,8 @@ fn start() {
 /// `sbs_agent_abi::tree`). An image that ends with `_exit` or a signal does not leave,
 /// and the tree peak's stated bound includes its last bytes.
 extern "C" fn leave_tree() {
-    let (Some(slot), Some(report)) = (started_slot(), report()) else {
-        return;
-    };
-    // SAFETY: getpid has no preconditions.
-    if slot.pid.load(std::sync::atomic::Ordering::Relaxed) == unsafe { libc::getpid() } as u64 {
-        tree::leave(report, slot);
+    if let (Some(slot), Some(report)) = (started_slot(), report()) {
+        attach::leave_at_end::<Libc>(report, slot);
     }
 }
 
