@@ -97,17 +97,7 @@ pub fn strip_plot(m: &MetricResult) -> Result<String, String> {
 /// by a line; runs that regressed against the one before are red.
 pub fn trend_plot(m: &MetricResult) -> Result<String, String> {
     let t = &m.trend;
-    let lows = t.iter().map(|p| p.ci_low.unwrap_or(p.mean));
-    let highs = t.iter().map(|p| p.ci_high.unwrap_or(p.mean));
-    let mut lo = lows.fold(f64::INFINITY, f64::min);
-    let mut hi = highs.fold(f64::NEG_INFINITY, f64::max);
-    if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
-        let pad = if hi == 0.0 { 1.0 } else { hi.abs() * 0.01 };
-        lo -= pad;
-        hi += pad;
-    }
-    let pad = (hi - lo) * 0.1;
-    let (lo, hi) = (lo - pad, hi + pad);
+    let (lo, hi) = trend_range(t);
     let k = t.len();
     let mut svg = String::new();
     {
@@ -120,15 +110,7 @@ pub fn trend_plot(m: &MetricResult) -> Result<String, String> {
             .build_cartesian_2d(-0.5..(k as f64 - 0.5), lo..hi)
             .map_err(|e| e.to_string())?;
         let unit = m.unit;
-        // `#3 @55533dc` (position and commit) for entries of the history; an older
-        // report's time label keeps its month, day and minute.
-        let labels: Vec<String> = t
-            .iter()
-            .map(|p| match p.label.get(..2) {
-                Some("20") => p.label.get(5..16).unwrap_or(&p.label).replace('T', " "),
-                _ => p.label.chars().take(14).collect(),
-            })
-            .collect();
+        let labels = trend_labels(t);
         chart
             .configure_mesh()
             .x_labels(k.min(6))
@@ -150,13 +132,7 @@ pub fn trend_plot(m: &MetricResult) -> Result<String, String> {
                 RGBColor(66, 133, 244).stroke_width(2),
             ))
             .map_err(|e| e.to_string())?;
-        let color = |p: &crate::model::TrendPoint| {
-            if p.verdict == Some(crate::model::Verdict::Regressed) {
-                RGBColor(210, 30, 30)
-            } else {
-                RGBColor(30, 30, 30)
-            }
-        };
+        let color = trend_color;
         chart
             .draw_series(t.iter().enumerate().map(|(i, p)| {
                 ErrorBar::new_vertical(
@@ -179,6 +155,42 @@ pub fn trend_plot(m: &MetricResult) -> Result<String, String> {
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+/// The y range of a trend plot: every point's interval, widened a little (and around a
+/// flat line, by 1% of its value, or 1 at zero).
+fn trend_range(t: &[crate::model::TrendPoint]) -> (f64, f64) {
+    let lows = t.iter().map(|p| p.ci_low.unwrap_or(p.mean));
+    let highs = t.iter().map(|p| p.ci_high.unwrap_or(p.mean));
+    let mut lo = lows.fold(f64::INFINITY, f64::min);
+    let mut hi = highs.fold(f64::NEG_INFINITY, f64::max);
+    if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
+        let pad = if hi == 0.0 { 1.0 } else { hi.abs() * 0.01 };
+        lo -= pad;
+        hi += pad;
+    }
+    let pad = (hi - lo) * 0.1;
+    (lo - pad, hi + pad)
+}
+
+/// The x labels of a trend plot: `#3 @55533dc` (position and commit) for entries of the
+/// history; an older report's time label keeps its month, day and minute.
+fn trend_labels(t: &[crate::model::TrendPoint]) -> Vec<String> {
+    t.iter()
+        .map(|p| match p.label.get(..2) {
+            Some("20") => p.label.get(5..16).unwrap_or(&p.label).replace('T', " "),
+            _ => p.label.chars().take(14).collect(),
+        })
+        .collect()
+}
+
+/// A point's colour: red where the verdict was a regression.
+fn trend_color(p: &crate::model::TrendPoint) -> RGBColor {
+    if p.verdict == Some(crate::model::Verdict::Regressed) {
+        RGBColor(210, 30, 30)
+    } else {
+        RGBColor(30, 30, 30)
+    }
 }
 
 /// A metric's figures: its samples (or, when every run gave the same value, the number),
