@@ -87,32 +87,37 @@ struct Search<'a> {
     count: usize,
 }
 
-/// Read the table and patch what it names.
+/// The collector's table as this image mapped it.
+struct Mapped {
+    fd: i32,
+    header: TableHeader,
+    /// The table proper (written before the run, read-only during it).
+    table: &'static [u8],
+    /// Address of the live region (counts and statuses, updated with atomics).
+    live: u64,
+}
+
+/// Find the table the env vars announce, check its token, and map it. `None` when there
+/// is none for this image.
 ///
 /// # Safety
-/// Runs once, in the constructor.
-unsafe fn start() {
+/// Runs in the constructor.
+unsafe fn map_table() -> Option<Mapped> {
     // SAFETY: NUL-terminated names; getenv returns null or a NUL-terminated string.
-    let Some(fd) = (unsafe { env_bytes(ENV_TABLE_FD_C) }).and_then(parse_fd) else {
-        return;
-    };
+    let fd = (unsafe { env_bytes(ENV_TABLE_FD_C) }).and_then(parse_fd)?;
     // SAFETY: as above.
-    let Some(token) = (unsafe { env_bytes(ENV_TABLE_TOKEN_C) }).and_then(parse_token) else {
-        return;
-    };
+    let token = (unsafe { env_bytes(ENV_TABLE_TOKEN_C) }).and_then(parse_token)?;
     let mut raw = [0u8; HEADER_WORDS * 8];
     // SAFETY: reads at most raw.len() bytes into a stack buffer.
     let got = unsafe { sys::pread(fd, raw.as_mut_ptr().cast(), raw.len(), 0) };
     if got != raw.len() as isize {
-        return;
+        return None;
     }
-    let Some(header) = TableHeader::read(&raw).filter(|h| h.token == token) else {
-        return;
-    };
+    let header = TableHeader::read(&raw).filter(|h| h.token == token)?;
     let size = header.live_offset + header.live_len;
     // SAFETY: a fresh shared mapping of the table file; the header check shows the
     // descriptor is the collector's table of this size.
-    let Some(map) = (unsafe {
+    let map = unsafe {
         sys::mmap(
             0,
             size,
@@ -121,17 +126,33 @@ unsafe fn start() {
             fd as i64,
             0,
         )
-    }) else {
-        return;
-    };
+    }?;
     // SAFETY: the first live_offset bytes of the mapping are written by the collector
     // before the run and never changed during it; the mapping is never unmapped.
     let table =
         unsafe { core::slice::from_raw_parts(map as *const u8, header.live_offset as usize) };
     let live = map + header.live_offset;
+    Some(Mapped {
+        fd,
+        header,
+        table,
+        live,
+    })
+}
+
+/// Read the table and patch what it names.
+///
+/// # Safety
+/// Runs once, in the constructor.
+unsafe fn start() {
+    // SAFETY: the constructor.
+    let Some(mapped) = (unsafe { map_table() }) else {
+        return;
+    };
+    let live = mapped.live;
     // SAFETY: word 0 of the live region (8-byte aligned, page-aligned region).
     unsafe { live_word(live, 0) }.fetch_add(1, Relaxed);
-    let modules = header.modules as usize;
+    let modules = mapped.header.modules as usize;
     if modules > MAX_MODULES {
         for m in 0..modules.min(1 << 16) {
             // SAFETY: TableHeader::read checked that the status words fit the live region.
@@ -140,7 +161,7 @@ unsafe fn start() {
         return;
     }
     let mut search = Search {
-        table,
+        table: mapped.table,
         modules,
         found: [NONE; MAX_MODULES],
         count: 0,
@@ -148,9 +169,25 @@ unsafe fn start() {
     // SAFETY: the callback only reads the loader's program headers and the notes they
     // point to; `search` outlives the call.
     unsafe { sys::dl_iterate_phdr(on_object, (&mut search as *mut Search).cast::<c_void>()) };
+    // SAFETY: the modules were just listed by the loader; the constructor.
+    unsafe { patch_found(&mapped, &search.found[..search.count]) };
+}
+
+/// Patch each module the loader listed and the table names, and record in the live
+/// region whether it was patched or why not.
+///
+/// # Safety
+/// The modules are mapped (the loader just listed them); runs in the constructor.
+unsafe fn patch_found(mapped: &Mapped, found: &[Loaded]) {
+    let Mapped {
+        fd,
+        header,
+        table,
+        live,
+    } = mapped;
     // SAFETY: a plain read of a `char` glibc exports for this purpose.
     let single = unsafe { core::ptr::addr_of!(sys::__libc_single_threaded).read() } != 0;
-    for loaded in &search.found[..search.count] {
+    for loaded in found {
         let Some(record) = ModuleRecord::read(table, MODULES_AT + loaded.module * MODULE_WORDS * 8)
         else {
             continue;
@@ -160,15 +197,15 @@ unsafe fn start() {
         } else if single {
             // SAFETY: the module is mapped (the loader just listed it), the process has
             // one thread, and the record's parts lie inside the table.
-            unsafe { patch_module(table, fd as i64, &header, &record, loaded) }
+            unsafe { patch_module(table, *fd as i64, header, &record, loaded) }
         } else {
             Err(Refusal::Threads)
         };
         match result {
             // SAFETY: status words of a module of the table.
-            Ok(()) => unsafe { live_word(live, status_at(loaded.module)) }.fetch_add(1, Relaxed),
+            Ok(()) => unsafe { live_word(*live, status_at(loaded.module)) }.fetch_add(1, Relaxed),
             // SAFETY: as above.
-            Err(why) => unsafe { refuse(live, loaded.module, why) },
+            Err(why) => unsafe { refuse(*live, loaded.module, why) },
         };
     }
 }
