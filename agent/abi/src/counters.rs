@@ -78,8 +78,9 @@ pub enum Found {
 }
 
 /// A thread's two home records: two multiplicative hashes of its key (the thread
-/// pointer) over the non-overflow records. The hot path looks at the first, then the
-/// second; a thread whose two homes were both taken when it started finds its record by
+/// pointer) over the 64 non-overflow records (64, so that a hash's top six bits are the
+/// index with no reduction; the overflow record is a 65th). The hot path looks at the
+/// first, then the second; a thread whose two homes were both taken when it started finds its record by
 /// the claim's probe on every call, off the hot path. With one home, 4 threads and the
 /// main thread collided about one run in seven (a birthday bound over 63 records),
 /// sending a thread to the general path on every call; with two, a thread is left out

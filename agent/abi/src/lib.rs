@@ -182,6 +182,9 @@ pub struct Record {
 #[repr(C)]
 #[derive(Debug)]
 pub struct Slot {
+    /// Per-thread counters; the last one is the shared overflow record. First, so that
+    /// the hot path's record address is the slot's plus the record's offset.
+    pub records: [Record; RECORDS],
     /// Non-zero once the slot is claimed: [`Origin::code`].
     pub origin: AtomicU64,
     /// Process id.
@@ -218,8 +221,6 @@ pub struct Slot {
     pub tree: AtomicU64,
     /// The slot's own index (its directory entry).
     pub index: AtomicU64,
-    /// Per-thread counters; the last one is the shared overflow record.
-    pub records: [Record; RECORDS],
 }
 
 impl Default for Slot {
@@ -248,7 +249,7 @@ impl Default for Slot {
 }
 
 /// Number of [`Record`]s per slot (the last is the overflow record).
-pub const RECORDS: usize = 64;
+pub const RECORDS: usize = 65;
 /// Bytes of one record.
 pub const RECORD_SIZE: usize = 64;
 /// Bytes of a slot before its records.
@@ -583,7 +584,7 @@ mod tests {
     fn report_layout_is_what_the_agent_maps() {
         assert_eq!(slot_offset(0), HEADER_SIZE);
         assert_eq!(slot_offset(SLOT_COUNT) + DIRECTORY_SIZE, REPORT_SIZE);
-        assert_eq!(offset_of!(Slot, records), SLOT_HEAD_SIZE);
+        assert_eq!(offset_of!(Slot, records), 0);
         // Slots and records start on cache lines (the report file is mapped page-aligned).
         assert_eq!(slot_offset(1) % 64, 0);
         assert_eq!(SLOT_SIZE % 64, 0);
@@ -602,7 +603,7 @@ mod tests {
         let mut bytes = [0u8; SLOT_SIZE];
         put(&mut bytes, offset_of!(Slot, live), 9);
         put(&mut bytes, offset_of!(Slot, shared_live), 10);
-        let rec = |i: usize, field: usize| SLOT_HEAD_SIZE + i * RECORD_SIZE + field;
+        let rec = |i: usize, field: usize| offset_of!(Slot, records) + i * RECORD_SIZE + field;
         put(&mut bytes, rec(0, offset_of!(Record, allocs)), 3);
         put(&mut bytes, rec(RECORDS - 1, offset_of!(Record, allocs)), 4);
         put(&mut bytes, rec(7, offset_of!(Record, bytes)), 100);
