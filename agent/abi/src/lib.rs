@@ -2,12 +2,13 @@
 //!
 //! Defined once, used by both sides. The collector creates a *report file*: a memfd of
 //! [`REPORT_SIZE`] bytes that starts with a [`ReportHeader`] followed by [`SLOT_COUNT`]
-//! [`Slot`]s. It passes the memfd to the child at descriptor [`REPORT_FD`] and announces it
+//! [`Slot`]s and a directory of one word per slot ([`Report`]). It passes the memfd to the child at descriptor [`REPORT_FD`] and announces it
 //! with the env vars [`ENV_REPORT_FD`] and [`ENV_REPORT_TOKEN`]. Every process image that
 //! loads the agent (the benchmark, its forked children, every program it execs) claims one
 //! slot and keeps its counters *in* that slot, in shared memory. Nothing has to be written
 //! at exit, so a process that ends with `_exit`, `abort`, a fatal signal or `exec` still
-//! reports; the collector reads the report file after the run.
+//! reports; the collector reads the report file after the run. (The agent also marks an
+//! image's end, where it can, for the process tree's peak: see [`tree`].)
 //!
 //! All fields are 64-bit little-endian words (atomics on the agent's side); the collector
 //! decodes them from bytes with [`SlotValues::from_bytes`], so it needs no `unsafe`.
@@ -82,7 +83,7 @@ pub const REPORT_VERSION: u64 = 4;
 
 /// Bytes of the header (one slot's worth, for alignment).
 pub const HEADER_SIZE: usize = 128;
-/// Bytes of one slot: its head and its records.
+/// Bytes of one slot: its records and its head.
 pub const SLOT_SIZE: usize = SLOT_HEAD_SIZE + RECORDS * RECORD_SIZE;
 /// Number of slots: process images that can report in one run.
 pub const SLOT_COUNT: usize = 8191;
@@ -252,7 +253,7 @@ impl Default for Slot {
 pub const RECORDS: usize = 65;
 /// Bytes of one record.
 pub const RECORD_SIZE: usize = 64;
-/// Bytes of a slot before its records.
+/// Bytes of a slot's head (its words after the records).
 pub const SLOT_HEAD_SIZE: usize = 128;
 /// Live-byte change a thread keeps to itself before adding it to [`Slot::shared_live`]
 /// while other threads are active: what makes a concurrent program's peak approximate,
