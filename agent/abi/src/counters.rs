@@ -306,7 +306,7 @@ fn stays_local(slot: &Slot, record: &Record, mode: u64, delta: u64) -> Option<bo
 fn unlikely() {}
 
 /// The hot path of [`on_alloc`] for the thread with `key`: counts a block of `size`
-/// bytes and returns true when that needs no call (see [`stays_local`]); otherwise
+/// bytes and returns true when that needs no call (see `stays_local`); otherwise
 /// changes nothing and returns false, and the caller takes the general path
 /// ([`record_of`], then [`on_alloc`]). Same result as that path in every case it takes.
 #[inline(always)]
