@@ -8,7 +8,9 @@
 //!
 //! - [`SOLO`]: the image's first thread, while it is the only thread that ever
 //!   allocated, adds its changes straight to [`Slot::live`] and raises [`Slot::peak`]
-//!   with plain stores: exact, and as cheap as the counts.
+//!   with plain stores: exact, and as cheap as the counts. Its key is also in
+//!   [`Slot::solo_key`], and on the hot path it counts in the slot's `solo_*` words
+//!   beside `live` and `peak`: one comparison finds them, no record lookup.
 //! - [`SOLO_IN_TREE`]: the same, in an image that has joined a process tree (see
 //!   [`crate::tree`]); the hot path also checks that `live` stays within [`GRANULE`]
 //!   bytes of what the image last added to the tree's total ([`Slot::tree`]), and leaves
@@ -151,15 +153,21 @@ fn take_up_again<'a>(slot: &Slot, record: &'a Record) -> (&'a Record, Found) {
 /// The same handshake with another image that pulls this one into the process tree
 /// ([`crate::tree::join`]): it sets [`Slot::tree`], fences, then turns a solo record into
 /// [`SOLO_IN_TREE`] ([`solo_in_tree`]). Of the modes others may set, batching wins.
-fn become_solo(slot: &Slot, record: &Record) {
+///
+/// [`Slot::solo_key`] is written before the fence and cleared by whichever side sees the
+/// other, so the hot path's solo shortcut never outlives the solo mode.
+fn become_solo(slot: &Slot, record: &Record, key: u64) {
+    slot.solo_key.store(key, Relaxed);
     record.mode.store(SOLO, Relaxed);
     fence(SeqCst);
     if slot.threads.load(Relaxed) > 1 {
         record.mode.store(BATCHED, Relaxed);
+        slot.solo_key.store(0, Relaxed);
     } else if in_tree(slot.tree.load(Relaxed)) {
         let _ = record
             .mode
             .compare_exchange(SOLO, SOLO_IN_TREE, Relaxed, Relaxed);
+        slot.solo_key.store(0, Relaxed);
     }
 }
 
@@ -168,6 +176,7 @@ fn become_solo(slot: &Slot, record: &Record) {
 /// another's record.
 fn end_solo(slot: &Slot) {
     fence(SeqCst);
+    slot.solo_key.store(0, Relaxed);
     for record in &slot.records[..OVERFLOW] {
         for solo in [SOLO, SOLO_IN_TREE] {
             let _ = record
@@ -181,6 +190,7 @@ fn end_solo(slot: &Slot) {
 /// what the tree has of it from now on.
 pub(crate) fn solo_in_tree(slot: &Slot) {
     fence(SeqCst);
+    slot.solo_key.store(0, Relaxed);
     for record in &slot.records[..OVERFLOW] {
         let _ = record
             .mode
@@ -212,7 +222,7 @@ fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
         {
             let before = slot.threads.fetch_add(1, SeqCst);
             if before == 0 {
-                become_solo(slot, record);
+                become_solo(slot, record, key);
             } else {
                 end_solo(slot);
             }
@@ -305,15 +315,46 @@ fn stays_local(slot: &Slot, record: &Record, mode: u64, delta: u64) -> Option<bo
 #[inline(always)]
 fn unlikely() {}
 
+/// The four counts of a thread: its record's, or the slot's `solo_*` words for the solo
+/// thread on the hot path (the reader adds both).
+struct Tally<'a> {
+    allocs: &'a AtomicU64,
+    frees: &'a AtomicU64,
+    reallocs: &'a AtomicU64,
+    bytes: &'a AtomicU64,
+}
+
+impl<'a> Tally<'a> {
+    #[inline(always)]
+    fn of(record: &'a Record) -> Self {
+        Tally {
+            allocs: &record.allocs,
+            frees: &record.frees,
+            reallocs: &record.reallocs,
+            bytes: &record.bytes,
+        }
+    }
+
+    #[inline(always)]
+    fn solo(slot: &'a Slot) -> Self {
+        Tally {
+            allocs: &slot.solo_allocs,
+            frees: &slot.solo_frees,
+            reallocs: &slot.solo_reallocs,
+            bytes: &slot.solo_bytes,
+        }
+    }
+}
+
 /// The hot path of [`on_alloc`] for the thread with `key`: counts a block of `size`
 /// bytes and returns true when that needs no call (see `stays_local`); otherwise
 /// changes nothing and returns false, and the caller takes the general path
 /// ([`record_of`], then [`on_alloc`]). Same result as that path in every case it takes.
 #[inline(always)]
 pub fn alloc_fast(slot: &Slot, key: u64, size: u64) -> bool {
-    change_fast::<true>(slot, key, size, |record| {
-        bump_own(&record.allocs, 1);
-        bump_own(&record.bytes, size);
+    change_fast::<true>(slot, key, size, |t| {
+        bump_own(t.allocs, 1);
+        bump_own(t.bytes, size);
     })
 }
 
@@ -321,11 +362,11 @@ pub fn alloc_fast(slot: &Slot, key: u64, size: u64) -> bool {
 /// as [`alloc_fast`] is of [`on_alloc`].
 #[inline(always)]
 pub fn realloc_fast(slot: &Slot, key: u64, old: u64, new: u64) -> bool {
-    change_fast::<true>(slot, key, new.wrapping_sub(old), |record| {
-        bump_own(&record.reallocs, 1);
-        bump_own(&record.allocs, 1);
-        bump_own(&record.bytes, new);
-        bump_own(&record.frees, 1);
+    change_fast::<true>(slot, key, new.wrapping_sub(old), |t| {
+        bump_own(t.reallocs, 1);
+        bump_own(t.allocs, 1);
+        bump_own(t.bytes, new);
+        bump_own(t.frees, 1);
     })
 }
 
@@ -333,8 +374,8 @@ pub fn realloc_fast(slot: &Slot, key: u64, old: u64, new: u64) -> bool {
 /// live total, so it never raises the peak.
 #[inline(always)]
 pub fn free_fast(slot: &Slot, key: u64, size: u64) -> bool {
-    change_fast::<false>(slot, key, size.wrapping_neg(), |record| {
-        bump_own(&record.frees, 1);
+    change_fast::<false>(slot, key, size.wrapping_neg(), |t| {
+        bump_own(t.frees, 1);
     })
 }
 
@@ -346,8 +387,16 @@ fn change_fast<const RAISES: bool>(
     slot: &Slot,
     key: u64,
     delta: u64,
-    count: impl FnOnce(&Record),
+    count: impl FnOnce(Tally),
 ) -> bool {
+    if slot.solo_key.load(Relaxed) == key {
+        count(Tally::solo(slot));
+        let live = bump_own(&slot.live, delta);
+        if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
+            slot.peak.store(live, Relaxed);
+        }
+        return true;
+    }
     let Some(record) = at_home(slot, key) else {
         return false;
     };
@@ -355,7 +404,7 @@ fn change_fast<const RAISES: bool>(
     let Some(solo) = stays_local(slot, record, mode, delta) else {
         return false;
     };
-    count(record);
+    count(Tally::of(record));
     if solo {
         let live = bump_own(&slot.live, delta);
         if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
@@ -407,6 +456,11 @@ pub fn on_realloc(slot: &Slot, record: &Record, old: Option<u64>, new: u64) {
 /// The thread owning `record` is ending: publish what it kept to itself and publish
 /// every later change at once (destructors that run after this one still free memory).
 pub fn fold(slot: &Slot, record: &Record) {
+    // A later thread with the same key (glibc reuses thread control blocks) is not the
+    // solo thread: it finds its record again.
+    let _ = slot
+        .solo_key
+        .compare_exchange(record.owner.load(Relaxed), 0, Relaxed, Relaxed);
     match record.mode.load(Relaxed) {
         DIRECT | SHARED => return,
         SOLO | SOLO_IN_TREE => {}
@@ -518,6 +572,15 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
         record.bytes.store(0, Relaxed);
         record.pending.store(0, Relaxed);
         record.mode.store(BATCHED, Relaxed);
+    }
+    slot.solo_key.store(0, Relaxed);
+    for word in [
+        &slot.solo_allocs,
+        &slot.solo_frees,
+        &slot.solo_reallocs,
+        &slot.solo_bytes,
+    ] {
+        word.store(0, Relaxed);
     }
     slot.live.store(inherited.live, Relaxed);
     slot.peak.store(inherited.live, Relaxed);
@@ -689,13 +752,41 @@ mod tests {
         let s = new_slot();
         let a = rec(&s, 1);
         assert_eq!(a.mode.load(Relaxed), SOLO);
+        // The solo thread counts beside `live` on the hot path, not in its record.
+        assert_eq!(s.solo_key.load(Relaxed), 1);
+        assert!(alloc_fast(&s, 1, 10));
+        assert_eq!(
+            (s.solo_allocs.load(Relaxed), a.allocs.load(Relaxed)),
+            (1, 0)
+        );
         let _b = rec(&s, 2);
-        // The hot path trusts the mode alone, so the claim itself must switch it.
+        // The hot path trusts the mode alone, so the claim itself must switch it, and
+        // end the solo shortcut.
         assert_eq!(a.mode.load(Relaxed), BATCHED);
+        assert_eq!(s.solo_key.load(Relaxed), 0);
+        assert!(alloc_fast(&s, 1, 10));
+        assert_eq!(
+            (s.solo_allocs.load(Relaxed), a.allocs.load(Relaxed)),
+            (1, 1)
+        );
+        assert_eq!(values(&s).allocs, 2);
         assert!(
             !alloc_fast(&s, 1, GRANULE),
             "a granule is published, off the hot path"
         );
+    }
+
+    #[test]
+    fn a_solo_thread_that_ends_leaves_no_shortcut_behind() {
+        let s = new_slot();
+        let a = rec(&s, 1);
+        assert_eq!(s.solo_key.load(Relaxed), 1);
+        fold(&s, a);
+        assert_eq!(s.solo_key.load(Relaxed), 0);
+        // A new thread with the same key (a reused thread control block) finds the
+        // record again, through the general path.
+        assert!(!alloc_fast(&s, 1, 10));
+        assert_eq!(record_of(&s, 1).1, Found::New);
     }
 
     #[test]

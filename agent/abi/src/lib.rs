@@ -186,18 +186,30 @@ pub struct Slot {
     /// Per-thread counters; the last one is the shared overflow record. First, so that
     /// the hot path's record address is the slot's plus the record's offset.
     pub records: [Record; RECORDS],
-    /// Non-zero once the slot is claimed: [`Origin::code`].
-    pub origin: AtomicU64,
-    /// Process id.
-    pub pid: AtomicU64,
-    /// Parent process id at claim time.
-    pub ppid: AtomicU64,
+    /// The solo thread's key while the image has one (see `counters`), else 0: the hot
+    /// path checks it first and then counts in the words that follow, on this one cache
+    /// line, without looking for the thread's record.
+    pub solo_key: AtomicU64,
+    /// Blocks the solo thread allocated on the hot path (as [`Record::allocs`]).
+    pub solo_allocs: AtomicU64,
+    /// Blocks the solo thread released on the hot path (as [`Record::frees`]).
+    pub solo_frees: AtomicU64,
+    /// Resizes by the solo thread on the hot path (as [`Record::reallocs`]).
+    pub solo_reallocs: AtomicU64,
+    /// Bytes the solo thread allocated on the hot path (as [`Record::bytes`]).
+    pub solo_bytes: AtomicU64,
     /// Live bytes written by the image's first thread while it is the only one (and what
     /// it inherited at a fork); constant from the second thread on.
     pub live: AtomicU64,
     /// Highest live bytes seen (exact while one thread allocates, else see
     /// [`SlotValues::peak_bound`]).
     pub peak: AtomicU64,
+    /// Non-zero once the slot is claimed: [`Origin::code`].
+    pub origin: AtomicU64,
+    /// Process id.
+    pub pid: AtomicU64,
+    /// Parent process id at claim time.
+    pub ppid: AtomicU64,
     /// For a forked child: its parent's allocation count at the fork.
     pub inherited_allocs: AtomicU64,
     /// For a forked child: its parent's requested bytes at the fork.
@@ -222,12 +234,19 @@ pub struct Slot {
     pub tree: AtomicU64,
     /// The slot's own index (its directory entry).
     pub index: AtomicU64,
+    /// Padding up to [`SLOT_HEAD_SIZE`].
+    pub reserved: [AtomicU64; 3],
 }
 
 impl Default for Slot {
     fn default() -> Self {
         let zero = || AtomicU64::new(0);
         Slot {
+            solo_key: zero(),
+            solo_allocs: zero(),
+            solo_frees: zero(),
+            solo_reallocs: zero(),
+            solo_bytes: zero(),
             origin: zero(),
             pid: zero(),
             ppid: zero(),
@@ -244,6 +263,7 @@ impl Default for Slot {
             granule: zero(),
             tree: zero(),
             index: zero(),
+            reserved: Default::default(),
             records: core::array::from_fn(|_| Record::default()),
         }
     }
@@ -254,7 +274,7 @@ pub const RECORDS: usize = 65;
 /// Bytes of one record.
 pub const RECORD_SIZE: usize = 64;
 /// Bytes of a slot's head (its words after the records).
-pub const SLOT_HEAD_SIZE: usize = 128;
+pub const SLOT_HEAD_SIZE: usize = 192;
 /// Live-byte change a thread keeps to itself before adding it to [`Slot::shared_live`]
 /// while other threads are active: what makes a concurrent program's peak approximate,
 /// by less than this per other active thread.
@@ -374,13 +394,13 @@ pub struct SlotValues {
     pub pid: u64,
     /// See [`Slot::ppid`].
     pub ppid: u64,
-    /// Sum of the records' [`Record::allocs`].
+    /// Sum of the records' [`Record::allocs`] and [`Slot::solo_allocs`].
     pub allocs: u64,
-    /// Sum of the records' [`Record::frees`].
+    /// Sum of the records' [`Record::frees`] and [`Slot::solo_frees`].
     pub frees: u64,
-    /// Sum of the records' [`Record::reallocs`].
+    /// Sum of the records' [`Record::reallocs`] and [`Slot::solo_reallocs`].
     pub reallocs: u64,
-    /// Sum of the records' [`Record::bytes`].
+    /// Sum of the records' [`Record::bytes`] and [`Slot::solo_bytes`].
     pub bytes: u64,
     /// Live bytes: [`Slot::live`] + [`Slot::shared_live`] + the records' pending changes
     /// (wrapping, read signed).
@@ -423,10 +443,14 @@ impl SlotValues {
             origin: word(bytes, offset_of!(Slot, origin))?,
             pid: word(bytes, offset_of!(Slot, pid))?,
             ppid: word(bytes, offset_of!(Slot, ppid))?,
-            allocs: sum(offset_of!(Record, allocs))?,
-            frees: sum(offset_of!(Record, frees))?,
-            reallocs: sum(offset_of!(Record, reallocs))?,
-            bytes: sum(offset_of!(Record, bytes))?,
+            allocs: sum(offset_of!(Record, allocs))?
+                .wrapping_add(word(bytes, offset_of!(Slot, solo_allocs))?),
+            frees: sum(offset_of!(Record, frees))?
+                .wrapping_add(word(bytes, offset_of!(Slot, solo_frees))?),
+            reallocs: sum(offset_of!(Record, reallocs))?
+                .wrapping_add(word(bytes, offset_of!(Slot, solo_reallocs))?),
+            bytes: sum(offset_of!(Record, bytes))?
+                .wrapping_add(word(bytes, offset_of!(Slot, solo_bytes))?),
             live,
             peak: word(bytes, offset_of!(Slot, peak))?,
             inherited_allocs: word(bytes, offset_of!(Slot, inherited_allocs))?,
@@ -452,10 +476,10 @@ impl SlotValues {
             origin: slot.origin.load(Relaxed),
             pid: slot.pid.load(Relaxed),
             ppid: slot.ppid.load(Relaxed),
-            allocs: sum(|r| &r.allocs),
-            frees: sum(|r| &r.frees),
-            reallocs: sum(|r| &r.reallocs),
-            bytes: sum(|r| &r.bytes),
+            allocs: sum(|r| &r.allocs).wrapping_add(slot.solo_allocs.load(Relaxed)),
+            frees: sum(|r| &r.frees).wrapping_add(slot.solo_frees.load(Relaxed)),
+            reallocs: sum(|r| &r.reallocs).wrapping_add(slot.solo_reallocs.load(Relaxed)),
+            bytes: sum(|r| &r.bytes).wrapping_add(slot.solo_bytes.load(Relaxed)),
             live: slot
                 .live
                 .load(Relaxed)

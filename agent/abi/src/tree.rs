@@ -312,6 +312,11 @@ mod tests {
         // Its thread stays solo and exact, on the hot path while within a granule of
         // what the tree has of it.
         assert_eq!(record_of(parent, 1).0.mode.load(SeqCst), SOLO_IN_TREE);
+        assert_eq!(
+            parent.solo_key.load(SeqCst),
+            0,
+            "no solo shortcut in a tree"
+        );
         assert!(alloc_fast(parent, 1, 10));
         assert!(!alloc_fast(parent, 1, GRANULE));
         run.change(parent, 1, -10);
