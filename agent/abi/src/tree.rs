@@ -8,7 +8,7 @@
 //! tree: each slot's [`Slot::tree`] then holds how much of the image's live bytes it has
 //! added to [`ReportHeader::tree_live`], and every image brings the total up to date from
 //! its general path ([`sync`]): at once while it is the only active image, else when its
-//! own unpublished change reaches [`GRANULE`] bytes, as threads do inside an image. An
+//! own unpublished change reaches [`GRANULE`](crate::GRANULE) bytes, as threads do inside an image. An
 //! image's solo thread stays solo and exact (mode `SOLO_IN_TREE`): its hot path only
 //! checks that it stays within a granule of what the tree has of it, and takes the
 //! general path, which publishes, when it does not.
@@ -26,8 +26,8 @@
 
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 
-use crate::counters::{raise, solo_in_tree};
-use crate::{Origin, Report, ReportHeader, Slot, GRANULE};
+use crate::counters::{raise, solo_in_tree, within_granule};
+use crate::{Origin, Report, ReportHeader, Slot};
 
 pub use crate::in_tree;
 /// [`Slot::tree`]: left the tree (ended, or replaced by `exec`).
@@ -81,11 +81,7 @@ fn publish(tree: &ReportHeader, slot: &Slot, force: bool) {
         }
         let now = published(slot);
         let change = now.wrapping_sub(had);
-        if change == 0
-            || (!force
-                && (change as i64).unsigned_abs() < GRANULE
-                && tree.tree_active.load(Relaxed) > 1)
-        {
+        if change == 0 || (!force && within_granule(change) && tree.tree_active.load(Relaxed) > 1) {
             return;
         }
         // Successive publications telescope: whatever the interleaving of this image's
@@ -212,7 +208,7 @@ mod tests {
     use crate::counters::{
         self, alloc_fast, free_fast, on_alloc, on_free, record_of, snapshot, SOLO, SOLO_IN_TREE,
     };
-    use crate::SlotValues;
+    use crate::{SlotValues, GRANULE};
 
     /// A report file in ordinary memory (zeroed, as the collector's memfd starts).
     struct Run {
