@@ -14,7 +14,9 @@
 //! - [`SOLO_IN_TREE`]: the same, in an image that has joined a process tree (see
 //!   [`crate::tree`]); the hot path also checks that `live` stays within [`GRANULE`]
 //!   bytes of what the image last added to the tree's total ([`Slot::tree`]), and leaves
-//!   the publishing to the general path when it does not.
+//!   the publishing to the general path when it does not. [`SOLO_NUDGED`]: the same
+//!   thread sent to the general path by the image whose end left it alone in the tree,
+//!   so that it goes back out of the tree and to [`SOLO`] (see `tree::settle`).
 //! - [`BATCHED`]: once a second thread has a record, each thread keeps its net change in
 //!   [`Record::pending`] and adds it to [`Slot::shared_live`] (one atomic add, then the
 //!   peak check) when it reaches [`GRANULE`] bytes either way, or at once while it is the
@@ -45,6 +47,11 @@ pub const DIRECT: u64 = 3;
 /// Record mode: the overflow record, shared by threads: atomic counts, every change
 /// published at once.
 pub const SHARED: u64 = 4;
+/// Record mode: a [`SOLO_IN_TREE`] thread whose image may be alone in the tree again; it
+/// counts as a solo thread, on the general path.
+pub const SOLO_NUDGED: u64 = 5;
+/// The modes of an image's only thread.
+const SOLO_MODES: [u64; 3] = [SOLO, SOLO_IN_TREE, SOLO_NUDGED];
 /// Index of the overflow record.
 pub const OVERFLOW: usize = RECORDS - 1;
 
@@ -178,7 +185,7 @@ fn end_solo(slot: &Slot) {
     fence(SeqCst);
     slot.solo_key.store(0, Relaxed);
     for record in &slot.records[..OVERFLOW] {
-        for solo in [SOLO, SOLO_IN_TREE] {
+        for solo in SOLO_MODES {
             let _ = record
                 .mode
                 .compare_exchange(solo, BATCHED, Relaxed, Relaxed);
@@ -192,9 +199,46 @@ pub(crate) fn solo_in_tree(slot: &Slot) {
     fence(SeqCst);
     slot.solo_key.store(0, Relaxed);
     for record in &slot.records[..OVERFLOW] {
+        for solo in [SOLO, SOLO_NUDGED] {
+            let _ = record
+                .mode
+                .compare_exchange(solo, SOLO_IN_TREE, Relaxed, Relaxed);
+        }
+    }
+}
+
+/// The last other image of the tree has ended: send this image's solo thread, if any, to
+/// the general path, where it can take the image out of the tree (`tree::settle`).
+pub(crate) fn nudge(slot: &Slot) {
+    for record in &slot.records[..OVERFLOW] {
+        let _ = record
+            .mode
+            .compare_exchange(SOLO_IN_TREE, SOLO_NUDGED, Relaxed, Relaxed);
+    }
+}
+
+/// The image has gone out of the tree and `record`'s thread is its only one: solo again,
+/// with the hot path's shortcut, unless another image pulled it back in or a second
+/// thread appeared meanwhile (the same handshake as [`become_solo`]).
+pub(crate) fn solo_again(slot: &Slot, record: &Record) {
+    slot.solo_key.store(record.owner.load(Relaxed), Relaxed);
+    if record
+        .mode
+        .compare_exchange(SOLO_NUDGED, SOLO, Relaxed, Relaxed)
+        .is_err()
+    {
+        slot.solo_key.store(0, Relaxed);
+        return;
+    }
+    fence(SeqCst);
+    if slot.threads.load(Relaxed) > 1 {
+        record.mode.store(BATCHED, Relaxed);
+        slot.solo_key.store(0, Relaxed);
+    } else if in_tree(slot.tree.load(Relaxed)) {
         let _ = record
             .mode
             .compare_exchange(SOLO, SOLO_IN_TREE, Relaxed, Relaxed);
+        slot.solo_key.store(0, Relaxed);
     }
 }
 
@@ -244,7 +288,7 @@ fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
 /// Live bytes changed by `delta` (wrapping) in `record`'s thread.
 #[inline(always)]
 fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
-    if mode == SOLO || mode == SOLO_IN_TREE {
+    if SOLO_MODES.contains(&mode) {
         if slot.threads.load(Relaxed) <= 1 {
             let live = bump_own(&slot.live, delta);
             if (live as i64) > (slot.peak.load(Relaxed) as i64) {
@@ -470,7 +514,7 @@ pub fn fold(slot: &Slot, record: &Record) {
         .compare_exchange(record.owner.load(Relaxed), 0, Relaxed, Relaxed);
     match record.mode.load(Relaxed) {
         DIRECT | SHARED => return,
-        SOLO | SOLO_IN_TREE => {}
+        SOLO | SOLO_IN_TREE | SOLO_NUDGED => {}
         _ => {
             let pending = record.pending.swap(0, Relaxed);
             if pending != 0 {

@@ -24,11 +24,13 @@
 //! started and nobody pulled it in since), [`LEFT`], or the bytes published (wrapping,
 //! read signed, never one of the two marks: those are below -2^62).
 
+use core::sync::atomic::fence;
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 
-use crate::counters::{raise, solo_in_tree, within_granule};
+use crate::counters::{nudge, raise, solo_again, solo_in_tree, within_granule, SOLO_NUDGED};
 use crate::{Origin, Report, ReportHeader, Slot};
 
+use crate::counters::OVERFLOW as OVERFLOW_INDEX;
 pub use crate::in_tree;
 /// [`Slot::tree`]: left the tree (ended, or replaced by `exec`).
 pub use crate::TREE_LEFT as LEFT;
@@ -71,6 +73,57 @@ pub fn sync(tree: &ReportHeader, slot: &Slot) {
         return;
     }
     publish(tree, slot, false);
+    settle(tree, slot);
+}
+
+/// A single-threaded image whose thread was nudged ([`leave`] left it the only image in
+/// the tree) goes back out of the tree, to the solo mode and its shortcut; or, if another
+/// image is in the tree again by now, back to the solo-in-tree hot path.
+///
+/// Going out races with an image that starts and joins at the same moment, which must
+/// then pull this one in again. So the active count goes from 1 to 0 first (a joiner
+/// that already counted itself makes that fail), then the slot's word goes out, and
+/// after a fence the count is read again: a joiner that counted itself meanwhile either
+/// already saw the word out (and pulled the image in) or will; if the count moved, the
+/// image joins again itself, which changes nothing if the joiner was first.
+fn settle(tree: &ReportHeader, slot: &Slot) {
+    if slot.threads.load(Relaxed) != 1 {
+        return;
+    }
+    let Some(record) = slot.records[..OVERFLOW_INDEX]
+        .iter()
+        .find(|r| r.owner.load(Relaxed) != 0)
+    else {
+        return;
+    };
+    if record.mode.load(Relaxed) != SOLO_NUDGED {
+        return;
+    }
+    if tree
+        .tree_active
+        .compare_exchange(1, 0, SeqCst, SeqCst)
+        .is_err()
+    {
+        solo_in_tree(slot);
+        return;
+    }
+    let had = slot.tree.load(SeqCst);
+    if !in_tree(had)
+        || slot
+            .tree
+            .compare_exchange(had, OUT, SeqCst, SeqCst)
+            .is_err()
+    {
+        tree.tree_active.fetch_add(1, SeqCst);
+        return;
+    }
+    tree.tree_live.fetch_sub(had, SeqCst);
+    fence(SeqCst);
+    if tree.tree_active.load(SeqCst) != 0 {
+        join(tree, slot);
+        return;
+    }
+    solo_again(slot, record);
 }
 
 fn publish(tree: &ReportHeader, slot: &Slot, force: bool) {
@@ -130,9 +183,24 @@ pub fn leave(report: &Report, slot: &Slot) {
             raise(&tree.tree_peak, slot.peak.load(SeqCst));
         } else {
             tree.tree_live.fetch_sub(had, SeqCst);
-            tree.tree_active.fetch_sub(1, SeqCst);
+            if tree.tree_active.fetch_sub(1, SeqCst) == 2 {
+                nudge_the_others(report, slot);
+            }
         }
         return;
+    }
+}
+
+/// `slot`'s image left the tree and one image is left in it: nudge the images still
+/// alive (that one, and any still starting, for which it changes nothing), so that a
+/// single-threaded one goes back out of the tree at its next change ([`settle`]).
+fn nudge_the_others(report: &Report, slot: &Slot) {
+    let claimed = (report.header.claims.load(SeqCst) as usize).min(report.slots.len());
+    for (index, word) in report.directory[..claimed].iter().enumerate() {
+        let e = word.load(SeqCst);
+        if e & STARTED != 0 && e & GONE == 0 && !core::ptr::eq(&report.slots[index], slot) {
+            nudge(&report.slots[index]);
+        }
     }
 }
 
@@ -320,10 +388,17 @@ mod tests {
         run.change(child, 1, -300_000);
         leave(run.report(), child);
         assert_eq!(run.tree().live, 100_000);
+        // Left alone, the parent was nudged off its hot path; its next change is
+        // published and takes it out of the tree, back to the solo shortcut.
+        assert_eq!(record_of(parent, 1).0.mode.load(SeqCst), SOLO_NUDGED);
         run.change(parent, 1, 50_000);
         let tree = run.tree();
         assert_eq!(tree.peak, 500_000);
-        assert_eq!(tree.live, 150_000);
+        assert_eq!(tree.live, 0, "the parent is out of the tree");
+        assert_eq!(parent.tree.load(SeqCst), OUT);
+        assert_eq!(record_of(parent, 1).0.mode.load(SeqCst), SOLO);
+        assert_eq!(parent.solo_key.load(SeqCst), 1);
+        assert_eq!(SlotValues::from_slot(parent).live, 150_000);
         // The sum of the two images' own peaks would say 550,000.
         let peaks = SlotValues::from_slot(parent).peak + SlotValues::from_slot(child).peak;
         assert_eq!(peaks, 550_000);
@@ -394,10 +469,39 @@ mod tests {
         run.change(child, 1, GRANULE as i64);
         assert_eq!(run.tree().live, 100 + GRANULE);
         run.change(parent, 1, 7);
+        assert_eq!(run.tree().live, 100 + GRANULE, "kept by the parent");
         leave(run.report(), child);
-        // Alone now: every change is published at once.
+        assert_eq!(
+            run.tree().live,
+            0,
+            "the parent's 7 bytes were never published"
+        );
+        // Alone now: the parent's next change takes it out of the tree, and its own
+        // figures (exact all along) are the tree's from then on.
         run.change(parent, 1, 1);
-        assert_eq!(run.tree().live, 8);
+        assert_eq!(parent.tree.load(SeqCst), OUT);
+        assert_eq!(SlotValues::from_slot(parent).live, 8);
+    }
+
+    #[test]
+    fn an_image_out_again_is_pulled_back_in_by_the_next_child() {
+        let run = Run::new();
+        let parent = run.claim(Origin::Load, 10, None);
+        run.change(parent, 1, 20_000);
+        let first = run.claim(Origin::Fork, 11, Some(0));
+        leave(run.report(), first);
+        run.change(parent, 1, 1);
+        assert_eq!(parent.tree.load(SeqCst), OUT);
+        assert_eq!(run.header().tree_active.load(SeqCst), 0);
+        assert!(alloc_fast(parent, 1, 1), "the solo shortcut again");
+        let second = run.claim(Origin::Fork, 12, Some(0));
+        // Both in the tree: the parent's 20,002 bytes and the second child's copy.
+        assert!(in_tree(parent.tree.load(SeqCst)) && in_tree(second.tree.load(SeqCst)));
+        assert_eq!(run.tree().live, 2 * 20_002);
+        assert_eq!(record_of(parent, 1).0.mode.load(SeqCst), SOLO_IN_TREE);
+        assert_eq!(parent.solo_key.load(SeqCst), 0);
+        run.change(second, 1, 100_000);
+        assert_eq!(run.tree().peak, 2 * 20_002 + 100_000);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! - `churn N`: allocation-heavy single-threaded work for benchmarks: a `BTreeMap` of N
 //!   formatted keys to byte vectors, then N short-lived strings.
 //! - `ring-procs P N`: P forked children each run `ring 1 N` at once; the parent waits.
+//! - `fork-then-ring N`: forks a child that exits at once, then runs `ring 1 N` itself.
 //! - `ring T N`: the worst case for an allocation hook: T threads each run N rounds of
 //!   freeing one block of a 64-slot ring and allocating a new one of 16-79 bytes in its
 //!   place (raw `malloc`/`free`, glibc's per-thread cache always hot), concurrently. With
@@ -184,6 +185,18 @@ fn main() {
                     }
                 });
             }
+        }
+        Some("fork-then-ring") => {
+            // A child that ends at once, then `ring 1 N` in the parent: a program that
+            // spawned one helper before its work.
+            let n = arg(&args, 2);
+            // SAFETY: fork in a single-threaded program; the child only exits.
+            match unsafe { libc::fork() } {
+                0 => std::process::exit(0),
+                pid if pid > 0 => assert_eq!(wait(pid), 0, "the child failed"),
+                _ => panic!("fork failed"),
+            }
+            ring(0, n);
         }
         Some("ring-procs") => {
             // P forked children each run `ring 1 N` at once while the parent waits: the
