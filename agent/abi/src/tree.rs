@@ -8,14 +8,16 @@
 //! tree: each slot's [`Slot::tree`] then holds how much of the image's live bytes it has
 //! added to [`ReportHeader::tree_live`], and every image brings the total up to date from
 //! its general path ([`sync`]): at once while it is the only active image, else when its
-//! own unpublished change reaches [`GRANULE`](crate::GRANULE) bytes, as threads do inside an image. An
-//! image's solo thread stays solo and exact (mode `SOLO_IN_TREE`): its hot path only
-//! checks that it stays within a granule of what the tree has of it, and takes the
-//! general path, which publishes, when it does not.
+//! own unpublished change reaches [`GRANULE`](crate::GRANULE) bytes, as threads do inside
+//! an image. An image's solo thread stays solo and exact (mode `SOLO_IN_TREE`): its hot
+//! path only checks that it stays within a granule of what the tree has of it, and takes
+//! the general path, which publishes, when it does not.
 //!
 //! An image *leaves* the tree when it ends ([`leave`]: at `exit`, `_exit` and `_Exit` in
-//! the preload agent, at `exit` in the harness) or is replaced by `exec` (the new image, which has the same pid,
-//! makes the old one leave when it claims its slot). An image that ends without leaving
+//! the preload agent, at `exit` in the harness) or is replaced by `exec` (the new image,
+//! which has the same pid, makes the old one leave when it claims its slot). An image
+//! left alone in the tree goes back *out* at its next change (`settle`). An image that
+//! ends without leaving
 //! (a fatal signal, `abort`, an `exec` of a program without the agent) keeps its bytes in
 //! the total: the collector sees it still joined and states how far that can lift the
 //! figure ([`TreeValues`] and the slots' words).
@@ -27,10 +29,10 @@
 use core::sync::atomic::fence;
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 
+use crate::counters::OVERFLOW as OVERFLOW_INDEX;
 use crate::counters::{nudge, raise, solo_again, solo_in_tree, within_granule, SOLO_NUDGED};
 use crate::{Origin, Report, ReportHeader, Slot};
 
-use crate::counters::OVERFLOW as OVERFLOW_INDEX;
 pub use crate::in_tree;
 /// [`Slot::tree`]: left the tree (ended, or replaced by `exec`).
 pub use crate::TREE_LEFT as LEFT;
