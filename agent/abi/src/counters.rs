@@ -166,6 +166,13 @@ fn take_up_again<'a>(slot: &Slot, record: &'a Record) -> (&'a Record, Found) {
 fn become_solo(slot: &Slot, record: &Record, key: u64) {
     slot.solo_key.store(key, Relaxed);
     record.mode.store(SOLO, Relaxed);
+    recheck_solo(slot, record);
+}
+
+/// The second half of the handshake of [`become_solo`] and [`solo_again`], after the
+/// key and the mode are written: fence, then give the solo mode up if a second thread or
+/// the process tree came meanwhile.
+fn recheck_solo(slot: &Slot, record: &Record) {
     fence(SeqCst);
     if slot.threads.load(Relaxed) > 1 {
         record.mode.store(BATCHED, Relaxed);
@@ -230,16 +237,7 @@ pub(crate) fn solo_again(slot: &Slot, record: &Record) {
         slot.solo_key.store(0, Relaxed);
         return;
     }
-    fence(SeqCst);
-    if slot.threads.load(Relaxed) > 1 {
-        record.mode.store(BATCHED, Relaxed);
-        slot.solo_key.store(0, Relaxed);
-    } else if in_tree(slot.tree.load(Relaxed)) {
-        let _ = record
-            .mode
-            .compare_exchange(SOLO, SOLO_IN_TREE, Relaxed, Relaxed);
-        slot.solo_key.store(0, Relaxed);
-    }
+    recheck_solo(slot, record);
 }
 
 #[cold]
