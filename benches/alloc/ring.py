@@ -20,6 +20,8 @@ Usage: benches/alloc/ring.py [N] [REPS] [SLOW_DIV] [THREADS...]
   CHURN=n: also time the realistic single-threaded `alloc churn n` (bare, agent, before).
   FORK_ONCE=1: also time `alloc fork-then-ring N` (one child that ends at once, then the
   ring in the parent, which is alone in the process tree again).
+  THREAD_ONCE=1: also time `alloc thread-then-ring N` (one helper thread that ends, then
+  the ring in the main thread, which is the only thread again).
   PROCS="1 2": also time `alloc ring-procs P N` (P forked children, each one thread of
   the ring, at once): the agent's process-tree mode, where every call takes the general
   path. Compare with the 1-thread row, which runs the same calls in one process.
@@ -137,11 +139,14 @@ def main():
         row["procs"] = p
         procs.append(row)
         print(f"# procs: {row}", file=sys.stderr)
-    fork_once = None
-    if os.environ.get("FORK_ONCE"):
-        cmd = [alloc, "fork-then-ring", str(n)]
-        fork_once = side_by_side(cmd, with_agent, before, reps, 2 * n, "fork-then-ring")
-        print(f"# fork once: {fork_once}", file=sys.stderr)
+    # One helper (a process, a thread) that ends before the ring in the main thread.
+    once = []
+    for env, mode in (("FORK_ONCE", "fork-then-ring"), ("THREAD_ONCE", "thread-then-ring")):
+        if os.environ.get(env):
+            row = side_by_side([alloc, mode, str(n)], with_agent, before, reps, 2 * n, mode)
+            row["mode"] = mode
+            once.append(row)
+            print(f"# {mode}: {row}", file=sys.stderr)
     churn = None
     if os.environ.get("CHURN"):
         churn_cmd = [alloc, "churn", os.environ["CHURN"]]
@@ -173,12 +178,11 @@ def main():
                 f"| {r['procs']} | {r['bare'] * 1000:.0f} ms | {r['agent'] * 1000:.0f} ms | "
                 f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['agent_ns']:.1f} | {bf} |"
             )
-    if fork_once:
-        r = fork_once
+    for r in once:
         bf = f", before {r['before_ratio']:.2f}x ({r['before_ns']:.1f} ns/call)" if "before_ratio" in r else ""
         print()
         print(
-            f"`alloc fork-then-ring {n}`: bare {r['bare'] * 1000:.0f} ms, agent {r['agent'] * 1000:.0f} ms: "
+            f"`alloc {r['mode']} {n}`: bare {r['bare'] * 1000:.0f} ms, agent {r['agent'] * 1000:.0f} ms: "
             f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}), {r['agent_ns']:.1f} ns/call{bf}"
         )
     if churn:

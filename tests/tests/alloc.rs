@@ -1012,6 +1012,27 @@ fn a_fork_from_a_threaded_process_inherits_what_the_threads_kept_to_themselves()
     );
 }
 
+/// `thread-then-ring N`: a helper thread allocates and ends, then the main thread runs
+/// the ring alone. It goes solo again (the hot path's shortcut, not an atomic add per
+/// call), and counts, peak and live bytes still equal DHAT's: the peak falls in the solo
+/// phase, where it is exact.
+#[test]
+fn a_thread_left_alone_by_the_others_end_goes_solo_again_and_counts_like_dhat() {
+    let args = ["thread-then-ring", "20000"];
+    let ours = agent(&fixture("alloc"), &args);
+    let main = main_image(&ours);
+    assert_eq!(
+        main.solo_since, 1,
+        "the main thread went solo again: {main:#?}"
+    );
+    assert_eq!(main.unseen, 0, "{main:#?}");
+    assert_eq!(main.peak_bound(), sbs_agent_abi::GRANULE, "{main:#?}");
+    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
+        return;
+    };
+    assert_same(&main, dhat_main(&oracle), "thread-then-ring");
+}
+
 /// Through the collector: a single-threaded program's `heap.peak` is an exact count; a
 /// program whose threads allocated at once gets a measurement (interval, Welch's test),
 /// with the bound in a warning, rather than "exact".

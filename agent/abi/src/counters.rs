@@ -146,14 +146,33 @@ fn at_home(slot: &Slot, key: u64) -> Option<&Record> {
 /// four rounds) when one sets a value, and a new thread's end calls it anyway.
 #[cold]
 fn take_up_again<'a>(slot: &Slot, record: &'a Record) -> (&'a Record, Found) {
+    record.pending.store(0, Relaxed);
     record.mode.store(BATCHED, Relaxed);
-    let active = slot.active.fetch_add(1, Relaxed) + 1;
-    slot.max_active.fetch_max(active, Relaxed);
+    count_active(slot);
+    // The image's last thread may have gone solo again (see `solo_once_more`).
+    end_solo(slot);
     (record, Found::New)
 }
 
-/// The image's first record is the solo one. The hot path trusts the mode alone (no
-/// check of [`Slot::threads`]), so a second thread must never leave it solo: either this
+/// One more thread of the image is active. Counted before the new thread looks for a
+/// solo thread to end ([`end_solo`]): a thread that goes solo reads the count after its
+/// fence, so that one of the two sees the other (see [`become_solo`]).
+fn count_active(slot: &Slot) {
+    let active = slot.active.fetch_add(1, SeqCst) + 1;
+    slot.max_active.fetch_max(active, Relaxed);
+}
+
+/// Whether the calling thread, which has a record, is the image's only active thread: no
+/// other record is active and no thread counts in the shared overflow record (whose
+/// threads are never counted as active, and never end). A thread that never ends (a raw
+/// `clone` thread, see `raw_thread.c`) stays active, so its image is never alone again.
+fn alone(slot: &Slot) -> bool {
+    slot.active.load(SeqCst) <= 1 && slot.records[OVERFLOW].owner.load(Relaxed) != u64::MAX
+}
+
+/// The image's first record is the solo one, and so is the record of a thread left alone
+/// by the others' ends ([`solo_once_more`]). The hot path trusts the mode alone (no check
+/// of [`Slot::active`]), so a second active thread must never leave it solo: either this
 /// sees the second thread's count, or the second thread's [`end_solo`] sees this mode
 /// (both sides write, then fence, then read: one of them sees the other's write).
 ///
@@ -174,7 +193,7 @@ fn become_solo(slot: &Slot, record: &Record, key: u64) {
 /// the process tree came meanwhile.
 fn recheck_solo(slot: &Slot, record: &Record) {
     fence(SeqCst);
-    if slot.threads.load(Relaxed) > 1 {
+    if !alone(slot) {
         record.mode.store(BATCHED, Relaxed);
         slot.solo_key.store(0, Relaxed);
     } else if in_tree(slot.tree.load(Relaxed)) {
@@ -263,13 +282,12 @@ fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
                 .is_ok()
         {
             let before = slot.threads.fetch_add(1, SeqCst);
+            count_active(slot);
             if before == 0 {
                 become_solo(slot, record, key);
             } else {
                 end_solo(slot);
             }
-            let active = slot.active.fetch_add(1, Relaxed) + 1;
-            slot.max_active.fetch_max(active, Relaxed);
             return (record, Found::New);
         }
     }
@@ -287,18 +305,24 @@ fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
 #[inline(always)]
 fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
     if SOLO_MODES.contains(&mode) {
-        if slot.threads.load(Relaxed) <= 1 {
-            let live = bump_own(&slot.live, delta);
-            if (live as i64) > (slot.peak.load(Relaxed) as i64) {
-                slot.peak.store(live, Relaxed);
-            }
+        if alone(slot) {
+            solo_change(slot, delta);
             return;
         }
-        // A second thread has a record: from now on `live` is only read, and this
-        // thread batches like the others.
+        // A second thread is active: from now on `live` is only read, and this thread
+        // batches like the others.
         record.mode.store(BATCHED, Relaxed);
     } else if mode == DIRECT || mode == SHARED {
         publish(slot, delta);
+        if slot.solo_since.load(SeqCst) != 0 {
+            // A solo thread may be counting in `live` alone by now: its peak checks do
+            // not see this change (see `solo_once_more`).
+            slot.unseen
+                .fetch_add(delta.wrapping_neg().min(delta), Relaxed);
+        }
+        return;
+    } else if slot.active.load(Relaxed) <= 1 && solo_once_more(slot, record) {
+        solo_change(slot, delta);
         return;
     }
     let pending = record.pending.load(Relaxed).wrapping_add(delta);
@@ -308,6 +332,46 @@ fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
     }
     record.pending.store(0, Relaxed);
     publish(slot, pending);
+}
+
+/// A solo thread's change: `live` and `peak` with plain stores.
+#[inline(always)]
+fn solo_change(slot: &Slot, delta: u64) {
+    let live = bump_own(&slot.live, delta);
+    if (live as i64) > (slot.peak.load(Relaxed) as i64) {
+        slot.peak.store(live, Relaxed);
+    }
+}
+
+/// The calling thread batches, and every other thread of the image has ended: it goes
+/// solo again, with the hot path's shortcut, rather than publishing every change with an
+/// atomic add (2.8x bare CPU on a ring after one helper thread had ended, against 1.3x).
+///
+/// Its pending change is published first; then the handshake of [`become_solo`] (a new
+/// thread that comes meanwhile ends the solo mode again); then `shared_live` is moved
+/// into `live`, which the solo thread alone writes, so that its peak checks see the whole
+/// total. An ended thread can still count after its [`fold`] (destructors that run
+/// later): such a change goes to `shared_live`, which the solo thread's checks no longer
+/// see, so its size is added to [`Slot::unseen`] and to the stated bound. Returns whether
+/// the thread is solo now.
+#[cold]
+#[inline(never)]
+fn solo_once_more(slot: &Slot, record: &Record) -> bool {
+    if !alone(slot) {
+        return false;
+    }
+    let pending = record.pending.swap(0, Relaxed);
+    if pending != 0 {
+        publish(slot, pending);
+    }
+    // Before the move below, so that an ended thread whose change lands after it sees
+    // this and counts the change as unseen.
+    slot.solo_since.fetch_add(1, SeqCst);
+    become_solo(slot, record, record.owner.load(Relaxed));
+    let shared = slot.shared_live.swap(0, SeqCst);
+    slot.live
+        .store(slot.live.load(Relaxed).wrapping_add(shared), Relaxed);
+    SOLO_MODES.contains(&record.mode.load(Relaxed))
 }
 
 /// Add `delta` to the shared live total and raise the peak to the new total.
@@ -634,6 +698,8 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
     slot.live.store(inherited.live, Relaxed);
     slot.peak.store(inherited.live, Relaxed);
     slot.shared_live.store(0, Relaxed);
+    slot.solo_since.store(0, Relaxed);
+    slot.unseen.store(0, Relaxed);
     slot.threads.store(0, Relaxed);
     slot.active.store(0, Relaxed);
     slot.max_active.store(0, Relaxed);
@@ -958,6 +1024,95 @@ mod tests {
         assert_eq!(record_of(&s, 2).1, Found::Known);
         fold(&s, b);
         assert_eq!(s.active.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn the_last_active_thread_goes_solo_again_with_the_shortcut() {
+        let s = new_slot();
+        let (a, b) = (rec(&s, 1), rec(&s, 2));
+        on_alloc(&s, a, 10);
+        on_alloc(&s, b, 700);
+        assert_eq!(
+            (a.mode.load(Relaxed), s.solo_key.load(Relaxed)),
+            (BATCHED, 0)
+        );
+        fold(&s, b);
+        // `a`'s next change finds it alone: its pending change is published, the shared
+        // total moves into `live`, and its key is the solo one again.
+        assert!(!alloc_fast(&s, 1, 5), "alone: not on the batching hot path");
+        on_alloc(&s, a, 5);
+        assert_eq!(a.mode.load(Relaxed), SOLO);
+        assert_eq!(s.solo_key.load(Relaxed), 1);
+        assert_eq!(s.shared_live.load(Relaxed), 0);
+        assert_eq!(s.live.load(Relaxed), 715);
+        assert_eq!(s.solo_since.load(Relaxed), 1);
+        // The hot path's shortcut, with an exact peak.
+        assert!(alloc_fast(&s, 1, 2000));
+        assert!(free_fast(&s, 1, 2000));
+        let v = values(&s);
+        assert_eq!((v.allocs, v.frees, v.live, v.peak), (4, 1, 715, 2715));
+        assert_eq!(
+            v.peak_bound(),
+            GRANULE,
+            "the concurrent phase's bound stays"
+        );
+        // A destructor of the ended thread frees after all: the solo thread's checks do
+        // not see it, so it widens the bound.
+        on_free(&s, b, 700);
+        assert_eq!(values(&s).live, 15);
+        assert_eq!(values(&s).peak_bound(), GRANULE + 700);
+        // A new thread ends the solo mode again.
+        let c = rec(&s, 3);
+        assert_eq!(
+            (a.mode.load(Relaxed), s.solo_key.load(Relaxed)),
+            (BATCHED, 0)
+        );
+        assert!(alloc_fast(&s, 1, 1), "batching with another active thread");
+        assert_eq!(a.pending.load(Relaxed), 1);
+        on_alloc(&s, c, 30);
+        assert_eq!(values(&s).allocs, 6);
+    }
+
+    #[test]
+    fn a_thread_reusing_an_ended_ones_record_ends_the_solo_mode() {
+        let s = new_slot();
+        let (a, b) = (rec(&s, 1), rec(&s, 2));
+        on_alloc(&s, b, 1);
+        fold(&s, b);
+        on_alloc(&s, a, 1);
+        assert_eq!(s.solo_key.load(Relaxed), 1);
+        // glibc gives the ended thread's control block to a new thread.
+        assert_eq!(record_of(&s, 2).1, Found::New);
+        assert_eq!(
+            (a.mode.load(Relaxed), s.solo_key.load(Relaxed)),
+            (BATCHED, 0)
+        );
+        assert_eq!(s.active.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn no_thread_goes_solo_again_while_the_overflow_record_is_in_use() {
+        let s = new_slot();
+        let a = rec(&s, 1);
+        for key in 2..=RECORDS as u64 {
+            let (_, found) = record_of(&s, key << 40);
+            if found == Found::Overflow {
+                break;
+            }
+        }
+        assert_eq!(s.records[OVERFLOW].owner.load(Relaxed), u64::MAX);
+        for r in &s.records[..OVERFLOW] {
+            if !core::ptr::eq(r, a) && r.owner.load(Relaxed) != 0 {
+                fold(&s, r);
+            }
+        }
+        assert_eq!(s.active.load(Relaxed), 1);
+        on_alloc(&s, a, 10);
+        assert_eq!(
+            (a.mode.load(Relaxed), s.solo_key.load(Relaxed)),
+            (BATCHED, 0)
+        );
+        assert_eq!(values(&s).live, 10);
     }
 
     #[test]

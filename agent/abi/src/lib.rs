@@ -234,8 +234,15 @@ pub struct Slot {
     pub tree: AtomicU64,
     /// The slot's own index (its directory entry).
     pub index: AtomicU64,
+    /// How many times a thread went solo again after the others had ended (see
+    /// `counters`); 0 if none did.
+    pub solo_since: AtomicU64,
+    /// Bytes changed by ended threads (destructors that ran after their end was counted)
+    /// once a thread had gone solo again: its peak checks may not have seen them, so they
+    /// are part of [`SlotValues::peak_bound`].
+    pub unseen: AtomicU64,
     /// Padding up to [`SLOT_HEAD_SIZE`].
-    pub reserved: [AtomicU64; 3],
+    pub reserved: [AtomicU64; 1],
 }
 
 impl Default for Slot {
@@ -263,6 +270,8 @@ impl Default for Slot {
             granule: zero(),
             tree: zero(),
             index: zero(),
+            solo_since: zero(),
+            unseen: zero(),
             reserved: Default::default(),
             records: core::array::from_fn(|_| Record::default()),
         }
@@ -423,6 +432,10 @@ pub struct SlotValues {
     pub granule: u64,
     /// See [`Slot::tree`].
     pub tree: u64,
+    /// See [`Slot::solo_since`].
+    pub solo_since: u64,
+    /// See [`Slot::unseen`].
+    pub unseen: u64,
 }
 
 impl SlotValues {
@@ -461,6 +474,8 @@ impl SlotValues {
             max_active: word(bytes, offset_of!(Slot, max_active))?,
             granule: word(bytes, offset_of!(Slot, granule))?,
             tree: word(bytes, offset_of!(Slot, tree))?,
+            solo_since: word(bytes, offset_of!(Slot, solo_since))?,
+            unseen: word(bytes, offset_of!(Slot, unseen))?,
         })
     }
 
@@ -494,6 +509,8 @@ impl SlotValues {
             max_active: slot.max_active.load(Relaxed),
             granule: slot.granule.load(Relaxed),
             tree: slot.tree.load(Relaxed),
+            solo_since: slot.solo_since.load(Relaxed),
+            unseen: slot.unseen.load(Relaxed),
         }
     }
 
@@ -501,11 +518,13 @@ impl SlotValues {
     /// (0: exact). A thread keeps less than [`GRANULE`] bytes of change to itself while
     /// other threads are active, so while at most `max_active` threads run at once the
     /// published total is off by less than `(max_active - 1) * granule`; with one thread
-    /// at a time every change is published at once.
+    /// at a time every change is published at once, or made by a solo thread. Plus
+    /// [`Slot::unseen`]: changes a solo thread's peak checks may have missed.
     pub fn peak_bound(&self) -> u64 {
         self.max_active
             .saturating_sub(1)
             .saturating_mul(self.granule)
+            .saturating_add(self.unseen)
     }
 
     /// How the image came to report; `None` for an unclaimed slot.

@@ -89,18 +89,17 @@ pub fn sync(tree: &ReportHeader, slot: &Slot) {
 /// already saw the word out (and pulled the image in) or will; if the count moved, the
 /// image joins again itself, which changes nothing if the joiner was first.
 fn settle(tree: &ReportHeader, slot: &Slot) {
-    if slot.threads.load(Relaxed) != 1 {
+    // A nudged thread is the image's only active one (its first, or one left alone by
+    // the others' ends); an image with more is not settled.
+    if slot.active.load(Relaxed) != 1 {
         return;
     }
     let Some(record) = slot.records[..OVERFLOW_INDEX]
         .iter()
-        .find(|r| r.owner.load(Relaxed) != 0)
+        .find(|r| r.mode.load(Relaxed) == SOLO_NUDGED)
     else {
         return;
     };
-    if record.mode.load(Relaxed) != SOLO_NUDGED {
-        return;
-    }
     if tree
         .tree_active
         .compare_exchange(1, 0, SeqCst, SeqCst)

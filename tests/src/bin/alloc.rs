@@ -198,6 +198,15 @@ fn main() {
             }
             ring(0, n);
         }
+        Some("thread-then-ring") => {
+            // A thread that allocates once and ends, then `ring 1 N` in the main thread: a
+            // program whose helper threads have finished before its main work.
+            let n = arg(&args, 2);
+            std::thread::spawn(|| drop(black_box(block(100))))
+                .join()
+                .expect("thread");
+            ring(0, n);
+        }
         Some("ring-procs") => {
             // P forked children each run `ring 1 N` at once while the parent waits: the
             // agent's process-tree mode.
