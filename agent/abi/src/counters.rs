@@ -14,7 +14,8 @@
 //! - [`SOLO_IN_TREE`]: the same, in an image that has joined a process tree (see
 //!   [`crate::tree`]); the hot path also checks that `live` stays within [`GRANULE`]
 //!   bytes of what the image last added to the tree's total ([`Slot::tree`]), and leaves
-//!   the publishing to the general path when it does not. [`SOLO_NUDGED`]: the same
+//!   the publishing to the general path when it does not. Its shortcut key is
+//!   [`Slot::tree_key`], which the thread sets itself (see `arm_tree_key`). [`SOLO_NUDGED`]: the same
 //!   thread sent to the general path by the image whose end left it alone in the tree,
 //!   so that it goes back out of the tree and to [`SOLO`] (see `tree::settle`).
 //! - [`BATCHED`]: once a second thread has a record, each thread keeps its net change in
@@ -210,6 +211,7 @@ fn recheck_solo(slot: &Slot, record: &Record) {
 fn end_solo(slot: &Slot) {
     fence(SeqCst);
     slot.solo_key.store(0, Relaxed);
+    slot.tree_key.store(0, Relaxed);
     for record in &slot.records[..OVERFLOW] {
         for solo in SOLO_MODES {
             let _ = record
@@ -241,12 +243,35 @@ pub(crate) fn nudge(slot: &Slot) {
             .mode
             .compare_exchange(SOLO_IN_TREE, SOLO_NUDGED, Relaxed, Relaxed);
     }
+    // After the mode, with a fence between: see `arm_tree_key`.
+    fence(SeqCst);
+    slot.tree_key.store(0, Relaxed);
+}
+
+/// The calling thread is the solo thread of an image in a process tree (its record in
+/// [`SOLO_IN_TREE`]): name it in [`Slot::tree_key`], so that its next calls take the
+/// hot path's shortcut rather than look for its record. Only this thread sets the key,
+/// then fences and checks that it is still alone and in that mode; whoever ends either
+/// (a second thread's [`end_solo`] after counting itself active, [`nudge`] after the
+/// mode) clears the key after a fence of its own. So one of the two sees the other: the
+/// key never outlives the mode, as with [`Slot::solo_key`].
+fn arm_tree_key(slot: &Slot, record: &Record) {
+    let key = record.owner.load(Relaxed);
+    if slot.tree_key.load(Relaxed) == key {
+        return;
+    }
+    slot.tree_key.store(key, Relaxed);
+    fence(SeqCst);
+    if !alone(slot) || record.mode.load(Relaxed) != SOLO_IN_TREE {
+        let _ = slot.tree_key.compare_exchange(key, 0, Relaxed, Relaxed);
+    }
 }
 
 /// The image has gone out of the tree and `record`'s thread is its only one: solo again,
 /// with the hot path's shortcut, unless another image pulled it back in or a second
 /// thread appeared meanwhile (the same handshake as [`become_solo`]).
 pub(crate) fn solo_again(slot: &Slot, record: &Record) {
+    slot.tree_key.store(0, Relaxed);
     slot.solo_key.store(record.owner.load(Relaxed), Relaxed);
     if record
         .mode
@@ -307,6 +332,9 @@ fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
     if SOLO_MODES.contains(&mode) {
         if alone(slot) {
             solo_change(slot, delta);
+            if mode == SOLO_IN_TREE {
+                arm_tree_key(slot, record);
+            }
             return;
         }
         // A second thread is active: from now on `live` is only read, and this thread
@@ -384,35 +412,19 @@ fn publish(slot: &Slot, delta: u64) {
     raise_peak(slot, slot.live.load(Relaxed).wrapping_add(shared));
 }
 
-/// Whether a change of `delta` live bytes in `record` (in `mode`) stays inside the
-/// record, with no call and no atomic instruction, and how: `Some(true)` for a solo
-/// thread (the only one so far: see [`become_solo`]; in a process tree, while within a
-/// granule of what the tree has of the image), `Some(false)` for a batching thread whose
-/// pending change stays under the granule while others are active, `None` otherwise.
-/// Writes nothing; [`change_live`] does the same update when this says yes. The modes
-/// are tested batching first, then solo, each with one comparison, as before there
-/// were process trees; the tree's mode comes last.
+/// Whether a change of `delta` live bytes in a batching `record` stays inside it, with
+/// no call and no atomic instruction: its pending change stays under the granule while
+/// other threads are active. Returns the new pending change. (A solo thread takes one of
+/// the two shortcuts before this; when neither is armed yet, it takes the general path,
+/// which arms them.) Writes nothing; [`change_live`] does the same update when this
+/// says yes.
 #[inline(always)]
-fn stays_local(slot: &Slot, record: &Record, mode: u64, delta: u64) -> Option<bool> {
-    if mode == BATCHED {
-        let pending = record.pending.load(Relaxed).wrapping_add(delta);
-        return (within_granule(pending) && slot.active.load(Relaxed) > 1).then_some(false);
-    }
-    if mode == SOLO {
-        return Some(true);
-    }
-    if mode != SOLO_IN_TREE {
+fn stays_local(slot: &Slot, record: &Record, delta: u64) -> Option<u64> {
+    if record.mode.load(Relaxed) != BATCHED {
         return None;
     }
-    // Laid out after the other two, so that they keep the one comparison each they had
-    // before there were process trees.
-    unlikely();
-    let unpublished = slot
-        .live
-        .load(Relaxed)
-        .wrapping_add(delta)
-        .wrapping_sub(slot.tree.load(Relaxed));
-    within_granule(unpublished).then_some(true)
+    let pending = record.pending.load(Relaxed).wrapping_add(delta);
+    (within_granule(pending) && slot.active.load(Relaxed) > 1).then_some(pending)
 }
 
 /// Whether a change (wrapping, read signed) is less than [`GRANULE`] either way: one add
@@ -422,11 +434,6 @@ fn stays_local(slot: &Slot, record: &Record, mode: u64, delta: u64) -> Option<bo
 pub(crate) fn within_granule(change: u64) -> bool {
     change.wrapping_add(GRANULE - 1) < 2 * GRANULE - 1
 }
-
-/// Marks the branch that calls it as the unlikely one (inlined away: no call remains).
-#[cold]
-#[inline(always)]
-fn unlikely() {}
 
 /// The four counts of a thread: its record's, or the slot's `solo_*` words for the solo
 /// thread on the hot path (the reader adds both).
@@ -510,21 +517,33 @@ fn change_fast<const RAISES: bool>(
         }
         return true;
     }
+    if slot.tree_key.load(Relaxed) == key {
+        return tree_solo_fast::<RAISES>(slot, delta, count);
+    }
     let Some(record) = at_home(slot, key) else {
         return false;
     };
-    let mode = record.mode.load(Relaxed);
-    let Some(solo) = stays_local(slot, record, mode, delta) else {
+    let Some(pending) = stays_local(slot, record, delta) else {
         return false;
     };
     count(Tally::of(record));
-    if solo {
-        let live = bump_own(&slot.live, delta);
-        if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
-            slot.peak.store(live, Relaxed);
-        }
-    } else {
-        bump_own(&record.pending, delta);
+    record.pending.store(pending, Relaxed);
+    true
+}
+
+/// The shortcut of the solo thread of an image in a process tree ([`Slot::tree_key`]):
+/// as the solo shortcut, while `live` stays within a granule of what the tree has of the
+/// image ([`Slot::tree`]); past that the general path publishes.
+#[inline(always)]
+fn tree_solo_fast<const RAISES: bool>(slot: &Slot, delta: u64, count: impl FnOnce(Tally)) -> bool {
+    let live = slot.live.load(Relaxed).wrapping_add(delta);
+    if !within_granule(live.wrapping_sub(slot.tree.load(Relaxed))) {
+        return false;
+    }
+    count(Tally::solo(slot));
+    slot.live.store(live, Relaxed);
+    if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
+        slot.peak.store(live, Relaxed);
     }
     true
 }
@@ -571,9 +590,9 @@ pub fn on_realloc(slot: &Slot, record: &Record, old: Option<u64>, new: u64) {
 pub fn fold(slot: &Slot, record: &Record) {
     // A later thread with the same key (glibc reuses thread control blocks) is not the
     // solo thread: it finds its record again.
-    let _ = slot
-        .solo_key
-        .compare_exchange(record.owner.load(Relaxed), 0, Relaxed, Relaxed);
+    for key in [&slot.solo_key, &slot.tree_key] {
+        let _ = key.compare_exchange(record.owner.load(Relaxed), 0, Relaxed, Relaxed);
+    }
     match record.mode.load(Relaxed) {
         DIRECT | SHARED => return,
         SOLO | SOLO_IN_TREE | SOLO_NUDGED => {}
@@ -687,6 +706,7 @@ pub fn start(slot: &Slot, origin: Origin, pid: u64, ppid: u64, inherited: Option
         record.mode.store(BATCHED, Relaxed);
     }
     slot.solo_key.store(0, Relaxed);
+    slot.tree_key.store(0, Relaxed);
     for word in [
         &slot.solo_allocs,
         &slot.solo_frees,

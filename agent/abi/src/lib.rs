@@ -241,8 +241,10 @@ pub struct Slot {
     /// once a thread had gone solo again: its peak checks may not have seen them, so they
     /// are part of [`SlotValues::peak_bound`].
     pub unseen: AtomicU64,
-    /// Padding up to [`SLOT_HEAD_SIZE`].
-    pub reserved: [AtomicU64; 1],
+    /// The solo thread's key while the image is in a process tree and that thread has
+    /// checked, after a fence, that it is the only active one (see `counters`), else 0:
+    /// the hot path's shortcut in the tree's mode, beside [`Slot::tree`].
+    pub tree_key: AtomicU64,
 }
 
 impl Default for Slot {
@@ -272,7 +274,7 @@ impl Default for Slot {
             index: zero(),
             solo_since: zero(),
             unseen: zero(),
-            reserved: Default::default(),
+            tree_key: zero(),
             records: core::array::from_fn(|_| Record::default()),
         }
     }

@@ -382,13 +382,19 @@ mod tests {
             0,
             "no solo shortcut in a tree"
         );
+        // Its first call after the join takes the general path, which arms the tree's
+        // shortcut; the next ones take it.
+        assert!(!alloc_fast(parent, 1, 10));
+        run.change(parent, 1, 10);
+        assert_eq!(parent.tree_key.load(SeqCst), 1);
         assert!(alloc_fast(parent, 1, 10));
         assert!(!alloc_fast(parent, 1, GRANULE));
-        run.change(parent, 1, -10);
+        run.change(parent, 1, -20);
         run.change(child, 1, 300_000);
         run.change(child, 1, -300_000);
         leave(run.report(), child);
         assert_eq!(run.tree().live, 100_000);
+        assert_eq!(parent.tree_key.load(SeqCst), 0, "nudged off the shortcut");
         // Left alone, the parent was nudged off its hot path; its next change is
         // published and takes it out of the tree, back to the solo shortcut.
         assert_eq!(record_of(parent, 1).0.mode.load(SeqCst), SOLO_NUDGED);
