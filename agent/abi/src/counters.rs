@@ -351,6 +351,9 @@ fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
         return;
     } else if slot.active.load(Relaxed) <= 1 && solo_once_more(slot, record) {
         solo_change(slot, delta);
+        if record.mode.load(Relaxed) == SOLO_IN_TREE {
+            arm_tree_key(slot, record);
+        }
         return;
     }
     let pending = record.pending.load(Relaxed).wrapping_add(delta);
@@ -1091,6 +1094,44 @@ mod tests {
         assert_eq!(a.pending.load(Relaxed), 1);
         on_alloc(&s, c, 30);
         assert_eq!(values(&s).allocs, 6);
+    }
+
+    #[test]
+    fn the_tree_shortcut_is_armed_by_its_thread_and_ended_by_a_second_one_or_a_fold() {
+        let s = new_slot();
+        let a = rec(&s, 1);
+        // The image joins a process tree (nothing of it published yet).
+        s.tree.store(0, SeqCst);
+        solo_in_tree(&s);
+        assert_eq!(
+            (a.mode.load(Relaxed), s.solo_key.load(Relaxed)),
+            (SOLO_IN_TREE, 0)
+        );
+        assert!(!alloc_fast(&s, 1, 10), "not armed yet: the general path");
+        on_alloc(&s, a, 10);
+        assert_eq!(s.tree_key.load(Relaxed), 1);
+        assert!(alloc_fast(&s, 1, 10));
+        assert!(free_fast(&s, 1, 5));
+        assert!(
+            !alloc_fast(&s, 1, GRANULE),
+            "a granule from what the tree has of the image"
+        );
+        let v = values(&s);
+        assert_eq!((v.allocs, v.frees, v.live, v.peak), (2, 1, 15, 20));
+        // A second thread ends it, as it ends the solo shortcut.
+        let b = rec(&s, 2);
+        assert_eq!(
+            (a.mode.load(Relaxed), s.tree_key.load(Relaxed)),
+            (BATCHED, 0)
+        );
+        fold(&s, b);
+        // Alone again, in the tree: solo in the tree's mode, armed again, and a fold
+        // clears the key.
+        on_alloc(&s, a, 1);
+        assert_eq!(a.mode.load(Relaxed), SOLO_IN_TREE);
+        assert_eq!(s.tree_key.load(Relaxed), 1);
+        fold(&s, a);
+        assert_eq!(s.tree_key.load(Relaxed), 0);
     }
 
     #[test]
