@@ -399,6 +399,9 @@ fn solo_once_more(slot: &Slot, record: &Record) -> bool {
     // this and counts the change as unseen.
     slot.solo_since.fetch_add(1, SeqCst);
     become_solo(slot, record, record.owner.load(Relaxed));
+    // Two words, so not at once: an image of the process tree that reads this one's
+    // published bytes between them (a joiner, `tree::join`) sees `shared` missing. The
+    // total is only low, and only until this image's next publication corrects it.
     let shared = slot.shared_live.swap(0, SeqCst);
     slot.live
         .store(slot.live.load(Relaxed).wrapping_add(shared), Relaxed);
