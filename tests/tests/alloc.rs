@@ -1033,6 +1033,38 @@ fn a_thread_left_alone_by_the_others_end_goes_solo_again_and_counts_like_dhat() 
     assert_same(&main, dhat_main(&oracle), "thread-then-ring");
 }
 
+/// `waves W N`: the main thread goes from batching (two threads with it) to solo again
+/// (both ended) and back, W times, with every call on a hot path. Any count lost in a
+/// switch (two threads on one shortcut) would show against DHAT, which runs the same
+/// calls one thread at a time.
+#[test]
+fn switching_between_solo_and_batching_loses_no_count() {
+    let args = ["waves", "40", "3000"];
+    let ours = agent(&fixture("alloc"), &args);
+    let main = main_image(&ours);
+    // At least once per wave, after its joins; more when one worker ended before the
+    // other had its first call.
+    assert!((40..=120).contains(&main.solo_since), "{main:#?}");
+    assert_eq!(main.max_active, 3, "{main:#?}");
+    assert_eq!(main.peak_bound(), 2 * sbs_agent_abi::GRANULE + main.unseen);
+    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
+        return;
+    };
+    let oracle = dhat_main(&oracle);
+    assert_eq!(
+        (main.allocs, main.bytes, main.live),
+        (oracle.blocks, oracle.bytes, oracle.end),
+        "counts vs DHAT\nagent: {main:#?}\nDHAT: {oracle:#?}"
+    );
+    let off = main.peak.abs_diff(oracle.gmax);
+    assert!(
+        off <= main.peak_bound(),
+        "peak {} vs DHAT {}",
+        main.peak,
+        oracle.gmax
+    );
+}
+
 /// Through the collector: a single-threaded program's `heap.peak` is an exact count; a
 /// program whose threads allocated at once gets a measurement (interval, Welch's test),
 /// with the bound in a warning, rather than "exact".

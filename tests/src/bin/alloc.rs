@@ -207,6 +207,23 @@ fn main() {
                 .expect("thread");
             ring(0, n);
         }
+        Some("waves") => {
+            // W waves: two threads run the ring while the main thread runs it too, then
+            // the main thread runs it alone (solo again once the two have ended). Every
+            // block is freed; the counts depend on W and N only.
+            let (waves, n) = (arg(&args, 2), arg(&args, 3));
+            for wave in 0..waves {
+                std::thread::scope(|s| {
+                    let one = s.spawn(move || ring(3 * wave + 1, n));
+                    let two = s.spawn(move || ring(3 * wave + 2, n));
+                    ring(3 * wave, n);
+                    // Joined, so ended (their destructors ran) before the solo phase.
+                    one.join().expect("thread");
+                    two.join().expect("thread");
+                });
+                ring(3 * wave, n);
+            }
+        }
         Some("ring-procs") => {
             // P forked children each run `ring 1 N` at once while the parent waits: the
             // agent's process-tree mode.
