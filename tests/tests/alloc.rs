@@ -1045,8 +1045,13 @@ fn switching_between_solo_and_batching_loses_no_count() {
     // At least once per wave, after its joins; more when one worker ended before the
     // other had its first call.
     assert!((40..=120).contains(&main.solo_since), "{main:#?}");
-    assert_eq!(main.max_active, 3, "{main:#?}");
-    assert_eq!(main.peak_bound(), 2 * sbs_agent_abi::GRANULE + main.unseen);
+    // The main thread and at least one worker at once; both workers too, unless one
+    // ended before the other started (a loaded machine).
+    assert!((2..=3).contains(&main.max_active), "{main:#?}");
+    assert_eq!(
+        main.peak_bound(),
+        (main.max_active - 1) * sbs_agent_abi::GRANULE + main.unseen
+    );
     let Some(oracle) = dhat(&fixture("alloc"), &args) else {
         return;
     };
