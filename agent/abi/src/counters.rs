@@ -342,6 +342,10 @@ fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
         record.mode.store(BATCHED, Relaxed);
     } else if mode == DIRECT || mode == SHARED {
         publish(slot, delta);
+        // Orders the add above before the read below: if the add lands after a thread
+        // moved `shared_live` into `live`, this sees its `solo_since` (rare: an ended
+        // thread's late change).
+        fence(SeqCst);
         if slot.solo_since.load(SeqCst) != 0 {
             // A solo thread may be counting in `live` alone by now: its peak checks do
             // not see this change (see `solo_once_more`).
