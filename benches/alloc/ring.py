@@ -22,6 +22,8 @@ Usage: benches/alloc/ring.py [N] [REPS] [SLOW_DIV] [THREADS...]
   ring in the parent, which is alone in the process tree again).
   THREAD_ONCE=1: also time `alloc thread-then-ring N` (one helper thread that ends, then
   the ring in the main thread, which is the only thread again).
+  ONE_WORKER=1: also time `alloc worker-ring N` (the ring in one spawned thread while the
+  main thread waits in `join`).
   PROCS="1 2": also time `alloc ring-procs P N` (P forked children, each one thread of
   the ring, at once): the agent's process-tree mode, where every call takes the general
   path. Compare with the 1-thread row, which runs the same calls in one process.
@@ -141,7 +143,11 @@ def main():
         print(f"# procs: {row}", file=sys.stderr)
     # One helper (a process, a thread) that ends before the ring in the main thread.
     once = []
-    for env, mode in (("FORK_ONCE", "fork-then-ring"), ("THREAD_ONCE", "thread-then-ring")):
+    for env, mode in (
+        ("FORK_ONCE", "fork-then-ring"),
+        ("THREAD_ONCE", "thread-then-ring"),
+        ("ONE_WORKER", "worker-ring"),
+    ):
         if os.environ.get(env):
             row = side_by_side([alloc, mode, str(n)], with_agent, before, reps, 2 * n, mode)
             row["mode"] = mode

@@ -224,6 +224,14 @@ fn main() {
                 ring(3 * wave, n);
             }
         }
+        Some("worker-ring") => {
+            // `ring 1 N` in one spawned thread while the main thread waits in `join`: the
+            // shape of a test harness or a program with one busy worker.
+            let n = arg(&args, 2);
+            std::thread::spawn(move || ring(0, n))
+                .join()
+                .expect("thread");
+        }
         Some("ring-procs") => {
             // P forked children each run `ring 1 N` at once while the parent waits: the
             // agent's process-tree mode.
