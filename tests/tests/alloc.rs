@@ -129,6 +129,14 @@ fn main_image(r: &Reports) -> SlotValues {
         .unwrap_or_else(|| panic!("no main image in {r:#?}"))
 }
 
+/// `alloc ARGS` under the agent, its main image, and DHAT's main process for the same
+/// command (`None` when valgrind is missing: the caller checks what it can without it).
+fn main_and_dhat(args: &[&str]) -> (SlotValues, Option<Dhat>) {
+    let main = main_image(&agent(&fixture("alloc"), args));
+    let oracle = dhat(&fixture("alloc"), args).map(|procs| dhat_main(&procs).clone());
+    (main, oracle)
+}
+
 /// An image loaded at start (main or exec'd) against DHAT's process.
 fn assert_same(ours: &SlotValues, oracle: &Dhat, what: &str) {
     assert_eq!(
@@ -1018,19 +1026,16 @@ fn a_fork_from_a_threaded_process_inherits_what_the_threads_kept_to_themselves()
 /// phase, where it is exact.
 #[test]
 fn a_thread_left_alone_by_the_others_end_goes_solo_again_and_counts_like_dhat() {
-    let args = ["thread-then-ring", "20000"];
-    let ours = agent(&fixture("alloc"), &args);
-    let main = main_image(&ours);
+    let (main, oracle) = main_and_dhat(&["thread-then-ring", "20000"]);
     assert_eq!(
         main.solo_since, 1,
         "the main thread went solo again: {main:#?}"
     );
     assert_eq!(main.unseen, 0, "{main:#?}");
     assert_eq!(main.peak_bound(), sbs_agent_abi::GRANULE, "{main:#?}");
-    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
-        return;
-    };
-    assert_same(&main, dhat_main(&oracle), "thread-then-ring");
+    if let Some(oracle) = oracle {
+        assert_same(&main, &oracle, "thread-then-ring");
+    }
 }
 
 /// `waves W N`: the main thread goes from batching (two threads with it) to solo again
@@ -1039,9 +1044,7 @@ fn a_thread_left_alone_by_the_others_end_goes_solo_again_and_counts_like_dhat() 
 /// calls one thread at a time.
 #[test]
 fn switching_between_solo_and_batching_loses_no_count() {
-    let args = ["waves", "40", "3000"];
-    let ours = agent(&fixture("alloc"), &args);
-    let main = main_image(&ours);
+    let (main, oracle) = main_and_dhat(&["waves", "40", "3000"]);
     // At least once per wave, after its joins; more when one worker ended before the
     // other had its first call.
     assert!((40..=120).contains(&main.solo_since), "{main:#?}");
@@ -1052,10 +1055,9 @@ fn switching_between_solo_and_batching_loses_no_count() {
         main.peak_bound(),
         (main.max_active - 1) * sbs_agent_abi::GRANULE + main.unseen
     );
-    let Some(oracle) = dhat(&fixture("alloc"), &args) else {
+    let Some(oracle) = oracle else {
         return;
     };
-    let oracle = dhat_main(&oracle);
     assert_eq!(
         (main.allocs, main.bytes, main.live),
         (oracle.blocks, oracle.bytes, oracle.end),
