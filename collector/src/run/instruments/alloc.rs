@@ -160,6 +160,9 @@ pub struct Totals {
     /// How far `peak` may be from the sum of the images' true peaks, in bytes (0: exact;
     /// see `SlotValues::peak_bound`).
     pub peak_bound: u64,
+    /// The part of `peak_bound` that ended threads changed after a thread had gone solo
+    /// again (`Slot::unseen`).
+    pub unseen: u64,
     /// Sum of each image's live bytes when it ended (exit, `_exit`, exec or kill).
     pub live_at_exit: u64,
     /// Process images that reported.
@@ -270,6 +273,7 @@ impl Reports {
             t.bytes += s.bytes;
             t.peak += clamp(s.peak);
             t.peak_bound += s.peak_bound();
+            t.unseen += s.unseen;
             t.live_at_exit += clamp(s.live);
         }
         self.tree_totals(&mut t);
@@ -318,11 +322,18 @@ impl Reports {
     }
 }
 
-/// What the report says when threads allocated concurrently.
-fn peak_bound_note(bound: u64) -> String {
-    format!(
+/// What the report says when threads allocated concurrently; `unseen`: bytes of the
+/// bound that ended threads changed once another thread counted alone again.
+fn peak_bound_note(bound: u64, unseen: u64) -> String {
+    let mut note = format!(
         "heap.peak exact to \u{b1}{bound} bytes: threads allocated concurrently, and each keeps less than {GRANULE} bytes of change to itself while others run (exact when one thread allocates at a time; see docs/alloc.md)"
-    )
+    );
+    if unseen > 0 {
+        note.push_str(&format!(
+            "; {unseen} bytes of it were allocated or freed by threads after their end was counted (destructors that ran late), while the thread left counted alone"
+        ));
+    }
+    note
 }
 
 /// What the report says when the tree's peak is not exact.
@@ -563,8 +574,9 @@ pub struct AllocAgent {
     runs: usize,
     unreported: u64,
     max_images: u64,
-    /// Largest `Totals::peak_bound` of a run.
+    /// Largest `Totals::peak_bound` of a run, and the largest `Totals::unseen`.
     max_peak_bound: u64,
+    max_unseen: u64,
     /// Most images per run that ended without leaving the process tree, and the widest
     /// tree bound.
     max_stranded: u64,
@@ -733,6 +745,7 @@ impl AllocAgent {
             unreported: 0,
             max_images: 0,
             max_peak_bound: 0,
+            max_unseen: 0,
             max_stranded: 0,
             max_tree_bound: 0,
             execs: ExecCheck::default(),
@@ -879,6 +892,7 @@ impl Instrument for AllocAgent {
         self.unreported += reports.unreported;
         self.max_images = self.max_images.max(totals.images);
         self.max_peak_bound = self.max_peak_bound.max(totals.peak_bound);
+        self.max_unseen = self.max_unseen.max(totals.unseen);
         if totals.images > 1 {
             self.max_stranded = self.max_stranded.max(totals.stranded);
             self.max_tree_bound = self.max_tree_bound.max(totals.tree_bound);
@@ -917,7 +931,7 @@ impl Instrument for AllocAgent {
             ));
         }
         if self.max_peak_bound > 0 {
-            w.push(peak_bound_note(self.max_peak_bound));
+            w.push(peak_bound_note(self.max_peak_bound, self.max_unseen));
         }
         if self.max_images > 1 && self.metrics == AllocMetrics::All {
             w.push(format!(
@@ -936,6 +950,31 @@ impl Instrument for AllocAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_peak_note_says_which_part_of_the_bound_ended_threads_changed() {
+        let img = |max_active: u64, unseen: u64| SlotValues {
+            origin: Origin::Load.code(),
+            max_active,
+            granule: GRANULE,
+            unseen,
+            ..SlotValues::default()
+        };
+        let r = Reports {
+            images: vec![img(3, 700)],
+            unreported: 0,
+            tree: TreeValues::default(),
+        };
+        let t = r.totals();
+        assert_eq!((t.peak_bound, t.unseen), (2 * GRANULE + 700, 700));
+        let note = peak_bound_note(t.peak_bound, t.unseen);
+        assert!(
+            note.contains(&format!("\u{b1}{} bytes", 2 * GRANULE + 700)),
+            "{note}"
+        );
+        assert!(note.contains("; 700 bytes of it"), "{note}");
+        assert!(!peak_bound_note(GRANULE, 0).contains("bytes of it"));
+    }
 
     #[test]
     fn embedded_agent_is_a_shared_library_without_tls() {
