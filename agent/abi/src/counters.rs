@@ -147,7 +147,6 @@ fn at_home(slot: &Slot, key: u64) -> Option<&Record> {
 /// four rounds) when one sets a value, and a new thread's end calls it anyway.
 #[cold]
 fn take_up_again<'a>(slot: &Slot, record: &'a Record) -> (&'a Record, Found) {
-    record.pending.store(0, Relaxed);
     record.mode.store(BATCHED, Relaxed);
     count_active(slot);
     // The image's last thread may have gone solo again (see `solo_once_more`).
@@ -328,10 +327,14 @@ fn claim_record(slot: &Slot, key: u64) -> (&Record, Found) {
 
 /// Live bytes changed by `delta` (wrapping) in `record`'s thread.
 #[inline(always)]
-fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
+fn change_live(slot: &Slot, record: &Record, mut mode: u64, delta: u64) {
+    if mode == BATCHED && slot.active.load(Relaxed) <= 1 {
+        solo_once_more(slot, record);
+        mode = record.mode.load(Relaxed);
+    }
     if SOLO_MODES.contains(&mode) {
         if alone(slot) {
-            solo_change(slot, delta);
+            solo_change::<true>(slot, delta);
             if mode == SOLO_IN_TREE {
                 arm_tree_key(slot, record);
             }
@@ -353,12 +356,6 @@ fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
                 .fetch_add(delta.wrapping_neg().min(delta), Relaxed);
         }
         return;
-    } else if slot.active.load(Relaxed) <= 1 && solo_once_more(slot, record) {
-        solo_change(slot, delta);
-        if record.mode.load(Relaxed) == SOLO_IN_TREE {
-            arm_tree_key(slot, record);
-        }
-        return;
     }
     let pending = record.pending.load(Relaxed).wrapping_add(delta);
     if within_granule(pending) && slot.active.load(Relaxed) > 1 {
@@ -369,11 +366,12 @@ fn change_live(slot: &Slot, record: &Record, mode: u64, delta: u64) {
     publish(slot, pending);
 }
 
-/// A solo thread's change: `live` and `peak` with plain stores.
+/// A solo thread's change: `live` and `peak` with plain stores (the peak only if
+/// `RAISES`: a change that may increase the total).
 #[inline(always)]
-fn solo_change(slot: &Slot, delta: u64) {
+fn solo_change<const RAISES: bool>(slot: &Slot, delta: u64) {
     let live = bump_own(&slot.live, delta);
-    if (live as i64) > (slot.peak.load(Relaxed) as i64) {
+    if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
         slot.peak.store(live, Relaxed);
     }
 }
@@ -387,13 +385,13 @@ fn solo_change(slot: &Slot, delta: u64) {
 /// into `live`, which the solo thread alone writes, so that its peak checks see the whole
 /// total. An ended thread can still count after its [`fold`] (destructors that run
 /// later): such a change goes to `shared_live`, which the solo thread's checks no longer
-/// see, so its size is added to [`Slot::unseen`] and to the stated bound. Returns whether
-/// the thread is solo now.
+/// see, so its size is added to [`Slot::unseen`] and to the stated bound. The caller reads
+/// the record's mode afterwards to learn whether the thread is solo now.
 #[cold]
 #[inline(never)]
-fn solo_once_more(slot: &Slot, record: &Record) -> bool {
+fn solo_once_more(slot: &Slot, record: &Record) {
     if !alone(slot) {
-        return false;
+        return;
     }
     let pending = record.pending.swap(0, Relaxed);
     if pending != 0 {
@@ -409,7 +407,6 @@ fn solo_once_more(slot: &Slot, record: &Record) -> bool {
     let shared = slot.shared_live.swap(0, SeqCst);
     slot.live
         .store(slot.live.load(Relaxed).wrapping_add(shared), Relaxed);
-    SOLO_MODES.contains(&record.mode.load(Relaxed))
 }
 
 /// Add `delta` to the shared live total and raise the peak to the new total.
@@ -521,10 +518,7 @@ fn change_fast<const RAISES: bool>(
 ) -> bool {
     if slot.solo_key.load(Relaxed) == key {
         count(Tally::solo(slot));
-        let live = bump_own(&slot.live, delta);
-        if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
-            slot.peak.store(live, Relaxed);
-        }
+        solo_change::<RAISES>(slot, delta);
         return true;
     }
     if slot.tree_key.load(Relaxed) == key {
