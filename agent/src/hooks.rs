@@ -17,7 +17,7 @@ use sbs_agent_abi::attach::{self, Report};
 use sbs_agent_abi::{tree, Origin, Slot, ENV_REPORT_FD_C, ENV_REPORT_TOKEN_C};
 
 use crate::sys;
-use crate::trailer::{self, Block, MAX_SIZE, TRAILER_SIZE};
+use crate::trailer::{self, Block, EXTRA, MAX_SIZE};
 use sbs_agent_abi::counters::{self, ForkCarry, ForkSnapshot, Found};
 use sbs_agent_abi::Record;
 
@@ -252,32 +252,65 @@ unsafe fn usable_size(ptr: *mut c_void) -> usize {
     trailer::usable_size(word)
 }
 
-/// Where the trailer of a live glibc block lies: its last 8 usable bytes.
+/// The last word of a block with `usable` usable bytes: its last 8, where the trailer
+/// lies (see [`trailer`]).
 ///
 /// # Safety
-/// As for [`usable_size`].
+/// `ptr` is a live block with at least 8 usable bytes.
 #[inline(always)]
-unsafe fn trailer_at(ptr: *mut c_void) -> Option<*mut u64> {
-    // SAFETY: contract.
-    let usable = unsafe { usable_size(ptr) };
-    if usable < TRAILER_SIZE {
-        return None;
-    }
-    // SAFETY: usable >= TRAILER_SIZE, so the address lies inside the block.
-    Some(unsafe { ptr.cast::<u8>().add(usable - TRAILER_SIZE) }.cast())
+unsafe fn last_word(ptr: *mut c_void, usable: usize) -> *mut u64 {
+    // SAFETY: usable >= 8 (contract): the 8 bytes lie inside the block.
+    unsafe { ptr.cast::<u8>().add(usable - 8) }.cast()
 }
 
-/// The trailer of a live block, and where it lies, if the agent made the block.
+/// The trailer of a live block and its usable size, if the agent made the block.
 ///
 /// # Safety
 /// As for [`usable_size`].
 #[inline(always)]
-unsafe fn block_of(ptr: *mut c_void) -> Option<(Block, *mut u64)> {
+unsafe fn block_of(ptr: *mut c_void) -> Option<(Block, usize)> {
     // SAFETY: contract.
-    let at = unsafe { trailer_at(ptr) }?;
-    // SAFETY: 8 bytes inside the block; the block's alignment is not assumed.
-    let block = trailer::decode(unsafe { at.read_unaligned() })?;
-    Some((block, at))
+    let usable = unsafe { usable_size(ptr) };
+    if usable < 8 {
+        return None;
+    }
+    // SAFETY: usable >= 8; the block's alignment is not assumed.
+    let (slack, counted) = trailer::decode(unsafe { last_word(ptr, usable).read_unaligned() })?;
+    let size = usable.checked_sub(slack)?;
+    Some((Block { size, counted }, usable))
+}
+
+/// Write the trailer of a block of `block.size` requested bytes and `usable` usable
+/// bytes. `keeps_data`: the block holds the program's data (a resize), so the program's
+/// bytes in the last word are kept; a new block's are undefined (`calloc`'s are zero, and
+/// stay so).
+///
+/// # Safety
+/// `ptr` is a live block with `usable` usable bytes, `block.size + EXTRA <= usable`,
+/// `usable >= 8`.
+unsafe fn write_trailer(ptr: *mut c_void, usable: usize, block: Block, keeps_data: bool) {
+    // SAFETY: usable >= 8 (contract).
+    let at = unsafe { last_word(ptr, usable) };
+    let mut word = trailer::encode(usable - block.size, block.counted);
+    if keeps_data {
+        // SAFETY: as above.
+        word = trailer::keep_data(word, unsafe { at.read_unaligned() });
+    }
+    // SAFETY: as above.
+    unsafe { at.write_unaligned(word) };
+}
+
+/// Clear the trailer of a block with `usable` usable bytes found by [`block_of`], so that
+/// stale memory never looks like one of ours; the program's bytes are kept.
+///
+/// # Safety
+/// As for [`last_word`].
+#[inline(always)]
+unsafe fn clear_trailer(ptr: *mut c_void, usable: usize) {
+    // SAFETY: contract.
+    let at = unsafe { last_word(ptr, usable) };
+    // SAFETY: as above.
+    unsafe { at.write_unaligned(trailer::cleared(at.read_unaligned())) };
 }
 
 /// Write the trailer of a new block and count it, on the hot path: a block the calling
@@ -329,23 +362,19 @@ unsafe fn finish_with(
         let word = unsafe { ptr.cast::<usize>().sub(1).read() };
         // SAFETY: a non-null SLOT points into the report file's mapping, never unmapped.
         let slot = unsafe { SLOT.load(Acquire).as_ref() };
-        // (`offset >= size` rather than `usable >= size + 8`: the hook then keeps one
-        // register fewer across the call to glibc.)
-        let offset = trailer::heap_trailer_offset(word).filter(|&at| at >= size);
-        if let (Some(slot), Some(offset)) = (slot, offset) {
+        let fit = trailer::heap_short_fit(word, size);
+        if let (Some(slot), Some((offset, slack))) = (slot, fit) {
             if count(slot, sys::thread_pointer()) {
-                let word = trailer::encode(Block {
-                    size,
-                    counted: true,
-                });
-                // SAFETY: offset = usable - 8 >= size: the 8 bytes lie inside the block,
-                // after the program's.
-                unsafe {
-                    ptr.cast::<u8>()
-                        .add(offset)
-                        .cast::<u64>()
-                        .write_unaligned(word);
+                // SAFETY: offset = usable - 8 and usable >= size + 3: the last word lies
+                // inside the block; its trailer bytes are after the program's.
+                let at = unsafe { ptr.cast::<u8>().add(offset).cast::<u64>() };
+                let mut word = trailer::encode(slack, true);
+                if realloc_of.is_some() {
+                    // SAFETY: as above.
+                    word = trailer::keep_data(word, unsafe { at.read_unaligned() });
                 }
+                // SAFETY: as above.
+                unsafe { at.write_unaligned(word) };
                 return ptr;
             }
         }
@@ -358,7 +387,7 @@ unsafe fn finish_with(
 /// block's trailer for a resize.
 ///
 /// # Safety
-/// `ptr` is null or a live glibc block that was asked for at least `size + TRAILER_SIZE`
+/// `ptr` is null or a live glibc block that was asked for at least `size + EXTRA`
 /// bytes, with `size <= MAX_SIZE`.
 #[cold]
 #[inline(never)]
@@ -368,23 +397,18 @@ unsafe fn finish_general(ptr: *mut c_void, size: usize, realloc_of: Option<Block
     }
     // SAFETY: a live glibc block (contract).
     let usable = unsafe { usable_size(ptr) };
-    if usable < size + TRAILER_SIZE {
+    if usable < (size + EXTRA).max(8) {
         // Not what glibc's layout promises: hand the block out untracked rather than
         // write over the program's bytes.
         return ptr;
     }
     let slot = current_slot();
-    let word = trailer::encode(Block {
+    let block = Block {
         size,
         counted: slot.is_some(),
-    });
-    // SAFETY: usable >= size + 8: the 8 bytes lie inside the block, after the program's.
-    unsafe {
-        ptr.cast::<u8>()
-            .add(usable - TRAILER_SIZE)
-            .cast::<u64>()
-            .write_unaligned(word);
-    }
+    };
+    // SAFETY: a live block with `usable` usable bytes, usable >= size + 3 and >= 8.
+    unsafe { write_trailer(ptr, usable, block, realloc_of.is_some()) };
     if let Some(slot) = slot {
         let record = record(slot);
         match realloc_of {
@@ -411,8 +435,8 @@ fn plain(size: usize) -> *mut c_void {
         return unsafe { sys::__libc_malloc(size) };
     }
     // SAFETY: forwarding to glibc; no overflow (size <= MAX_SIZE).
-    let ptr = unsafe { sys::__libc_malloc(size + TRAILER_SIZE) };
-    // SAFETY: null or a glibc block of size + 8 bytes.
+    let ptr = unsafe { sys::__libc_malloc(size + EXTRA) };
+    // SAFETY: null or a glibc block of size + 3 bytes.
     unsafe { finish(ptr, size) }
 }
 
@@ -425,8 +449,8 @@ fn aligned(align: usize, size: usize) -> *mut c_void {
         return unsafe { sys::__libc_memalign(align, size) };
     }
     // SAFETY: forwarding to glibc; no overflow (size <= MAX_SIZE).
-    let ptr = unsafe { sys::__libc_memalign(align, size + TRAILER_SIZE) };
-    // SAFETY: null or a glibc block of size + 8 bytes.
+    let ptr = unsafe { sys::__libc_memalign(align, size + EXTRA) };
+    // SAFETY: null or a glibc block of size + 3 bytes.
     unsafe { finish(ptr, size) }
 }
 
@@ -450,8 +474,8 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
         return unsafe { sys::__libc_calloc(1, total) };
     }
     // SAFETY: forwarding to glibc; one zeroed block (total <= MAX_SIZE: no overflow).
-    let ptr = unsafe { sys::__libc_calloc(1, total + TRAILER_SIZE) };
-    // SAFETY: null or a glibc block of total + 8 bytes.
+    let ptr = unsafe { sys::__libc_calloc(1, total + EXTRA) };
+    // SAFETY: null or a glibc block of total + 3 bytes.
     unsafe { finish(ptr, total) }
 }
 
@@ -465,7 +489,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     // SAFETY: ptr is a live block (contract), so a glibc block with its chunk size word in
     // front of it.
     let word = unsafe { ptr.cast::<usize>().sub(1).read() };
-    let Some(offset) = trailer::heap_trailer_offset(word) else {
+    let Some(offset) = trailer::heap_word_offset(word) else {
         // An mmapped chunk (or an odd word): the general path, as a tail call (see
         // `finish`).
         // SAFETY: the same contract.
@@ -474,24 +498,26 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     // SAFETY: offset = usable - 8: 8 bytes inside the block; its alignment is not assumed.
     let at = unsafe { ptr.cast::<u8>().add(offset).cast::<u64>() };
     // SAFETY: as above.
-    if let Some(block) = trailer::decode(unsafe { at.read_unaligned() }) {
-        // SAFETY: a non-null SLOT points into the report file's mapping, never unmapped.
-        let slot = unsafe { SLOT.load(Acquire).as_ref() };
-        let counted_here = block.counted
-            && slot.is_some_and(|slot| {
-                counters::free_fast(slot, sys::thread_pointer(), block.size as u64)
-            });
-        if !counted_here {
-            // Every other case, as a tail call.
-            // SAFETY: the same contract.
-            return unsafe { free_general(ptr) };
-        }
-        // SAFETY: the trailer lies inside the block; cleared, stale memory never looks
-        // like one of our blocks.
-        unsafe { at.write_unaligned(trailer::CLEARED) };
+    // (usable = offset + 8 >= 24 >= any short trailer's slack: no overflow.)
+    let size = trailer::counted_short_slack(unsafe { at.read_unaligned() })
+        .map(|slack| offset + 8 - slack);
+    // SAFETY: a non-null SLOT points into the report file's mapping, never unmapped.
+    let slot = unsafe { SLOT.load(Acquire).as_ref() };
+    let counted_here = match (size, slot) {
+        (Some(size), Some(slot)) => counters::free_fast(slot, sys::thread_pointer(), size as u64),
+        _ => false,
+    };
+    if !counted_here {
+        // Every other case (a long trailer, an uncounted or foreign block, no slot, a
+        // thread's first call, a granule crossed), as a tail call.
+        // SAFETY: the same contract.
+        return unsafe { free_general(ptr) };
     }
-    // SAFETY: ours or not, the program's pointer is glibc's pointer: the trailer never
-    // decides what is freed.
+    // SAFETY: the last word lies inside the block, which the program gives up: cleared,
+    // stale memory never looks like one of our blocks.
+    unsafe { at.write_unaligned(0) };
+    // SAFETY: the program's pointer is glibc's pointer: the trailer never decides what is
+    // freed.
     unsafe { sys::__libc_free(ptr) };
 }
 
@@ -504,16 +530,16 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
 #[inline(never)]
 unsafe fn free_general(ptr: *mut c_void) {
     // SAFETY: ptr is a live block (contract), so a glibc block.
-    if let Some((block, at)) = unsafe { block_of(ptr) } {
+    if let Some((block, usable)) = unsafe { block_of(ptr) } {
         if block.counted {
             if let Some(slot) = current_slot() {
                 counters::on_free(slot, record(slot), block.size as u64);
                 sync_tree(slot);
             }
         }
-        // SAFETY: the trailer lies inside the block; cleared, stale memory never looks
+        // SAFETY: the block has `usable` usable bytes; cleared, stale memory never looks
         // like one of our blocks.
-        unsafe { at.write_unaligned(trailer::CLEARED) };
+        unsafe { clear_trailer(ptr, usable) };
     }
     // SAFETY: ours or not, the program's pointer is glibc's pointer: the trailer never
     // decides what is freed.
@@ -534,7 +560,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
         return null_mut();
     }
     // SAFETY: ptr is a live block (contract), so a glibc block.
-    let Some((old, at)) = (unsafe { block_of(ptr) }) else {
+    let Some((old, usable)) = (unsafe { block_of(ptr) }) else {
         // SAFETY: not ours: glibc's own block, left to glibc.
         return unsafe { sys::__libc_realloc(ptr, size) };
     };
@@ -544,17 +570,17 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     }
     // The old trailer ends up inside the grown block, or in memory glibc takes back:
     // cleared first, so that it never looks like one of ours.
-    // SAFETY: the trailer lies inside the live block.
-    unsafe { at.write_unaligned(trailer::CLEARED) };
+    // SAFETY: the live block has `usable` usable bytes.
+    unsafe { clear_trailer(ptr, usable) };
     // SAFETY: forwarding to glibc; no overflow (size <= MAX_SIZE).
-    let new = unsafe { sys::__libc_realloc(ptr, size + TRAILER_SIZE) };
+    let new = unsafe { sys::__libc_realloc(ptr, size + EXTRA) };
     if new.is_null() {
         // glibc left the old block as it was (errno is set): so is its trailer.
-        // SAFETY: the old block is still live; the trailer lies inside it.
-        unsafe { at.write_unaligned(trailer::encode(old)) };
+        // SAFETY: the old block is still live, with its usable size and its data.
+        unsafe { write_trailer(ptr, usable, old, true) };
         return null_mut();
     }
-    // SAFETY: a glibc block of size + 8 bytes; the trailer goes at its new usable end.
+    // SAFETY: a glibc block of size + 3 bytes; the trailer goes at its new usable end.
     unsafe { finish_resize(new, size, old) }
 }
 
@@ -625,8 +651,8 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
         return null_mut();
     };
     // SAFETY: forwarding to glibc; no overflow (rounded <= MAX_SIZE).
-    let ptr = unsafe { sys::__libc_memalign(page, rounded + TRAILER_SIZE) };
-    // SAFETY: null or a glibc block of rounded + 8 >= size + 8 bytes.
+    let ptr = unsafe { sys::__libc_memalign(page, rounded + EXTRA) };
+    // SAFETY: null or a glibc block of rounded + 3 >= size + 3 bytes.
     unsafe { finish(ptr, size) }
 }
 
@@ -638,9 +664,9 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
         return 0;
     }
     // SAFETY: ptr is a live block (contract), so a glibc block.
-    if let Some((_, at)) = unsafe { block_of(ptr) } {
+    if let Some((block, usable)) = unsafe { block_of(ptr) } {
         // The program may use everything up to the trailer.
-        return at as usize - ptr as usize;
+        return usable - trailer::len(usable - block.size);
     }
     // Not ours: glibc's block, whose usable size glibc computes from the same chunk word
     // (no `dlsym` for glibc's own function, which could take the loader lock in a hook).

@@ -6,7 +6,11 @@ file `--alloc` uses), under heaptrack and under valgrind DHAT.
 
 CPU time (user + system of the whole process tree, from getrusage(RUSAGE_CHILDREN)) is
 the measure: on a loaded 2-core machine wall time with 4 threads says more about the
-scheduler than about the hook. Bare and agent runs are interleaved, REPS each; the
+scheduler than about the hook. The agent's tree includes the `with_agent` launcher (its
+exec, the report file, the wait): about 1 ms, which matters for short programs such as
+churn. `with_agent` also reports the program's own CPU time, and the "program" ratio
+(program CPU under the agent over bare CPU) leaves the launcher out: under `sbs-profile`
+the collector is running anyway, and it launches the bare runs too. Bare and agent runs are interleaved, REPS each; the
 ratio is taken per repetition (agent / the bare run next to it) and the median is
 reported. heaptrack and DHAT are slow, so they run once each, with N / SLOW_DIV rounds
 per thread, and are compared with a bare run of the same size. Per-call cost:
@@ -54,9 +58,15 @@ def agent_line(err):
     return next((l for l in err.splitlines() if l.startswith("with_agent:")), "")
 
 
+def program_cpu(line):
+    """The program's own CPU seconds from a `with_agent` line, or None (an older build)."""
+    field = next((f for f in line.split() if f.startswith("program_cpu_us=")), None)
+    return int(field.split("=")[1]) / 1e6 if field else None
+
+
 def side_by_side(cmd, with_agent, before, reps, calls, what):
     """Bare, agent and (with `before`) the older agent, interleaved `reps` times."""
-    bare, agent, ratios, old, old_ratios = [], [], [], [], []
+    bare, agent, ratios, old, old_ratios, program_ratios, old_program_ratios = [], [], [], [], [], [], []
     counts = old_counts = ""
     for _ in range(reps):
         b, _ = cpu_of(cmd)
@@ -65,12 +75,18 @@ def side_by_side(cmd, with_agent, before, reps, calls, what):
         agent.append(a)
         ratios.append(a / b)
         counts = agent_line(err)
+        program = program_cpu(counts)
+        if program is not None:
+            program_ratios.append(program / b)
         if before:
             old_cmd = [os.path.join(before, "with_agent"), os.path.join(before, "alloc")] + cmd[1:]
             o, err = cpu_of(old_cmd)
             old.append(o)
             old_ratios.append(o / b)
             old_counts = agent_line(err)
+            program = program_cpu(old_counts)
+            if program is not None:
+                old_program_ratios.append(program / b)
     row = {
         "what": what,
         "bare": statistics.median(bare),
@@ -80,11 +96,15 @@ def side_by_side(cmd, with_agent, before, reps, calls, what):
         "ratio_max": max(ratios),
         "counts": counts,
     }
+    if program_ratios:
+        row["program_ratio"] = statistics.median(program_ratios)
     if calls:
         row["agent_ns"] = (row["agent"] - row["bare"]) / calls * 1e9
     if before:
         row["before_ratio"] = statistics.median(old_ratios)
         row["before_counts"] = old_counts
+        if old_program_ratios:
+            row["before_program_ratio"] = statistics.median(old_program_ratios)
         if calls:
             row["before_ns"] = (statistics.median(old) - row["bare"]) / calls * 1e9
     return row
@@ -193,11 +213,14 @@ def main():
         )
     if churn:
         bf = f", before {churn['before_ratio']:.3f}x" if "before_ratio" in churn else ""
+        if "before_program_ratio" in churn:
+            bf += f" (the program alone {churn['before_program_ratio']:.3f}x)"
+        pr = f"; the program alone {churn['program_ratio']:.3f}x" if "program_ratio" in churn else ""
         print()
         print(
             f"`alloc churn {os.environ['CHURN']}`: bare {churn['bare'] * 1000:.0f} ms, agent "
             f"{churn['agent'] * 1000:.0f} ms: {churn['ratio']:.3f}x "
-            f"({churn['ratio_min']:.3f}-{churn['ratio_max']:.3f}){bf}"
+            f"({churn['ratio_min']:.3f}-{churn['ratio_max']:.3f}){pr}{bf}"
         )
     print()
     for r in rows:
