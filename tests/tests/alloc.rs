@@ -328,8 +328,17 @@ fn block_trailers_survive_alignment_usable_size_and_in_place_resizes() {
         (207, 35396, 2, 206, 9096, 4096),
         "{strict:#?}"
     );
-    // Exits non-zero if glibc's own malloc_usable_size is not the agent's answer + 8.
+    // Exits non-zero if glibc's own malloc_usable_size is not the agent's answer plus the
+    // trailer (3 bytes, or 8 for a block with more than 24 bytes of slack).
     agent(&exe, &["layout"]);
+    // Exits non-zero if a resize loses one of the program's bytes or calloc's are not
+    // zero; every block is counted and freed.
+    let bytes = main_image(&agent(&exe, &["bytes"]));
+    assert_eq!(
+        (bytes.allocs, bytes.reallocs, bytes.frees, bytes.live),
+        (200 + 200 * 19 * 2, 200 * 19, 200 + 200 * 19 * 2, 0),
+        "{bytes:#?}"
+    );
     let Some(oracle) = dhat(&exe, &[]) else {
         return;
     };
