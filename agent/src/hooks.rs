@@ -498,18 +498,22 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     // SAFETY: offset = usable - 8: 8 bytes inside the block; its alignment is not assumed.
     let at = unsafe { ptr.cast::<u8>().add(offset).cast::<u64>() };
     // SAFETY: as above.
-    // (usable = offset + 8 >= 24 >= any short trailer's slack: no overflow.)
-    let size = trailer::counted_short_slack(unsafe { at.read_unaligned() })
-        .map(|slack| offset + 8 - slack);
+    let word = unsafe { at.read_unaligned() };
     // SAFETY: a non-null SLOT points into the report file's mapping, never unmapped.
     let slot = unsafe { SLOT.load(Acquire).as_ref() };
-    let counted_here = match (size, slot) {
-        (Some(size), Some(slot)) => counters::free_fast(slot, sys::thread_pointer(), size as u64),
-        _ => false,
+    // Every other case (a long trailer, an uncounted or foreign block, no slot, a
+    // thread's first call, a granule crossed) takes the general path, as a tail call.
+    let Some(slack) = trailer::counted_short_slack(word) else {
+        // SAFETY: the same contract.
+        return unsafe { free_general(ptr) };
     };
-    if !counted_here {
-        // Every other case (a long trailer, an uncounted or foreign block, no slot, a
-        // thread's first call, a granule crossed), as a tail call.
+    let Some(slot) = slot else {
+        // SAFETY: the same contract.
+        return unsafe { free_general(ptr) };
+    };
+    // usable = offset + 8 >= 24 >= any short trailer's slack: no overflow.
+    let size = offset + 8 - slack;
+    if !counters::free_fast(slot, sys::thread_pointer(), size as u64) {
         // SAFETY: the same contract.
         return unsafe { free_general(ptr) };
     }
