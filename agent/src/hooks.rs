@@ -397,9 +397,14 @@ unsafe fn finish_general(ptr: *mut c_void, size: usize, realloc_of: Option<Block
     }
     // SAFETY: a live glibc block (contract).
     let usable = unsafe { usable_size(ptr) };
-    if usable < (size + EXTRA).max(8) {
-        // Not what glibc's layout promises: hand the block out untracked rather than
-        // write over the program's bytes.
+    if usable < (size + EXTRA).max(8) || usable - size > trailer::MAX_SLACK {
+        // Not what glibc's layout promises (or more slack than a trailer holds): hand the
+        // block out untracked rather than write over the program's bytes. A resized
+        // block's old size leaves the live total, as its free would have.
+        if let (Some(old), Some(slot)) = (realloc_of.filter(|old| old.counted), current_slot()) {
+            counters::on_free(slot, record(slot), old.size as u64);
+            sync_tree(slot);
+        }
         return ptr;
     }
     let slot = current_slot();

@@ -64,6 +64,9 @@ const COUNTED: u64 = 1 << 45;
 const COUNTED_KEY: u64 = (CHECK << 1) | 1;
 /// The bits below the trailer's fields.
 const LOW: u64 = (1 << 40) - 1;
+/// Largest slack a trailer can hold (a long one): 1 TiB. Only a shrink of an mmapped
+/// block that glibc could not remap (it then keeps the block as it was) can leave more.
+pub const MAX_SLACK: usize = LOW as usize;
 
 /// What a trailer says about its block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
