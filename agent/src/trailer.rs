@@ -7,8 +7,8 @@
 //! size over-reports) is the usable size minus the slack.
 //!
 //! Why the slack and not the size: it is small. glibc's chunk for `n` bytes is `n + 8`
-//! rounded up to 16 (at least 32), so a heap block's slack is at most 24 bytes, and the
-//! trailer fits in 3 bytes. That is what a trailer costs in memory: a request whose chunk
+//! rounded up to 16 (at least 32), so the slack of a block `malloc` takes from glibc's
+//! heap is at most 24 bytes, and the trailer fits in 3 bytes. That is what a trailer costs in memory: a request whose chunk
 //! has fewer spare bytes than the trailer moves to the next chunk size, 16 bytes more.
 //! With 3 bytes that is 3 sizes in 16 (`n` = 6, 7 or 8 modulo 16), against 8 in 16 with
 //! the 8-byte size word of the first trailer (CPU time of `alloc churn 300000` with every
@@ -34,10 +34,9 @@
 //! 8-byte trailer before this one: reading and writing only the last 4 bytes (a `u32` at
 //! an address 4 past a multiple of 16) made the two-thread ring 6% slower than the 8-byte
 //! trailer on this machine's AMD Zen 5 cores, for fewer instructions; the whole word,
-//! 2% (BENCHMARKS.md). Where the word
-//! holds the program's bytes, a new block's are undefined (so the hooks write zeros
-//! there; `calloc`'s must be zero and stay so) and a resized block's are kept
-//! ([`keep_data`]).
+//! 2% (BENCHMARKS.md). Where the word holds the program's bytes, a new block's are
+//! undefined (so the hooks write zeros there; `calloc`'s must be zero and stay so) and a
+//! resized block's are kept ([`keep_data`]).
 //!
 //! A word that does not check (a block the agent did not make, or stale memory) is
 //! rejected by [`decode`]: user data passes only if 18 bits match and the slack field
