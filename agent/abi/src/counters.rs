@@ -371,6 +371,13 @@ fn change_live(slot: &Slot, record: &Record, mut mode: u64, delta: u64) {
 #[inline(always)]
 fn solo_change<const RAISES: bool>(slot: &Slot, delta: u64) {
     let live = bump_own(&slot.live, delta);
+    raise_own_peak::<RAISES>(slot, live);
+}
+
+/// The solo thread's `peak` raised to `live` with a plain store (only if `RAISES`: a
+/// change that may increase the total; a dip below zero is no peak).
+#[inline(always)]
+fn raise_own_peak<const RAISES: bool>(slot: &Slot, live: u64) {
     if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
         slot.peak.store(live, Relaxed);
     }
@@ -546,9 +553,7 @@ fn tree_solo_fast<const RAISES: bool>(slot: &Slot, delta: u64, count: impl FnOnc
     }
     count(Tally::solo(slot));
     slot.live.store(live, Relaxed);
-    if RAISES && (live as i64) > (slot.peak.load(Relaxed) as i64) {
-        slot.peak.store(live, Relaxed);
-    }
+    raise_own_peak::<RAISES>(slot, live);
     true
 }
 
