@@ -280,18 +280,25 @@ unsafe fn block_of(ptr: *mut c_void) -> Option<(Block, usize)> {
     Some((Block { size, counted }, usable))
 }
 
-/// Write the trailer of a block of `block.size` requested bytes and `usable` usable
-/// bytes. `keeps_data`: the block holds the program's data (a resize), so the program's
-/// bytes in the last word are kept; a new block's are undefined (`calloc`'s are zero, and
-/// stay so).
+/// Write the trailer of a block with `usable` usable bytes, `slack` of them past the
+/// program's. `keeps_data`: the block holds the program's data (a resize), so the
+/// program's bytes in the last word are kept; a new block's are undefined (`calloc`'s are
+/// zero, and stay so).
 ///
 /// # Safety
-/// `ptr` is a live block with `usable` usable bytes, `block.size + EXTRA <= usable`,
+/// `ptr` is a live block with `usable` usable bytes, `EXTRA <= slack <= usable`,
 /// `usable >= 8`.
-unsafe fn write_trailer(ptr: *mut c_void, usable: usize, block: Block, keeps_data: bool) {
+#[inline(always)]
+unsafe fn write_trailer(
+    ptr: *mut c_void,
+    usable: usize,
+    slack: usize,
+    counted: bool,
+    keeps_data: bool,
+) {
     // SAFETY: usable >= 8 (contract).
     let at = unsafe { last_word(ptr, usable) };
-    let mut word = trailer::encode(usable - block.size, block.counted);
+    let mut word = trailer::encode(slack, counted);
     if keeps_data {
         // SAFETY: as above.
         word = trailer::keep_data(word, unsafe { at.read_unaligned() });
@@ -365,16 +372,9 @@ unsafe fn finish_with(
         let fit = trailer::heap_short_fit(word, size);
         if let (Some(slot), Some((offset, slack))) = (slot, fit) {
             if count(slot, sys::thread_pointer()) {
-                // SAFETY: offset = usable - 8 and usable >= size + 3: the last word lies
-                // inside the block; its trailer bytes are after the program's.
-                let at = unsafe { ptr.cast::<u8>().add(offset).cast::<u64>() };
-                let mut word = trailer::encode(slack, true);
-                if realloc_of.is_some() {
-                    // SAFETY: as above.
-                    word = trailer::keep_data(word, unsafe { at.read_unaligned() });
-                }
-                // SAFETY: as above.
-                unsafe { at.write_unaligned(word) };
+                // SAFETY: usable = offset + 8 >= 8 and slack = usable - size >= 3: the
+                // trailer's bytes are after the program's.
+                unsafe { write_trailer(ptr, offset + 8, slack, true, realloc_of.is_some()) };
                 return ptr;
             }
         }
@@ -408,12 +408,16 @@ unsafe fn finish_general(ptr: *mut c_void, size: usize, realloc_of: Option<Block
         return ptr;
     }
     let slot = current_slot();
-    let block = Block {
-        size,
-        counted: slot.is_some(),
-    };
     // SAFETY: a live block with `usable` usable bytes, usable >= size + 3 and >= 8.
-    unsafe { write_trailer(ptr, usable, block, realloc_of.is_some()) };
+    unsafe {
+        write_trailer(
+            ptr,
+            usable,
+            usable - size,
+            slot.is_some(),
+            realloc_of.is_some(),
+        )
+    };
     if let Some(slot) = slot {
         let record = record(slot);
         match realloc_of {
@@ -586,7 +590,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     if new.is_null() {
         // glibc left the old block as it was (errno is set): so is its trailer.
         // SAFETY: the old block is still live, with its usable size and its data.
-        unsafe { write_trailer(ptr, usable, old, true) };
+        unsafe { write_trailer(ptr, usable, usable - old.size, old.counted, true) };
         return null_mut();
     }
     // SAFETY: a glibc block of size + 3 bytes; the trailer goes at its new usable end.
