@@ -15,6 +15,7 @@ Usage: benches/alloc/grown.py [N] [REPS] [K...]   defaults: N=300000 REPS=31 K=0
 """
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,7 +44,10 @@ void *memalign(size_t a, size_t n) { return __libc_memalign(a, n + GROW); }
 
 def run(cmd, env):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    except FileNotFoundError:
+        sys.exit(f"grown.py: {cmd[0]} not found: build it (cargo build --release -p sbs-tests --bin alloc) or fix BIN_DIR")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         sys.exit(f"{cmd[0]} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
@@ -53,9 +57,12 @@ def run(cmd, env):
 
 def main():
     args = sys.argv[1:]
-    n = int(args[0]) if len(args) > 0 else 300_000
-    reps = int(args[1]) if len(args) > 1 else 31
-    grows = [int(k) for k in args[2:]] or [0, 3, 8]
+    try:
+        n = int(args[0]) if len(args) > 0 else 300_000
+        reps = int(args[1]) if len(args) > 1 else 31
+        grows = [int(k) for k in args[2:]] or [0, 3, 8]
+    except ValueError:
+        sys.exit("grown.py: N, REPS and K must be whole numbers; usage: grown.py [N] [REPS] [K...]")
     bins = os.environ.get("BIN_DIR")
     if not bins:
         subprocess.run(
@@ -70,10 +77,18 @@ def main():
     source = os.path.join(out, "forward.c")
     with open(source, "w") as f:
         f.write(FORWARDER)
+    if not shutil.which("cc"):
+        sys.exit("grown.py: no C compiler (`cc`) found: install gcc or clang to build the forwarders")
     libs = {}
     for k in grows:
         lib = os.path.join(out, f"grow{k}.so")
-        subprocess.run(["cc", "-O2", "-shared", "-fPIC", f"-DGROW={k}", "-o", lib, source], check=True)
+        built = subprocess.run(
+            ["cc", "-O2", "-shared", "-fPIC", f"-DGROW={k}", "-o", lib, source],
+            capture_output=True,
+            text=True,
+        )
+        if built.returncode != 0:
+            sys.exit(f"grown.py: cc could not build the forwarder: {built.stderr.strip()[-300:]}")
         libs[k] = lib
     print(f"# load average before: {os.getloadavg()}", file=sys.stderr)
     bare, rows = [], {k: [] for k in grows}
