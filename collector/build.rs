@@ -1,14 +1,15 @@
 //! Builds the allocation agent (`agent/`) and the in-process counting library
 //! (`agent/inproc/`) as preload libraries and leaves them in `OUT_DIR`, where
 //! `src/run/instruments/alloc.rs` and `src/run/instruments/invocations/inproc.rs` embed
-//! them with `include_bytes!`. A user who installs
+//! them with `include_bytes!`; and the launcher (`agent/launcher/`), a static program with
+//! no libc that every run starts through (`src/run/launcher.rs`). A user who installs
 //! `sbs-profile` alone (`cargo install --path collector`) so gets a working `--alloc`.
 //!
 //! Why rustc and not a nested `cargo build`: the agent must be a `no_std` cdylib built
 //! with `panic=abort`, which the workspace profiles (`panic=unwind`, needed by the other
 //! crates) cannot give to one package; a nested cargo would also contend for the build
 //! directory and package-cache locks of the outer one. The agent and its ABI crate have
-//! no dependencies, so two rustc invocations (about half a second) are all it takes, and
+//! no dependencies, so a few rustc invocations (about a second) are all it takes, and
 //! they work offline from a clean checkout.
 
 use std::env;
@@ -22,14 +23,26 @@ fn main() {
     let abi_src = agent.join("abi/src/lib.rs");
     let agent_src = agent.join("src/lib.rs");
     let inproc_src = agent.join("inproc/src/lib.rs");
+    let launcher_lib = agent.join("launcher/src/lib.rs");
+    let launcher_main = agent.join("launcher/src/main.rs");
     for dir in [
         agent.join("src"),
         agent.join("abi/src"),
         agent.join("inproc/src"),
+        agent.join("launcher/src"),
     ] {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
-    if !abi_src.exists() || !agent_src.exists() || !inproc_src.exists() {
+    if [
+        &abi_src,
+        &agent_src,
+        &inproc_src,
+        &launcher_lib,
+        &launcher_main,
+    ]
+    .iter()
+    .any(|p| !p.exists())
+    {
         panic!(
             "the allocation agent's sources are missing ({}); build sbs-profile from its \
              workspace checkout (cargo install --path collector)",
@@ -72,7 +85,48 @@ fn main() {
         "cdylib",
         &["--extern", &extern_abi, "-C", "strip=debuginfo"],
     );
-    for name in ["libsbs_agent.so", "libsbs_inproc.so"] {
+    // The launcher every measured child starts through (`src/run/launcher.rs`): a static
+    // program with no libc, so that it maps a few pages (about 3 KB of file).
+    compile(
+        &rustc,
+        &target,
+        &out,
+        &launcher_lib,
+        "sbs_launcher",
+        "rlib",
+        &["--extern", &extern_abi],
+    );
+    let extern_launcher = format!(
+        "sbs_launcher={}",
+        out.join("libsbs_launcher.rlib").display()
+    );
+    compile(
+        &rustc,
+        &target,
+        &out,
+        &launcher_main,
+        "sbs_launcher_bin",
+        "bin",
+        &[
+            "--extern",
+            &extern_launcher,
+            "--extern",
+            &extern_abi,
+            "-C",
+            "relocation-model=static",
+            "-C",
+            "target-feature=+crt-static",
+            "-C",
+            "link-arg=-nostartfiles",
+            "-C",
+            "link-arg=-nostdlib",
+            "-C",
+            "link-arg=-static",
+            "-C",
+            "strip=symbols",
+        ],
+    );
+    for name in ["libsbs_agent.so", "libsbs_inproc.so", "sbs_launcher_bin"] {
         let lib = out.join(name);
         assert!(lib.exists(), "rustc did not produce {}", lib.display());
     }

@@ -20,6 +20,7 @@
 pub mod attach;
 pub mod counters;
 pub mod inproc;
+pub mod launcher;
 pub mod tree;
 
 // Not in the preload library (`collector/build.rs` compiles this crate without features):

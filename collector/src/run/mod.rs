@@ -3,6 +3,7 @@
 pub mod hooks;
 pub mod instrument;
 pub mod instruments;
+mod launcher;
 pub mod region_fds;
 pub mod runner;
 pub mod scheduler;

@@ -13,6 +13,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
+use crate::run::launcher::{self, Message};
 use crate::run::sys;
 
 /// Everything about how to start the child, the same for every run.
@@ -253,59 +254,139 @@ fn prepare(
 /// A started child, owned by its guard until it is reaped.
 struct Started {
     guard: ChildGuard,
-    /// Readable when the child exits.
+    /// Readable when the benchmark's process exits.
     pidfd: OwnedFd,
     /// When the benchmark was released (timing starts here).
     start: Instant,
-    /// The parent's end of the exec-error pipe.
-    err_read: OwnedFd,
+    /// The parent's end of the launcher's report pipe.
+    report: File,
 }
 
-/// Start the child the cheapest way the instruments allow.
+/// Start the child through the launcher (see `launcher.rs`): exec the launcher, which
+/// forks the benchmark's process and reports its pid; attach the instruments to it while
+/// it waits at the gate; release it.
 fn start(
     config: &RunConfig,
     instruments: &mut [Box<dyn Instrument>],
     launch: Launch,
 ) -> Result<Started, RunError> {
-    let (laid_out, err_read) = lay_out(config, launch)?;
-    let gated = instruments.iter().any(|i| i.needs_start_gate());
-    let (pid, start) = if gated || laid_out.child.cpus.is_some() || !laid_out.pass_fds.is_empty() {
-        fork_with_gate(config, instruments, laid_out, gated)?
-    } else {
-        // Nothing to attach, pin or pass: the cheapest start there is (no page table
-        // copied), so a timing run costs no more than hyperfine's.
-        let start = Instant::now();
-        let pid = sys::spawn_vfork(&laid_out.exec, &laid_out.child, &laid_out.err_write)
-            .map_err(|e| spawn_error(config, e))?;
-        (pid, start)
+    let err = |e| spawn_error(config, e);
+    let (laid_out, pipes) = lay_out(config, launch)?;
+    // The launcher's address space is fresh at its exec, so the cheapest start there is
+    // (no page table copied) costs the benchmark nothing.
+    let launcher =
+        sys::spawn_vfork(&laid_out.exec, &laid_out.child, &laid_out.err_write).map_err(err)?;
+    // The parent's copies of the child's descriptors: the launcher has its own now.
+    drop(laid_out);
+    let mut guard = ChildGuard {
+        launcher,
+        pid: None,
+        reaped: false,
     };
-    let guard = ChildGuard { pid, reaped: false };
-    let pidfd = sys::pidfd_open(pid).map_err(|e| spawn_error(config, e))?;
+    let Pipes {
+        mut report,
+        gate,
+        err_read,
+    } = pipes;
+    let pid = match launcher::read_message(&mut report).map_err(err)? {
+        Some(Message::Started { pid }) => Pid::from_raw(pid),
+        Some(other) => return Err(launcher_error(config, other)),
+        None => {
+            // The launcher never ran: its exec failed, and its errno is on the error pipe.
+            let _ = sys::reap(launcher);
+            guard.reaped = true;
+            let errno = read_exec_errno(err_read).map_err(err)?;
+            let source = match errno {
+                Some(errno) => io::Error::from_raw_os_error(errno),
+                None => io::Error::other("the launcher ended without a word"),
+            };
+            return Err(spawn_error(
+                config,
+                io::Error::new(
+                    source.kind(),
+                    format!("cannot execute the launcher that starts each run: {source}"),
+                ),
+            ));
+        }
+    };
+    guard.pid = Some(pid);
+    let pidfd = sys::pidfd_open(pid).map_err(err)?;
+    for i in instruments.iter_mut() {
+        i.attach(pid).map_err(|e| instrument_error(i.as_ref(), e))?;
+    }
+    let mut gate = File::from(gate);
+    // Timing starts at the release: attaching is not the benchmark's time.
+    let start = Instant::now();
+    match gate.write_all(b"g") {
+        // The process is gone already; the launcher's report says how.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+        other => other.map_err(err)?,
+    }
     Ok(Started {
         guard,
         pidfd,
         start,
-        err_read,
+        report,
     })
 }
 
-/// Everything the child needs, prepared before it exists (it must not allocate).
+/// The error for a message the launcher should not have sent at this point.
+fn launcher_error(config: &RunConfig, message: Message) -> RunError {
+    match message {
+        Message::ExecFailed { errno } => RunError::Exec {
+            program: config.program.clone(),
+            source: io::Error::from_raw_os_error(errno),
+        },
+        Message::LauncherFailed { step, errno } => spawn_error(
+            config,
+            io::Error::new(
+                io::Error::from_raw_os_error(errno).kind(),
+                format!(
+                    "the launcher that starts each run failed at {step:?}: {}",
+                    io::Error::from_raw_os_error(errno)
+                ),
+            ),
+        ),
+        other => spawn_error(
+            config,
+            io::Error::other(format!("the launcher sent {other:?} out of turn")),
+        ),
+    }
+}
+
+/// Everything the launcher needs, prepared before it exists (its vfork'd start must not
+/// allocate).
 struct LaidOut {
     exec: sys::PreparedExec,
     child: sys::ChildConfig,
     /// Owners of the descriptors `child` names; the parent closes them once it started.
     _devnull: File,
     _input: Option<File>,
-    pass_fds: Vec<(OwnedFd, i32)>,
+    _pass_fds: Vec<(OwnedFd, i32)>,
     /// The child's end of the exec-error pipe.
     err_write: OwnedFd,
 }
 
-/// Lay out the child's exec and set-up; also returns the parent's end of the
-/// exec-error pipe.
-fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, OwnedFd), RunError> {
+/// The parent's ends of the pipes to the launcher.
+struct Pipes {
+    /// Its messages.
+    report: File,
+    /// The benchmark's start gate.
+    gate: OwnedFd,
+    /// The errno of a failed exec of the launcher itself.
+    err_read: OwnedFd,
+}
+
+/// Lay out the launcher's exec (`launcher PROGRAM ARGV...`, the benchmark's environment)
+/// and set-up, with the report pipe and the gate at their descriptor numbers.
+fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, Pipes), RunError> {
     let err = |e| spawn_error(config, e);
-    let exec = sys::PreparedExec::new(&launch.path, &launch.args, &launch.env).map_err(err)?;
+    let launcher = launcher::path().map_err(err)?;
+    let mut args = Vec::with_capacity(launch.args.len() + 2);
+    args.push(OsString::from("sbs-launcher"));
+    args.push(launch.path);
+    args.extend(launch.args);
+    let exec = sys::PreparedExec::new(&launcher, &args, &launch.env).map_err(err)?;
     let devnull = File::options()
         .read(true)
         .write(true)
@@ -318,27 +399,36 @@ fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, OwnedFd), Run
         })?),
         None => None,
     };
+    let (report_read, report_write) = sys::pipe_cloexec().map_err(err)?;
+    let (gate_read, gate_write) = sys::pipe_cloexec().map_err(err)?;
+    let (err_read, err_write) = sys::pipe_cloexec().map_err(err)?;
+    let mut pass_fds = launch.pass_fds;
+    pass_fds.push((report_write, launcher::REPORT_FD));
+    pass_fds.push((gate_read, launcher::GATE_FD));
     let child = sys::ChildConfig {
         disable_aslr: config.disable_aslr,
         cpus: cpu_set(&config.cpus).map_err(err)?,
         stdin: input.as_ref().unwrap_or(&devnull).as_raw_fd(),
         output: (!config.show_output).then(|| devnull.as_raw_fd()),
-        pass_fds: launch
-            .pass_fds
+        pass_fds: pass_fds
             .iter()
             .map(|(fd, n)| (fd.as_raw_fd(), *n))
             .collect(),
     };
-    let (err_read, err_write) = sys::pipe_cloexec().map_err(err)?;
     let laid_out = LaidOut {
         exec,
         child,
         _devnull: devnull,
         _input: input,
-        pass_fds: launch.pass_fds,
+        _pass_fds: pass_fds,
         err_write,
     };
-    Ok((laid_out, err_read))
+    let pipes = Pipes {
+        report: File::from(report_read),
+        gate: gate_write,
+        err_read,
+    };
+    Ok((laid_out, pipes))
 }
 
 /// How the wait for the child ended.
@@ -386,45 +476,58 @@ fn wait_for_exit(config: &RunConfig, child: &Started, cancel: &Cancel) -> Result
     }
 }
 
-/// Reap the child (killing its group first on a timeout), report a failed exec, kill
-/// what is left of its process group, and describe how it ended.
+/// Collect the benchmark's end from the launcher (killing its group first on a
+/// timeout), reap the launcher, kill what is left of the benchmark's process group, and
+/// describe how it ended.
 fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, RunError> {
     let Started {
         mut guard,
-        err_read,
+        mut report,
         ..
     } = child;
-    let pid = guard.pid;
+    let Some(pid) = guard.pid else {
+        unreachable!("a started child has a pid");
+    };
     if ended.timed_out {
         let _ = killpg(pid, Signal::SIGKILL);
     }
-    let reaped = sys::wait4(pid).map_err(|e| spawn_error(config, e))?;
+    let err = |e| spawn_error(config, e);
+    // The launcher reaps the benchmark's process and reports at once; an exec that failed
+    // reports that first.
+    let (status, user_us, sys_us, max_rss_kib) =
+        match launcher::read_message(&mut report).map_err(err)? {
+            Some(Message::Exited {
+                status,
+                user_us,
+                sys_us,
+                max_rss_kib,
+            }) => (status, user_us, sys_us, max_rss_kib),
+            Some(other) => return Err(launcher_error(config, other)),
+            None => {
+                return Err(err(io::Error::other(
+                    "the launcher that starts each run ended without reporting the exit \
+                     status (was it killed?)",
+                )))
+            }
+        };
+    let _ = sys::reap(guard.launcher);
     guard.reaped = true;
-    // The child is gone, so the error pipe holds either nothing (exec succeeded and
-    // closed it) or the child's errno. Reading it only now saves a wake-up per run.
-    if let Some(errno) = read_exec_errno(err_read).map_err(|e| spawn_error(config, e))? {
-        return Err(RunError::Exec {
-            program: config.program.clone(),
-            source: io::Error::from_raw_os_error(errno),
-        });
-    }
     // Leftover descendants in the benchmark's process group do not outlive the run.
     let _ = killpg(pid, Signal::SIGKILL);
     let exit = if ended.timed_out {
         ExitKind::TimedOut
-    } else if libc::WIFSIGNALED(reaped.status) {
-        ExitKind::Signal(libc::WTERMSIG(reaped.status))
+    } else if libc::WIFSIGNALED(status) {
+        ExitKind::Signal(libc::WTERMSIG(status))
     } else {
-        ExitKind::Code(libc::WEXITSTATUS(reaped.status))
+        ExitKind::Code(libc::WEXITSTATUS(status))
     };
     let survivors = kill_survivors();
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
     Ok(RunOutcome {
         pid,
         wall: ended.wall,
-        user: tv(reaped.rusage.ru_utime),
-        sys: tv(reaped.rusage.ru_stime),
-        max_rss: (reaped.rusage.ru_maxrss as u64) * 1024,
+        user: Duration::from_micros(user_us),
+        sys: Duration::from_micros(sys_us),
+        max_rss: max_rss_kib * 1024,
         exit,
         survivors,
     })
@@ -481,57 +584,6 @@ fn spawn_error(config: &RunConfig, source: io::Error) -> RunError {
     }
 }
 
-/// Fork the child and, if `gated`, hold it at the start gate while the instruments
-/// attach, then release it. Returns its pid and the moment it was released.
-fn fork_with_gate(
-    config: &RunConfig,
-    instruments: &mut [Box<dyn Instrument>],
-    laid_out: LaidOut,
-    gated: bool,
-) -> Result<(Pid, Instant), RunError> {
-    let err = |e| spawn_error(config, e);
-    let (gate_read, gate_write) = match gated {
-        true => {
-            let (r, w) = sys::pipe_cloexec().map_err(err)?;
-            (Some(r), Some(w))
-        }
-        false => (None, None),
-    };
-    let start = Instant::now();
-    let pid = sys::fork_gated(
-        &laid_out.exec,
-        &laid_out.child,
-        gate_read.as_ref(),
-        &laid_out.err_write,
-    )
-    .map_err(err)?;
-    // The parent's copies of the descriptors: the child has its own now.
-    drop((gate_read, laid_out));
-    // Also from this side, so that no kill can race the child's own setpgid.
-    let _ = nix::unistd::setpgid(pid, pid);
-    let guard = ChildGuard { pid, reaped: false };
-    for i in instruments.iter_mut() {
-        i.attach(pid).map_err(|e| instrument_error(i.as_ref(), e))?;
-    }
-    let start = match gate_write {
-        Some(gate) => {
-            let mut gate = File::from(gate);
-            // Timing starts at the release: attaching is not the benchmark's time.
-            let start = Instant::now();
-            match gate.write_all(b"g") {
-                // The child already failed its set-up; its errno follows on the error pipe.
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
-                other => other.map_err(err)?,
-            }
-            start
-        }
-        None => start,
-    };
-    // From here the caller's guard owns the child.
-    std::mem::forget(guard);
-    Ok((pid, start))
-}
-
 /// The errno the child wrote before exiting if its set-up or `execve` failed.
 fn read_exec_errno(err_read: OwnedFd) -> io::Result<Option<i32>> {
     let mut errno = [0u8; 4];
@@ -548,18 +600,24 @@ fn read_exec_errno(err_read: OwnedFd) -> io::Result<Option<i32>> {
     Ok((got == 4).then(|| i32::from_ne_bytes(errno)))
 }
 
-/// Kills and reaps the child's process group if a run ends early.
+/// Kills the benchmark's process group and reaps the launcher if a run ends early.
 struct ChildGuard {
-    pid: Pid,
+    launcher: Pid,
+    /// The benchmark's process, once the launcher made it.
+    pid: Option<Pid>,
     reaped: bool,
 }
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         if !self.reaped {
-            let _ = killpg(self.pid, Signal::SIGKILL);
-            let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
-            let _ = sys::wait4(self.pid);
+            if let Some(pid) = self.pid {
+                let _ = killpg(pid, Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            }
+            // The launcher reaps the benchmark's process, then exits.
+            let _ = nix::sys::signal::kill(self.launcher, Signal::SIGKILL);
+            let _ = sys::reap(self.launcher);
         }
     }
 }
@@ -573,16 +631,12 @@ mod tests {
 
     /// Attaches like a perf counter would, and records what it saw.
     struct Spy {
-        gate: bool,
         exe_at_attach: Arc<Mutex<Option<PathBuf>>>,
     }
 
     impl Instrument for Spy {
         fn name(&self) -> &str {
             "spy"
-        }
-        fn needs_start_gate(&self) -> bool {
-            self.gate
         }
         fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
             setup.env.push(("SBS_SPY".into(), "1".into()));
@@ -620,26 +674,43 @@ mod tests {
     }
 
     #[test]
-    fn gated_child_has_not_exec_d_when_instruments_attach() {
+    fn the_child_has_not_exec_d_when_instruments_attach() {
         let cancel = Cancel::install().unwrap();
-        for gate in [true, false] {
-            let seen = Arc::new(Mutex::new(None));
-            let spy = Spy {
-                gate,
-                exe_at_attach: seen.clone(),
-            };
-            let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(spy)];
-            // The child exits 0 only if the instrument's env var reached it.
-            let cfg = config(&["/bin/sh", "-c", "test \"$SBS_SPY\" = 1"]);
-            let (outcome, samples) = run_once(&cfg, &mut instruments, &cancel).unwrap();
-            assert_eq!(outcome.exit, ExitKind::Code(0));
-            assert_eq!(samples[0].value, 0.0);
-            if gate {
-                // Held at the gate: still a copy of this test process, not yet /bin/sh.
-                let own = std::env::current_exe().unwrap();
-                assert_eq!(seen.lock().unwrap().as_deref(), Some(own.as_path()));
-            }
-        }
+        let seen = Arc::new(Mutex::new(None));
+        let spy = Spy {
+            exe_at_attach: seen.clone(),
+        };
+        let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(spy)];
+        // The child exits 0 only if the instrument's env var reached it.
+        let cfg = config(&["/bin/sh", "-c", "test \"$SBS_SPY\" = 1"]);
+        let (outcome, samples) = run_once(&cfg, &mut instruments, &cancel).unwrap();
+        assert_eq!(outcome.exit, ExitKind::Code(0));
+        assert_eq!(samples[0].value, 0.0);
+        // Held at the gate: still a copy of the launcher, not yet /bin/sh.
+        let exe = seen.lock().unwrap().clone().expect("attach saw the child");
+        assert!(
+            exe.to_string_lossy().contains("sbs-launcher"),
+            "at attach the child was {exe:?}"
+        );
+    }
+
+    /// The peak RSS of a child is its own, however much memory the collector holds: the
+    /// child is a copy of the launcher, not of us (a vfork'd or forked copy of this
+    /// process would read 100 MB here).
+    #[test]
+    fn peak_rss_is_the_child_s_own_whatever_the_collector_holds() {
+        let cancel = Cancel::install().unwrap();
+        let ballast = std::hint::black_box(vec![1u8; 100 << 20]);
+        let mut none: Vec<Box<dyn Instrument>> = Vec::new();
+        let (outcome, _) = run_once(&config(&["/bin/true"]), &mut none, &cancel).unwrap();
+        assert_eq!(outcome.exit, ExitKind::Code(0));
+        // /bin/true maps about 1 MiB (libc's pages); nothing near the ballast.
+        assert!(
+            outcome.max_rss < 4 << 20,
+            "/bin/true read {} bytes of peak RSS with {} MB held by the parent",
+            outcome.max_rss,
+            ballast.len() >> 20
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Raw process primitives for the runner: fork, the start gate, a vfork-style start,
-//! exec, and what the child does in between. Most of the collector's unsafe code is
+//! Raw process primitives for the runner: a vfork-style start, exec, and what the child
+//! does in between. Most of the collector's unsafe code is
 //! here; the rest is two small blocks with their own `SAFETY` notes (taking ownership of
 //! descriptors received over the region socket in `region_fds.rs`, and the `dup2` of
 //! `run_with_agent` in `instruments/alloc.rs`).
@@ -87,41 +87,16 @@ pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((r, w))
 }
 
-/// Fork a child that sets itself up, blocks until a byte arrives on `gate` if there is
-/// one (EOF means "abort": it exits with 126), then execs `exec`. If `execve` fails, the child writes its
-/// errno (4 bytes, native endian) to `exec_error` and exits with 127; `exec_error` is
-/// close-on-exec, so the parent reads EOF exactly when the exec succeeded.
-pub fn fork_gated(
-    exec: &PreparedExec,
-    config: &ChildConfig,
-    gate: Option<&OwnedFd>,
-    exec_error: &OwnedFd,
-) -> io::Result<Pid> {
-    let parent = nix::unistd::getpid().as_raw();
-    // SAFETY: after fork the child runs only `child_after_fork`, which makes raw,
-    // async-signal-safe system calls on memory prepared before the fork and never returns.
-    let pid = unsafe { libc::fork() };
-    match pid {
-        -1 => Err(io::Error::last_os_error()),
-        // SAFETY: we are the freshly forked child; see `child_after_fork`'s contract.
-        0 => unsafe {
-            child_after_fork(
-                exec,
-                config,
-                parent,
-                gate.map(|g| g.as_raw_fd()),
-                exec_error.as_raw_fd(),
-            )
-        },
-        pid => Ok(Pid::from_raw(pid)),
-    }
-}
-
 /// Start a child that sets itself up and execs `exec` at once, the way glibc's
 /// `posix_spawn` does: `clone(CLONE_VM | CLONE_VFORK)` on a stack of its own, so no page
 /// table is copied and the parent resumes once the child has exec'd or failed. Unlike
-/// `posix_spawn`, the child can do everything [`fork_gated`]'s does (the parent-death
-/// signal above all). An exec error comes back on `exec_error` as with [`fork_gated`].
+/// `posix_spawn`, the child can set itself up as [`ChildConfig`] says and tie its life to
+/// ours (the parent-death signal). If `execve` fails, the child writes its errno (4 bytes,
+/// native endian) to `exec_error` and exits with 127; `exec_error` is close-on-exec, so
+/// the parent reads end of file exactly when the exec succeeded.
+///
+/// The runner starts only the launcher this way (`launcher.rs`): a child that shares our
+/// memory until its exec records our resident set as its own peak.
 pub fn spawn_vfork(
     exec: &PreparedExec,
     config: &ChildConfig,
@@ -200,7 +175,7 @@ extern "C" fn vfork_child(arg: *mut libc::c_void) -> libc::c_int {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        child_after_fork(args.exec, args.config, args.parent, None, args.exec_error)
+        child_after_fork(args.exec, args.config, args.parent, args.exec_error)
     }
 }
 
@@ -255,16 +230,15 @@ impl Drop for ChildStack {
     }
 }
 
-/// The child side of [`fork_gated`].
+/// The child side of [`spawn_vfork`], after its signal set-up.
 ///
 /// # Safety
-/// Must be called only in a child process just returned from `fork`. It must not allocate:
-/// it uses only raw system calls on data prepared by the parent.
+/// Must be called only in a child process just started by [`spawn_vfork`]. It must not
+/// allocate: it uses only raw system calls on data prepared by the parent.
 unsafe fn child_after_fork(
     exec: &PreparedExec,
     config: &ChildConfig,
     parent: libc::pid_t,
-    gate: Option<RawFd>,
     exec_error: RawFd,
 ) -> ! {
     // SAFETY: plain system calls on valid descriptors and on pointers into `exec` and
@@ -315,20 +289,6 @@ unsafe fn child_after_fork(
             if !ok {
                 fail(exec_error, errno());
             }
-        }
-        if let Some(gate) = gate {
-            let mut byte = 0u8;
-            loop {
-                let n = libc::read(gate, (&mut byte as *mut u8).cast(), 1);
-                if n == 1 {
-                    break;
-                }
-                if n == 0 || errno() != libc::EINTR {
-                    // The parent gave up on this run.
-                    libc::_exit(126);
-                }
-            }
-            libc::close(gate);
         }
         libc::execve(
             exec.path.as_ptr(),
@@ -396,28 +356,13 @@ pub fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// Resource usage and status of a reaped child.
-pub struct Reaped {
-    /// Raw wait status.
-    pub status: i32,
-    /// The child's rusage (it and its reaped descendants).
-    pub rusage: libc::rusage,
-}
-
-/// `wait4(pid, 0)`, retrying on EINTR.
-pub fn wait4(pid: Pid) -> io::Result<Reaped> {
-    let mut status = 0;
-    // SAFETY: rusage is a plain C struct for which all-zero bytes is a valid value.
-    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+/// Reap the child `pid` (`waitpid`), retrying on EINTR.
+pub fn reap(pid: Pid) -> io::Result<()> {
     loop {
-        // SAFETY: valid pointers to live locals; wait4 writes into them.
-        let r = unsafe { libc::wait4(pid.as_raw(), &mut status, 0, &mut rusage) };
-        if r == pid.as_raw() {
-            return Ok(Reaped { status, rusage });
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match nix::sys::wait::waitpid(pid, None) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }

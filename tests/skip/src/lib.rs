@@ -61,6 +61,8 @@ pub enum Need {
     Binutils,
     /// util-linux's `setpriv`, `unshare`.
     UtilLinux,
+    /// GNU time (`/usr/bin/time -v`, Debian's `time`): an oracle for peak RSS.
+    GnuTime,
     /// `rustc` in `PATH`.
     Rustc,
     /// A Chromium browser in `PATH`.
@@ -74,7 +76,7 @@ pub enum Need {
 
 impl Need {
     /// Every capability, in the order the docs list them.
-    pub const ALL: [Need; 16] = [
+    pub const ALL: [Need; 17] = [
         Need::Root,
         Need::Tracefs,
         Need::PerfEvents,
@@ -87,6 +89,7 @@ impl Need {
         Need::StaticLibc,
         Need::Binutils,
         Need::UtilLinux,
+        Need::GnuTime,
         Need::Rustc,
         Need::Chromium,
         Need::Nobody,
@@ -108,6 +111,7 @@ impl Need {
             Need::StaticLibc => "static-libc",
             Need::Binutils => "binutils",
             Need::UtilLinux => "util-linux",
+            Need::GnuTime => "gnu-time",
             Need::Rustc => "rustc",
             Need::Chromium => "chromium",
             Need::Nobody => "nobody",

@@ -50,7 +50,8 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let peak = Arc::new(AtomicU64::new(0));
         let samples = Arc::new(AtomicU64::new(0));
-        let own_exe = std::fs::read_link("/proc/self/exe").ok();
+        // Started at the gate: the child is still a copy of the launcher.
+        let before_exec = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
         let (s, p, n) = (stop.clone(), peak.clone(), samples.clone());
         let thread = std::thread::Builder::new()
             .name("sbs-rss-sampler".into())
@@ -58,10 +59,10 @@ impl Sampler {
                 let page = procfs::page_size();
                 let mut started = false;
                 while !s.load(Ordering::Relaxed) {
-                    // Until the child has exec'd it is a copy of us: not the benchmark.
+                    // Until the child has exec'd it is the launcher's copy: not the benchmark.
                     if !started {
                         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-                        started = exe.is_some() && exe != own_exe;
+                        started = exe.is_some() && exe != before_exec;
                     }
                     if started {
                         p.fetch_max(group_rss(pid.as_raw(), page), Ordering::Relaxed);

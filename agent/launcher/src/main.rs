@@ -1,0 +1,95 @@
+//! The launcher's entry point: `_start` without a C runtime. Built by
+//! `collector/build.rs` only (not a cargo target): a static, position-dependent program
+//! with no libc, so that it maps a few pages and nothing else.
+#![no_std]
+#![no_main]
+
+// The kernel starts the program with the stack pointer at argc, followed by argv's
+// pointers, a NULL, envp's pointers and a NULL.
+core::arch::global_asm!(
+    ".globl _start",
+    "_start:",
+    "xor ebp, ebp",
+    "mov rdi, rsp",
+    "and rsp, -16",
+    "call {entry}",
+    "ud2",
+    entry = sym entry,
+);
+
+/// Called by `_start` with the initial stack pointer.
+///
+/// # Safety
+/// `sp` is the stack pointer the kernel gave the program.
+unsafe extern "C" fn entry(sp: *const usize) -> ! {
+    // SAFETY: the kernel's layout at `sp`: argc, then argc pointers and a NULL (argv),
+    // then the environment's pointers and a NULL (envp).
+    let code = unsafe {
+        let argc = *sp;
+        let argv = sp.add(1) as *const *const u8;
+        let envp = argv.add(argc + 1);
+        sbs_launcher::launch(argv, envp)
+    };
+    sbs_launcher::sys::exit(code)
+}
+
+// Some of core's unwind tables name it; built with panic=abort, nothing calls it.
+sbs_agent_abi::personality_stub!();
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    sbs_launcher::sys::exit(125)
+}
+
+// The code above copies message buffers; without libc, these are the routines the
+// compiler may call for that.
+
+/// # Safety
+/// As C's `memcpy`.
+#[no_mangle]
+unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
+    // SAFETY: `rep movsb` copies rcx bytes from rsi to rdi; the caller vouches for both
+    // ranges, and the direction flag is clear by the ABI.
+    unsafe {
+        core::arch::asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _,
+            inout("rsi") src => _, options(nostack, preserves_flags));
+    }
+    dst
+}
+
+/// # Safety
+/// As C's `memset`.
+#[no_mangle]
+unsafe extern "C" fn memset(dst: *mut u8, c: i32, n: usize) -> *mut u8 {
+    // SAFETY: `rep stosb` stores al into rcx bytes from rdi; the caller vouches for the
+    // range, and the direction flag is clear by the ABI.
+    unsafe {
+        core::arch::asm!("rep stosb", inout("rcx") n => _, inout("rdi") dst => _,
+            in("al") c as u8, options(nostack, preserves_flags));
+    }
+    dst
+}
+
+/// # Safety
+/// As C's `memcmp`.
+#[no_mangle]
+unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+    let mut i = 0;
+    while i < n {
+        // SAFETY: both ranges are `n` bytes long, as the caller vouches.
+        let (x, y) = unsafe { (core::ptr::read_volatile(a.add(i)), core::ptr::read_volatile(b.add(i))) };
+        if x != y {
+            return x as i32 - y as i32;
+        }
+        i += 1;
+    }
+    0
+}
+
+/// # Safety
+/// As C's `bcmp`.
+#[no_mangle]
+unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+    // SAFETY: the same contract as memcmp.
+    unsafe { memcmp(a, b, n) }
+}
