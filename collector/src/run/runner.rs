@@ -274,15 +274,20 @@ fn start(
     let (laid_out, pipes) = lay_out(config, launch)?;
     // The launcher's address space is fresh at its exec, so the cheapest start there is
     // (no page table copied) costs the benchmark nothing.
-    let launcher =
-        sys::spawn_vfork(&laid_out.exec, &laid_out.child, &laid_out.err_write).map_err(err)?;
+    let mut guard = {
+        // Registered as in flight before another thread's `kill_survivors` can see it.
+        let mut in_flight = LAUNCHERS.lock().unwrap_or_else(|e| e.into_inner());
+        let launcher =
+            sys::spawn_vfork(&laid_out.exec, &laid_out.child, &laid_out.err_write).map_err(err)?;
+        in_flight.push(launcher.as_raw());
+        ChildGuard {
+            launcher,
+            pid: None,
+            reaped: false,
+        }
+    };
     // The parent's copies of the child's descriptors: the launcher has its own now.
     drop(laid_out);
-    let mut guard = ChildGuard {
-        launcher,
-        pid: None,
-        reaped: false,
-    };
     let Pipes {
         mut report,
         gate,
@@ -293,7 +298,7 @@ fn start(
         Some(other) => return Err(launcher_error(config, other)),
         None => {
             // The launcher never ran: its exec failed, and its errno is on the error pipe.
-            let _ = sys::reap(launcher);
+            let _ = sys::reap(guard.launcher);
             guard.reaped = true;
             let errno = read_exec_errno(err_read).map_err(err)?;
             let source = match errno {
@@ -546,7 +551,13 @@ pub fn adopt_orphans() -> io::Result<()> {
 /// `pid (name)`.
 fn kill_survivors() -> Vec<String> {
     let mut found = Vec::new();
+    // Held throughout: a launcher started meanwhile is registered before it can be seen.
+    let in_flight = LAUNCHERS.lock().unwrap_or_else(|e| e.into_inner());
     for pid in own_children() {
+        // The launcher of a run another thread has in flight (tests run several at once).
+        if in_flight.contains(&pid) {
+            continue;
+        }
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         let pid = nix::unistd::Pid::from_raw(pid);
         // Its own group too: a daemon leads a new session, and may have children.
@@ -600,6 +611,10 @@ fn read_exec_errno(err_read: OwnedFd) -> io::Result<Option<i32>> {
     Ok((got == 4).then(|| i32::from_ne_bytes(errno)))
 }
 
+/// The launchers of the runs in flight (registered by [`start`], removed when their guard
+/// drops), which [`kill_survivors`] must leave alone.
+static LAUNCHERS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
 /// Kills the benchmark's process group and reaps the launcher if a run ends early.
 struct ChildGuard {
     launcher: Pid,
@@ -610,6 +625,10 @@ struct ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
+        LAUNCHERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&p| p != self.launcher.as_raw());
         if !self.reaped {
             if let Some(pid) = self.pid {
                 let _ = killpg(pid, Signal::SIGKILL);
