@@ -20,8 +20,9 @@ head -c 20000000 /dev/urandom | base64 > "$work/data"
 python3 - "$work" "$@" <<'PY'
 import json, shutil, statistics, subprocess, sys
 work, bins = sys.argv[1], sys.argv[2:]
-programs = [["/bin/true"], ["python3", "-c", "pass"],
-            ["python3", "-c", "b = bytearray(40 << 20); b[::4096] = b'x' * len(b[::4096])"]]
+py = "/usr/bin/python3" if shutil.os.path.exists("/usr/bin/python3") else sys.executable
+programs = [["/bin/true"], [py, "-c", "pass"],
+            [py, "-c", "b = bytearray(40 << 20); b[::4096] = b'x' * len(b[::4096])"]]
 if shutil.which("xz"):
     programs.append(["xz", "-T2", "-6", "-c", f"{work}/data"])
 if shutil.which("gzip"):
@@ -31,7 +32,8 @@ if shutil.which("git"):
 if shutil.which("sqlite3"):
     programs.append(["sqlite3", ":memory:", "select count(*) from generate_series(1, 200000);"])
 def gnu_time(argv):
-    out = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True)
+    out = subprocess.run(["/usr/bin/time", "-v", *argv], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
     line = [l for l in out.stderr.splitlines() if "Maximum resident set size" in l][0]
     return int(line.split(":")[1]) / 1024
 def sbs(binary, argv):

@@ -7,19 +7,27 @@
 //! 100 MB held by the parent, 100 MB). The launcher is exec'd first, so its own address
 //! space is a few pages; the benchmark is its child and inherits only that.
 //!
-//! The runner starts the launcher with `argv = [launcher, PROGRAM, ARGV0, ARGV1...]` and
-//! the benchmark's environment, with [`REPORT_FD`] (the write end of a pipe) and
-//! [`GATE_FD`] (the read end of another) installed. The launcher forks the benchmark's
-//! process, puts it in a process group of its own, and reports [`Message::Started`] with
-//! its pid. That process waits at the gate: one byte releases it to `execve(PROGRAM)`, end
-//! of file makes it exit with 126. If the exec fails it reports [`Message::ExecFailed`].
-//! The launcher reaps it with `wait4` and reports [`Message::Exited`] with the status
-//! and the rusage, then exits. Every message is [`MESSAGE_WORDS`] little-endian words.
+//! The runner starts the launcher with `argv = [launcher, MODE, PROGRAM, ARGV0, ARGV1...]`
+//! and the benchmark's environment, with [`REPORT_FD`] (the write end of a pipe)
+//! installed, and for a gated run ([`MODE_GATED`]) [`GATE_FD`] (the read end of another).
+//! The launcher forks the benchmark's process, puts it in a process group of its own, and
+//! reports [`Message::Started`] with its pid. In a gated run that process waits at the
+//! gate while the collector attaches to it: one byte releases it to `execve(PROGRAM)`, end
+//! of file makes it exit with 126. In a run at once ([`MODE_AT_ONCE`]) it execs straight
+//! away, and the launcher's clock times it, from just before the fork to the return of
+//! `wait4`. If the exec fails it reports [`Message::ExecFailed`]. The launcher reaps it
+//! with `wait4` and reports [`Message::Exited`] with the status, the rusage and its wall
+//! time, then exits. Every message is [`MESSAGE_WORDS`] little-endian words.
 
 /// Descriptor of the report pipe in the launcher (and, until its exec, in the benchmark).
 pub const REPORT_FD: i32 = 1012;
 /// Descriptor of the start gate in the launcher (and, until its exec, in the benchmark).
 pub const GATE_FD: i32 = 1013;
+
+/// `argv[1]` of a gated run.
+pub const MODE_GATED: &str = "gated";
+/// `argv[1]` of a run that starts at once.
+pub const MODE_AT_ONCE: &str = "at-once";
 
 /// The number of 64-bit words in a message.
 pub const MESSAGE_WORDS: usize = 6;
@@ -66,6 +74,9 @@ pub enum Message {
         sys_us: u64,
         /// `ru_maxrss`, KiB.
         max_rss_kib: u64,
+        /// Nanoseconds from just before the fork to the return of `wait4` (the launcher's
+        /// `CLOCK_MONOTONIC`).
+        wall_ns: u64,
     },
     /// The launcher itself failed at `step` with this errno.
     LauncherFailed {
@@ -87,13 +98,14 @@ impl Message {
                 user_us,
                 sys_us,
                 max_rss_kib,
+                wall_ns,
             } => [
                 TAG_EXITED,
                 status as u32 as u64,
                 user_us,
                 sys_us,
                 max_rss_kib,
-                0,
+                wall_ns,
             ],
             Message::LauncherFailed { step, errno } => {
                 [TAG_FAILED, errno as u32 as u64, step as u64, 0, 0, 0]
@@ -129,6 +141,7 @@ impl Message {
                 user_us: word(2),
                 sys_us: word(3),
                 max_rss_kib: word(4),
+                wall_ns: word(5),
             },
             TAG_FAILED => Message::LauncherFailed {
                 errno: int(1),
@@ -158,6 +171,7 @@ mod tests {
                 user_us: 1_234_567,
                 sys_us: 89,
                 max_rss_kib: 40_960,
+                wall_ns: 987_654_321,
             },
             Message::LauncherFailed {
                 step: Step::Fork,

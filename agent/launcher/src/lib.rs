@@ -10,7 +10,7 @@
 
 pub mod sys;
 
-use sbs_agent_abi::launcher::{Message, Step, GATE_FD, REPORT_FD};
+use sbs_agent_abi::launcher::{Message, Step, GATE_FD, MODE_GATED, REPORT_FD};
 
 /// Tell the collector; if it is gone, nobody needs to know, and the death signal follows.
 fn report(message: Message) {
@@ -24,19 +24,24 @@ fn report(message: Message) {
 /// `argv` and `envp` must be the NULL-terminated arrays of NUL-terminated strings the
 /// kernel passed to the program, and the program must have one thread.
 pub unsafe fn launch(argv: *const *const u8, envp: *const *const u8) -> i32 {
-    // argv: [launcher, PROGRAM, ARGV0, ARGV1...].
+    // argv: [launcher, MODE, PROGRAM, ARGV0, ARGV1...].
     // SAFETY: `argv` is NULL-terminated, so reading up to the first NULL stays inside.
-    let (program, bench_argv) = unsafe {
-        if (*argv).is_null() || (*argv.add(1)).is_null() || (*argv.add(2)).is_null() {
+    let (gated, program, bench_argv) = unsafe {
+        let mut n = 0;
+        while n < 4 && !(*argv.add(n)).is_null() {
+            n += 1;
+        }
+        if n < 4 {
             report(Message::LauncherFailed {
                 step: Step::Arguments,
                 errno: 22,
             });
             return 125;
         }
-        (*argv.add(1), argv.add(2))
+        (is(*argv.add(1), MODE_GATED), *argv.add(2), argv.add(3))
     };
     let launcher = sys::getpid();
+    let start = sys::monotonic_ns();
     // SAFETY: the launcher has one thread and holds no lock.
     match unsafe { sys::fork() } {
         Err(errno) => {
@@ -47,26 +52,46 @@ pub unsafe fn launch(argv: *const *const u8, envp: *const *const u8) -> i32 {
             125
         }
         // SAFETY: the pointers are the kernel's, as the caller vouches.
-        Ok(0) => unsafe { benchmark(launcher, program, bench_argv, envp) },
-        Ok(pid) => wait_for(pid as i32),
+        Ok(0) => unsafe { benchmark(launcher, gated, program, bench_argv, envp) },
+        Ok(pid) => wait_for(pid as i32, gated, start),
     }
 }
 
+/// Whether the NUL-terminated string `s` is `text`.
+///
+/// # Safety
+/// `s` must point to a NUL-terminated string.
+unsafe fn is(s: *const u8, text: &str) -> bool {
+    let text = text.as_bytes();
+    for (i, &b) in text.iter().enumerate() {
+        // SAFETY: we stop at the first mismatch, so a NUL ends the reading in bounds.
+        if unsafe { *s.add(i) } != b {
+            return false;
+        }
+    }
+    // SAFETY: every byte before was a match, so not NUL, and this one is in bounds.
+    unsafe { *s.add(text.len()) == 0 }
+}
+
 /// The launcher's side once the benchmark's process exists.
-fn wait_for(pid: i32) -> i32 {
+fn wait_for(pid: i32, gated: bool, start: u64) -> i32 {
     // Also from this side, so that no kill of the group can come before the child's own.
     let _ = sys::setpgid(pid, pid);
-    sys::close(GATE_FD);
+    if gated {
+        sys::close(GATE_FD);
+    }
     report(Message::Started { pid });
     let mut rusage = sys::Rusage::default();
     match sys::wait4(pid, &mut rusage) {
         Ok(status) => {
+            let wall_ns = sys::monotonic_ns().saturating_sub(start);
             let us = |sec: i64, usec: i64| (sec as u64) * 1_000_000 + usec as u64;
             report(Message::Exited {
                 status,
                 user_us: us(rusage.utime_sec, rusage.utime_usec),
                 sys_us: us(rusage.stime_sec, rusage.stime_usec),
                 max_rss_kib: rusage.maxrss as u64,
+                wall_ns,
             });
             0
         }
@@ -81,12 +106,13 @@ fn wait_for(pid: i32) -> i32 {
 }
 
 /// The benchmark's process before its exec: its own process group, a death tie to the
-/// launcher, the gate, the exec.
+/// launcher, the gate if `gated`, the exec.
 ///
 /// # Safety
 /// As [`launch`]: `program`, `argv` and `envp` are the kernel's strings.
 unsafe fn benchmark(
     launcher: i32,
+    gated: bool,
     program: *const u8,
     argv: *const *const u8,
     envp: *const *const u8,
@@ -100,12 +126,14 @@ unsafe fn benchmark(
     }
     // The benchmark inherits neither the report pipe nor the gate.
     sys::set_cloexec(REPORT_FD);
-    let mut byte = [0u8; 1];
-    if sys::read(GATE_FD, &mut byte) != Ok(1) {
-        // End of file: the collector gave up on this run.
-        sys::exit(126);
+    if gated {
+        let mut byte = [0u8; 1];
+        if sys::read(GATE_FD, &mut byte) != Ok(1) {
+            // End of file: the collector gave up on this run.
+            sys::exit(126);
+        }
+        sys::close(GATE_FD);
     }
-    sys::close(GATE_FD);
     // SAFETY: the caller vouches for the pointers.
     let errno = unsafe { sys::execve(program, argv, envp) };
     report(Message::ExecFailed { errno });

@@ -14,7 +14,9 @@ const SYS_FCNTL: usize = 72;
 const SYS_SETPGID: usize = 109;
 const SYS_GETPPID: usize = 110;
 const SYS_PRCTL: usize = 157;
+const SYS_CLOCK_GETTIME: usize = 228;
 const SYS_EXIT_GROUP: usize = 231;
+const CLOCK_MONOTONIC: usize = 1;
 
 pub const EINTR: i32 = 4;
 pub const SIGCHLD: usize = 17;
@@ -184,6 +186,22 @@ pub fn wait4(pid: i32, rusage: &mut Rusage) -> Result<i32, i32> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock `std::time::Instant` reads).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = [0i64; 2];
+    // SAFETY: a pointer to a live `struct timespec` (two 64-bit words on x86_64).
+    unsafe {
+        syscall4(
+            SYS_CLOCK_GETTIME,
+            CLOCK_MONOTONIC,
+            ts.as_mut_ptr() as usize,
+            0,
+            0,
+        )
+    };
+    (ts[0] as u64) * 1_000_000_000 + ts[1] as u64
 }
 
 /// End the process.

@@ -155,6 +155,14 @@ pub trait Instrument {
         Ok(())
     }
 
+    /// Whether the child must wait at a start gate until [`Instrument::attach`] has run.
+    /// The default is yes; an instrument that attaches nothing (timing) says no: the child
+    /// then execs as soon as the launcher forks it, which saves two wake-ups per run, and
+    /// the launcher times it.
+    fn needs_start_gate(&self) -> bool {
+        true
+    }
+
     /// The child exists and waits at its start gate (it has not exec'd yet): attach to it,
     /// e.g. open counters on `pid` with `inherit` and `enable_on_exec`.
     fn attach(&mut self, _pid: Pid) -> anyhow::Result<()> {

@@ -1,8 +1,8 @@
 //! The launcher: the small static program (`agent/launcher`) every measured child starts
 //! through, embedded in `sbs-profile`. The runner execs it with the benchmark's command
-//! and environment; it forks the benchmark's process, which waits at the start gate, and
-//! reports its pid, a failed exec, and its exit status and rusage on a pipe
-//! (`sbs_agent_abi::launcher`).
+//! and environment; it forks the benchmark's process, which waits at the start gate when
+//! an instrument attaches to it, and reports its pid, a failed exec, and its exit status,
+//! rusage and wall time on a pipe (`sbs_agent_abi::launcher`).
 //!
 //! Why: a process's `ru_maxrss` covers the address space it had before its `execve`, and
 //! a child forked or vforked from the collector has the collector's. The benchmark's
@@ -16,7 +16,9 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::OnceLock;
 
-pub use sbs_agent_abi::launcher::{Message, GATE_FD, MESSAGE_BYTES, REPORT_FD};
+pub use sbs_agent_abi::launcher::{
+    Message, GATE_FD, MESSAGE_BYTES, MODE_AT_ONCE, MODE_GATED, REPORT_FD,
+};
 
 /// The launcher program.
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sbs_launcher_bin"));

@@ -254,24 +254,30 @@ fn prepare(
 /// A started child, owned by its guard until it is reaped.
 struct Started {
     guard: ChildGuard,
-    /// Readable when the benchmark's process exits.
-    pidfd: OwnedFd,
-    /// When the benchmark was released (timing starts here).
+    /// Readable when the benchmark's process exits, for a gated run (the collector times
+    /// it); `None` for a run at once, which the launcher times and whose end its report
+    /// pipe signals.
+    pidfd: Option<OwnedFd>,
+    /// When the benchmark was released (a gated run's timing starts here), or when the
+    /// launcher was started (the deadline of a run at once counts from here).
     start: Instant,
     /// The parent's end of the launcher's report pipe.
     report: File,
 }
 
 /// Start the child through the launcher (see `launcher.rs`): exec the launcher, which
-/// forks the benchmark's process and reports its pid; attach the instruments to it while
-/// it waits at the gate; release it.
+/// forks the benchmark's process and reports its pid. If an instrument attaches, the
+/// process waits at the gate while they do, then is released; otherwise it execs at once
+/// (a wake-up fewer per run) and the launcher times it.
 fn start(
     config: &RunConfig,
     instruments: &mut [Box<dyn Instrument>],
     launch: Launch,
 ) -> Result<Started, RunError> {
     let err = |e| spawn_error(config, e);
-    let (laid_out, pipes) = lay_out(config, launch)?;
+    let gated = instruments.iter().any(|i| i.needs_start_gate());
+    let (laid_out, pipes) = lay_out(config, launch, gated)?;
+    let launched = Instant::now();
     // The launcher's address space is fresh at its exec, so the cheapest start there is
     // (no page table copied) costs the benchmark nothing.
     let mut guard = {
@@ -315,6 +321,14 @@ fn start(
         }
     };
     guard.pid = Some(pid);
+    let Some(gate) = gate else {
+        return Ok(Started {
+            guard,
+            pidfd: None,
+            start: launched,
+            report,
+        });
+    };
     let pidfd = sys::pidfd_open(pid).map_err(err)?;
     for i in instruments.iter_mut() {
         i.attach(pid).map_err(|e| instrument_error(i.as_ref(), e))?;
@@ -329,7 +343,7 @@ fn start(
     }
     Ok(Started {
         guard,
-        pidfd,
+        pidfd: Some(pidfd),
         start,
         report,
     })
@@ -376,19 +390,24 @@ struct LaidOut {
 struct Pipes {
     /// Its messages.
     report: File,
-    /// The benchmark's start gate.
-    gate: OwnedFd,
+    /// The benchmark's start gate, for a gated run.
+    gate: Option<OwnedFd>,
     /// The errno of a failed exec of the launcher itself.
     err_read: OwnedFd,
 }
 
-/// Lay out the launcher's exec (`launcher PROGRAM ARGV...`, the benchmark's environment)
-/// and set-up, with the report pipe and the gate at their descriptor numbers.
-fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, Pipes), RunError> {
+/// Lay out the launcher's exec (`launcher MODE PROGRAM ARGV...`, the benchmark's
+/// environment) and set-up, with the report pipe and, if `gated`, the gate at their
+/// descriptor numbers.
+fn lay_out(config: &RunConfig, launch: Launch, gated: bool) -> Result<(LaidOut, Pipes), RunError> {
     let err = |e| spawn_error(config, e);
     let launcher = launcher::path().map_err(err)?;
-    let mut args = Vec::with_capacity(launch.args.len() + 2);
+    let mut args = Vec::with_capacity(launch.args.len() + 3);
     args.push(OsString::from("sbs-launcher"));
+    args.push(OsString::from(match gated {
+        true => launcher::MODE_GATED,
+        false => launcher::MODE_AT_ONCE,
+    }));
     args.push(launch.path);
     args.extend(launch.args);
     let exec = sys::PreparedExec::new(&launcher, &args, &launch.env).map_err(err)?;
@@ -405,11 +424,17 @@ fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, Pipes), RunEr
         None => None,
     };
     let (report_read, report_write) = sys::pipe_cloexec().map_err(err)?;
-    let (gate_read, gate_write) = sys::pipe_cloexec().map_err(err)?;
     let (err_read, err_write) = sys::pipe_cloexec().map_err(err)?;
     let mut pass_fds = launch.pass_fds;
     pass_fds.push((report_write, launcher::REPORT_FD));
-    pass_fds.push((gate_read, launcher::GATE_FD));
+    let gate = match gated {
+        true => {
+            let (gate_read, gate_write) = sys::pipe_cloexec().map_err(err)?;
+            pass_fds.push((gate_read, launcher::GATE_FD));
+            Some(gate_write)
+        }
+        false => None,
+    };
     let child = sys::ChildConfig {
         disable_aslr: config.disable_aslr,
         cpus: cpu_set(&config.cpus).map_err(err)?,
@@ -430,7 +455,7 @@ fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, Pipes), RunEr
     };
     let pipes = Pipes {
         report: File::from(report_read),
-        gate: gate_write,
+        gate,
         err_read,
     };
     Ok((laid_out, pipes))
@@ -438,7 +463,7 @@ fn lay_out(config: &RunConfig, launch: Launch) -> Result<(LaidOut, Pipes), RunEr
 
 /// How the wait for the child ended.
 struct Ended {
-    /// Wall time from the release to the exit (or the deadline).
+    /// Wall time from the release (or the launcher's start) to the exit (or the deadline).
     wall: Duration,
     /// The deadline passed first.
     timed_out: bool,
@@ -461,7 +486,11 @@ fn wait_for_exit(config: &RunConfig, child: &Started, cancel: &Cancel) -> Result
             None => PollTimeout::NONE,
         };
         let mut fds = [
-            PollFd::new(child.pidfd.as_fd(), PollFlags::POLLIN),
+            // A run at once ends when the launcher reports (it reaped the process).
+            match &child.pidfd {
+                Some(pidfd) => PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+                None => PollFd::new(child.report.as_fd(), PollFlags::POLLIN),
+            },
             PollFd::new(cancel.read.as_fd(), PollFlags::POLLIN),
         ];
         match poll(&mut fds, remaining) {
@@ -488,6 +517,7 @@ fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, 
     let Started {
         mut guard,
         mut report,
+        pidfd,
         ..
     } = child;
     let Some(pid) = guard.pid else {
@@ -499,14 +529,15 @@ fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, 
     let err = |e| spawn_error(config, e);
     // The launcher reaps the benchmark's process and reports at once; an exec that failed
     // reports that first.
-    let (status, user_us, sys_us, max_rss_kib) =
+    let (status, user_us, sys_us, max_rss_kib, wall_ns) =
         match launcher::read_message(&mut report).map_err(err)? {
             Some(Message::Exited {
                 status,
                 user_us,
                 sys_us,
                 max_rss_kib,
-            }) => (status, user_us, sys_us, max_rss_kib),
+                wall_ns,
+            }) => (status, user_us, sys_us, max_rss_kib, wall_ns),
             Some(other) => return Err(launcher_error(config, other)),
             None => {
                 return Err(err(io::Error::other(
@@ -527,9 +558,15 @@ fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, 
         ExitKind::Code(libc::WEXITSTATUS(status))
     };
     let survivors = kill_survivors();
+    // A gated run is timed from its release, by us; a run at once by the launcher, from
+    // its fork (it started the clock and saw the end first).
+    let wall = match pidfd.is_some() || ended.timed_out {
+        true => ended.wall,
+        false => Duration::from_nanos(wall_ns),
+    };
     Ok(RunOutcome {
         pid,
-        wall: ended.wall,
+        wall,
         user: Duration::from_micros(user_us),
         sys: Duration::from_micros(sys_us),
         max_rss: max_rss_kib * 1024,

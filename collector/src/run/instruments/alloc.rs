@@ -816,6 +816,12 @@ impl Instrument for AllocAgent {
         "alloc-agent"
     }
 
+    fn needs_start_gate(&self) -> bool {
+        // Env and descriptors are set up before fork; on the agent path the exec watch
+        // attaches to the child before it execs, so that its own exec counts.
+        self.path == AllocPath::Agent
+    }
+
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
         if self.path == AllocPath::Agent {
             // A watch that cannot be opened is a warning, not a failed run.

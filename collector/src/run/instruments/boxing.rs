@@ -83,6 +83,10 @@ impl Instrument for Boxing {
         "boxing"
     }
 
+    fn needs_start_gate(&self) -> bool {
+        self.inner.needs_start_gate()
+    }
+
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
         self.inner.prepare(setup)
     }

@@ -274,6 +274,10 @@ impl Instrument for PerOpRecords {
         "harness"
     }
 
+    fn needs_start_gate(&self) -> bool {
+        false
+    }
+
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
         let file = File::from(
             memfd_create(c"sbs-harness-records", MemFdCreateFlag::MFD_CLOEXEC)

@@ -18,6 +18,10 @@ impl Instrument for Timing {
         "timing"
     }
 
+    fn needs_start_gate(&self) -> bool {
+        false
+    }
+
     fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
         let metric = |id: &str, unit, source: &str| MetricSpec::new(id, unit, source, false);
         out.push(Sample::new(

@@ -80,6 +80,11 @@ impl Instrument for ValgrindInstructions {
         "valgrind"
     }
 
+    fn needs_start_gate(&self) -> bool {
+        // Nothing to attach: valgrind starts counting at its own exec.
+        false
+    }
+
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
         let file =
             tempfile::tempfile().context("creating the temporary file for valgrind's log")?;

@@ -155,6 +155,11 @@ impl Inproc {
         }
     }
 
+    /// Whether [`Inproc::attach`] has anything to do.
+    pub fn counts_execs(&self) -> bool {
+        self.no_exec_count.is_none()
+    }
+
     /// The run's counters, after the child was reaped; an error if a module that holds
     /// counted sites was not patched in the run, or not in every process that loaded it.
     pub fn read(&mut self) -> anyhow::Result<Vec<u64>> {

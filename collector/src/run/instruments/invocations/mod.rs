@@ -466,6 +466,14 @@ impl Instrument for Invocations {
         "invocations"
     }
 
+    fn needs_start_gate(&self) -> bool {
+        // Uprobe counters attach to the child before it execs; the in-process engine
+        // passes descriptors and env vars, and counts the child's execs.
+        !self.targets.is_empty()
+            || self.region.is_some()
+            || self.inproc.as_ref().is_some_and(Inproc::counts_execs)
+    }
+
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
         self.define()?;
         if let Some(region) = &mut self.region {
