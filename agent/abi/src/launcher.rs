@@ -4,30 +4,58 @@
 //! Why a launcher: the kernel records in a process's `ru_maxrss` the resident set of the
 //! address space it had before its `execve`, and a child made by `fork` or
 //! `clone(CLONE_VM)` has the collector's (FINDINGS: `/bin/true` read 5.1-5.6 MiB; with
-//! 100 MB held by the parent, 100 MB). The launcher is exec'd first, so its own address
-//! space is a few pages; the benchmark is its child and inherits only that.
+//! 100 MB held by the parent, 100 MB). The launcher's own address space is a few pages,
+//! and the benchmark's process is a copy of it.
 //!
-//! The runner starts the launcher with `argv = [launcher, MODE, PROGRAM, ARGV0, ARGV1...]`
-//! and the benchmark's environment, with [`REPORT_FD`] (the write end of a pipe)
-//! installed, and for a gated run ([`MODE_GATED`]) [`GATE_FD`] (the read end of another).
-//! The launcher forks the benchmark's process, puts it in a process group of its own, and
-//! reports [`Message::Started`] with its pid. In a gated run that process waits at the
-//! gate while the collector attaches to it: one byte releases it to `execve(PROGRAM)`, end
-//! of file makes it exit with 126. In a run at once ([`MODE_AT_ONCE`]) it execs straight
-//! away, and the launcher's clock times it, from just before the fork to the return of
-//! `wait4`. If the exec fails it reports [`Message::ExecFailed`]. The launcher reaps it
-//! with `wait4` and reports [`Message::Exited`] with the status, the rusage and its wall
-//! time, then exits. Every message is [`MESSAGE_WORDS`] little-endian words.
+//! The collector starts one launcher and keeps it: `argv = [launcher]`, a `SOCK_SEQPACKET`
+//! socket at [`SOCKET_FD`]. For each run it writes a *request* into a memfd (the layout
+//! below) and sends one datagram of [`DATAGRAM_WORDS`] words (`[REQUEST_MAGIC, length]`)
+//! with the descriptors as `SCM_RIGHTS`: first the request memfd, then one descriptor per
+//! target number the request lists (stdin, stdout, stderr, the report pipe at
+//! [`REPORT_FD`], the gate at [`GATE_FD`] for a gated run, the instruments' descriptors).
+//! The launcher forks a *run parent* for the request and goes back to its socket; it exits
+//! when the collector's end closes. The run parent forks the benchmark's process, puts it
+//! in a process group of its own, and reports [`Message::Started`] on the report pipe.
+//! That process sets itself up as the request says (ASLR, CPUs, descriptors), and in a
+//! gated run waits at the gate while the collector attaches to it: one byte releases it to
+//! `execve`, end of file makes it exit with 126. A run that is not gated execs at once,
+//! and the run parent's clock times it, from just before its fork to the return of
+//! `wait4`. A failed set-up or exec is reported by the process itself
+//! ([`Message::ExecFailed`], [`Message::LauncherFailed`]). The run parent reaps it and
+//! reports [`Message::Exited`] with the status, the rusage and the wall time, then exits.
+//! Every message is [`MESSAGE_WORDS`] little-endian words; a death tie runs from the
+//! benchmark to its run parent to the launcher, which ends with the collector's socket.
+//!
+//! The request, in 64-bit little-endian words: [`REQUEST_MAGIC`], flags ([`FLAG_GATED`],
+//! [`FLAG_NO_ASLR`], [`FLAG_CPUS`]), the number of target descriptors, of arguments
+//! (`argv[0]` included) and of environment entries; [`CPU_MASK_WORDS`] words of CPU mask;
+//! one word per target descriptor number; then NUL-terminated strings: the program's path,
+//! the arguments, the environment entries.
 
-/// Descriptor of the report pipe in the launcher (and, until its exec, in the benchmark).
+/// Descriptor of the launcher's socket in the launcher.
+pub const SOCKET_FD: i32 = 1011;
+/// Descriptor of the report pipe in the benchmark's process until its exec.
 pub const REPORT_FD: i32 = 1012;
-/// Descriptor of the start gate in the launcher (and, until its exec, in the benchmark).
+/// Descriptor of the start gate in the benchmark's process until its exec.
 pub const GATE_FD: i32 = 1013;
 
-/// `argv[1]` of a gated run.
-pub const MODE_GATED: &str = "gated";
-/// `argv[1]` of a run that starts at once.
-pub const MODE_AT_ONCE: &str = "at-once";
+/// First word of a request and of its datagram.
+pub const REQUEST_MAGIC: u64 = 0x5342_5352_554e_0001; // "SBSRUN", version 1
+/// Words in the datagram that announces a request: the magic and the request's length.
+pub const DATAGRAM_WORDS: usize = 2;
+/// Flag: the benchmark's process waits at the gate.
+pub const FLAG_GATED: u64 = 1;
+/// Flag: the benchmark runs with address-space layout randomisation off (otherwise on).
+pub const FLAG_NO_ASLR: u64 = 2;
+/// Flag: the CPU mask applies (otherwise the CPUs are left as they are).
+pub const FLAG_CPUS: u64 = 4;
+/// Words of the CPU mask (1,024 CPUs).
+pub const CPU_MASK_WORDS: usize = 16;
+/// Words before the target descriptor numbers.
+pub const REQUEST_HEADER_WORDS: usize = 5 + CPU_MASK_WORDS;
+/// The most descriptors a request may pass (the kernel's `SCM_MAX_FD` is 253, and the
+/// request memfd is one of them).
+pub const MAX_TARGETS: usize = 250;
 
 /// The number of 64-bit words in a message.
 pub const MESSAGE_WORDS: usize = 6;
@@ -43,21 +71,25 @@ const TAG_FAILED: u64 = 0x5342_4c34;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u64)]
 pub enum Step {
-    /// Its `argv` had no program.
-    Arguments = 1,
+    /// The request could not be read (malformed, or its memfd could not be mapped).
+    Request = 1,
     /// `fork` failed.
     Fork = 2,
     /// `wait4` failed.
     Wait = 3,
+    /// The benchmark's process could not set itself up (descriptors, CPUs).
+    Setup = 4,
 }
 
 /// What the launcher (or the benchmark's process before its exec) reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Message {
-    /// The benchmark's process exists and waits at the gate.
+    /// The benchmark's process exists (and, in a gated run, waits at the gate).
     Started {
         /// Its pid.
         pid: i32,
+        /// The pid of its run parent, the launcher's child that reaps it.
+        run_parent: i32,
     },
     /// Its `execve` failed with this errno.
     ExecFailed {
@@ -78,7 +110,8 @@ pub enum Message {
         /// `CLOCK_MONOTONIC`).
         wall_ns: u64,
     },
-    /// The launcher itself failed at `step` with this errno.
+    /// The launcher, the run parent or the benchmark's process before its exec failed at
+    /// `step` with this errno.
     LauncherFailed {
         /// Where.
         step: Step,
@@ -91,7 +124,14 @@ impl Message {
     /// The message as little-endian words.
     pub fn encode(&self) -> [u8; MESSAGE_BYTES] {
         let words: [u64; MESSAGE_WORDS] = match *self {
-            Message::Started { pid } => [TAG_STARTED, pid as u32 as u64, 0, 0, 0, 0],
+            Message::Started { pid, run_parent } => [
+                TAG_STARTED,
+                pid as u32 as u64,
+                run_parent as u32 as u64,
+                0,
+                0,
+                0,
+            ],
             Message::ExecFailed { errno } => [TAG_EXEC_FAILED, errno as u32 as u64, 0, 0, 0, 0],
             Message::Exited {
                 status,
@@ -134,7 +174,10 @@ impl Message {
         };
         let int = |i: usize| word(i) as u32 as i32;
         Some(match word(0) {
-            TAG_STARTED => Message::Started { pid: int(1) },
+            TAG_STARTED => Message::Started {
+                pid: int(1),
+                run_parent: int(2),
+            },
             TAG_EXEC_FAILED => Message::ExecFailed { errno: int(1) },
             TAG_EXITED => Message::Exited {
                 status: int(1),
@@ -146,9 +189,10 @@ impl Message {
             TAG_FAILED => Message::LauncherFailed {
                 errno: int(1),
                 step: match word(2) {
-                    1 => Step::Arguments,
+                    1 => Step::Request,
                     2 => Step::Fork,
                     3 => Step::Wait,
+                    4 => Step::Setup,
                     _ => return None,
                 },
             },
@@ -164,7 +208,10 @@ mod tests {
     #[test]
     fn messages_round_trip() {
         let all = [
-            Message::Started { pid: 4_194_304 },
+            Message::Started {
+                pid: 4_194_304,
+                run_parent: 77,
+            },
             Message::ExecFailed { errno: 2 },
             Message::Exited {
                 status: 0x8b,

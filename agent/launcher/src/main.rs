@@ -4,33 +4,20 @@
 #![no_std]
 #![no_main]
 
-// The kernel starts the program with the stack pointer at argc, followed by argv's
-// pointers, a NULL, envp's pointers and a NULL.
+// The stack pointer is 16-byte aligned at the entry; the call makes the usual frame.
 core::arch::global_asm!(
     ".globl _start",
     "_start:",
     "xor ebp, ebp",
-    "mov rdi, rsp",
     "and rsp, -16",
     "call {entry}",
     "ud2",
     entry = sym entry,
 );
 
-/// Called by `_start` with the initial stack pointer.
-///
-/// # Safety
-/// `sp` is the stack pointer the kernel gave the program.
-unsafe extern "C" fn entry(sp: *const usize) -> ! {
-    // SAFETY: the kernel's layout at `sp`: argc, then argc pointers and a NULL (argv),
-    // then the environment's pointers and a NULL (envp).
-    let code = unsafe {
-        let argc = *sp;
-        let argv = sp.add(1) as *const *const u8;
-        let envp = argv.add(argc + 1);
-        sbs_launcher::launch(argv, envp)
-    };
-    sbs_launcher::sys::exit(code)
+/// Called by `_start`; the launcher reads nothing from its arguments or environment.
+extern "C" fn entry() -> ! {
+    sbs_launcher::sys::exit(sbs_launcher::serve())
 }
 
 // Some of core's unwind tables name it; built with panic=abort, nothing calls it.

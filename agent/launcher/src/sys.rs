@@ -6,6 +6,12 @@ use core::arch::asm;
 const SYS_READ: usize = 0;
 const SYS_WRITE: usize = 1;
 const SYS_CLOSE: usize = 3;
+const SYS_MMAP: usize = 9;
+const SYS_MUNMAP: usize = 11;
+const SYS_DUP2: usize = 33;
+const SYS_RECVMSG: usize = 47;
+const SYS_PERSONALITY: usize = 135;
+const SYS_SCHED_SETAFFINITY: usize = 203;
 const SYS_GETPID: usize = 39;
 const SYS_CLONE: usize = 56;
 const SYS_EXECVE: usize = 59;
@@ -21,9 +27,20 @@ const CLOCK_MONOTONIC: usize = 1;
 pub const EINTR: i32 = 4;
 pub const SIGCHLD: usize = 17;
 pub const SIGKILL: usize = 9;
+const F_DUPFD_CLOEXEC: usize = 1030;
+const F_GETFD: usize = 1;
 const F_SETFD: usize = 2;
 const FD_CLOEXEC: usize = 1;
 const PR_SET_PDEATHSIG: usize = 1;
+const WNOHANG: usize = 1;
+const PROT_READ: usize = 1;
+const PROT_WRITE: usize = 2;
+const MAP_PRIVATE: usize = 2;
+const MAP_ANONYMOUS: usize = 0x20;
+const SOL_SOCKET: i32 = 1;
+const SCM_RIGHTS: i32 = 1;
+const MSG_CMSG_CLOEXEC: usize = 0x4000_0000;
+const ADDR_NO_RANDOMIZE: usize = 0x0040000;
 
 /// `struct rusage` (x86_64).
 #[repr(C)]
@@ -60,6 +77,29 @@ unsafe fn syscall4(n: usize, a: usize, b: usize, c: usize, d: usize) -> isize {
             in("rsi") b,
             in("rdx") c,
             in("r10") d,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    r
+}
+
+/// # Safety
+/// As [`syscall4`], for a call with six arguments.
+unsafe fn syscall6(n: usize, a: [usize; 6]) -> isize {
+    let r: isize;
+    // SAFETY: as in `syscall4`, with the fifth and sixth arguments in r8 and r9.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") n as isize => r,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
             lateout("rcx") _,
             lateout("r11") _,
             options(nostack),
@@ -117,10 +157,195 @@ pub fn close(fd: i32) {
     unsafe { syscall4(SYS_CLOSE, fd as usize, 0, 0, 0) };
 }
 
-/// Mark `fd` close-on-exec.
-pub fn set_cloexec(fd: i32) {
+/// Mark `fd` close-on-exec, or clear the mark.
+pub fn set_cloexec(fd: i32, on: bool) -> Result<usize, i32> {
     // SAFETY: fcntl with integer arguments only.
-    unsafe { syscall4(SYS_FCNTL, fd as usize, F_SETFD, FD_CLOEXEC, 0) };
+    result(unsafe { syscall4(SYS_FCNTL, fd as usize, F_SETFD, on as usize * FD_CLOEXEC, 0) })
+}
+
+/// Whether `fd` is open.
+pub fn is_open(fd: i32) -> bool {
+    // SAFETY: fcntl with integer arguments only.
+    result(unsafe { syscall4(SYS_FCNTL, fd as usize, F_GETFD, 0, 0) }).is_ok()
+}
+
+/// A close-on-exec copy of `fd` at the lowest free number.
+pub fn dup_cloexec(fd: i32) -> Result<i32, i32> {
+    // SAFETY: fcntl with integer arguments only.
+    result(unsafe { syscall4(SYS_FCNTL, fd as usize, F_DUPFD_CLOEXEC, 0, 0) }).map(|f| f as i32)
+}
+
+/// `dup2(from, to)`: `to` becomes a copy of `from`, without close-on-exec.
+pub fn dup2(from: i32, to: i32) -> Result<usize, i32> {
+    // SAFETY: integer arguments only.
+    result(unsafe { syscall4(SYS_DUP2, from as usize, to as usize, 0, 0) })
+}
+
+/// A private mapping: of `len` bytes of `fd` from its start, or anonymous with `fd` -1.
+pub fn map(len: usize, fd: i32) -> Result<*mut u8, i32> {
+    let flags = match fd {
+        -1 => MAP_PRIVATE | MAP_ANONYMOUS,
+        _ => MAP_PRIVATE,
+    };
+    // SAFETY: a new mapping where the kernel chooses; no existing memory is touched.
+    let r = unsafe {
+        syscall6(
+            SYS_MMAP,
+            [
+                0,
+                len,
+                PROT_READ | PROT_WRITE,
+                flags,
+                fd as isize as usize,
+                0,
+            ],
+        )
+    };
+    result(r).map(|a| a as *mut u8)
+}
+
+/// # Safety
+/// `addr` and `len` must be a mapping made by [`map`] that nothing uses any more.
+pub unsafe fn unmap(addr: *mut u8, len: usize) {
+    // SAFETY: the caller vouches that the range is ours and unused.
+    unsafe { syscall4(SYS_MUNMAP, addr as usize, len, 0, 0) };
+}
+
+/// `struct iovec`.
+#[repr(C)]
+struct Iovec {
+    base: *mut u8,
+    len: usize,
+}
+
+/// `struct msghdr`.
+#[repr(C)]
+struct Msghdr {
+    name: *mut u8,
+    namelen: u32,
+    iov: *mut Iovec,
+    iovlen: usize,
+    control: *mut u8,
+    controllen: usize,
+    flags: i32,
+}
+
+/// Room for the control message of [`recv_with_fds`]: a `cmsghdr` (16 bytes) and up to
+/// 253 descriptors, rounded up to 8 bytes.
+const CONTROL_BYTES: usize = 16 + 253 * 4 + 4;
+
+/// Receive one datagram into `buf` and the descriptors it carries into `fds` (close-on-exec);
+/// returns (bytes, descriptors). `Ok((0, 0))` when the peer closed its end.
+pub fn recv_with_fds(sock: i32, buf: &mut [u8], fds: &mut [i32]) -> Result<(usize, usize), i32> {
+    let mut control = [0u64; CONTROL_BYTES / 8];
+    let mut iov = Iovec {
+        base: buf.as_mut_ptr(),
+        len: buf.len(),
+    };
+    let mut msg = Msghdr {
+        name: core::ptr::null_mut(),
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: control.as_mut_ptr().cast(),
+        controllen: CONTROL_BYTES,
+        flags: 0,
+    };
+    let n = loop {
+        // SAFETY: `msg` points to live buffers of the lengths it gives.
+        let r = unsafe {
+            syscall4(
+                SYS_RECVMSG,
+                sock as usize,
+                &mut msg as *mut Msghdr as usize,
+                MSG_CMSG_CLOEXEC,
+                0,
+            )
+        };
+        match result(r) {
+            Err(EINTR) => continue,
+            other => break other?,
+        }
+    };
+    // One control message at most: SCM_RIGHTS. cmsghdr: len (usize), level, type (i32).
+    let mut count = 0;
+    let len = control[0] as usize;
+    let level = control[1] as u32 as i32;
+    let kind = (control[1] >> 32) as u32 as i32;
+    if msg.controllen >= 16 && len >= 16 && level == SOL_SOCKET && kind == SCM_RIGHTS {
+        let words = control.as_ptr().cast::<i32>();
+        let received = (len - 16) / 4;
+        for i in 0..received {
+            // SAFETY: `received` descriptors follow the 16-byte header inside `control`.
+            let fd = unsafe { *words.add(4 + i) };
+            if count < fds.len() {
+                fds[count] = fd;
+                count += 1;
+            } else {
+                close(fd);
+            }
+        }
+    }
+    Ok((n, count))
+}
+
+/// Reap any child that has ended, without waiting.
+pub fn reap_ended() {
+    let mut status: i32 = 0;
+    loop {
+        // SAFETY: a pointer to a live `i32`; no rusage.
+        let r = unsafe {
+            syscall4(
+                SYS_WAIT4,
+                usize::MAX, // -1: any child
+                &mut status as *mut i32 as usize,
+                WNOHANG,
+                0,
+            )
+        };
+        if r <= 0 {
+            return;
+        }
+    }
+}
+
+/// Clear the parent-death signal (the launcher ends with its socket instead).
+pub fn no_death_signal() {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { syscall4(SYS_PRCTL, PR_SET_PDEATHSIG, 0, 0, 0) };
+}
+
+/// Address-space layout randomisation on or off for the next exec.
+pub fn set_aslr(on: bool) {
+    // SAFETY: personality with integer arguments only; 0xffffffff reads the current one.
+    unsafe {
+        let current = syscall4(SYS_PERSONALITY, 0xffff_ffff, 0, 0, 0);
+        if current < 0 {
+            return;
+        }
+        let current = current as usize;
+        let wanted = match on {
+            true => current & !ADDR_NO_RANDOMIZE,
+            false => current | ADDR_NO_RANDOMIZE,
+        };
+        if wanted != current {
+            syscall4(SYS_PERSONALITY, wanted, 0, 0, 0);
+        }
+    }
+}
+
+/// Run only on the CPUs set in `mask`.
+pub fn set_cpus(mask: &[u64]) -> Result<usize, i32> {
+    // SAFETY: a pointer to a live mask of `mask.len() * 8` bytes.
+    result(unsafe {
+        syscall4(
+            SYS_SCHED_SETAFFINITY,
+            0,
+            mask.len() * 8,
+            mask.as_ptr() as usize,
+            0,
+        )
+    })
 }
 
 pub fn getpid() -> i32 {

@@ -3,8 +3,8 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -143,17 +143,6 @@ fn instrument_error(i: &dyn Instrument, source: anyhow::Error) -> RunError {
     }
 }
 
-fn cpu_set(cpus: &[usize]) -> io::Result<Option<nix::sched::CpuSet>> {
-    if cpus.is_empty() {
-        return Ok(None);
-    }
-    let mut set = nix::sched::CpuSet::new();
-    for &cpu in cpus {
-        set.set(cpu).map_err(io::Error::from)?;
-    }
-    Ok(Some(set))
-}
-
 /// Run the child once with `instruments` attached; returns the outcome and the
 /// instruments' samples. Instruments get `abort_run` if the run ends early.
 pub fn run_once(
@@ -265,10 +254,10 @@ struct Started {
     report: File,
 }
 
-/// Start the child through the launcher (see `launcher.rs`): exec the launcher, which
-/// forks the benchmark's process and reports its pid. If an instrument attaches, the
-/// process waits at the gate while they do, then is released; otherwise it execs at once
-/// (a wake-up fewer per run) and the launcher times it.
+/// Start the child through the launcher (see `launcher.rs`), which forks the benchmark's
+/// process and reports its pid. If an instrument attaches, the process waits at the gate
+/// while they do, then is released; otherwise it execs at once (two wake-ups fewer per
+/// run) and the launcher times it.
 fn start(
     config: &RunConfig,
     instruments: &mut [Box<dyn Instrument>],
@@ -276,51 +265,26 @@ fn start(
 ) -> Result<Started, RunError> {
     let err = |e| spawn_error(config, e);
     let gated = instruments.iter().any(|i| i.needs_start_gate());
-    let (laid_out, pipes) = lay_out(config, launch, gated)?;
-    let launched = Instant::now();
-    // The launcher's address space is fresh at its exec, so the cheapest start there is
-    // (no page table copied) costs the benchmark nothing.
-    let mut guard = {
-        // Registered as in flight before another thread's `kill_survivors` can see it.
-        let mut in_flight = LAUNCHERS.lock().unwrap_or_else(|e| e.into_inner());
-        let launcher =
-            sys::spawn_vfork(&laid_out.exec, &laid_out.child, &laid_out.err_write).map_err(err)?;
-        in_flight.push(launcher.as_raw());
-        ChildGuard {
-            launcher,
-            pid: None,
-            reaped: false,
+    let mut pipes = send(config, launch, gated)?;
+    let launched = pipes.launched;
+    let (pid, run_parent) = match launcher::read_message(&mut pipes.report).map_err(err)? {
+        Some(Message::Started { pid, run_parent }) => {
+            (Pid::from_raw(pid), Pid::from_raw(run_parent))
         }
-    };
-    // The parent's copies of the child's descriptors: the launcher has its own now.
-    drop(laid_out);
-    let Pipes {
-        mut report,
-        gate,
-        err_read,
-    } = pipes;
-    let pid = match launcher::read_message(&mut report).map_err(err)? {
-        Some(Message::Started { pid }) => Pid::from_raw(pid),
         Some(other) => return Err(launcher_error(config, other)),
         None => {
-            // The launcher never ran: its exec failed, and its errno is on the error pipe.
-            let _ = sys::reap(guard.launcher);
-            guard.reaped = true;
-            let errno = read_exec_errno(err_read).map_err(err)?;
-            let source = match errno {
-                Some(errno) => io::Error::from_raw_os_error(errno),
-                None => io::Error::other("the launcher ended without a word"),
-            };
-            return Err(spawn_error(
-                config,
-                io::Error::new(
-                    source.kind(),
-                    format!("cannot execute the launcher that starts each run: {source}"),
-                ),
-            ));
+            return Err(err(io::Error::other(
+                "the launcher that starts each run did not start this one (see the launcher's \
+                 messages above, if any)",
+            )))
         }
     };
-    guard.pid = Some(pid);
+    let guard = ChildGuard {
+        pid,
+        run_parent,
+        reaped: false,
+    };
+    let Pipes { report, gate, .. } = pipes;
     let Some(gate) = gate else {
         return Ok(Started {
             guard,
@@ -373,44 +337,22 @@ fn launcher_error(config: &RunConfig, message: Message) -> RunError {
     }
 }
 
-/// Everything the launcher needs, prepared before it exists (its vfork'd start must not
-/// allocate).
-struct LaidOut {
-    exec: sys::PreparedExec,
-    child: sys::ChildConfig,
-    /// Owners of the descriptors `child` names; the parent closes them once it started.
-    _devnull: File,
-    _input: Option<File>,
-    _pass_fds: Vec<(OwnedFd, i32)>,
-    /// The child's end of the exec-error pipe.
-    err_write: OwnedFd,
-}
-
-/// The parent's ends of the pipes to the launcher.
+/// Our ends of a run's pipes to the launcher.
 struct Pipes {
     /// Its messages.
     report: File,
     /// The benchmark's start gate, for a gated run.
     gate: Option<OwnedFd>,
-    /// The errno of a failed exec of the launcher itself.
-    err_read: OwnedFd,
+    /// When the request went out (the deadline of a run at once counts from here).
+    launched: Instant,
 }
 
-/// Lay out the launcher's exec (`launcher MODE PROGRAM ARGV...`, the benchmark's
-/// environment) and set-up, with the report pipe and, if `gated`, the gate at their
-/// descriptor numbers.
-fn lay_out(config: &RunConfig, launch: Launch, gated: bool) -> Result<(LaidOut, Pipes), RunError> {
+/// Ask the launcher for the run: the command as the instruments laid it out, ASLR and CPUs
+/// as configured, stdin, the output, the instruments' descriptors, the report pipe and,
+/// if `gated`, the gate at their numbers. Our copies of the child's ends are closed once
+/// the request is sent (the launcher has its own).
+fn send(config: &RunConfig, launch: Launch, gated: bool) -> Result<Pipes, RunError> {
     let err = |e| spawn_error(config, e);
-    let launcher = launcher::path().map_err(err)?;
-    let mut args = Vec::with_capacity(launch.args.len() + 3);
-    args.push(OsString::from("sbs-launcher"));
-    args.push(OsString::from(match gated {
-        true => launcher::MODE_GATED,
-        false => launcher::MODE_AT_ONCE,
-    }));
-    args.push(launch.path);
-    args.extend(launch.args);
-    let exec = sys::PreparedExec::new(&launcher, &args, &launch.env).map_err(err)?;
     let devnull = File::options()
         .read(true)
         .write(true)
@@ -424,41 +366,43 @@ fn lay_out(config: &RunConfig, launch: Launch, gated: bool) -> Result<(LaidOut, 
         None => None,
     };
     let (report_read, report_write) = sys::pipe_cloexec().map_err(err)?;
-    let (err_read, err_write) = sys::pipe_cloexec().map_err(err)?;
-    let mut pass_fds = launch.pass_fds;
-    pass_fds.push((report_write, launcher::REPORT_FD));
-    let gate = match gated {
+    let (gate_read, gate_write) = match gated {
         true => {
-            let (gate_read, gate_write) = sys::pipe_cloexec().map_err(err)?;
-            pass_fds.push((gate_read, launcher::GATE_FD));
-            Some(gate_write)
+            let (r, w) = sys::pipe_cloexec().map_err(err)?;
+            (Some(r), Some(w))
         }
-        false => None,
+        false => (None, None),
     };
-    let child = sys::ChildConfig {
-        disable_aslr: config.disable_aslr,
-        cpus: cpu_set(&config.cpus).map_err(err)?,
-        stdin: input.as_ref().unwrap_or(&devnull).as_raw_fd(),
-        output: (!config.show_output).then(|| devnull.as_raw_fd()),
-        pass_fds: pass_fds
-            .iter()
-            .map(|(fd, n)| (fd.as_raw_fd(), *n))
-            .collect(),
+    let (stdout, stderr) = (io::stdout(), io::stderr());
+    let mut fds: Vec<(BorrowedFd, i32)> = vec![(input.as_ref().unwrap_or(&devnull).as_fd(), 0)];
+    if config.show_output {
+        fds.push((stdout.as_fd(), 1));
+        fds.push((stderr.as_fd(), 2));
+    } else {
+        fds.push((devnull.as_fd(), 1));
+        fds.push((devnull.as_fd(), 2));
+    }
+    fds.extend(launch.pass_fds.iter().map(|(fd, n)| (fd.as_fd(), *n)));
+    fds.push((report_write.as_fd(), launcher::REPORT_FD));
+    if let Some(gate) = &gate_read {
+        fds.push((gate.as_fd(), launcher::GATE_FD));
+    }
+    let request = launcher::Request {
+        program: &launch.path,
+        args: &launch.args,
+        env: &launch.env,
+        gated,
+        no_aslr: config.disable_aslr,
+        cpus: &config.cpus,
+        fds,
     };
-    let laid_out = LaidOut {
-        exec,
-        child,
-        _devnull: devnull,
-        _input: input,
-        _pass_fds: pass_fds,
-        err_write,
-    };
-    let pipes = Pipes {
+    let launched = Instant::now();
+    launcher::start(&request).map_err(err)?;
+    Ok(Pipes {
         report: File::from(report_read),
-        gate,
-        err_read,
-    };
-    Ok((laid_out, pipes))
+        gate: gate_write,
+        launched,
+    })
 }
 
 /// How the wait for the child ended.
@@ -520,9 +464,7 @@ fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, 
         pidfd,
         ..
     } = child;
-    let Some(pid) = guard.pid else {
-        unreachable!("a started child has a pid");
-    };
+    let pid = guard.pid;
     if ended.timed_out {
         let _ = killpg(pid, Signal::SIGKILL);
     }
@@ -546,7 +488,7 @@ fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, 
                 )))
             }
         };
-    let _ = sys::reap(guard.launcher);
+    // The run parent is the launcher's to reap.
     guard.reaped = true;
     // Leftover descendants in the benchmark's process group do not outlive the run.
     let _ = killpg(pid, Signal::SIGKILL);
@@ -588,11 +530,10 @@ pub fn adopt_orphans() -> io::Result<()> {
 /// `pid (name)`.
 fn kill_survivors() -> Vec<String> {
     let mut found = Vec::new();
-    // Held throughout: a launcher started meanwhile is registered before it can be seen.
-    let in_flight = LAUNCHERS.lock().unwrap_or_else(|e| e.into_inner());
+    let launcher = launcher::server_pid().map(Pid::as_raw);
     for pid in own_children() {
-        // The launcher of a run another thread has in flight (tests run several at once).
-        if in_flight.contains(&pid) {
+        // The launcher stays for the next run.
+        if Some(pid) == launcher {
             continue;
         }
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -632,48 +573,22 @@ fn spawn_error(config: &RunConfig, source: io::Error) -> RunError {
     }
 }
 
-/// The errno the child wrote before exiting if its set-up or `execve` failed.
-fn read_exec_errno(err_read: OwnedFd) -> io::Result<Option<i32>> {
-    let mut errno = [0u8; 4];
-    let mut file = File::from(err_read);
-    let mut got = 0;
-    while got < 4 {
-        match file.read(&mut errno[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((got == 4).then(|| i32::from_ne_bytes(errno)))
-}
-
-/// The launchers of the runs in flight (registered by [`start`], removed when their guard
-/// drops), which [`kill_survivors`] must leave alone.
-static LAUNCHERS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
-
-/// Kills the benchmark's process group and reaps the launcher if a run ends early.
+/// Kills the benchmark's process group and its run parent if a run ends early (the
+/// launcher reaps the run parent, which reaps the benchmark's process).
 struct ChildGuard {
-    launcher: Pid,
-    /// The benchmark's process, once the launcher made it.
-    pid: Option<Pid>,
+    /// The benchmark's process.
+    pid: Pid,
+    /// Its parent, the launcher's child.
+    run_parent: Pid,
     reaped: bool,
 }
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        LAUNCHERS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|&p| p != self.launcher.as_raw());
         if !self.reaped {
-            if let Some(pid) = self.pid {
-                let _ = killpg(pid, Signal::SIGKILL);
-                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-            }
-            // The launcher reaps the benchmark's process, then exits.
-            let _ = nix::sys::signal::kill(self.launcher, Signal::SIGKILL);
-            let _ = sys::reap(self.launcher);
+            let _ = killpg(self.pid, Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(self.run_parent, Signal::SIGKILL);
         }
     }
 }

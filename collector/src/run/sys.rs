@@ -67,13 +67,9 @@ impl PreparedExec {
     }
 }
 
-/// What the child does to itself before waiting at the gate.
+/// What the child does to itself before its exec.
 pub struct ChildConfig {
-    /// `personality(ADDR_NO_RANDOMIZE)`.
-    pub disable_aslr: bool,
-    /// CPUs to pin the child to (empty: no pinning).
-    pub cpus: Option<nix::sched::CpuSet>,
-    /// Descriptor for stdin (normally /dev/null).
+    /// Descriptor for stdin.
     pub stdin: RawFd,
     /// Descriptor for stdout and stderr, or `None` to inherit ours.
     pub output: Option<RawFd>,
@@ -251,23 +247,6 @@ unsafe fn child_after_fork(
         // Die with the collector instead of running unattended.
         if die_with_parent(parent).is_err() {
             fail(exec_error, errno());
-        }
-        // Exactly as asked, whatever the collector itself runs with.
-        let current = libc::personality(0xffff_ffff);
-        if current != -1 {
-            let flag = libc::ADDR_NO_RANDOMIZE;
-            let wanted = match config.disable_aslr {
-                true => current | flag,
-                false => current & !flag,
-            };
-            if wanted != current {
-                libc::personality(wanted as libc::c_ulong);
-            }
-        }
-        if let Some(cpus) = &config.cpus {
-            if nix::sched::sched_setaffinity(Pid::from_raw(0), cpus).is_err() {
-                fail(exec_error, errno());
-            }
         }
         if libc::dup2(config.stdin, 0) == -1 {
             fail(exec_error, errno());

@@ -257,13 +257,19 @@ pub fn is_gone(pid: u32) -> bool {
         .is_none_or(|(_, rest)| rest.starts_with('Z'))
 }
 
-/// Wait until `collector` runs `program` (exec'd, not just forked) in a child of the
-/// launcher it starts each run through, and return its pid.
+/// Wait until `collector` runs `program` (exec'd, not just forked) in a descendant (the
+/// launcher's run parent's child), and return its pid.
 pub fn wait_for_child_running(collector: u32, program: &str) -> u32 {
     let start = std::time::Instant::now();
     loop {
-        let launchers = children_of(collector);
-        for child in launchers.into_iter().flat_map(children_of) {
+        let mut descendants = children_of(collector);
+        let mut i = 0;
+        while i < descendants.len() {
+            let more = children_of(descendants[i]);
+            descendants.extend(more);
+            i += 1;
+        }
+        for child in descendants {
             let exe = std::fs::read_link(format!("/proc/{child}/exe")).unwrap_or_default();
             if exe == std::path::Path::new(program) {
                 return child;

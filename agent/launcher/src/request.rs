@@ -1,0 +1,210 @@
+//! Reading a request (layout: `sbs_agent_abi::launcher`): plain Rust over its bytes, with
+//! every count and string checked against them, so that a malformed request is refused,
+//! never followed.
+
+use sbs_agent_abi::launcher::{
+    CPU_MASK_WORDS, FLAG_CPUS, FLAG_GATED, FLAG_NO_ASLR, MAX_TARGETS, REQUEST_HEADER_WORDS,
+    REQUEST_MAGIC,
+};
+
+/// A request's header and target numbers; the strings stay in its bytes.
+pub struct Request {
+    /// The benchmark's process waits at the gate.
+    pub gated: bool,
+    /// ASLR off.
+    pub no_aslr: bool,
+    /// `cpu_mask` applies.
+    pub cpus: bool,
+    /// The CPUs to run on.
+    pub cpu_mask: [u64; CPU_MASK_WORDS],
+    /// The number of arguments, `argv[0]` included.
+    pub args: usize,
+    /// The number of environment entries.
+    pub env: usize,
+    targets: [i32; MAX_TARGETS],
+    count: usize,
+    strings_at: usize,
+}
+
+fn word(bytes: &[u8], i: usize) -> Option<u64> {
+    let w = bytes.get(i * 8..i * 8 + 8)?;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(w);
+    Some(u64::from_le_bytes(a))
+}
+
+impl Request {
+    /// Read the header of `bytes`, for a datagram that carried `passed` descriptors
+    /// besides the request's own.
+    pub fn parse(bytes: &[u8], passed: usize) -> Option<Request> {
+        if word(bytes, 0)? != REQUEST_MAGIC {
+            return None;
+        }
+        let flags = word(bytes, 1)?;
+        let count = usize::try_from(word(bytes, 2)?).ok()?;
+        let args = usize::try_from(word(bytes, 3)?).ok()?;
+        let env = usize::try_from(word(bytes, 4)?).ok()?;
+        if count != passed || count > MAX_TARGETS || args == 0 {
+            return None;
+        }
+        let mut cpu_mask = [0u64; CPU_MASK_WORDS];
+        for (i, m) in cpu_mask.iter_mut().enumerate() {
+            *m = word(bytes, 5 + i)?;
+        }
+        let mut targets = [0i32; MAX_TARGETS];
+        for (i, t) in targets.iter_mut().take(count).enumerate() {
+            *t = i32::try_from(word(bytes, REQUEST_HEADER_WORDS + i)?).ok()?;
+            if *t < 0 {
+                return None;
+            }
+        }
+        Some(Request {
+            gated: flags & FLAG_GATED != 0,
+            no_aslr: flags & FLAG_NO_ASLR != 0,
+            cpus: flags & FLAG_CPUS != 0,
+            cpu_mask,
+            args,
+            env,
+            targets,
+            count,
+            strings_at: (REQUEST_HEADER_WORDS + count) * 8,
+        })
+    }
+
+    /// The target number of the `i`th passed descriptor.
+    pub fn target(&self, i: usize) -> i32 {
+        self.targets[i]
+    }
+
+    /// Of the `passed` descriptors (as received), the one meant for `target`.
+    pub fn passed_at(&self, passed: &[i32], target: i32) -> Option<i32> {
+        let i = self.targets[..self.count]
+            .iter()
+            .position(|&t| t == target)?;
+        passed.get(i).copied()
+    }
+
+    /// Fill `table` with pointers to the arguments, a NULL, the environment entries and a
+    /// NULL (`table` has room for exactly that), and return a pointer to the program's
+    /// path; `None` if the strings in `bytes` are not exactly that many, NUL-terminated.
+    pub fn strings(&self, bytes: &[u8], table: &mut [*const u8]) -> Option<*const u8> {
+        if table.len() != self.args + 1 + self.env + 1 {
+            return None;
+        }
+        let mut rest = bytes.get(self.strings_at..)?;
+        let mut next = || {
+            let end = rest.iter().position(|&b| b == 0)?;
+            let s = rest.as_ptr();
+            rest = &rest[end + 1..];
+            Some(s)
+        };
+        let program = next()?;
+        let mut slot = 0;
+        for _ in 0..self.args {
+            table[slot] = next()?;
+            slot += 1;
+        }
+        table[slot] = core::ptr::null();
+        slot += 1;
+        for _ in 0..self.env {
+            table[slot] = next()?;
+            slot += 1;
+        }
+        table[slot] = core::ptr::null();
+        Some(program)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn request(flags: u64, targets: &[i32], strings: &[&str], args: usize) -> Vec<u8> {
+        let mut words = vec![
+            REQUEST_MAGIC,
+            flags,
+            targets.len() as u64,
+            args as u64,
+            (strings.len() - 1 - args) as u64,
+        ];
+        words.extend([3u64; CPU_MASK_WORDS]);
+        words.extend(targets.iter().map(|&t| t as u64));
+        let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        for s in strings {
+            bytes.extend(s.as_bytes());
+            bytes.push(0);
+        }
+        bytes
+    }
+
+    fn text(p: *const u8) -> String {
+        // SAFETY: the pointers come from `strings`, inside the test's live request bytes.
+        unsafe { CStr::from_ptr(p.cast()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_request_reads_back() {
+        let bytes = request(
+            FLAG_GATED | FLAG_CPUS,
+            &[0, 1, 2, 1012, 1013],
+            &["/bin/echo", "echo", "hi", "A=1"],
+            2,
+        );
+        let r = Request::parse(&bytes, 5).unwrap();
+        assert!(r.gated && r.cpus && !r.no_aslr);
+        assert_eq!(r.cpu_mask, [3; CPU_MASK_WORDS]);
+        assert_eq!((r.args, r.env), (2, 1));
+        assert_eq!(r.target(3), 1012);
+        assert_eq!(r.passed_at(&[7, 8, 9, 10, 11], 1012), Some(10));
+        assert_eq!(r.passed_at(&[7, 8, 9, 10, 11], 61), None);
+        let mut table = [std::ptr::null(); 5];
+        let program = r.strings(&bytes, &mut table).unwrap();
+        assert_eq!(text(program), "/bin/echo");
+        let shown: Vec<_> = table
+            .iter()
+            .map(|&p| (!p.is_null()).then(|| text(p)))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                Some("echo".into()),
+                Some("hi".into()),
+                None,
+                Some("A=1".into()),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_requests_are_refused() {
+        let good = request(0, &[1012], &["/bin/true", "true"], 1);
+        assert!(Request::parse(&good, 1).is_some());
+        // A descriptor count that is not what came with the datagram.
+        assert!(Request::parse(&good, 2).is_none());
+        // Another magic; cut short.
+        let mut bad = good.clone();
+        bad[0] ^= 1;
+        assert!(Request::parse(&bad, 1).is_none());
+        assert!(Request::parse(&good[..40], 1).is_none());
+        // A string without its NUL, or fewer strings than announced.
+        let r = Request::parse(&good, 1).unwrap();
+        let mut table = [std::ptr::null(); 3];
+        assert!(r.strings(&good[..good.len() - 1], &mut table).is_none());
+        let short = request(0, &[1012], &["/bin/true", "true"], 1);
+        let mut more = short.clone();
+        more[24..32].copy_from_slice(&3u64.to_le_bytes()); // 3 arguments announced
+        let r = Request::parse(&more, 1).unwrap();
+        let mut table = [std::ptr::null(); 5];
+        assert!(r.strings(&more, &mut table).is_none());
+        // No arguments at all, a negative target.
+        let mut none = good.clone();
+        none[24..32].copy_from_slice(&0u64.to_le_bytes());
+        assert!(Request::parse(&none, 1).is_none());
+        let neg = request(0, &[-1], &["/bin/true", "true"], 1);
+        assert!(Request::parse(&neg, 1).is_none());
+    }
+}
