@@ -220,6 +220,43 @@ fn corrupt_history_is_reported_with_its_path_and_left_alone() {
 }
 
 #[test]
+fn a_saved_time_no_run_can_take_is_corrupt_not_an_infinite_change() {
+    // Every saved time.wall at -1e308 s: the gate printed an infinite change and exited 0.
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save"], "50").success();
+    let file = entry_files(&h).pop().unwrap();
+    let good = std::fs::read_to_string(&file).unwrap();
+    let mut bad = String::new();
+    for line in good.lines() {
+        // `...,metric,detail,unit,source,exact,run,value,failed`
+        let mut fields: Vec<&str> = line.split(',').collect();
+        let n = fields.len();
+        if fields[n - 8] == "time.wall" {
+            fields[n - 2] = "-1e308";
+        }
+        bad.push_str(&fields.join(","));
+        bad.push('\n');
+    }
+    assert_ne!(good, bad);
+    std::fs::write(&file, &bad).unwrap();
+    let out = run(&h, &["--save"], "50").fails_with(2, &file.display().to_string());
+    out.check(
+        out.stderr().contains("is corrupt")
+            && out
+                .stderr()
+                .contains("value -1e308 of metric `time.wall` is negative"),
+        "names the value and why it cannot be",
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        bad,
+        "left as it was"
+    );
+    assert_eq!(entry_files(&h).len(), 1, "nothing saved after the error");
+}
+
+#[test]
 fn concurrent_collectors_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let h = dir.path().join("hist");
