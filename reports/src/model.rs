@@ -32,6 +32,24 @@ impl Unit {
     }
 }
 
+/// The first segment of every metric id the collector measures: each instrument reports
+/// metrics of one or more of these families.
+pub const METRIC_FAMILIES: [&str; 8] = [
+    "time.",
+    "rss.",
+    "alloc.",
+    "heap.",
+    "invocations.",
+    "boxing.",
+    "counter.",
+    "profile.",
+];
+
+/// The family of a metric id or id pattern (`alloc.count` -> `alloc.`), if it has one.
+pub fn family_of(id: &str) -> Option<&'static str> {
+    METRIC_FAMILIES.into_iter().find(|f| id.starts_with(f))
+}
+
 /// Suffix of a calibrated per-operation metric: the raw one minus the empty one, run by
 /// run (see the collector's `judge/pitfalls.rs`).
 pub const CALIBRATED: &str = ".calibrated";

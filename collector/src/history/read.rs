@@ -122,6 +122,30 @@ impl History {
         Ok(entries)
     }
 
+    /// Names of the baselines saved for `benchmark`, sorted (for a suggestion when a
+    /// name is not one of them). A missing store has none.
+    pub fn baselines_of(&self, benchmark: &str) -> Result<Vec<String>, HistoryError> {
+        let dir = self.root.join("baselines");
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("list", &dir)(e)),
+        };
+        let mut names = Vec::new();
+        for item in listing {
+            let item = item.map_err(io_error("list", &dir))?;
+            let name = item.file_name().to_string_lossy().into_owned();
+            let saved = self
+                .baseline_path(&name, benchmark)
+                .is_ok_and(|path| path.is_file());
+            if saved {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     /// Baseline `name` of `benchmark`, if saved.
     pub fn baseline(&self, name: &str, benchmark: &str) -> Result<Option<Entry>, HistoryError> {
         let path = self.baseline_path(name, benchmark)?;

@@ -106,6 +106,14 @@ impl Instrument for Memory {
         "memory"
     }
 
+    fn families(&self) -> Vec<&'static str> {
+        vec!["rss."]
+    }
+
+    fn metric_ids(&self) -> Option<Vec<String>> {
+        Some(vec!["rss.peak".into(), "rss.tree_peak".into()])
+    }
+
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
         self.sampler = Some(Sampler::start(pid).context("cannot start the RSS sampler thread")?);
         Ok(())
