@@ -1,6 +1,12 @@
-//! Where the report goes: stdout, or a file written atomically (temporary file in the same
-//! directory, renamed into place), so a failed run leaves no partial file behind; and the
-//! renderer of each format.
+//! Where the report goes: stdout, or a file; and the renderer of each format.
+//!
+//! A regular file (or a name not taken yet) is written atomically: a temporary file in the
+//! same directory, renamed into place, so a failed run leaves no partial file behind.
+//! Anything else is written through, as a shell's `>` does: a device or a FIFO is opened
+//! for writing and stays what it was (renaming over `/dev/null` would replace the device
+//! with a regular file). A symbolic link is followed to its final target, which is
+//! written as above; the link stays a link. Every report file goes through
+//! [`Output::open_named`].
 //!
 //! Writing is best effort across destinations: one that fails (a full disk) does not keep
 //! the report from the others, and a report file that cannot be written is replaced by the
@@ -8,6 +14,7 @@
 //! that went away (`| head`) is not an error at all.
 
 use std::io::{IsTerminal, Write};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -21,12 +28,24 @@ use crate::plan::{Destinations, Format};
 pub enum Output {
     /// Standard output.
     Stdout,
-    /// A temporary file renamed to `path` on success.
-    File {
-        /// Final destination.
+    /// A regular file, or a name with no file yet: a temporary file renamed to `target`
+    /// on success.
+    Replace {
+        /// The destination as given.
         path: PathBuf,
-        /// The temporary file in the same directory; deleted if dropped.
+        /// `path`, or the final target of the symbolic links it names: what is replaced.
+        target: PathBuf,
+        /// The temporary file in the directory of `target`; deleted if dropped.
         tmp: tempfile::NamedTempFile,
+    },
+    /// Not a regular file (a character or block device, a FIFO): opened for writing once
+    /// the report is ready and written through, so that it stays what it is. A FIFO is
+    /// opened only then because opening it waits for its reader.
+    Through {
+        /// The destination as given.
+        path: PathBuf,
+        /// `path`, or the final target of the symbolic links it names: what is written.
+        target: PathBuf,
     },
 }
 
@@ -41,13 +60,41 @@ impl Output {
 
     /// Prepare a file destination given by `option`, failing now if it cannot be written.
     pub fn open_named(path: &Path, option: &str) -> anyhow::Result<Output> {
-        if path.is_dir() {
-            anyhow::bail!(
+        let target = final_target(path).with_context(|| {
+            format!(
+                "{option} {}: cannot follow its symbolic links; give a file name",
+                path.display()
+            )
+        })?;
+        // Nothing there, or nothing that can be looked at (a parent that is a file): the
+        // temporary file below fails with the cause in the second case.
+        let kind = std::fs::metadata(&target).ok().map(|m| m.file_type());
+        match kind {
+            Some(kind) if kind.is_dir() => anyhow::bail!(
                 "{option} {}: is a directory; give a file name",
                 path.display()
-            );
+            ),
+            Some(kind) if kind.is_socket() => anyhow::bail!(
+                "{option} {}: is a socket, which cannot be opened for writing; give a file name",
+                path.display()
+            ),
+            Some(kind) if !kind.is_file() => {
+                nix::unistd::access(&target, nix::unistd::AccessFlags::W_OK).with_context(
+                    || {
+                        format!(
+                            "{option} {}: cannot write to it; choose a writable location",
+                            path.display()
+                        )
+                    },
+                )?;
+                return Ok(Output::Through {
+                    path: path.to_path_buf(),
+                    target,
+                });
+            }
+            _ => {}
         }
-        let dir = parent_dir(path);
+        let dir = parent_dir(&target);
         let tmp = tempfile::Builder::new()
             .prefix(".sbs-profile-")
             .suffix(".tmp")
@@ -61,8 +108,9 @@ impl Output {
                     dir.display()
                 )
             })?;
-        Ok(Output::File {
+        Ok(Output::Replace {
             path: path.to_path_buf(),
+            target,
             tmp,
         })
     }
@@ -78,12 +126,20 @@ impl Output {
                     other => other,
                 }
             }
-            Output::File { path, mut tmp } => {
+            Output::Replace {
+                target, mut tmp, ..
+            } => {
                 // Through the file itself: the temporary's name means nothing to anyone.
                 tmp.as_file_mut().write_all(bytes)?;
                 tmp.as_file().sync_all()?;
-                tmp.persist(&path).map_err(|e| e.error)?;
+                tmp.persist(&target).map_err(|e| e.error)?;
                 Ok(())
+            }
+            Output::Through { target, .. } => {
+                // No O_CREAT (it exists) and no O_TRUNC (meaningless for a device or a
+                // FIFO); no fsync either, which a FIFO refuses.
+                let mut file = std::fs::OpenOptions::new().write(true).open(&target)?;
+                file.write_all(bytes)
             }
         }
     }
@@ -92,13 +148,38 @@ impl Output {
         matches!(self, Output::Stdout)
     }
 
-    /// The file it goes to (`None` for stdout).
+    /// The file it goes to, as given (`None` for stdout).
     fn path(&self) -> Option<&Path> {
         match self {
-            Output::File { path, .. } => Some(path),
+            Output::Replace { path, .. } | Output::Through { path, .. } => Some(path),
             Output::Stdout => None,
         }
     }
+}
+
+/// The most symbolic links followed in a row before giving up, as the kernel's `ELOOP`.
+const MAX_LINKS: usize = 40;
+
+/// What writing to `path` writes: `path` itself, or the last name of the chain of
+/// symbolic links it starts (which need not exist yet); an error only for a loop of links
+/// or a link that cannot be read. Links in the directories above it need no following:
+/// the kernel follows them for the rename.
+fn final_target(path: &Path) -> std::io::Result<PathBuf> {
+    let mut at = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                // A relative link is relative to the directory of the link; an absolute
+                // one replaces the whole path (`join`).
+                let link = std::fs::read_link(&at)?;
+                at = parent_dir(&at).join(link);
+            }
+            // Not a link, nothing there, or nothing that can be looked at: what to do
+            // with `at` is decided (or fails) when it is opened.
+            _ => return Ok(at),
+        }
+    }
+    Err(std::io::Error::from_raw_os_error(libc::ELOOP))
 }
 
 /// The directory a file destination is created in.
@@ -109,11 +190,13 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
-/// `path` with its directory canonicalised, so that two spellings of one file compare
-/// equal; `None` when the directory does not resolve (opening it fails then anyway).
+/// The file `path` writes, its directory canonicalised and its links followed, so that
+/// two spellings of one file compare equal; `None` when it does not resolve (opening it
+/// fails then anyway).
 fn resolved(path: &Path) -> Option<PathBuf> {
-    let name = path.file_name()?;
-    Some(parent_dir(path).canonicalize().ok()?.join(name))
+    let target = final_target(path).ok()?;
+    let name = target.file_name()?;
+    Some(parent_dir(&target).canonicalize().ok()?.join(name))
 }
 
 /// The destinations that could not be written, each with its cause; every other one was.

@@ -231,7 +231,29 @@ impl Link {
     fn interval(&self) -> String {
         match self.interval_percent {
             Some([lo, hi]) => format!("[{lo:+.1}%, {hi:+.1}%]"),
-            None => "exact".to_string(),
+            None if self.method == "exact" => "exact".to_string(),
+            // A measured value compared without an interval (too few runs or samples).
+            None => "no interval".to_string(),
+        }
+    }
+}
+
+impl Pinpoint {
+    /// Whether the search could not tell whether the inspected function got worse.
+    pub fn is_undecided(&self) -> bool {
+        self.stop == "undecided"
+    }
+
+    /// The verdict line: the bottleneck, or why there is none. An undecided search is no
+    /// all-clear.
+    fn verdict(&self) -> String {
+        match &self.bottleneck {
+            Some(b) => format!("bottleneck: {b}"),
+            None if self.is_undecided() => format!(
+                "no verdict: whether {} got worse is undecided",
+                self.function
+            ),
+            None => format!("no bottleneck: {} did not get worse", self.function),
         }
     }
 }
@@ -280,14 +302,7 @@ pub fn text(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
         );
     }
     let _ = writeln!(s);
-    match &p.bottleneck {
-        Some(b) => {
-            let _ = writeln!(s, "bottleneck: {b}");
-        }
-        None => {
-            let _ = writeln!(s, "no bottleneck: {} did not get worse", p.function);
-        }
-    }
+    let _ = writeln!(s, "{}", p.verdict());
     let _ = writeln!(s, "stopped: {}", p.stopped);
     for u in &p.undecided {
         let _ = writeln!(s, "undecided (too few samples): {u}");
@@ -402,10 +417,7 @@ pub fn html(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
     let _ = writeln!(
         s,
         "<p><b>{}</b><br>stopped: {}</p>",
-        match &p.bottleneck {
-            Some(b) => format!("bottleneck: {}", escape(b)),
-            None => format!("no bottleneck: {} did not get worse", escape(&p.function)),
-        },
+        escape(&p.verdict()),
         escape(&p.stopped)
     );
     for u in &p.undecided {
@@ -477,6 +489,36 @@ mod tests {
             undecided: Vec::new(),
             sampling: None,
         })
+    }
+
+    #[test]
+    fn an_undecided_search_is_no_all_clear_and_a_time_without_interval_is_not_exact() {
+        let mut r = report();
+        let p = &mut r.pinpoint;
+        let mut welch = comparison(37.75, 71.25);
+        welch.method = ComparisonMethod::WelchT;
+        welch.verdict = Verdict::Inconclusive;
+        p.chain = vec![Link::new("main".into(), 0, false, 1, welch)];
+        p.bottleneck = None;
+        p.stop = "undecided".into();
+        p.stopped = "main had too few samples".into();
+        assert!(p.is_undecided());
+        let mut out = Vec::new();
+        text(&r, &mut out).unwrap();
+        let t = String::from_utf8(out).unwrap();
+        assert!(t.contains("+88.7% no interval  n=1"), "{t}");
+        assert!(
+            !t.contains("exact") && !t.contains("did not get worse"),
+            "{t}"
+        );
+        assert!(
+            t.contains("no verdict: whether main got worse is undecided"),
+            "{t}"
+        );
+        let mut out = Vec::new();
+        html(&r, &mut out).unwrap();
+        let page = String::from_utf8(out).unwrap();
+        assert!(!page.contains("did not get worse"), "{page}");
     }
 
     #[test]

@@ -450,6 +450,71 @@ fn cli_memory_reports_rss_and_heap_peak() {
 }
 
 #[test]
+fn memory_sampling_is_a_note_so_strict_passes_and_still_fails_on_warnings() {
+    // `--memory --strict` always exited 2: the 5 ms sampling interval, true of every run,
+    // was a warning. Runs of 100 ms, long enough for procfs samples (a run that ends
+    // before the first one is a warning of its own).
+    let run = sbs([
+        "--memory",
+        "--strict",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "-f",
+        "json",
+        "--",
+        fixture!("sleepy"),
+        "10",
+        "10",
+    ])
+    .success();
+    let report = run.json();
+    let notes = metric(&report, "rss.tree_peak")["notes"].to_string();
+    run.check(
+        notes.contains("sampled from procfs every 5 ms"),
+        "the interval is a note on the metric",
+    );
+    run.check(
+        report["benchmarks"][0]["warnings"]
+            .as_array()
+            .is_none_or(|w| w.is_empty()),
+        "and no warning",
+    );
+    let text = sbs([
+        "--memory",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--",
+        fixture!("sleepy"),
+        "10",
+        "10",
+    ])
+    .success()
+    .stdout();
+    assert!(
+        text.contains("note (rss.tree_peak): sampled from procfs every 5 ms"),
+        "{text}"
+    );
+    // A warning about the run (a failed run kept by --ignore-failure) still fails it.
+    sbs([
+        "--memory",
+        "--strict",
+        "--ignore-failure",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--",
+        fixture!("exit_with"),
+        "1",
+    ])
+    .fails_with(2, "and --strict");
+}
+
+#[test]
 fn memory_runs_measure_the_rss_of_the_program_without_the_agent() {
     // An allocation-heavy program with ~640k small blocks live at its peak: any per-block
     // bookkeeping of the agent would show in its RSS. The footprint --memory reports must

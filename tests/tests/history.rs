@@ -220,6 +220,43 @@ fn corrupt_history_is_reported_with_its_path_and_left_alone() {
 }
 
 #[test]
+fn a_saved_time_no_run_can_take_is_corrupt_not_an_infinite_change() {
+    // Every saved time.wall at -1e308 s: the gate printed an infinite change and exited 0.
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save"], "50").success();
+    let file = entry_files(&h).pop().unwrap();
+    let good = std::fs::read_to_string(&file).unwrap();
+    let mut bad = String::new();
+    for line in good.lines() {
+        // `...,metric,detail,unit,source,exact,run,value,failed`
+        let mut fields: Vec<&str> = line.split(',').collect();
+        let n = fields.len();
+        if fields[n - 8] == "time.wall" {
+            fields[n - 2] = "-1e308";
+        }
+        bad.push_str(&fields.join(","));
+        bad.push('\n');
+    }
+    assert_ne!(good, bad);
+    std::fs::write(&file, &bad).unwrap();
+    let out = run(&h, &["--save"], "50").fails_with(2, &file.display().to_string());
+    out.check(
+        out.stderr().contains("is corrupt")
+            && out
+                .stderr()
+                .contains("value -1e308 of metric `time.wall` is negative"),
+        "names the value and why it cannot be",
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        bad,
+        "left as it was"
+    );
+    assert_eq!(entry_files(&h).len(), 1, "nothing saved after the error");
+}
+
+#[test]
 fn concurrent_collectors_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let h = dir.path().join("hist");
@@ -624,23 +661,186 @@ fn a_reader_that_went_away_changes_neither_the_verdict_nor_the_save() {
 }
 
 #[test]
-fn a_misspelt_threshold_fails_the_run_after_keeping_its_measurements() {
-    // `--threshold alloc.cuont=0` used to be accepted and switched no gate at all.
+fn a_misspelt_threshold_fails_before_any_run() {
+    // `--threshold alloc.cuont=0` used to be accepted and switched no gate at all; then it
+    // was refused, but only once every run had finished.
     let dir = tempfile::tempdir().unwrap();
     let h = dir.path().join("hist");
-    let run = run(
-        &h,
-        &["--alloc", "--save", "--threshold", "alloc.cuont=0"],
-        "10",
+    let args = |threshold: &str, measure: &str| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--runs",
+            "1",
+            "--name",
+            "fixture",
+            "--history",
+            h.to_str().unwrap(),
+            "--save",
+            "--threshold",
+            threshold,
+            measure,
+            "--",
+            fixture!("exit_with"),
+            // A run would fail with another message: the check comes first.
+            "1",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.retain(|a| !a.is_empty());
+        args
+    };
+    sbs(args("alloc.cuont=0", "--alloc"))
+        .fails_with(2, "`alloc.cuont` (did you mean `alloc.count`?)");
+    // A metric of a family the run does not measure, or of no family at all.
+    sbs(args("alloc.count=0", "")).fails_with(
+        2,
+        "`alloc.count` (alloc.* metrics are measured with --alloc)",
     );
+    sbs(args("tme.wall=5", "--time")).fails_with(2, "`tme.wall` (did you mean `time.wall`?)");
+    sbs(args("bogus.*=5", "--time")).fails_with(2, "`bogus.*` (metric ids start with time.");
+    assert!(!h.exists(), "nothing ran, nothing was saved");
+    // A prefix of a family the run does not measure serves several CI jobs: accepted.
+    let other = run(&h, &["--alloc", "--threshold", "counter.*=4"], "10");
+    other.success();
+}
+
+#[test]
+fn a_misspelt_threshold_that_only_the_runs_can_tell_fails_after_keeping_its_measurements() {
+    // A harness names its metrics in its runs (`time.op`...): a misspelt name of a family
+    // it measures is refused once the report is written and the history saved.
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    let run = sbs([
+        "--harness",
+        "--runs",
+        "2",
+        "-f",
+        "json",
+        "--history",
+        h.to_str().unwrap(),
+        "--save",
+        "--threshold",
+        "time.opp=5",
+        "--",
+        fixture!("harness_fixture"),
+        "spin",
+    ]);
     assert_eq!(run.code(), Some(2), "{}", run.stderr());
     run.check(
-        run.stderr().contains("did you mean `alloc.count`?"),
+        run.stderr().contains("did you mean `time.op`?"),
         "names the closest metric",
     );
     run.check(
-        metric(&run.json(), "alloc.count")["samples"].is_array(),
+        metric(&run.json(), "time.op")["samples"].is_array(),
         "the report is still written",
     );
     assert_eq!(entry_files(&h).len(), 1, "and the history saved");
+}
+
+#[test]
+fn an_unusable_history_or_report_path_fails_before_any_run() {
+    let ro = util::ReadOnlyDir::new();
+    let inside = |name: &str| ro.dir.join(name).to_str().unwrap().to_string();
+    // `exit_with 1` would fail its run with another message: each check comes first.
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--history", &inside("h"), "--save"],
+            "cannot create a file in",
+        ),
+        (
+            &["--history", &inside("h"), "--save-baseline", "main"],
+            "cannot create a file in",
+        ),
+        (&["-o", &inside("r.json")], "cannot write in"),
+        (&["--export-csv", &inside("r.csv")], "cannot write in"),
+        (&["--html", &inside("r.html")], "cannot write in"),
+    ];
+    for (args, needle) in cases {
+        let mut all = vec!["--runs", "1"];
+        all.extend(args);
+        all.extend(["--", fixture!("exit_with"), "1"]);
+        let out = sbs(&all).fails_with(2, needle);
+        out.check(
+            out.stderr().contains(ro.dir.to_str().unwrap()),
+            "names the directory",
+        );
+    }
+    // Under a regular file, root included.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let under = file.path().join("h");
+    sbs([
+        "--runs",
+        "1",
+        "--history",
+        under.to_str().unwrap(),
+        "--save",
+        "--",
+        fixture!("exit_with"),
+        "1",
+    ])
+    .fails_with(2, &under.display().to_string());
+}
+
+#[test]
+fn a_misspelt_baseline_offers_the_saved_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save-baseline", "main"], "10").success();
+    run(&h, &["--baseline", "mian"], "10")
+        .fails_with(2, "baseline `mian` has no entry for benchmark `fixture`")
+        .fails_with(2, "did you mean `main`?");
+    // Nothing close: no suggestion.
+    let far = run(&h, &["--baseline", "release-2024"], "10");
+    let far = far.fails_with(2, "has no entry");
+    far.check(
+        !far.stderr().contains("did you mean"),
+        "no far-fetched guess",
+    );
+}
+
+#[test]
+fn every_metric_a_run_reports_is_a_threshold_name_it_accepts_before_running() {
+    // The check before the runs knows the metric ids from the plan's instruments: none
+    // that a run reports may be refused.
+    use sbs_skip::{skip, Need};
+    let configs: [(&[&str], Option<Need>); 7] = [
+        (&[], None),
+        (&["--alloc", "--memory", "--time"], None),
+        (&["--memory"], None),
+        (
+            &["--invocations-engine", "inproc", "--invocations", "step"],
+            None,
+        ),
+        (&["--boxing", "--invocations-engine", "inproc"], None),
+        (
+            &["--counters", "page-faults,context-switches"],
+            Some(Need::PerfEvents),
+        ),
+        (&["--instructions", "valgrind"], Some(Need::Valgrind)),
+    ];
+    for (config, need) in configs {
+        let mut args = vec!["--runs", "1", "--warmup", "0", "-f", "json"];
+        args.extend(config);
+        args.extend(["--", fixture!("work"), "1000"]);
+        let first = sbs(&args);
+        if let (Some(need), false) = (need, first.code() == Some(0)) {
+            skip!(need, "{config:?}: {}", first.stderr().trim_end());
+            continue;
+        }
+        let first = first.success();
+        let ids: Vec<String> = first.json()["benchmarks"][0]["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect();
+        assert!(!ids.is_empty(), "{config:?}");
+        let thresholds: Vec<String> = ids.iter().map(|id| format!("{id}=1000")).collect();
+        let mut again = vec!["--runs", "1", "--warmup", "0", "-f", "json"];
+        again.extend(config);
+        for t in &thresholds {
+            again.extend(["--threshold", t.as_str()]);
+        }
+        again.extend(["--", fixture!("work"), "1000"]);
+        sbs(&again).success();
+    }
 }

@@ -1279,3 +1279,43 @@ fn the_loaders_own_inlined_copies_are_said_only_with_the_detail() {
         "{detail}"
     );
 }
+
+#[test]
+fn a_pattern_given_twice_is_counted_once_in_its_first_place() {
+    // 300 copies of `--invocations step` with `--runs 1` gave one metric with n = 300.
+    // The in-process engine needs no privilege.
+    let mut args: Vec<&str> = vec![
+        "--invocations-engine",
+        "inproc",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "-f",
+        "json",
+    ];
+    for i in 0..300 {
+        args.extend(["--invocations", "step"]);
+        if i == 0 {
+            args.extend(["--invocations", "main"]);
+        }
+    }
+    args.extend(["--", fixture!("work"), "1000"]);
+    let run = sbs(&args).success();
+    let report = run.json();
+    let ids: Vec<&str> = report["benchmarks"][0]["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .filter(|id| id.starts_with("invocations."))
+        .collect();
+    assert_eq!(
+        ids,
+        ["invocations.step", "invocations.main"],
+        "first-seen order"
+    );
+    let step = metric(&report, "invocations.step");
+    assert_eq!(samples(step), [1000.0], "one run, one sample");
+    assert_eq!(step["summary"]["n"], 1);
+}

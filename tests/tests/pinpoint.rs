@@ -214,6 +214,51 @@ fn text_and_html_show_the_chain() {
 }
 
 #[test]
+fn pinpoint_writes_through_a_device_and_a_symlink_and_leaves_them_what_they_were() {
+    use std::os::unix::fs::FileTypeExt;
+    let Some(b) = builds() else { return };
+    // As root, a null device of our own (1,3 is the number of /dev/null), so that a
+    // regression cannot break the machine's.
+    let device = if util::is_root() {
+        let device = b.dir().join("null");
+        let c = std::ffi::CString::new(device.to_str().unwrap()).unwrap();
+        // SAFETY: mknod(2) with a NUL-terminated path that outlives the call.
+        let made = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+        assert_eq!(made, 0, "mknod: {}", std::io::Error::last_os_error());
+        device
+    } else {
+        PathBuf::from("/dev/null")
+    };
+    let link = b.dir().join("link.html");
+    std::os::unix::fs::symlink("page.html", &link).unwrap();
+    b.pinpoint(
+        0,
+        0,
+        &[
+            "--metric",
+            "alloc",
+            "--runs",
+            "1",
+            "-o",
+            device.to_str().unwrap(),
+            "--html",
+            link.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .success();
+    let kind = |p: &Path| std::fs::symlink_metadata(p).unwrap().file_type();
+    assert!(
+        kind(&device).is_char_device(),
+        "{} was replaced",
+        device.display()
+    );
+    assert!(kind(&link).is_symlink(), "the link was replaced");
+    let page = std::fs::read_to_string(b.dir().join("page.html")).expect("the link's target");
+    assert!(page.contains("<html"), "{page}");
+}
+
+#[test]
 fn bad_input_gets_one_line_and_exit_2() {
     let Some(b) = builds() else { return };
     let missing = b.dir().join("nope");

@@ -154,3 +154,57 @@ fn text_and_markdown_show_the_means_their_intervals_and_the_samples() {
     let md = sbs(&argv);
     assert!(md.stdout().contains("| samples |"), "{}", md.stdout());
 }
+
+#[test]
+fn one_run_a_build_is_refused_before_any_work() {
+    // `--runs 1` printed a change labelled exact, then "main did not get worse", exit 0:
+    // one run has no spread for Welch's test. Refused before the builds are even read
+    // (a missing build would be another error).
+    let missing = Path::new("/nonexistent/previous-build");
+    sbs([
+        "pinpoint",
+        "--metric",
+        "time",
+        "--runs",
+        "1",
+        "--previous",
+        missing.to_str().unwrap(),
+        "--",
+        "/nonexistent/current-build",
+    ])
+    .fails_with(2, "--metric time needs at least 2 runs per build")
+    .fails_with(2, "give --runs 2 or more");
+}
+
+#[test]
+fn an_undecided_search_is_no_all_clear() {
+    let Some(_) = builds() else { return };
+    // pinpoint.c runs for well under a millisecond: main gets a sample or two a run, too
+    // few to say whether it got worse.
+    let Some(b) = util::gcc_variants("pinpoint", 2) else {
+        return;
+    };
+    let run = b.pinpoint(0, 1, &["--metric", "time", "--runs", "2"], &[]);
+    let run = run.fails_with(2, "undecided, no verdict: main had too few samples");
+    let v = run.json();
+    assert_eq!(v["pinpoint"]["stop"], "undecided", "{v}");
+    assert!(v["pinpoint"]["bottleneck"].is_null(), "{v}");
+    let text = sbs([
+        "pinpoint".to_string(),
+        "--metric".into(),
+        "time".into(),
+        "--runs".into(),
+        "2".into(),
+        "--previous".into(),
+        b.exe(0).display().to_string(),
+        "--".into(),
+        b.exe(1).display().to_string(),
+    ]);
+    assert_eq!(text.code(), Some(2), "{}", text.stderr());
+    let out = text.stdout();
+    assert!(!out.contains("did not get worse"), "{out}");
+    assert!(
+        out.contains("no verdict: whether main got worse is undecided"),
+        "{out}"
+    );
+}

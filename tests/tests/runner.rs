@@ -573,6 +573,110 @@ fn two_exports_on_the_same_file_are_refused_before_any_run() {
     assert!(!dir.path().join("r.out").exists());
 }
 
+/// `path` as a C string for a system call.
+fn c_path(path: &std::path::Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in a temporary path")
+}
+
+#[test]
+fn reports_write_through_devices_fifos_and_symlinks_and_leave_each_what_it_was() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name);
+    // As root, a null device of our own (1,3 is the number of /dev/null): were it replaced
+    // by a regular file, nothing else on the machine would notice.
+    let device = if util::is_root() {
+        let device = file("null");
+        // SAFETY: mknod(2) with a NUL-terminated path that outlives the call.
+        let made = unsafe {
+            libc::mknod(
+                c_path(&device).as_ptr(),
+                libc::S_IFCHR | 0o666,
+                libc::makedev(1, 3),
+            )
+        };
+        assert_eq!(made, 0, "mknod: {}", std::io::Error::last_os_error());
+        device
+    } else {
+        std::path::PathBuf::from("/dev/null")
+    };
+    let fifo = file("fifo");
+    // SAFETY: mkfifo(3) with a NUL-terminated path that outlives the call.
+    let made = unsafe { libc::mkfifo(c_path(&fifo).as_ptr(), 0o644) };
+    assert_eq!(made, 0, "mkfifo: {}", std::io::Error::last_os_error());
+    // The FIFO's reader waits in open(2) for a writer and sends back all it read. A report
+    // renamed over the FIFO would leave it waiting forever: the test gives up after 60 s.
+    let (sent, received) = std::sync::mpsc::channel();
+    let reader_path = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = sent.send(std::fs::read(&reader_path).map_err(|e| e.to_string()));
+    });
+    // A relative link to an existing file, an absolute one to a name not taken yet.
+    std::fs::write(file("old.csv"), "old").unwrap();
+    std::os::unix::fs::symlink("old.csv", file("link.csv")).unwrap();
+    std::os::unix::fs::symlink(file("new.html"), file("dangling.html")).unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    sbs([
+        "--runs".to_string(),
+        "1".into(),
+        "--warmup".into(),
+        "0".into(),
+        "-f".into(),
+        "json".into(),
+        "-o".into(),
+        path(&device),
+        "--export-json".into(),
+        path(&fifo),
+        "--export-csv".into(),
+        path(&file("link.csv")),
+        "--html".into(),
+        path(&file("dangling.html")),
+        "--".into(),
+        fixture!("exit_with").into(),
+    ])
+    .success();
+
+    let kind = |p: &std::path::Path| std::fs::symlink_metadata(p).unwrap().file_type();
+    assert!(
+        kind(&device).is_char_device(),
+        "{} is no longer a character device",
+        device.display()
+    );
+    assert!(
+        kind(&file("link.csv")).is_symlink(),
+        "the link was replaced"
+    );
+    assert_eq!(
+        std::fs::read_link(file("link.csv")).unwrap(),
+        std::path::Path::new("old.csv")
+    );
+    let csv = std::fs::read_to_string(file("old.csv")).unwrap();
+    assert!(csv.starts_with("benchmark,metric,"), "{csv}");
+    assert!(kind(&file("dangling.html")).is_symlink());
+    let html = std::fs::read_to_string(file("new.html")).unwrap();
+    assert!(html.contains("<html"), "{html}");
+    let read = received
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the FIFO's reader got no writer within 60 s")
+        .expect("read the FIFO");
+    let json: serde_json::Value = serde_json::from_slice(&read).expect("the FIFO got the JSON");
+    assert!(json["benchmarks"][0]["metrics"].is_array(), "{json}");
+    assert!(kind(&fifo).is_fifo(), "the FIFO was replaced");
+    // Nothing else was left behind (no temporary file).
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut expected = vec!["dangling.html", "fifo", "link.csv", "new.html", "old.csv"];
+    if util::is_root() {
+        expected.insert(1, "null");
+    }
+    expected.sort();
+    assert_eq!(names, expected);
+}
+
 #[test]
 fn setup_prepare_and_cleanup_run_around_the_runs_of_every_group() {
     let dir = tempfile::tempdir().unwrap();

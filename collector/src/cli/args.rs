@@ -345,7 +345,8 @@ pub struct RunArgs {
     pub strict: bool,
 
     /// Count calls of the functions a PATTERN names, through uprobes (repeatable; needs
-    /// root). Exact, across threads and child processes; these runs carry no timing.
+    /// root). Exact, across threads and child processes; these runs carry no timing. A
+    /// pattern given twice is counted once.
     ///
     /// Names are compared by path segments, with generic arguments, C++ parameter lists
     /// and return types dropped; the pattern must equal the last whole segments:

@@ -57,7 +57,8 @@ pub enum PinpointFormat {
 alternately, --runs times each: under valgrind (instructions, alloc, alloc-bytes), or under a \
 stack sampler (time).\n\n\
 Example: sbs-profile pinpoint --previous ./old -- ./new --size 1000\n\n\
-Exit codes: 0 the inspected function did not get worse, 1 it did (a chain was found), 2 error."
+Exit codes: 0 the inspected function did not get worse, 1 it did (a chain was found), 2 error \
+or undecided (time: too few samples to tell)."
 )]
 pub struct PinpointArgs {
     /// The previous build (the reference).
@@ -80,7 +81,7 @@ pub struct PinpointArgs {
     #[arg(long, value_name = "PATTERN")]
     pub ignore: Vec<String>,
 
-    /// Runs per build (default: 10 for time, 3 for the counts).
+    /// Runs per build (default: 10 for time, at least 2; 3 for the counts).
     #[arg(short = 'r', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub runs: Option<u64>,
 
@@ -148,7 +149,8 @@ impl PinpointArgs {
     }
 }
 
-/// Carry out `pinpoint`: 1 when the inspected function got worse, 0 when not.
+/// Carry out `pinpoint`: 1 when the inspected function got worse, 0 when it did not, an
+/// error (exit 2) when that could not be decided; the report is written in every case.
 pub fn execute(args: &PinpointArgs) -> anyhow::Result<ExitCode> {
     let request = args.request()?;
     // Destinations are checked before any run.
@@ -180,6 +182,11 @@ pub fn execute(args: &PinpointArgs) -> anyhow::Result<ExitCode> {
         render::html(&report, &mut page).context("cannot render the HTML page")?;
         html.write_all(&page)
             .context("cannot write the --html page")?;
+    }
+    if p.is_undecided() {
+        // The report says what was measured; the exit code must not say "nothing got
+        // worse", which was not shown.
+        anyhow::bail!("undecided, no verdict: {}", p.stopped);
     }
     Ok(match &p.bottleneck {
         Some(b) => {

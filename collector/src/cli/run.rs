@@ -43,6 +43,8 @@ pub(super) fn measure(
     // Read the history first: a missing baseline or a corrupt file fails before the runs.
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;
+    // Thresholds of no measured family, a history that cannot be written: before the runs.
+    regression.check_before_runs(&names, &plan.metric_families(), plan.metric_ids().as_ref())?;
     // Open the destinations first: an unwritable path fails before minutes of runs.
     let sinks = Sinks::open(&plan.destinations)?;
     let cancel = Cancel::install()

@@ -551,6 +551,55 @@ mod tests {
     }
 
     #[test]
+    fn values_no_measurement_can_take_are_corrupt_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        // Differences may be below 0: a calibrated value, what is live at exit.
+        let mut b = bench("b", &[1.0], 1.0);
+        b.metrics.push(metric(
+            "time.op.calibrated",
+            Unit::Seconds,
+            "harness",
+            false,
+            &[-1e-9],
+        ));
+        b.metrics.push(metric(
+            "heap.live_at_exit",
+            Unit::Bytes,
+            "agent",
+            true,
+            &[-64.0],
+        ));
+        let path = h.save(&b, &meta("id1", "t1")).unwrap();
+        assert_eq!(h.entries("b").unwrap().len(), 1);
+        let good = fs::read_to_string(&path).unwrap();
+        let wall = ",time.wall,,seconds,rusage,false,0,1.0,";
+        let count = ",alloc.count,,count,agent,true,0,1.0,";
+        let cases = [
+            (wall, "-1e308", "negative, which a time cannot be"),
+            (wall, "-0.5", "negative, which a time cannot be"),
+            (count, "-1", "negative, which a count cannot be"),
+            (wall, "1e308", "beyond any measurement"),
+            (count, "1e20", "beyond any measurement"),
+            (wall, "NaN", "not finite"),
+            (wall, "inf", "not finite"),
+            (count, "-inf", "not finite"),
+        ];
+        for (row, value, reason) in cases {
+            assert!(good.contains(row), "{row} in {good}");
+            let bad = good.replacen(row, &row.replace(",1.0,", &format!(",{value},")), 1);
+            fs::write(&path, &bad).unwrap();
+            let err = h.entries("b").unwrap_err();
+            assert!(
+                matches!(&err, HistoryError::Corrupt { reason: r, .. } if r.contains(reason)),
+                "{value}: {err}"
+            );
+            assert!(err.to_string().contains("left untouched"), "{err}");
+            assert_eq!(fs::read_to_string(&path).unwrap(), bad, "never rewritten");
+        }
+    }
+
+    #[test]
     fn baselines_are_named_replaced_atomically_and_never_clobber_foreign_files() {
         let dir = tempfile::tempdir().unwrap();
         let h = History::new(dir.path());

@@ -5,6 +5,8 @@ use std::fs::{self, File};
 use std::io;
 use std::path::Path;
 
+use sbs_reports::model::{never_negative, Unit};
+
 use super::{
     columns_v1, columns_v2, io_error, Entry, EntryMeta, History, HistoryError, Row, SavedMetric,
     COLUMNS, HISTORY_SCHEMA, MARKER,
@@ -120,6 +122,30 @@ impl History {
         Ok(entries)
     }
 
+    /// Names of the baselines saved for `benchmark`, sorted (for a suggestion when a
+    /// name is not one of them). A missing store has none.
+    pub fn baselines_of(&self, benchmark: &str) -> Result<Vec<String>, HistoryError> {
+        let dir = self.root.join("baselines");
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("list", &dir)(e)),
+        };
+        let mut names = Vec::new();
+        for item in listing {
+            let item = item.map_err(io_error("list", &dir))?;
+            let name = item.file_name().to_string_lossy().into_owned();
+            let saved = self
+                .baseline_path(&name, benchmark)
+                .is_ok_and(|path| path.is_file());
+            if saved {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     /// Baseline `name` of `benchmark`, if saved.
     pub fn baseline(&self, name: &str, benchmark: &str) -> Result<Option<Entry>, HistoryError> {
         let path = self.baseline_path(name, benchmark)?;
@@ -214,9 +240,7 @@ fn first_row_entry(path: &Path, row: &Row) -> Entry {
 
 /// Add one row to its entry, or say why it does not belong there.
 fn add_row(e: &mut Entry, row: Row) -> Result<(), String> {
-    if !row.value.is_finite() {
-        return Err(format!("value {} is not finite", row.value));
-    }
+    check_value(&row)?;
     if row.entry != e.meta.id || row.benchmark != e.benchmark || row.time != e.meta.time {
         return Err("rows of different entries or benchmarks in one file".to_string());
     }
@@ -225,6 +249,51 @@ fn add_row(e: &mut Entry, row: Row) -> Result<(), String> {
     } else {
         add_detail_row(e, row)
     }
+}
+
+/// The largest magnitude a saved value can have: counts and sizes are read from 64-bit
+/// counters, and no run lasts 2^64 nanoseconds (584 years). Past it the gate's sums and
+/// ratios overflow to infinity.
+fn largest(unit: Unit) -> f64 {
+    const TWO_TO_THE_64: f64 = 18_446_744_073_709_551_616.0;
+    match unit {
+        Unit::Seconds => TWO_TO_THE_64 * 1e-9,
+        Unit::Bytes | Unit::Count => TWO_TO_THE_64,
+    }
+}
+
+/// Refuse a value no measurement of its metric can take: not finite, negative for a
+/// quantity that cannot be (a time, a size, a count), or beyond [`largest`]. Judged as
+/// it is, such a value turns the gate's change into an infinity and its verdict into
+/// nonsense.
+fn check_value(row: &Row) -> Result<(), String> {
+    let what = if row.detail.is_empty() {
+        format!("metric `{}`", row.metric)
+    } else {
+        format!("detail `{}` of metric `{}`", row.detail, row.metric)
+    };
+    let value = row.value;
+    if !value.is_finite() {
+        return Err(format!("value {value} of {what} is not finite"));
+    }
+    if value < 0.0 && never_negative(&row.metric) {
+        return Err(format!(
+            "value {value:e} of {what} is negative, which a {} cannot be",
+            match row.unit {
+                Unit::Seconds => "time",
+                Unit::Bytes => "size",
+                Unit::Count => "count",
+            }
+        ));
+    }
+    let limit = largest(row.unit);
+    if value.abs() > limit {
+        return Err(format!(
+            "value {value:e} of {what} is beyond any measurement (at most {limit:e} {})",
+            row.unit.as_str()
+        ));
+    }
+    Ok(())
 }
 
 /// A metric's own row: the next run of the metric, whose rows are contiguous.

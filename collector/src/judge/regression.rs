@@ -15,7 +15,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use sbs_reports::model::{BenchmarkResult, Comparison, MetricResult, Report, TrendPoint};
+use sbs_reports::model::{
+    family_of, BenchmarkResult, Comparison, MetricResult, Report, TrendPoint, METRIC_FAMILIES,
+};
 
 use crate::history::{Entry, EntryMeta, History, SavedMetric};
 use crate::judge::compare::{against_sessions, compare, CompareError, Policy, Series, Thresholds};
@@ -147,18 +149,23 @@ impl Regression {
             .iter()
             .map(|name| {
                 if let Some(base) = &self.baseline {
-                    let entry = self.history.baseline(base, name)?.with_context(|| {
+                    let Some(entry) = self.history.baseline(base, name)? else {
                         let path = self
                             .history
                             .baseline_path(base, name)
                             .map(|p| p.display().to_string())
                             .unwrap_or_default();
-                        format!(
-                            "baseline `{base}` has no entry for benchmark `{name}` ({path} does not \
-                             exist): save one first with --save-baseline {base}, or check \
-                             --history and --name"
-                        )
-                    })?;
+                        // A typo (`mian`) of a baseline that is saved for it.
+                        let saved = self.history.baselines_of(name)?;
+                        let hint = closest(base, saved.iter().map(String::as_str))
+                            .map(|n| format!("did you mean `{n}`? Else "))
+                            .unwrap_or_default();
+                        bail!(
+                            "baseline `{base}` has no entry for benchmark `{name}` ({path} does \
+                             not exist): {hint}save one first with --save-baseline {base}, or \
+                             check --history and --name"
+                        );
+                    };
                     Ok(Reference::Baseline(base.clone(), Box::new(entry)))
                 } else {
                     let entries = self.history.latest_entries(name, self.depth)?;
@@ -387,6 +394,33 @@ impl Regression {
         Ok(())
     }
 
+    /// Check, before any run, what can be known then: that every `--threshold` names a
+    /// metric the plan will measure (`families` and, when its instruments know them,
+    /// `ids`), and that `--save` or `--save-baseline` can write the history, so that
+    /// neither fails after minutes of runs. Where the ids are known only from the runs
+    /// (a harness), a misspelt name inside a measured family is caught after them, by
+    /// [`Regression::check_threshold_names`].
+    pub fn check_before_runs(
+        &self,
+        benchmarks: &[String],
+        families: &BTreeSet<&str>,
+        ids: Option<&BTreeSet<String>>,
+    ) -> anyhow::Result<()> {
+        let refused = thresholds_outside(&self.thresholds, families, ids);
+        if !refused.is_empty() {
+            bail!(
+                "--threshold names no metric this run will measure: {}; the gate of such a \
+                 metric would never fire: fix the name, or add the option that measures it",
+                refused.join(", ")
+            );
+        }
+        if self.save || self.save_baseline.is_some() {
+            self.history
+                .check_writable(benchmarks, self.save, self.save_baseline.as_deref())?;
+        }
+        Ok(())
+    }
+
     /// An error naming every `--threshold` metric that matched no metric of `report`.
     pub fn check_threshold_names(&self, report: &Report) -> anyhow::Result<()> {
         let unknown = unknown_threshold_names(&self.thresholds, report);
@@ -420,16 +454,88 @@ impl Regression {
     }
 }
 
-/// The first segments of every metric id the collector measures.
-const METRIC_FAMILIES: [&str; 7] = [
-    "time.",
-    "rss.",
-    "alloc.",
-    "heap.",
-    "invocations.",
-    "boxing.",
-    "counter.",
-];
+/// The option that measures a family of metrics, for messages.
+fn measured_by(family: &str) -> &'static str {
+    match family {
+        "time." => "--time",
+        "rss." => "--memory",
+        "alloc." => "--alloc",
+        "heap." => "--alloc or --memory",
+        "invocations." => "--invocations",
+        "boxing." => "--boxing",
+        "counter." => "--counters or --instructions",
+        "profile." => "--profile-time",
+        _ => "another option",
+    }
+}
+
+/// The candidate closest to `name`, if one is close (Jaro-Winkler above 0.8).
+fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .map(|c| (strsim::jaro_winkler(name, c), c))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+/// `--threshold` patterns that cannot name a metric of a run measuring `families` (and,
+/// if known, exactly the metrics `ids`), each with why: an exact name of a family the run
+/// does not measure (with the option that would), an exact name that is none of `ids`
+/// (with the closest), or a name or prefix of no family at all (with the closest family).
+/// A prefix of a family (`time.*` in an `--alloc` run) is fine, measured or not: one set
+/// of thresholds can serve several CI jobs.
+pub fn thresholds_outside(
+    thresholds: &Thresholds,
+    families: &BTreeSet<&str>,
+    ids: Option<&BTreeSet<String>>,
+) -> Vec<String> {
+    let patterns: BTreeSet<&str> = thresholds.patterns().collect();
+    patterns
+        .into_iter()
+        .filter_map(|pattern| {
+            let family = match pattern.strip_suffix('*') {
+                Some(prefix)
+                    if METRIC_FAMILIES
+                        .iter()
+                        .any(|f| prefix.starts_with(f) || f.starts_with(prefix)) =>
+                {
+                    return None
+                }
+                Some(_) => None,
+                None => family_of(pattern),
+            };
+            match family {
+                Some(f) if families.contains(f) => match ids {
+                    Some(ids) if !pattern.ends_with('*') && !ids.contains(pattern) => {
+                        Some(match closest(pattern, ids.iter().map(String::as_str)) {
+                            Some(id) => format!("`{pattern}` (did you mean `{id}`?)"),
+                            None => format!("`{pattern}`"),
+                        })
+                    }
+                    _ => None,
+                },
+                Some(f) => Some(format!(
+                    "`{pattern}` ({f}* metrics are measured with {})",
+                    measured_by(f)
+                )),
+                None => {
+                    // `tme.wall`: the closest family with the rest as given.
+                    let (head, rest) = match pattern.find('.') {
+                        Some(dot) => pattern.split_at(dot + 1),
+                        None => (pattern, ""),
+                    };
+                    Some(match closest(head, METRIC_FAMILIES.into_iter()) {
+                        Some(f) => format!("`{pattern}` (did you mean `{f}{rest}`?)"),
+                        None => format!(
+                            "`{pattern}` (metric ids start with {})",
+                            METRIC_FAMILIES.join(", ")
+                        ),
+                    })
+                }
+            }
+        })
+        .collect()
+}
 
 /// `--threshold` patterns that name no metric of `report`, each with the closest metric
 /// id when one is close: a typo in a CI job would otherwise switch its gate off without
@@ -629,6 +735,39 @@ mod tests {
         );
         let fine = Thresholds::from_args(&["alloc.*=1", "time.wall=+0.001"]).unwrap();
         assert!(unknown_threshold_names(&fine, &r).is_empty());
+    }
+
+    #[test]
+    fn before_the_runs_a_threshold_must_name_a_measured_family_and_a_known_id() {
+        let families: BTreeSet<&str> = ["time.", "rss.", "alloc.", "heap."].into();
+        let ids: BTreeSet<String> = ["time.wall", "alloc.count", "heap.peak"]
+            .map(String::from)
+            .into();
+        let t = Thresholds::from_args(&[
+            "alloc.cuont=0",
+            "time.*=10",
+            "counter.*=4",
+            "alloc.cou*=1",
+            "counter.instructions=1",
+            "tme.wall=1",
+            "bogus.*=1",
+            "heap.peak=+5",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(
+            thresholds_outside(&t, &families, Some(&ids)),
+            [
+                "`alloc.cuont` (did you mean `alloc.count`?)",
+                "`bogus.*` (metric ids start with time., rss., alloc., heap., invocations., \
+                 boxing., counter., profile.)",
+                "`counter.instructions` (counter.* metrics are measured with --counters or \
+                 --instructions)",
+                "`tme.wall` (did you mean `time.wall`?)",
+            ]
+        );
+        // Without the ids (a harness), a name in a measured family waits for the runs.
+        assert_eq!(thresholds_outside(&t, &families, None).len(), 3);
     }
 
     #[test]

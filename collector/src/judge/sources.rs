@@ -71,28 +71,9 @@ pub fn resolution(source: &str, unit: Unit) -> f64 {
     }
 }
 
-/// Suffix of a calibrated per-operation metric: the raw one minus the empty one, run by run
-/// (see `judge/pitfalls.rs`).
-pub const CALIBRATED: &str = ".calibrated";
-
-/// Whether a metric measures a quantity that cannot be negative (a duration, a size, a
-/// count), so that the lower bound of its interval is cut at 0. `heap.live_at_exit` is
-/// not one (a process may free more than the agent saw it allocate), nor a calibrated
-/// value.
-pub fn never_negative(id: &str) -> bool {
-    const PREFIXES: [&str; 7] = [
-        "time.",
-        "rss.",
-        "alloc.",
-        "heap.peak",
-        "counter.",
-        "invocations.",
-        "boxing.",
-    ];
-    // A calibrated value (raw minus the empty operation's) is a difference: it can be
-    // below 0, and an interval across 0 is what "indistinguishable from zero" means.
-    PREFIXES.iter().any(|p| id.starts_with(p)) && !id.ends_with(CALIBRATED)
-}
+// What a metric id says about its values is defined with the result model, where the
+// history reader (a layer below this one) finds it too.
+pub use sbs_reports::model::{never_negative, CALIBRATED};
 
 #[cfg(test)]
 mod tests {

@@ -106,10 +106,24 @@ pub struct Request {
     pub sampling: SampleConfig,
 }
 
+/// The fewest runs per build that can decide whether a time got worse: Welch's test
+/// needs the spread of each build's runs, which one run does not have.
+pub const MIN_TIME_RUNS: usize = 2;
+
 /// Run both builds, dig, and return the report.
 pub fn pinpoint(request: &Request) -> anyhow::Result<PinpointReport> {
     if request.runs == 0 {
         anyhow::bail!("--runs must be at least 1");
+    }
+    // Refused before any work: with one run a build, every comparison of a time would be
+    // inconclusive, and the search could only end undecided.
+    if !request.metric.exact() && request.runs < MIN_TIME_RUNS {
+        anyhow::bail!(
+            "--metric time needs at least {MIN_TIME_RUNS} runs per build to decide whether a \
+             time got worse (one run has no spread to judge a change by), got --runs {}: give \
+             --runs {MIN_TIME_RUNS} or more (10 by default)",
+            request.runs
+        );
     }
     let mut previous = Build::load(Side::Previous, &request.previous)?;
     let mut current = Build::load(Side::Current, &request.current)?;

@@ -179,13 +179,21 @@ fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
     }
 }
 
-/// All `--invocations` patterns share one group of runs.
+/// All `--invocations` patterns share one group of runs. A pattern given twice is counted
+/// once, in the place it was first given: each copy would otherwise add its count to the
+/// same metric as a run of its own (300 copies and `--runs 1` made n = 300).
 fn invocations_group(measures: &Measures, run: &RunConfig, region: bool) -> anyhow::Result<Group> {
+    let mut patterns: Vec<String> = Vec::with_capacity(measures.invocations.len());
+    for p in &measures.invocations {
+        if !patterns.contains(p) {
+            patterns.push(p.clone());
+        }
+    }
     let instrument = Invocations::new(
         &run.program,
         ld_library_path(run),
         ld_preload(run),
-        &measures.invocations,
+        &patterns,
         invocation_options(measures, region),
     )?;
     Ok(Group {

@@ -68,3 +68,31 @@ pub struct Plan {
     /// Report format and destinations.
     pub destinations: Destinations,
 }
+
+impl Plan {
+    /// The families of metric ids (`time.`, `alloc.`...) its runs may report, known
+    /// before any run from its instruments.
+    pub fn metric_families(&self) -> std::collections::BTreeSet<&'static str> {
+        self.benchmarks
+            .iter()
+            .flat_map(|b| &b.groups)
+            .flat_map(|g| &g.instruments)
+            .flat_map(|i| i.families())
+            .collect()
+    }
+
+    /// The id of every metric its runs may report, when every instrument knows its own
+    /// before any run (`None` when one does not: a harness, a time profile).
+    pub fn metric_ids(&self) -> Option<std::collections::BTreeSet<String>> {
+        let mut ids = std::collections::BTreeSet::new();
+        for i in self
+            .benchmarks
+            .iter()
+            .flat_map(|b| &b.groups)
+            .flat_map(|g| &g.instruments)
+        {
+            ids.extend(i.metric_ids()?);
+        }
+        Some(ids)
+    }
+}

@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::unistd::Pid;
-use sbs_reports::model::{MetricResult, Unit};
+use sbs_reports::model::{MetricResult, Unit, METRIC_FAMILIES};
 
 /// What a metric is: its id, unit, mechanism and kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,6 +189,22 @@ pub trait Instrument {
     /// the run.
     fn metric_notes(&self) -> Vec<(String, String)> {
         Vec::new()
+    }
+
+    /// The families of metric ids ([`METRIC_FAMILIES`]: `time.`, `alloc.`...) this
+    /// instrument may report, known before any run: a `--threshold` naming a metric of a
+    /// family no instrument of the plan reports is refused then. The default, every
+    /// family, refuses nothing.
+    fn families(&self) -> Vec<&'static str> {
+        METRIC_FAMILIES.to_vec()
+    }
+
+    /// The id of every metric this instrument may report, when known before any run (all
+    /// of them, also those only some runs report). `None`, the default, when the runs
+    /// decide them: a `--threshold` name inside its families is then checked only after
+    /// the runs, against the metrics reported.
+    fn metric_ids(&self) -> Option<Vec<String>> {
+        None
     }
 
     /// After the group's last run, also after an error: release what the instrument holds

@@ -234,6 +234,56 @@ impl Drop for FullDisk {
     }
 }
 
+/// A directory in which nothing can be created, root included: as root, a read-only
+/// tmpfs mounted on it (unmounted when dropped); otherwise a directory of mode 0555
+/// (root would pass that one by).
+pub struct ReadOnlyDir {
+    pub dir: PathBuf,
+    mounted: bool,
+    // Dropped after the unmount.
+    _parent: tempfile::TempDir,
+}
+
+impl ReadOnlyDir {
+    pub fn new() -> ReadOnlyDir {
+        let parent = tempfile::tempdir().expect("temporary directory");
+        let dir = parent.path().join("read-only");
+        std::fs::create_dir(&dir).expect("the read-only directory");
+        let mounted = is_root();
+        if mounted {
+            let status = Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "ro,size=64k", "sbs-read-only"])
+                .arg(&dir)
+                .status()
+                .expect("run mount");
+            assert!(
+                status.success(),
+                "mount -t tmpfs -o ro failed as root: {status}"
+            );
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555))
+                .expect("chmod 0555");
+        }
+        ReadOnlyDir {
+            dir,
+            mounted,
+            _parent: parent,
+        }
+    }
+}
+
+impl Drop for ReadOnlyDir {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.dir).status();
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o755));
+        }
+    }
+}
+
 /// Pids of the live children of `pid` (from `/proc/*/stat`).
 pub fn children_of(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {

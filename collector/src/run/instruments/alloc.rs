@@ -816,6 +816,31 @@ impl Instrument for AllocAgent {
         "alloc-agent"
     }
 
+    fn families(&self) -> Vec<&'static str> {
+        match self.metrics {
+            AllocMetrics::All => vec!["alloc.", "heap."],
+            AllocMetrics::HeapPeak => vec!["heap."],
+        }
+    }
+
+    fn metric_ids(&self) -> Option<Vec<String>> {
+        let ids: &[&str] = match self.metrics {
+            AllocMetrics::All => &[
+                "alloc.count",
+                "alloc.bytes",
+                "alloc.frees",
+                "alloc.reallocs",
+                "heap.peak",
+                "heap.tree_peak",
+                "heap.live_at_exit",
+                "alloc.processes",
+                "alloc.unmeasured_images",
+            ],
+            AllocMetrics::HeapPeak => &["heap.peak", "heap.tree_peak"],
+        };
+        Some(ids.iter().map(|id| id.to_string()).collect())
+    }
+
     fn needs_start_gate(&self) -> bool {
         // Env and descriptors are set up before fork; on the agent path the exec watch
         // attaches to the child before it execs, so that its own exec counts.

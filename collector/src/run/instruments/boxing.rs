@@ -83,6 +83,14 @@ impl Instrument for Boxing {
         "boxing"
     }
 
+    fn families(&self) -> Vec<&'static str> {
+        vec!["boxing."]
+    }
+
+    fn metric_ids(&self) -> Option<Vec<String>> {
+        Some(vec!["boxing.count".to_string()])
+    }
+
     fn needs_start_gate(&self) -> bool {
         self.inner.needs_start_gate()
     }

@@ -92,6 +92,14 @@ impl Instrument for PerfCounters {
         "counters"
     }
 
+    fn families(&self) -> Vec<&'static str> {
+        vec!["counter."]
+    }
+
+    fn metric_ids(&self) -> Option<Vec<String>> {
+        Some(self.set.plan().events().map(|e| e.metric_id()).collect())
+    }
+
     fn prepare(&mut self, setup: &mut crate::run::instrument::ChildSetup) -> anyhow::Result<()> {
         if let Some(region) = &mut self.region {
             region.prepare(setup)?;

@@ -274,6 +274,23 @@ impl Instrument for PerOpRecords {
         "harness"
     }
 
+    /// Time per operation in a timing group; in a counting group, the `/op` metrics of
+    /// the instruments before it and the harness's own allocation counts.
+    fn families(&self) -> Vec<&'static str> {
+        match self.mode {
+            PerOpMode::Time => vec!["time."],
+            PerOpMode::Count { .. } => {
+                let mut families = vec!["alloc.", "heap."];
+                families.extend(
+                    self.region_prefixes
+                        .iter()
+                        .filter_map(|p| sbs_reports::model::family_of(p)),
+                );
+                families
+            }
+        }
+    }
+
     fn needs_start_gate(&self) -> bool {
         false
     }

@@ -212,6 +212,10 @@ impl Instrument for TimeProfile {
         "time profile"
     }
 
+    fn families(&self) -> Vec<&'static str> {
+        vec!["profile."]
+    }
+
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
         self.sampler.attach(pid)
     }

@@ -18,6 +18,22 @@ impl Instrument for Timing {
         "timing"
     }
 
+    fn families(&self) -> Vec<&'static str> {
+        if self.rss {
+            vec!["time.", "rss."]
+        } else {
+            vec!["time."]
+        }
+    }
+
+    fn metric_ids(&self) -> Option<Vec<String>> {
+        let mut ids = vec!["time.wall", "time.user", "time.sys"];
+        if self.rss {
+            ids.push("rss.peak");
+        }
+        Some(ids.into_iter().map(String::from).collect())
+    }
+
     fn needs_start_gate(&self) -> bool {
         false
     }

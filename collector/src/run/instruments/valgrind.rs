@@ -80,6 +80,14 @@ impl Instrument for ValgrindInstructions {
         "valgrind"
     }
 
+    fn families(&self) -> Vec<&'static str> {
+        vec!["counter."]
+    }
+
+    fn metric_ids(&self) -> Option<Vec<String>> {
+        Some(vec![METRIC.to_string()])
+    }
+
     fn needs_start_gate(&self) -> bool {
         // Nothing to attach: valgrind starts counting at its own exec.
         false

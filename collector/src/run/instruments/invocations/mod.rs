@@ -466,6 +466,14 @@ impl Instrument for Invocations {
         "invocations"
     }
 
+    fn families(&self) -> Vec<&'static str> {
+        vec!["invocations."]
+    }
+
+    fn metric_ids(&self) -> Option<Vec<String>> {
+        Some(self.patterns.iter().map(|p| p.metric.id.clone()).collect())
+    }
+
     fn needs_start_gate(&self) -> bool {
         // Uprobe counters attach to the child before it execs; the in-process engine
         // passes descriptors and env vars, and counts the child's execs.
