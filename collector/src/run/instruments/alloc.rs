@@ -459,11 +459,10 @@ pub fn run_with_agent(
     Ok((status, report.read()?))
 }
 
-/// On the harness path the child gets the report file at descriptor [`REPORT_FD`] (and
-/// the in-process counting engine passes descriptors just below it): make sure it may
-/// have it. A soft `RLIMIT_NOFILE` at or below that is raised (the child inherits ours); a
-/// hard limit that low is an error with the command that fixes it.
-pub(crate) fn ensure_fd_limit() -> anyhow::Result<()> {
+/// On the harness path the child gets the report file at descriptor [`REPORT_FD`]: make
+/// sure it may have it. A soft `RLIMIT_NOFILE` at or below that is raised (the child
+/// inherits ours); a hard limit that low is an error with the command that fixes it.
+fn ensure_fd_limit() -> anyhow::Result<()> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let needed = (REPORT_FD + 1) as u64;
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("cannot read RLIMIT_NOFILE")?;
@@ -472,12 +471,12 @@ pub(crate) fn ensure_fd_limit() -> anyhow::Result<()> {
     }
     if hard < needed {
         anyhow::bail!(
-            "the child needs descriptor number {} (--alloc-harness, --invocations-engine inproc), but the hard limit on open files is {hard}; raise it (e.g. `ulimit -Hn 4096` as root) and try again",
+            "--alloc-harness needs descriptor number {} in the child, but the hard limit on open files is {hard}; raise it (e.g. `ulimit -Hn 4096` as root) and try again",
             needed - 1
         );
     }
     setrlimit(Resource::RLIMIT_NOFILE, needed.max(soft), hard)
-        .context("cannot raise RLIMIT_NOFILE for the child's descriptors")?;
+        .context("cannot raise RLIMIT_NOFILE for the harness's report descriptor")?;
     Ok(())
 }
 
