@@ -780,6 +780,52 @@ fn a_python_child_started_with_close_fds_loads_the_agent_and_is_counted() {
     }
 }
 
+/// The limit of loading the agent through sbs-profile's descriptor: a descendant that runs
+/// as another user may not open it (here `setpriv`, measured itself, execs the program as
+/// `nobody`). The run says that program was not measured instead of leaving it out
+/// silently.
+#[test]
+fn a_child_run_as_another_user_is_reported_unmeasured() {
+    if !util::is_root() {
+        skip!(Need::Root, "switching a child to `nobody` needs root");
+        return;
+    }
+    if skip_without_exec_watch() {
+        return;
+    }
+    let Some(setpriv) = which("setpriv") else {
+        skip!(Need::UtilLinux, "`setpriv` (util-linux) is not installed");
+        return;
+    };
+    // A copy in a directory open to everyone: the build directory may not be.
+    let dir = tempfile::tempdir().unwrap();
+    make_executable(dir.path());
+    let alloc_copy = dir.path().join("alloc");
+    std::fs::copy(fixture!("alloc"), &alloc_copy).unwrap();
+    let as_nobody = [
+        setpriv.as_os_str(),
+        OsStr::new("--reuid=65534"),
+        OsStr::new("--regid=65534"),
+        OsStr::new("--clear-groups"),
+        alloc_copy.as_os_str(),
+    ];
+    let runs = Command::new(as_nobody[0])
+        .args(&as_nobody[1..])
+        .args(["threads", "1", "1", "1"])
+        .status();
+    if !runs.as_ref().is_ok_and(|s| s.success()) {
+        skip!(
+            Need::Nobody,
+            "`nobody` cannot execute the test binaries ({runs:?})"
+        );
+        return;
+    }
+    let mut child = as_nobody.to_vec();
+    child.extend(THOUSAND_BLOCKS[1..].iter().map(OsStr::new));
+    // The parent and setpriv report; the program setpriv execs as nobody cannot.
+    assert_one_child_unmeasured("plain", &child, 2.0);
+}
+
 #[test]
 fn an_exec_d_static_program_is_reported_unmeasured() {
     let Some((_dir, exe)) = c_fixture_with("thousand_blocks", &["-static"]) else {
