@@ -1,8 +1,7 @@
 //! Raw process primitives for the runner: fork, the start gate, a vfork-style start,
 //! exec, and what the child does in between. Most of the collector's unsafe code is
-//! here; the rest is two small blocks with their own `SAFETY` notes (taking ownership of
-//! descriptors received over the region socket in `region_fds.rs`, and the `dup2` of
-//! `run_with_agent` in `instruments/alloc.rs`).
+//! here; the rest is one small block with its own `SAFETY` note (taking ownership of
+//! descriptors received over the region socket in `region_fds.rs`).
 //!
 //! Everything the child does between its start and `execve` lives here and uses only
 //! async-signal-safe system calls on memory prepared before the start: the collector may
