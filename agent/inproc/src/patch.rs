@@ -7,9 +7,10 @@
 //! collector's descriptor with raw system calls) and the loaded objects
 //! (`dl_iterate_phdr`, the one libc call), then the patching, which uses raw system calls
 //! only, so that no call the library makes is ever counted; then the table's descriptor
-//! is closed again, and the program is left with none of ours. A module is patched all or nothing as far as the checks go
-//! (bytes, room, reach are checked before the first write); if `mprotect` fails half way
-//! the module is reported refused and the collector fails the run.
+//! is closed again, and the program is left with none of ours. A module is patched all or
+//! nothing as far as the checks go (bytes, room, reach are checked before the first
+//! write); if `mprotect` fails half way the module is reported refused and the collector
+//! fails the run.
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
