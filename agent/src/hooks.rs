@@ -14,7 +14,8 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize};
 
 use sbs_agent_abi::attach::{self, Report};
-use sbs_agent_abi::{tree, Origin, Slot, ENV_REPORT_FD_C, ENV_REPORT_TOKEN_C};
+use sbs_agent_abi::stamp::{Stamp, StampValues};
+use sbs_agent_abi::{tree, Origin, Slot};
 
 use crate::sys;
 use crate::trailer::{self, Block, EXTRA, MAX_SIZE};
@@ -48,7 +49,21 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 #[cfg(not(test))]
 sbs_agent_abi::personality_stub!();
 
-/// Run at load time, after libc is initialised (environment readable).
+/// Where this run's report file is: written by the collector into each run's copy of the
+/// library (see `sbs_agent_abi::stamp`); all zero in the library as built.
+#[used]
+static STAMP: Stamp = Stamp::UNSTAMPED;
+
+/// The values of [`STAMP`], if the library was stamped.
+fn stamp() -> Option<StampValues> {
+    // SAFETY: a plain read of our own static. Volatile because its bytes were changed in
+    // the file after compilation: the compiler must not replace the read with the zeros
+    // it was compiled with.
+    let values = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(STAMP.values)) };
+    StampValues::from_bytes(&values)
+}
+
+/// Run at load time, after libc is initialised.
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init_at_load;
@@ -78,9 +93,9 @@ extern "C" fn init_at_load() {
 }
 
 /// Find the report file and claim a slot, once. Hooks call this too, because other libraries'
-/// constructors may allocate before ours runs; it takes no libc lock. `final_attempt` is
-/// set by the constructor: earlier attempts that find no env var may have run before the
-/// environment was set up, so they leave the state for a later attempt.
+/// constructors may allocate before ours runs; it takes no libc lock, and leaves `errno`
+/// as it found it (a hook must not change it when it succeeds). `final_attempt` is set by
+/// the constructor: an earlier attempt that fails leaves the state for a later one.
 fn start(final_attempt: bool) {
     if STATE
         .compare_exchange(UNINIT, RUNNING, Acquire, Relaxed)
@@ -88,7 +103,11 @@ fn start(final_attempt: bool) {
     {
         return;
     }
-    match attach::find_report::<sys::Libc>(ENV_REPORT_FD_C, ENV_REPORT_TOKEN_C) {
+    // SAFETY: __errno_location returns this thread's errno.
+    let errno = unsafe { *sys::__errno_location() };
+    let found = stamp().and_then(attach::find_stamped_report::<sys::Libc>);
+    set_errno(errno);
+    match found {
         Some(report) => {
             REPORT.store((report as *const Report).cast_mut(), Release);
             claim(Origin::Load, None);

@@ -4,7 +4,7 @@
 //! glibc exports its allocator under `__libc_*` names as well; calling those reaches the
 //! real allocator without `dlsym` and without recursing into our own `malloc`.
 
-use core::ffi::{c_char, c_int, c_long, c_void};
+use core::ffi::{c_int, c_long, c_void};
 
 pub const PROT_READ: c_int = 1;
 pub const PROT_WRITE: c_int = 2;
@@ -17,6 +17,17 @@ pub const EINVAL: c_int = 22;
 pub const SYS_EXIT_GROUP: c_long = 231;
 #[cfg(target_arch = "aarch64")]
 pub const SYS_EXIT_GROUP: c_long = 94;
+#[cfg(target_arch = "x86_64")]
+const SYS_OPENAT: c_long = 257;
+#[cfg(target_arch = "aarch64")]
+const SYS_OPENAT: c_long = 56;
+#[cfg(target_arch = "x86_64")]
+const SYS_CLOSE: c_long = 3;
+#[cfg(target_arch = "aarch64")]
+const SYS_CLOSE: c_long = 57;
+const AT_FDCWD: c_long = -100;
+const O_RDWR: c_long = 2;
+const O_CLOEXEC: c_long = 0o2_000_000;
 
 pub type AtforkHandler = Option<unsafe extern "C" fn()>;
 pub type KeyDestructor = Option<unsafe extern "C" fn(*mut c_void)>;
@@ -29,7 +40,6 @@ extern "C" {
     pub fn __libc_free(ptr: *mut c_void);
     pub fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
 
-    pub fn getenv(name: *const c_char) -> *const c_char;
     pub fn pread(fd: c_int, buf: *mut c_void, count: usize, offset: i64) -> isize;
     pub fn mmap(
         addr: *mut c_void,
@@ -80,23 +90,6 @@ pub fn thread_pointer() -> u64 {
 pub struct Libc;
 
 impl sbs_agent_abi::attach::Os for Libc {
-    fn env(name: &'static [u8]) -> Option<&'static [u8]> {
-        // SAFETY: the abi's names end with NUL; getenv returns null or a NUL-terminated
-        // string in the environment.
-        let value = unsafe { getenv(name.as_ptr().cast::<c_char>()) };
-        if value.is_null() {
-            return None;
-        }
-        let mut len = 0usize;
-        // SAFETY: getenv's result is NUL-terminated; we stop at the NUL and read no
-        // further than 32 bytes (the values read are shorter).
-        while len < 32 && unsafe { *value.add(len) } != 0 {
-            len += 1;
-        }
-        // SAFETY: `len` bytes from `value` were just read.
-        Some(unsafe { core::slice::from_raw_parts(value.cast::<u8>(), len) })
-    }
-
     fn read_header(fd: c_int, out: &mut [u8; sbs_agent_abi::HEADER_SIZE]) -> bool {
         // SAFETY: reads at most out.len() bytes into the caller's buffer.
         let got = unsafe { pread(fd, out.as_mut_ptr().cast(), out.len(), 0) };
@@ -128,5 +121,23 @@ impl sbs_agent_abi::attach::Os for Libc {
         // SAFETY: getpid/getppid have no preconditions.
         let (pid, ppid) = unsafe { (getpid(), getppid()) };
         (pid as u64, ppid as u64)
+    }
+}
+
+/// Through `syscall`, not libc's `open` and `close`: those are cancellation points, and a
+/// hook may run in a thread with a cancellation pending.
+impl sbs_agent_abi::attach::Open for Libc {
+    fn open_rw(path: &[u8]) -> Option<c_int> {
+        if path.last() != Some(&0) {
+            return None;
+        }
+        // SAFETY: `path` is NUL-terminated (checked); openat only reads it.
+        let fd = unsafe { syscall(SYS_OPENAT, AT_FDCWD, path.as_ptr(), O_RDWR | O_CLOEXEC) };
+        (fd >= 0).then_some(fd as c_int)
+    }
+
+    fn close(fd: c_int) {
+        // SAFETY: closes a descriptor `open_rw` returned, used by nothing else.
+        unsafe { syscall(SYS_CLOSE, fd as c_long) };
     }
 }

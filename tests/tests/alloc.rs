@@ -727,7 +727,7 @@ fn assert_one_child_unmeasured(how: &str, child: &[&OsStr], reported: f64) {
         warnings.contains("1 exec'd program per run was not measured (in 2 of 2 runs)"),
         "{warnings}"
     );
-    for cause in ["LD_PRELOAD", "closefrom", "statically linked or setuid"] {
+    for cause in ["LD_PRELOAD", "statically linked or setuid", "another user"] {
         assert!(warnings.contains(cause), "{cause}: {warnings}");
     }
     assert_eq!(
@@ -764,13 +764,131 @@ fn a_child_exec_d_without_ld_preload_is_reported_unmeasured() {
     assert_one_child_unmeasured("no-preload", &alloc_child(), 1.0);
 }
 
+/// A child that closes every descriptor from 3 up before its exec still loads the agent
+/// (from sbs-profile's descriptor, not one of its own) and reports: nothing is unmeasured.
 #[test]
-fn a_child_that_closes_its_descriptors_before_exec_is_reported_unmeasured() {
+fn a_child_that_closes_its_descriptors_before_exec_is_measured() {
     if skip_without_exec_watch() {
         return;
     }
-    // The parent and its forked child (which then execs) report; the exec'd image cannot.
-    assert_one_child_unmeasured("closefrom", &alloc_child(), 2.0);
+    let mut args: Vec<&OsStr> = [fixture!("alloc"), "spawn", "closefrom"]
+        .into_iter()
+        .map(OsStr::new)
+        .collect();
+    args.extend_from_slice(&alloc_child());
+    let (report, warnings) = alloc_report(&args);
+    assert!(!warnings.contains("not measured"), "{warnings}");
+    assert_eq!(
+        samples(metric(&report, "alloc.unmeasured_images")),
+        vec![0.0; 2],
+        "{warnings}"
+    );
+    // The parent, its forked child, and the program that child exec'd.
+    assert_eq!(samples(metric(&report, "alloc.processes")), vec![3.0; 2]);
+    // The exec'd program's 1000 blocks are counted, exactly as on their own.
+    let alone = main_image(&agent(&fixture("alloc"), &THOUSAND_BLOCKS[1..])).allocs as f64;
+    let count = metric(&report, "alloc.count");
+    let execd = count["details"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["label"] == "exec'd programs"))
+        .unwrap_or_else(|| panic!("no exec'd programs row: {count:#}"));
+    assert_eq!(samples(execd), vec![alone; 2], "{count:#}");
+}
+
+/// Python's `subprocess` closes every descriptor from 3 up in the child before its exec
+/// (`close_fds=True`, the default). That child must load the agent all the same, without
+/// a word from the loader in its stderr (Python's own `test_json` compares that stderr
+/// with `b''`), and its allocations must be counted.
+#[test]
+fn a_python_child_started_with_close_fds_loads_the_agent_and_is_counted() {
+    let Some(python) = util::python3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let stderrs = dir.path().join("stderrs");
+    let script = util::python_fixture("close_fds.py");
+    let args = [
+        python.as_os_str(),
+        script.as_os_str(),
+        stderrs.as_os_str(),
+        OsStr::new("1000"),
+    ];
+    let (report, warnings) = alloc_report(&args);
+    assert_eq!(
+        util::child_stderrs(&stderrs),
+        vec!["b''"; 2],
+        "the child's stderr in each run"
+    );
+    // The child's 1000 blocks of 100,000 bytes, in the exec'd programs' row.
+    let count = metric(&report, "alloc.count");
+    let execd = count["details"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["label"] == "exec'd programs"))
+        .unwrap_or_else(|| panic!("no exec'd programs row: {count:#}"));
+    assert!(
+        samples(execd).iter().all(|&n| n >= 1000.0),
+        "{count:#}\n{warnings}"
+    );
+    assert!(
+        samples(metric(&report, "alloc.bytes"))
+            .iter()
+            .all(|&b| b >= 1000.0 * 100_000.0),
+        "{report:#}"
+    );
+    // Where execs can be counted: none ran without the agent.
+    if !skip_without_exec_watch() {
+        assert_eq!(
+            samples(metric(&report, "alloc.unmeasured_images")),
+            vec![0.0; 2],
+            "{warnings}"
+        );
+    }
+}
+
+/// The limit of loading the agent through sbs-profile's descriptor: a descendant that runs
+/// as another user may not open it (here `setpriv`, measured itself, execs the program as
+/// `nobody`). The run says that program was not measured instead of leaving it out
+/// silently.
+#[test]
+fn a_child_run_as_another_user_is_reported_unmeasured() {
+    if !util::is_root() {
+        skip!(Need::Root, "switching a child to `nobody` needs root");
+        return;
+    }
+    if skip_without_exec_watch() {
+        return;
+    }
+    let Some(setpriv) = which("setpriv") else {
+        skip!(Need::UtilLinux, "`setpriv` (util-linux) is not installed");
+        return;
+    };
+    // A copy in a directory open to everyone: the build directory may not be.
+    let dir = tempfile::tempdir().unwrap();
+    make_executable(dir.path());
+    let alloc_copy = dir.path().join("alloc");
+    std::fs::copy(fixture!("alloc"), &alloc_copy).unwrap();
+    let as_nobody = [
+        setpriv.as_os_str(),
+        OsStr::new("--reuid=65534"),
+        OsStr::new("--regid=65534"),
+        OsStr::new("--clear-groups"),
+        alloc_copy.as_os_str(),
+    ];
+    let runs = Command::new(as_nobody[0])
+        .args(&as_nobody[1..])
+        .args(["threads", "1", "1", "1"])
+        .status();
+    if !runs.as_ref().is_ok_and(|s| s.success()) {
+        skip!(
+            Need::Nobody,
+            "`nobody` cannot execute the test binaries ({runs:?})"
+        );
+        return;
+    }
+    let mut child = as_nobody.to_vec();
+    child.extend(THOUSAND_BLOCKS[1..].iter().map(OsStr::new));
+    // The parent and setpriv report; the program setpriv execs as nobody cannot.
+    assert_one_child_unmeasured("plain", &child, 2.0);
 }
 
 #[test]

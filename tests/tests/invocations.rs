@@ -1204,6 +1204,60 @@ fn an_image_without_the_counting_library_is_warned_about() {
     }
 }
 
+/// A python child started by `subprocess` with its default `close_fds=True` (every
+/// descriptor from 3 up closed before the exec) loads the counting library all the same:
+/// no loader error in its stderr, and its calls are counted in-process. Needs no root.
+#[test]
+fn a_python_child_started_with_close_fds_loads_the_counting_library_and_is_counted() {
+    let Some(python) = util::python3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let stderrs = dir.path().join("stderrs");
+    let script = util::python_fixture("close_fds.py");
+    let count = |child: &str| {
+        let run = sbs([
+            "--invocations-engine".as_ref(),
+            "inproc".as_ref(),
+            "--invocations".as_ref(),
+            "PyDict_SetDefault".as_ref(),
+            "-r".as_ref(),
+            "2".as_ref(),
+            "-w".as_ref(),
+            "0".as_ref(),
+            "-f".as_ref(),
+            "json".as_ref(),
+            "--".as_ref(),
+            python.as_os_str(),
+            script.as_os_str(),
+            stderrs.as_os_str(),
+            child.as_ref(),
+        ] as [&std::ffi::OsStr; 15])
+        .success();
+        let report = run.json();
+        let warnings = report["benchmarks"][0]["warnings"].to_string();
+        run.check(
+            !warnings.contains("did not load the in-process counting library"),
+            "every process image loaded the counting library",
+        );
+        samples(metric(&report, "invocations.PyDict_SetDefault"))
+    };
+    let without_child = count("none");
+    let with_child = count("100000");
+    assert_eq!(
+        util::child_stderrs(&stderrs),
+        vec!["b''"; 2],
+        "the child's stderr in each run"
+    );
+    // The child's 100,000 calls of dict.setdefault (and its own start-up's calls).
+    for (with, without) in with_child.iter().zip(&without_child) {
+        assert!(
+            with - without >= 100_000.0,
+            "with the child {with_child:?}, without {without_child:?}"
+        );
+    }
+}
+
 /// A second run of the same patterns on the same program takes its sites from the cache
 /// (shown here by a label edited in the cache file), and a changed program is resolved
 /// again. The in-process engine needs no root, so this runs everywhere.

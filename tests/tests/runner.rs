@@ -262,6 +262,68 @@ fn environment_is_controlled() {
     assert_eq!(field(rec, "env.SBS_Y"), "y");
 }
 
+/// What the program sees of the allocation agent and of the in-process counting engine:
+/// the environment, descriptors and limit on open files of a bare run, plus one variable,
+/// `LD_PRELOAD`, naming a descriptor of sbs-profile; and the two in-memory files mapped
+/// (docs/alloc.md and docs/invocations.md, "What the program sees").
+#[test]
+fn preloaded_libraries_add_only_ld_preload_to_what_the_program_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, extra: &[&str]| -> Vec<String> {
+        let f = dir.path().join(name);
+        let mut args = vec!["--runs", "1", "--warmup", "0"];
+        args.extend_from_slice(extra);
+        args.extend(["--", fixture!("probe_env"), f.to_str().unwrap()]);
+        sbs(args).success();
+        probe_records(&f).remove(0)
+    };
+    let bare = run("bare", &[]);
+    let alloc = run("alloc", &["--alloc"]);
+    let inproc = run(
+        "inproc",
+        &[
+            "--invocations-engine",
+            "inproc",
+            "--invocations",
+            "probe_env::main",
+        ],
+    );
+    // Everything but LD_PRELOAD and the addresses.
+    let seen = |rec: &[String]| -> Vec<String> {
+        rec.iter()
+            .filter(|l| {
+                ["env.", "fd.", "nofile=", "memfd="]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .filter(|l| !l.starts_with("env.LD_PRELOAD="))
+            .cloned()
+            .collect()
+    };
+    let theirs = bare
+        .iter()
+        .find_map(|l| l.strip_prefix("env.LD_PRELOAD="))
+        .map(str::to_string);
+    for (rec, what, memfds) in [
+        (&alloc, "--alloc", ["sbs-alloc-agent", "sbs-alloc-report"]),
+        (&inproc, "inproc", ["sbs-inproc", "sbs-inproc-table"]),
+    ] {
+        let mut expected = seen(&bare);
+        expected.extend(memfds.map(|m| format!("memfd={m} (deleted)")));
+        assert_eq!(seen(rec), expected, "{what}: what the program sees");
+        // Ours first, then the caller's own, if any.
+        let preload = field(rec, "env.LD_PRELOAD");
+        let (ours, rest) = preload.split_once(' ').unwrap_or((preload, ""));
+        assert_eq!(Some(rest).filter(|r| !r.is_empty()), theirs.as_deref());
+        let parts: Vec<&str> = ours.split('/').collect();
+        assert!(
+            matches!(parts.as_slice(), ["", "proc", pid, "fd", n]
+                if pid.parse::<u32>().is_ok() && n.parse::<u32>().is_ok()),
+            "{what}: LD_PRELOAD={preload}"
+        );
+    }
+}
+
 #[test]
 fn pinning_restricts_cpus() {
     let dir = tempfile::tempdir().unwrap();

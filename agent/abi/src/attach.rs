@@ -2,6 +2,9 @@
 //! agent and for the in-process harness (`sbs-harness`), written once. Each side supplies
 //! the few system calls through [`Os`] (the agent declares libc by hand, the harness uses
 //! the `libc` crate) and keeps the slot in statics of its own, which its hot path reads.
+//! The agent finds the report file through its stamp ([`find_stamped_report`], see
+//! [`crate::stamp`]), the harness through the env vars the collector sets for it
+//! ([`find_report`]).
 //!
 //! Nothing here allocates or takes a lock: it runs inside allocation hooks and fork
 //! handlers.
@@ -9,6 +12,7 @@
 use core::sync::atomic::Ordering::SeqCst;
 
 use crate::counters::{self, ForkSnapshot};
+use crate::stamp::{proc_fd_path, StampValues, PROC_FD_PATH_MAX};
 use crate::tree;
 use crate::{parse_fd, parse_token, HeaderValues, Origin, Slot, HEADER_SIZE};
 
@@ -16,8 +20,6 @@ pub use crate::Report;
 
 /// The system calls attaching needs.
 pub trait Os {
-    /// The value of the env var `name` (NUL-terminated), read without allocating.
-    fn env(name: &'static [u8]) -> Option<&'static [u8]>;
     /// The first [`HEADER_SIZE`] bytes of descriptor `fd` (`false` on an error or a short
     /// read).
     fn read_header(fd: i32, out: &mut [u8; HEADER_SIZE]) -> bool;
@@ -28,10 +30,41 @@ pub trait Os {
     fn pids() -> (u64, u64);
 }
 
+/// Reading the environment, for [`find_report`].
+pub trait Env {
+    /// The value of the env var `name` (NUL-terminated), read without allocating.
+    fn env(name: &'static [u8]) -> Option<&'static [u8]>;
+}
+
+/// Opening a file by path, for [`find_stamped_report`].
+pub trait Open {
+    /// Open `path` (NUL-terminated) for reading and writing, close-on-exec; the descriptor,
+    /// or `None`.
+    fn open_rw(path: &[u8]) -> Option<i32>;
+    /// Close descriptor `fd`.
+    fn close(fd: i32);
+}
+
+/// The report file a stamped library names (see [`crate::stamp`]): opened as
+/// `/proc/<collector pid>/fd/<fd>`, mapped if its header carries the stamp's token, and the
+/// descriptor closed again (the mapping keeps the file), so the program is left with no
+/// descriptor of ours.
+pub fn find_stamped_report<O: Os + Open>(stamp: StampValues) -> Option<&'static Report> {
+    let mut path = [0u8; PROC_FD_PATH_MAX];
+    let len = proc_fd_path(stamp.pid, stamp.fd, &mut path);
+    let fd = O::open_rw(&path[..=len])?;
+    let mut raw = [0u8; HEADER_SIZE];
+    let ours = O::read_header(fd, &mut raw)
+        && HeaderValues::from_bytes(&raw).is_some_and(|h| h.matches(stamp.token));
+    let report = if ours { O::map(fd) } else { None };
+    O::close(fd);
+    report
+}
+
 /// The report file announced by the env vars `fd_var` and `token_var` (NUL-terminated
 /// names), mapped, if its header carries the announced token: a descriptor number reused
 /// for something else is never written to.
-pub fn find_report<O: Os>(
+pub fn find_report<O: Os + Env>(
     fd_var: &'static [u8],
     token_var: &'static [u8],
 ) -> Option<&'static Report> {
@@ -95,7 +128,7 @@ mod tests {
         })
     }
 
-    impl Os for Fake {
+    impl Env for Fake {
         fn env(name: &'static [u8]) -> Option<&'static [u8]> {
             match name {
                 b"FD\0" => Some(b"7"),
@@ -104,6 +137,9 @@ mod tests {
                 _ => None,
             }
         }
+    }
+
+    impl Os for Fake {
         fn read_header(fd: i32, out: &mut [u8; HEADER_SIZE]) -> bool {
             let h = &report().header;
             for (i, word) in [&h.magic, &h.version, &h.token, &h.claims]
@@ -120,6 +156,25 @@ mod tests {
         fn pids() -> (u64, u64) {
             (42, 41)
         }
+    }
+
+    /// The collector is pid 40 and keeps the report file at its descriptor 9.
+    impl Open for Fake {
+        fn open_rw(path: &[u8]) -> Option<i32> {
+            (path == b"/proc/40/fd/9\0").then_some(7)
+        }
+        fn close(fd: i32) {
+            assert_eq!(fd, 7, "only what was opened is closed");
+        }
+    }
+
+    #[test]
+    fn a_stamped_report_is_found_through_the_collectors_descriptor_and_its_token() {
+        let stamp = |pid, fd, token| StampValues { pid, fd, token };
+        assert!(find_stamped_report::<Fake>(stamp(40, 9, 0xabc)).is_some());
+        assert!(find_stamped_report::<Fake>(stamp(40, 9, 0xabd)).is_none());
+        assert!(find_stamped_report::<Fake>(stamp(40, 8, 0xabc)).is_none());
+        assert!(find_stamped_report::<Fake>(stamp(41, 9, 0xabc)).is_none());
     }
 
     #[test]

@@ -118,7 +118,6 @@ mod tests {
     fn descriptor_numbers_do_not_collide() {
         let mut fds = [
             crate::REPORT_FD,
-            crate::LIBRARY_FD,
             OUT_FD,
             REGION_SOCKET_UPROBES.1,
             REGION_SOCKET_COUNTERS.1,

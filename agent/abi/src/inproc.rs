@@ -25,19 +25,10 @@
 //!
 //! Everything before `live_offset` is written once by the collector and only read
 //! afterwards; only the live region changes during a run.
-
-/// Env var: the descriptor number of the site table in the child.
-pub const ENV_TABLE_FD: &str = "SBS_INPROC_FD";
-/// Env var: the table's token (16 hex digits), checked against its header.
-pub const ENV_TABLE_TOKEN: &str = "SBS_INPROC_TOKEN";
-/// [`ENV_TABLE_FD`], NUL-terminated.
-pub const ENV_TABLE_FD_C: &[u8] = b"SBS_INPROC_FD\0";
-/// [`ENV_TABLE_TOKEN`], NUL-terminated.
-pub const ENV_TABLE_TOKEN_C: &[u8] = b"SBS_INPROC_TOKEN\0";
-/// Descriptor number of the site table in the child.
-pub const TABLE_FD: i32 = 1017;
-/// Descriptor number of the counting library (a sealed memfd) in the child.
-pub const LIBRARY_FD: i32 = 1016;
+//!
+//! The collector keeps the table's memfd open for the run and stamps the run's copy of
+//! the counting library with where it is ([`crate::stamp`]): the library opens it as
+//! `/proc/<collector pid>/fd/<n>`, maps it, and closes the descriptor when it is done.
 
 /// First word of the table.
 pub const TABLE_MAGIC: u64 = 0x5342_5349_4e50_5243; // "SBSINPRC"
@@ -121,7 +112,7 @@ impl Refusal {
 /// The table header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableHeader {
-    /// The random token also passed in [`ENV_TABLE_TOKEN`].
+    /// The run's random token, also in the counting library's stamp (`crate::stamp`).
     pub token: u64,
     /// Number of module records.
     pub modules: u64,

@@ -2,8 +2,11 @@
 //!
 //! Defined once, used by both sides. The collector creates a *report file*: a memfd of
 //! [`REPORT_SIZE`] bytes that starts with a [`ReportHeader`] followed by [`SLOT_COUNT`]
-//! [`Slot`]s and a directory of one word per slot ([`Report`]). It passes the memfd to the child at descriptor [`REPORT_FD`] and announces it
-//! with the env vars [`ENV_REPORT_FD`] and [`ENV_REPORT_TOKEN`]. Every process image that
+//! [`Slot`]s and a directory of one word per slot ([`Report`]). It keeps the memfd open
+//! and stamps the run's copy of the agent library with where it is ([`stamp`]): every
+//! process image that loads the agent opens it through the collector's descriptor. (The
+//! in-process harness, `--alloc-harness`, gets it at descriptor [`REPORT_FD`], announced
+//! by [`ENV_HARNESS_FD`] and [`ENV_HARNESS_TOKEN`].) Every process image that
 //! loads the agent (the benchmark, its forked children, every program it execs) claims one
 //! slot and keeps its counters *in* that slot, in shared memory. Nothing has to be written
 //! at exit, so a process that ends with `_exit`, `abort`, a fatal signal or `exec` still
@@ -21,6 +24,7 @@ pub mod attach;
 pub mod counters;
 pub mod inproc;
 pub mod launcher;
+pub mod stamp;
 pub mod tree;
 
 // Not in the preload library (`collector/build.rs` compiles this crate without features):
@@ -50,32 +54,23 @@ macro_rules! personality_stub {
 use core::mem::{offset_of, size_of};
 use core::sync::atomic::AtomicU64;
 
-/// Env var: the descriptor number of the report file in the child.
-pub const ENV_REPORT_FD: &str = "SBS_AGENT_FD";
-/// Env var: the report file's token (16 hex digits); the agent ignores a report file whose header
-/// does not carry it, so a reused descriptor number is never written to.
-pub const ENV_REPORT_TOKEN: &str = "SBS_AGENT_TOKEN";
-/// Env vars announcing the report file to the in-process harness instead (`--alloc-harness`).
-/// Distinct names, so that a program carrying the harness does not also report when it
-/// runs under the agent (which would count its allocations twice).
+/// Env var announcing the report file's descriptor number to the in-process harness
+/// (`--alloc-harness`). The agent reads no variable (it is stamped), so a program carrying
+/// the harness does not also report when it runs under the agent (which would count its
+/// allocations twice).
 pub const ENV_HARNESS_FD: &str = "SBS_HARNESS_FD";
-/// See [`ENV_HARNESS_FD`].
+/// Env var: the report file's token (16 hex digits); the harness ignores a report file
+/// whose header does not carry it, so a reused descriptor number is never written to.
 pub const ENV_HARNESS_TOKEN: &str = "SBS_HARNESS_TOKEN";
 /// [`ENV_HARNESS_FD`], NUL-terminated.
 pub const ENV_HARNESS_FD_C: &[u8] = b"SBS_HARNESS_FD\0";
 /// [`ENV_HARNESS_TOKEN`], NUL-terminated.
 pub const ENV_HARNESS_TOKEN_C: &[u8] = b"SBS_HARNESS_TOKEN\0";
-/// The same names, NUL-terminated, for `getenv` inside the agent.
-pub const ENV_REPORT_FD_C: &[u8] = b"SBS_AGENT_FD\0";
-/// See [`ENV_REPORT_FD_C`].
-pub const ENV_REPORT_TOKEN_C: &[u8] = b"SBS_AGENT_TOKEN\0";
 
-/// Descriptor number the collector gives the report file in the child. High, so that
-/// programs that use small fixed numbers (`3>file`) do not collide with it.
+/// Descriptor number the collector gives the report file in the child on the harness
+/// path. High, so that programs that use small fixed numbers (`3>file`) do not collide
+/// with it.
 pub const REPORT_FD: i32 = 1019;
-/// Descriptor number the collector gives the agent library (a memfd) in the child;
-/// `LD_PRELOAD=/proc/self/fd/1018`.
-pub const LIBRARY_FD: i32 = 1018;
 
 /// First word of the report header.
 pub const REPORT_MAGIC: u64 = 0x5342_5341_4c4c_4f43; // "SBSALLOC"
@@ -130,7 +125,7 @@ pub struct ReportHeader {
     pub magic: AtomicU64,
     /// [`REPORT_VERSION`].
     pub version: AtomicU64,
-    /// The random token also passed in [`ENV_REPORT_TOKEN`].
+    /// The random token also in the agent library's stamp (or in [`ENV_HARNESS_TOKEN`]).
     pub token: AtomicU64,
     /// Number of slot claims so far (may exceed [`SLOT_COUNT`]: the excess had no slot).
     pub claims: AtomicU64,

@@ -143,7 +143,7 @@ fn report() -> Option<&'static Report> {
 /// The system calls of attaching to the report file, through the `libc` crate.
 struct Libc;
 
-impl attach::Os for Libc {
+impl attach::Env for Libc {
     /// Read at the first allocation, not by a constructor (an `.init_array` entry in this
     /// rlib is linked only if something else in its object file is): a Rust program's
     /// first allocation comes before any thread it starts (starting one allocates) and
@@ -158,7 +158,9 @@ impl attach::Os for Libc {
         // SAFETY: getenv's result is a NUL-terminated string in the environment.
         Some(unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes())
     }
+}
 
+impl attach::Os for Libc {
     fn read_header(fd: i32, out: &mut [u8; HEADER_SIZE]) -> bool {
         // SAFETY: reads at most out.len() bytes into the caller's buffer.
         let got = unsafe { libc::pread(fd, out.as_mut_ptr().cast(), out.len(), 0) };

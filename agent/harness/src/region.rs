@@ -11,8 +11,8 @@ use std::os::unix::fs::FileExt;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use sbs_agent_abi::harness::{ENV_REGION_CALLGRIND, REGION_SOCKET_ENVS};
 use sbs_agent_abi::{
-    parse_fd, parse_token, slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD,
-    ENV_HARNESS_TOKEN, ENV_REPORT_FD, ENV_REPORT_TOKEN, HEADER_SIZE, SLOT_COUNT, SLOT_SIZE,
+    parse_fd, parse_token, slot_offset, stamp, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD,
+    ENV_HARNESS_TOKEN, HEADER_SIZE, SLOT_COUNT, SLOT_SIZE,
 };
 
 use crate::error::HarnessError;
@@ -36,41 +36,20 @@ pub(crate) struct AgentSlot {
 }
 
 impl AgentSlot {
-    /// The slot of this process, if the agent is loaded (its env vars are set and a slot
-    /// carries our pid).
+    /// The slot of this process, if the agent is loaded (or `--alloc-harness` announced
+    /// its report file) and a slot carries our pid.
     fn find() -> Result<Option<AgentSlot>, HarnessError> {
-        // The preload agent's report file, or (`--alloc-harness`) the one `CountingAlloc` counts
-        // into: the same layout.
-        let announced = |fd_var: &str, token_var: &str| {
-            Some((std::env::var(fd_var).ok()?, std::env::var(token_var).ok()?))
-        };
-        let Some((fd, token)) = announced(ENV_REPORT_FD, ENV_REPORT_TOKEN)
-            .or_else(|| announced(ENV_HARNESS_FD, ENV_HARNESS_TOKEN))
-        else {
+        let Some((file, header)) = harness_report()?.or_else(agent_report) else {
             return Ok(None);
         };
-        let (Some(fd), Some(token)) = (parse_fd(fd.as_bytes()), parse_token(token.as_bytes()))
-        else {
-            return Ok(None);
-        };
-        let report_err = |what, source| HarnessError::Descriptor { what, fd, source };
-        // Reopening through /proc gives a descriptor of our own; the agent keeps its own.
-        let file = File::open(format!("/proc/self/fd/{fd}"))
-            .map_err(|e| report_err("opening the allocation report file", e))?;
-        let mut head = [0u8; HEADER_SIZE];
-        file.read_exact_at(&mut head, 0)
-            .map_err(|e| report_err("reading the allocation report file", e))?;
-        let Some(header) = HeaderValues::from_bytes(&head).filter(|h| h.matches(token)) else {
-            return Ok(None);
-        };
+        let report_err = |source| HarnessError::io("reading the allocation report file", source);
         let me = u64::from(std::process::id());
         let claimed = (header.claims as usize).min(SLOT_COUNT);
         let mut found = None;
         for index in 0..claimed {
             let mut raw = [0u8; SLOT_SIZE];
             let offset = slot_offset(index) as u64;
-            file.read_exact_at(&mut raw, offset)
-                .map_err(|e| report_err("reading the allocation report file", e))?;
+            file.read_exact_at(&mut raw, offset).map_err(report_err)?;
             if let Some(s) = SlotValues::from_bytes(&raw) {
                 if s.pid == me && s.origin() == Some(Origin::Load) {
                     found = Some(offset);
@@ -94,6 +73,54 @@ impl AgentSlot {
             live: s.live as i64,
         })
     }
+}
+
+/// The report file `--alloc-harness` announces (env vars and an inherited descriptor),
+/// with its header, if its token matches.
+fn harness_report() -> Result<Option<(File, HeaderValues)>, HarnessError> {
+    let announced = || {
+        Some((
+            std::env::var(ENV_HARNESS_FD).ok()?,
+            std::env::var(ENV_HARNESS_TOKEN).ok()?,
+        ))
+    };
+    let Some((fd, token)) = announced() else {
+        return Ok(None);
+    };
+    let (Some(fd), Some(token)) = (parse_fd(fd.as_bytes()), parse_token(token.as_bytes())) else {
+        return Ok(None);
+    };
+    let report_err = |what, source| HarnessError::Descriptor { what, fd, source };
+    // Reopening through /proc gives a descriptor of our own; the counting allocator keeps
+    // its own.
+    let file = File::open(format!("/proc/self/fd/{fd}"))
+        .map_err(|e| report_err("opening the allocation report file", e))?;
+    let header =
+        read_header(&file).map_err(|e| report_err("reading the allocation report file", e))?;
+    Ok(header.filter(|h| h.matches(token)).map(|h| (file, h)))
+}
+
+/// The preloaded agent's report file, with its header: the agent library is a
+/// `/proc/<pid>/fd/<n>` entry of `LD_PRELOAD` whose stamp says where the report file is
+/// (see `sbs_agent_abi::stamp`).
+fn agent_report() -> Option<(File, HeaderValues)> {
+    let preload = std::env::var("LD_PRELOAD").ok()?;
+    preload
+        .split([' ', ':'])
+        .filter(|entry| entry.starts_with("/proc/") && entry.contains("/fd/"))
+        .find_map(|entry| {
+            let values = stamp::read(&std::fs::read(entry).ok()?)?;
+            let file = File::open(format!("/proc/{}/fd/{}", values.pid, values.fd)).ok()?;
+            let header = read_header(&file).ok()??;
+            header.matches(values.token).then_some((file, header))
+        })
+}
+
+/// The header of a report file, if it is one.
+fn read_header(file: &File) -> std::io::Result<Option<HeaderValues>> {
+    let mut head = [0u8; HEADER_SIZE];
+    file.read_exact_at(&mut head, 0)?;
+    Ok(HeaderValues::from_bytes(&head))
 }
 
 /// Everything that marks the measured region in this process.

@@ -3,22 +3,24 @@
 //! `SAFETY` argument; what to write and where was decided by the collector (the table)
 //! and by [`crate::plan`].
 //!
-//! Order of work: first everything that calls libc (environment, `dl_iterate_phdr`),
-//! then the patching, which uses raw system calls only, so that no call the library
-//! makes is ever counted. A module is patched all or nothing as far as the checks go
-//! (bytes, room, reach are checked before the first write); if `mprotect` fails half way
-//! the module is reported refused and the collector fails the run.
+//! Order of work: first the site table (found through the library's stamp, opened as the
+//! collector's descriptor with raw system calls) and the loaded objects
+//! (`dl_iterate_phdr`, the one libc call), then the patching, which uses raw system calls
+//! only, so that no call the library makes is ever counted; then the table's descriptor
+//! is closed again, and the program is left with none of ours. A module is patched all or
+//! nothing as far as the checks go (bytes, room, reach are checked before the first
+//! write); if `mprotect` fails half way the module is reported refused and the collector
+//! fails the run.
 
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 use core::sync::atomic::{AtomicBool, AtomicU64};
 
 use sbs_agent_abi::inproc::{
     build_id_in_notes, rel32, status_at, Fixup, ModuleRecord, Refusal, SiteRecord, TableHeader,
-    ENV_TABLE_FD_C, ENV_TABLE_TOKEN_C, FIXUP_WORDS, HEADER_WORDS, MODULES_AT, MODULE_WORDS, PAGE,
-    SITE_WORDS,
+    FIXUP_WORDS, HEADER_WORDS, MODULES_AT, MODULE_WORDS, PAGE, SITE_WORDS,
 };
-use sbs_agent_abi::{parse_fd, parse_token};
+use sbs_agent_abi::stamp::{proc_fd_path, Stamp, StampValues, PROC_FD_PATH_MAX};
 
 use crate::plan::{candidates, within_reach};
 use crate::sys::{self, DlPhdrInfo, Phdr};
@@ -29,6 +31,20 @@ const MAX_MODULES: usize = 64;
 const MAX_SEGMENTS: usize = 8;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Where this run's site table is: written by the collector into each run's copy of the
+/// library (see `sbs_agent_abi::stamp`); all zero in the library as built.
+#[used]
+static STAMP: Stamp = Stamp::UNSTAMPED;
+
+/// The values of [`STAMP`], if the library was stamped.
+fn stamp() -> Option<StampValues> {
+    // SAFETY: a plain read of our own static. Volatile because its bytes were changed in
+    // the file after compilation: the compiler must not replace the read with the zeros
+    // it was compiled with.
+    let values = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(STAMP.values)) };
+    StampValues::from_bytes(&values)
+}
 
 #[cfg(not(test))]
 #[panic_handler]
@@ -89,7 +105,8 @@ struct Search<'a> {
 
 /// The collector's table as this image mapped it.
 struct Mapped {
-    fd: i32,
+    /// Our descriptor of the table, closed once the patching is done.
+    fd: i64,
     header: TableHeader,
     /// The table proper (written before the run, read-only during it).
     table: &'static [u8],
@@ -97,20 +114,31 @@ struct Mapped {
     live: u64,
 }
 
-/// Find the table the env vars announce, check its token, and map it. `None` when there
-/// is none for this image.
+/// Find the table the stamp names, check its token, and map it. `None` when there is
+/// none for this image; the descriptor is closed then.
 ///
 /// # Safety
 /// Runs in the constructor.
 unsafe fn map_table() -> Option<Mapped> {
-    // SAFETY: NUL-terminated names; getenv returns null or a NUL-terminated string.
-    let fd = (unsafe { env_bytes(ENV_TABLE_FD_C) }).and_then(parse_fd)?;
-    // SAFETY: as above.
-    let token = (unsafe { env_bytes(ENV_TABLE_TOKEN_C) }).and_then(parse_token)?;
+    let stamp = stamp()?;
+    let mut path = [0u8; PROC_FD_PATH_MAX];
+    let len = proc_fd_path(stamp.pid, stamp.fd, &mut path);
+    let fd = sys::open_rw(&path[..=len])?;
+    // SAFETY: the constructor.
+    let mapped = unsafe { map_opened(fd, stamp.token) };
+    if mapped.is_none() {
+        sys::close(fd);
+    }
+    mapped
+}
+
+/// [`map_table`] once the table is open as `fd`.
+///
+/// # Safety
+/// Runs in the constructor.
+unsafe fn map_opened(fd: i64, token: u64) -> Option<Mapped> {
     let mut raw = [0u8; HEADER_WORDS * 8];
-    // SAFETY: reads at most raw.len() bytes into a stack buffer.
-    let got = unsafe { sys::pread(fd, raw.as_mut_ptr().cast(), raw.len(), 0) };
-    if got != raw.len() as isize {
+    if !sys::pread_all(fd, &mut raw) {
         return None;
     }
     let header = TableHeader::read(&raw).filter(|h| h.token == token)?;
@@ -123,7 +151,7 @@ unsafe fn map_table() -> Option<Mapped> {
             size,
             sys::PROT_READ | sys::PROT_WRITE,
             sys::MAP_SHARED,
-            fd as i64,
+            fd,
             0,
         )
     }?;
@@ -149,6 +177,17 @@ unsafe fn start() {
     let Some(mapped) = (unsafe { map_table() }) else {
         return;
     };
+    // SAFETY: the constructor.
+    unsafe { patch_table(&mapped) };
+    // The mappings keep the table; the program gets no descriptor of ours.
+    sys::close(mapped.fd);
+}
+
+/// Patch what the mapped table names, in the modules the loader lists.
+///
+/// # Safety
+/// Runs once, in the constructor.
+unsafe fn patch_table(mapped: &Mapped) {
     let live = mapped.live;
     // SAFETY: word 0 of the live region (8-byte aligned, page-aligned region).
     unsafe { live_word(live, 0) }.fetch_add(1, Relaxed);
@@ -170,7 +209,7 @@ unsafe fn start() {
     // point to; `search` outlives the call.
     unsafe { sys::dl_iterate_phdr(on_object, (&mut search as *mut Search).cast::<c_void>()) };
     // SAFETY: the modules were just listed by the loader; the constructor.
-    unsafe { patch_found(&mapped, &search.found[..search.count]) };
+    unsafe { patch_found(mapped, &search.found[..search.count]) };
 }
 
 /// Patch each module the loader listed and the table names, and record in the live
@@ -197,7 +236,7 @@ unsafe fn patch_found(mapped: &Mapped, found: &[Loaded]) {
         } else if single {
             // SAFETY: the module is mapped (the loader just listed it), the process has
             // one thread, and the record's parts lie inside the table.
-            unsafe { patch_module(table, *fd as i64, header, &record, loaded) }
+            unsafe { patch_module(table, *fd, header, &record, loaded) }
         } else {
             Err(Refusal::Threads)
         };
@@ -506,23 +545,4 @@ unsafe fn write_jumps(
         }
     }
     Ok(())
-}
-
-/// The value of env var `name` (NUL-terminated) as bytes.
-///
-/// # Safety
-/// `name` is NUL-terminated.
-unsafe fn env_bytes(name: &[u8]) -> Option<&'static [u8]> {
-    // SAFETY: contract; getenv returns null or a NUL-terminated string.
-    let value = unsafe { sys::getenv(name.as_ptr().cast::<c_char>()) };
-    if value.is_null() {
-        return None;
-    }
-    let mut len = 0;
-    // SAFETY: reading up to the terminating NUL, at most 32 bytes (our values are shorter).
-    while len < 32 && unsafe { *value.add(len) } != 0 {
-        len += 1;
-    }
-    // SAFETY: `len` bytes from `value` were just read.
-    Some(unsafe { core::slice::from_raw_parts(value.cast::<u8>(), len) })
 }

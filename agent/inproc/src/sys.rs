@@ -3,8 +3,10 @@
 //! so that `collector/build.rs` can compile it with a bare `rustc`.
 //!
 //! Why raw system calls: once a site in libc is patched, a call the library itself makes
-//! to that libc function would be counted (`--invocations mprotect`). So from the first
-//! patch on, the library calls nothing outside itself.
+//! to that libc function would be counted (`--invocations mprotect`), and before that a
+//! libc function the engine leaves to a uprobe (`--invocations pread` with `auto`) would
+//! count the library's own call. So the library calls nothing outside itself but
+//! `dl_iterate_phdr`, before the first patch.
 
 use core::ffi::{c_char, c_int, c_void};
 
@@ -21,6 +23,12 @@ pub const PT_NOTE: u32 = 4;
 pub const PF_X: u32 = 1;
 pub const PF_R: u32 = 4;
 
+const SYS_PREAD64: u64 = 17;
+const SYS_CLOSE: u64 = 3;
+const SYS_OPENAT: u64 = 257;
+const AT_FDCWD: i64 = -100;
+const O_RDWR: u64 = 2;
+const O_CLOEXEC: u64 = 0o2_000_000;
 const SYS_MMAP: u64 = 9;
 const SYS_MPROTECT: u64 = 10;
 const SYS_MUNMAP: u64 = 11;
@@ -56,8 +64,6 @@ pub type PhdrCallback = unsafe extern "C" fn(*mut DlPhdrInfo, usize, *mut c_void
 
 #[link(name = "c")]
 extern "C" {
-    pub fn getenv(name: *const c_char) -> *const c_char;
-    pub fn pread(fd: c_int, buf: *mut c_void, count: usize, offset: i64) -> isize;
     pub fn dl_iterate_phdr(callback: PhdrCallback, data: *mut c_void) -> c_int;
     pub fn abort() -> !;
     /// Non-zero while the process has a single thread (glibc 2.32+).
@@ -89,6 +95,54 @@ unsafe fn syscall6(n: u64, a: [u64; 6]) -> i64 {
         );
     }
     ret
+}
+
+/// `openat(AT_FDCWD, path, O_RDWR | O_CLOEXEC)`; the descriptor, or `None`. `path` must end
+/// with a NUL.
+pub fn open_rw(path: &[u8]) -> Option<i64> {
+    if path.last() != Some(&0) {
+        return None;
+    }
+    // SAFETY: `path` is NUL-terminated (checked); openat only reads it.
+    let fd = unsafe {
+        syscall6(
+            SYS_OPENAT,
+            [
+                AT_FDCWD as u64,
+                path.as_ptr() as u64,
+                O_RDWR | O_CLOEXEC,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    (fd >= 0).then_some(fd)
+}
+
+/// `pread` into `buf` from offset 0; whether it filled `buf`.
+pub fn pread_all(fd: i64, buf: &mut [u8]) -> bool {
+    // SAFETY: the kernel writes at most buf.len() bytes into the caller's buffer.
+    let got = unsafe {
+        syscall6(
+            SYS_PREAD64,
+            [
+                fd as u64,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    got == buf.len() as i64
+}
+
+/// `close`.
+pub fn close(fd: i64) {
+    // SAFETY: closing a descriptor has no memory effects; the caller owns `fd`.
+    unsafe { syscall6(SYS_CLOSE, [fd as u64, 0, 0, 0, 0, 0]) };
 }
 
 /// `mmap`; the address, or `None`.

@@ -1,8 +1,8 @@
-//! Raw process primitives for the runner: a vfork-style start, exec, and what the child
-//! does in between. Most of the collector's unsafe code is
-//! here; the rest is two small blocks with their own `SAFETY` notes (taking ownership of
-//! descriptors received over the region socket in `region_fds.rs`, and the `dup2` of
-//! `run_with_agent` in `instruments/alloc.rs`).
+//! Raw process primitives for the runner: a vfork-style start (of the launcher), exec,
+//! and what the child does in between. Most of the collector's unsafe code is here; the
+//! rest is two small blocks with their own `SAFETY` notes (taking ownership of
+//! descriptors received over the region socket in `region_fds.rs`, and of the memfd the
+//! launcher program is written to in `launcher.rs`).
 //!
 //! Everything the child does between its start and `execve` lives here and uses only
 //! async-signal-safe system calls on memory prepared before the start: the collector may

@@ -72,11 +72,14 @@ pub enum Need {
     /// A python 3.11.7 built from source with -O3 and DWARF (pyenv's, under
     /// `$PYENV_ROOT`, default `/root/.pyenv`): a real -O3 C library.
     Pyenv311,
+    /// A `python3` interpreter in `PATH`: real programs that start children the way
+    /// Python's `subprocess` does.
+    Python3,
 }
 
 impl Need {
     /// Every capability, in the order the docs list them.
-    pub const ALL: [Need; 17] = [
+    pub const ALL: [Need; 18] = [
         Need::Root,
         Need::Tracefs,
         Need::PerfEvents,
@@ -94,6 +97,7 @@ impl Need {
         Need::Chromium,
         Need::Nobody,
         Need::Pyenv311,
+        Need::Python3,
     ];
 
     /// The name used in `SBS_REQUIRE` and in reports.
@@ -116,6 +120,7 @@ impl Need {
             Need::Chromium => "chromium",
             Need::Nobody => "nobody",
             Need::Pyenv311 => "pyenv-python3.11",
+            Need::Python3 => "python3",
         }
     }
 

@@ -413,3 +413,55 @@ pub fn gcc_variants(name: &str, variants: u32) -> Option<Variants> {
     }
     Some(Variants(dir))
 }
+
+/// The real executable of the `python3` in `PATH` (`sys.executable`: not a launcher such as
+/// a pyenv shim, which would run several programs of its own first), or `None` (a
+/// recorded skip) when there is none.
+pub fn python3() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output();
+    match out {
+        Ok(out) if out.status.success() => {
+            let exe = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            if exe.is_file() {
+                return Some(exe);
+            }
+            skip!(
+                Need::Python3,
+                "python3 names no executable of its own ({})",
+                exe.display()
+            );
+            None
+        }
+        Ok(out) => {
+            skip!(
+                Need::Python3,
+                "python3 does not run: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            skip!(
+                Need::Python3,
+                "python3 is not installed ({e}; apt-get install python3)"
+            );
+            None
+        }
+    }
+}
+
+/// The path of `fixtures/python/NAME`.
+pub fn python_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/python/{name}"))
+}
+
+/// The child stderrs that `fixtures/python/close_fds.py` appended to `file`, one per run.
+pub fn child_stderrs(file: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}

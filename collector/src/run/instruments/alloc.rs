@@ -1,39 +1,39 @@
 //! Allocations: the embedded preload agent (`agent/`), its report file, and the
 //! `alloc` instrument (`--alloc`; with [`AllocMetrics::HeapPeak`] also part of `--memory`).
 //!
-//! Per run the collector creates a fresh report file (a memfd, see `sbs-agent-abi`)
-//! and passes it, with the agent library (another, sealed memfd), to the child at fixed
-//! descriptor numbers; `LD_PRELOAD=/proc/self/fd/1018` loads the agent from there. No file
-//! is written anywhere. Every process image that loads the agent counts into its own slot
-//! of the report file; after the child is reaped (and its process group killed) the collector
-//! reads the slots and sums them.
+//! Per run the collector creates a fresh report file (a memfd, see `sbs-agent-abi`) and a
+//! copy of the agent library stamped with where that file is (see [`super::preload`]);
+//! the child's `LD_PRELOAD` names the copy as `/proc/<our pid>/fd/<n>`, and every process
+//! image that loads it opens the report file through our descriptor, maps it and counts
+//! into its own slot. No file is written anywhere, and the child gets no descriptor and no
+//! variable but `LD_PRELOAD`. After the child is reaped (and its process group killed)
+//! the collector reads the slots and sums them.
 //!
-//! A program that execs a child without the agent (it clears `LD_PRELOAD`, closes the
-//! descriptors, or the child is static or setuid) leaves no slot: its allocations would
+//! A program that execs a child without the agent (it clears `LD_PRELOAD`, runs it as
+//! another user, or the child is static or setuid) leaves no slot: its allocations would
 //! vanish unnoticed. So on the agent path each run also counts the execs of the child and
 //! its descendants ([`sbs_probes::execs`], perf comm records, no privileges needed at the
 //! usual `perf_event_paranoid`), and every exec that left no slot is reported.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use nix::unistd::Pid;
 use sbs_agent_abi::tree::{self, TreeValues};
 use sbs_agent_abi::{
-    slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD, ENV_HARNESS_TOKEN,
-    ENV_REPORT_FD, ENV_REPORT_TOKEN, GRANULE, HEADER_SIZE, LIBRARY_FD, REPORT_FD, REPORT_SIZE,
-    SLOT_COUNT, SLOT_SIZE,
+    slot_offset, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD, ENV_HARNESS_TOKEN, GRANULE,
+    HEADER_SIZE, REPORT_FD, REPORT_SIZE, SLOT_COUNT, SLOT_SIZE,
 };
 use sbs_probes::execs::{ExecCount, ExecWatch};
 use sbs_reports::model::Unit;
 
+use super::preload::StampedLibrary;
 use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
 
 /// The agent library, built by `build.rs` from `agent/` and embedded in this binary.
@@ -89,41 +89,6 @@ fn memfd(
             what,
             source: e.into(),
         })
-}
-
-/// The agent library in a sealed memfd, created once per group.
-#[derive(Debug)]
-pub struct AgentLibrary {
-    file: File,
-}
-
-impl AgentLibrary {
-    /// Copy the embedded library into a sealed memfd.
-    pub fn new() -> Result<Self, AgentError> {
-        let what = "the agent library";
-        let mut file = memfd(
-            c"sbs-alloc-agent",
-            what,
-            MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
-        )?;
-        let err = |source: io::Error| AgentError::Memfd { what, source };
-        file.write_all(AGENT_LIBRARY).map_err(err)?;
-        let seals = SealFlag::F_SEAL_WRITE
-            | SealFlag::F_SEAL_SHRINK
-            | SealFlag::F_SEAL_GROW
-            | SealFlag::F_SEAL_SEAL;
-        fcntl(
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            FcntlArg::F_ADD_SEALS(seals),
-        )
-        .map_err(|e| err(e.into()))?;
-        Ok(AgentLibrary { file })
-    }
-
-    /// A descriptor of the library for one child.
-    pub fn child_fd(&self) -> io::Result<OwnedFd> {
-        Ok(self.file.try_clone()?.into())
-    }
 }
 
 /// One run's report file.
@@ -194,26 +159,30 @@ impl ReportFile {
         Ok(ReportFile { file, token })
     }
 
-    /// A descriptor of the report file for one child.
+    /// A descriptor of the report file for one child (the harness path).
     pub fn child_fd(&self) -> io::Result<OwnedFd> {
         Ok(self.file.try_clone()?.into())
     }
 
-    /// The env vars that announce the report file to the agent.
-    pub fn env(&self) -> Vec<(OsString, OsString)> {
-        self.env_for(AllocPath::Agent)
+    /// A copy of the agent library that finds this report file (see [`super::preload`]).
+    pub fn agent_library(&self) -> Result<StampedLibrary, AgentError> {
+        StampedLibrary::new(c"sbs-alloc-agent", AGENT_LIBRARY, &self.file, self.token).map_err(
+            |source| AgentError::Memfd {
+                what: "the agent library",
+                source,
+            },
+        )
     }
 
-    /// The env vars that announce the report file to the agent or to the harness (never both:
-    /// a program with the harness running under the agent would report twice).
-    pub fn env_for(&self, path: AllocPath) -> Vec<(OsString, OsString)> {
-        let (fd, token) = match path {
-            AllocPath::Agent => (ENV_REPORT_FD, ENV_REPORT_TOKEN),
-            AllocPath::Harness => (ENV_HARNESS_FD, ENV_HARNESS_TOKEN),
-        };
+    /// The env vars that announce the report file, passed at [`REPORT_FD`], to the
+    /// harness (`--alloc-harness`). The agent needs none: its library is stamped.
+    pub fn harness_env(&self) -> Vec<(OsString, OsString)> {
         vec![
-            (fd.into(), REPORT_FD.to_string().into()),
-            (token.into(), format!("{:016x}", self.token).into()),
+            (ENV_HARNESS_FD.into(), REPORT_FD.to_string().into()),
+            (
+                ENV_HARNESS_TOKEN.into(),
+                format!("{:016x}", self.token).into(),
+            ),
         ]
     }
 
@@ -465,32 +434,12 @@ pub fn run_with_agent(
     mut command: std::process::Command,
     timeout: std::time::Duration,
 ) -> anyhow::Result<(std::process::ExitStatus, Reports)> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
-    let library = AgentLibrary::new()?;
     let report = ReportFile::new()?;
-    let lib_fd = library.child_fd()?;
-    let report_fd = report.child_fd()?;
-    let (lib_raw, report_raw) = (lib_fd.as_raw_fd(), report_fd.as_raw_fd());
-    command
-        .env("LD_PRELOAD", format!("/proc/self/fd/{LIBRARY_FD}"))
-        .envs(report.env());
-    // SAFETY: the closure runs in the forked child before exec and only calls dup2, which
-    // is async-signal-safe; the descriptors stay open in the parent until after spawn.
-    unsafe {
-        command.pre_exec(move || {
-            for (from, to) in [(lib_raw, LIBRARY_FD), (report_raw, REPORT_FD)] {
-                if libc::dup2(from, to) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    let library = report.agent_library()?;
+    command.env("LD_PRELOAD", library.ld_preload(None));
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot start {:?}", command.get_program()))?;
-    drop((lib_fd, report_fd));
     let start = std::time::Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -506,27 +455,28 @@ pub fn run_with_agent(
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     };
+    drop(library);
     Ok((status, report.read()?))
 }
 
-/// The child gets descriptors 1018 and 1019: make sure it may have them. A soft
-/// `RLIMIT_NOFILE` at or below that is raised (the child inherits ours); a hard limit
-/// that low is an error with the command that fixes it.
-pub(crate) fn ensure_fd_limit() -> anyhow::Result<()> {
+/// On the harness path the child gets the report file at descriptor [`REPORT_FD`]: make
+/// sure it may have it. A soft `RLIMIT_NOFILE` at or below that is raised (the child
+/// inherits ours); a hard limit that low is an error with the command that fixes it.
+fn ensure_fd_limit() -> anyhow::Result<()> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let needed = (REPORT_FD.max(LIBRARY_FD) + 1) as u64;
+    let needed = (REPORT_FD + 1) as u64;
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("cannot read RLIMIT_NOFILE")?;
     if soft >= needed {
         return Ok(());
     }
     if hard < needed {
         anyhow::bail!(
-            "the allocation agent needs descriptor number {} in the child, but the hard limit on open files is {hard}; raise it (e.g. `ulimit -Hn 4096` as root) and try again",
+            "--alloc-harness needs descriptor number {} in the child, but the hard limit on open files is {hard}; raise it (e.g. `ulimit -Hn 4096` as root) and try again",
             needed - 1
         );
     }
     setrlimit(Resource::RLIMIT_NOFILE, needed.max(soft), hard)
-        .context("cannot raise RLIMIT_NOFILE for the allocation agent's descriptors")?;
+        .context("cannot raise RLIMIT_NOFILE for the harness's report descriptor")?;
     Ok(())
 }
 
@@ -564,10 +514,12 @@ impl AllocPath {
 pub struct AllocAgent {
     metrics: AllocMetrics,
     path: AllocPath,
-    /// `None` on the harness path.
-    library: Option<AgentLibrary>,
-    ld_preload: OsString,
+    /// The child's own `LD_PRELOAD`, kept after the agent.
+    existing_preload: Option<OsString>,
     report: Option<ReportFile>,
+    /// This run's copy of the agent library (agent path), kept open until the run is read:
+    /// the child and its descendants load it through our descriptor.
+    library: Option<StampedLibrary>,
     program: PathBuf,
     notes: Vec<String>,
     runs_without_allocs: usize,
@@ -678,10 +630,11 @@ impl ExecCheck {
                 "{count} per run {was} not measured (in {} of {all} runs): {they} did not \
                  report to the allocation agent, so {their} allocations are missing from the \
                  alloc.* and heap.* metrics{counted}; likely causes: LD_PRELOAD replaced or \
-                 cleared, descriptors {LIBRARY_FD} and {REPORT_FD} closed before exec \
-                 (closefrom), a statically linked or setuid program; keep LD_PRELOAD and those \
-                 descriptors for the children, link them dynamically, or profile the child \
-                 program on its own",
+                 cleared, a statically linked or setuid program, a program run as another \
+                 user than sbs-profile or in a pid namespace with a /proc of its own (it \
+                 cannot open the agent, which it loads from /proc/<sbs-profile's pid>/fd); \
+                 keep LD_PRELOAD for the children, link them dynamically, or profile the \
+                 child program on its own",
                 self.missing_runs
             ));
         }
@@ -701,7 +654,8 @@ impl ExecCheck {
             };
             w.push(format!(
                 "exec'd programs that ran without the allocation agent (LD_PRELOAD cleared, \
-                 descriptors closed, static or setuid programs) could not be detected{runs}, \
+                 static or setuid programs, programs run as another user) could not be \
+                 detected{runs}, \
                  so allocations missing from the counts would go unnoticed: {reason}"
             ));
         }
@@ -720,24 +674,23 @@ impl AllocAgent {
         program: &Path,
         base_env: &[(OsString, OsString)],
     ) -> anyhow::Result<Self> {
-        ensure_fd_limit()?;
-        let (notes, library) = match path {
-            AllocPath::Agent => (preflight(program)?, Some(AgentLibrary::new()?)),
-            AllocPath::Harness => (Vec::new(), None),
-        };
-        let mut ld_preload = OsString::from(format!("/proc/self/fd/{LIBRARY_FD}"));
-        if let Some((_, existing)) = base_env.iter().find(|(k, _)| k == OsStr::new("LD_PRELOAD")) {
-            if !existing.is_empty() {
-                ld_preload.push(" ");
-                ld_preload.push(existing);
+        let notes = match path {
+            AllocPath::Agent => preflight(program)?,
+            AllocPath::Harness => {
+                ensure_fd_limit()?;
+                Vec::new()
             }
-        }
+        };
+        let existing_preload = base_env
+            .iter()
+            .find(|(k, _)| k == OsStr::new("LD_PRELOAD"))
+            .map(|(_, v)| v.clone());
         Ok(AllocAgent {
             metrics,
             path,
-            library,
-            ld_preload,
+            existing_preload,
             report: None,
+            library: None,
             program: program.to_path_buf(),
             notes,
             runs_without_allocs: 0,
@@ -857,24 +810,25 @@ impl Instrument for AllocAgent {
 
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
         let report = ReportFile::new()?;
-        if let Some(library) = &self.library {
-            setup.pass_fds.push((
-                library
-                    .child_fd()
-                    .context("cannot pass the agent library to the child")?,
-                LIBRARY_FD,
-            ));
-            setup
-                .env
-                .push(("LD_PRELOAD".into(), self.ld_preload.clone()));
+        match self.path {
+            AllocPath::Agent => {
+                let library = report.agent_library()?;
+                setup.env.push((
+                    "LD_PRELOAD".into(),
+                    library.ld_preload(self.existing_preload.as_deref()),
+                ));
+                self.library = Some(library);
+            }
+            AllocPath::Harness => {
+                setup.pass_fds.push((
+                    report
+                        .child_fd()
+                        .context("cannot pass the report file to the child")?,
+                    REPORT_FD,
+                ));
+                setup.env.extend(report.harness_env());
+            }
         }
-        setup.pass_fds.push((
-            report
-                .child_fd()
-                .context("cannot pass the report file to the child")?,
-            REPORT_FD,
-        ));
-        setup.env.extend(report.env_for(self.path));
         self.report = Some(report);
         Ok(())
     }
@@ -884,6 +838,7 @@ impl Instrument for AllocAgent {
             .report
             .take()
             .context("internal error: collect without prepare")?;
+        self.library = None;
         let reports = report.read();
         // Consumed even when the report is unreadable, so no watch outlives its run.
         let unmeasured = match &reports {
@@ -904,8 +859,8 @@ impl Instrument for AllocAgent {
         if reports.images.is_empty() {
             anyhow::bail!(
                 "the allocation agent did not report from {}: it was not loaded (is the program \
-                 statically linked, setuid, or does it clear LD_PRELOAD or close descriptor {REPORT_FD}?); \
-                 zeros would be wrong, so no numbers are given",
+                 statically linked or setuid, does it clear LD_PRELOAD, or does it run as another \
+                 user than sbs-profile?); zeros would be wrong, so no numbers are given",
                 self.program.display()
             );
         }
@@ -928,6 +883,7 @@ impl Instrument for AllocAgent {
 
     fn abort_run(&mut self) {
         self.report = None;
+        self.library = None;
         self.execs.watch = None;
     }
 
@@ -1164,7 +1120,10 @@ mod tests {
             w.starts_with("1 exec'd program per run was not measured (in 2 of 3 runs): it did"),
             "{w}"
         );
-        assert!(w.contains("LD_PRELOAD") && w.contains("closefrom"), "{w}");
+        assert!(
+            w.contains("LD_PRELOAD") && w.contains("another user"),
+            "{w}"
+        );
         assert!(w.contains("static") && w.contains("setuid"), "{w}");
         check.missing_max = 3;
         let w = check.warnings(true).join("\n");

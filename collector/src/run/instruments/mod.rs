@@ -7,6 +7,7 @@ pub mod counters;
 pub mod invocations;
 pub mod memory;
 pub mod per_op;
+pub mod preload;
 pub mod stacks;
 pub mod timing;
 pub mod valgrind;

@@ -2,28 +2,27 @@
 //! (`sbs_probes::patch`), encodes their trampolines and writes the site table
 //! (`sbs_agent_abi::inproc`); the counting library, preloaded into the child, patches
 //! them before the program's code runs; the counters live in the table's live region,
-//! shared by every process of the run, read after the child is reaped.
+//! shared by every process of the run, read after the child is reaped. The library is
+//! handed over like the allocation agent: a copy per run, stamped with where the table is,
+//! loaded as `/proc/<our pid>/fd/<n>` (see [`crate::run::instruments::preload`]).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Write};
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use sbs_agent_abi::inproc::{
-    counters_at, pages, ModuleRecord, ModuleStatus, Refusal, TableHeader, ENV_TABLE_FD,
-    ENV_TABLE_TOKEN, FIXUP_WORDS, LIBRARY_FD, MAX_BUILD_ID, MODULES_AT, MODULE_WORDS, SITE_WORDS,
-    TABLE_FD,
+    counters_at, pages, ModuleRecord, ModuleStatus, Refusal, TableHeader, FIXUP_WORDS,
+    MAX_BUILD_ID, MODULES_AT, MODULE_WORDS, SITE_WORDS,
 };
 use sbs_probes::execs::ExecWatch;
 use sbs_probes::patch::{module_code, Displaced, ModuleCode};
 use sbs_probes::resolve::Target;
 
 use crate::run::instrument::ChildSetup;
+use crate::run::instruments::preload::StampedLibrary;
 
 /// The counting library, built by `build.rs` from `agent/inproc`.
 pub static INPROC_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsbs_inproc.so"));
@@ -42,9 +41,11 @@ pub(super) struct Inproc {
     live_len: u64,
     modules: Vec<Module>,
     counters: usize,
-    library: File,
-    ld_preload: OsString,
-    run: Option<(File, u64)>,
+    /// The child's own `LD_PRELOAD`, kept after the counting library.
+    existing_preload: Option<OsString>,
+    /// This run's table, its token, and the run's copy of the library, kept open until
+    /// the run is read: the child and its descendants open both through our descriptors.
+    run: Option<(File, u64, StampedLibrary)>,
     /// The run's `exec`s, to find process images that ran without the library.
     execs: Option<ExecWatch>,
     /// Why the `exec`s cannot be counted, once that is known.
@@ -76,11 +77,6 @@ impl Inproc {
             counters,
         } = encode_modules(target, sites, &images, at);
         let (table, live_len) = lay_out_table(&modules, at, counters);
-        let mut ld_preload = OsString::from(format!("/proc/self/fd/{LIBRARY_FD}"));
-        if let Some(existing) = existing_preload.filter(|e| !e.is_empty()) {
-            ld_preload.push(" ");
-            ld_preload.push(existing);
-        }
         let inproc = Inproc {
             table,
             live_len,
@@ -89,8 +85,7 @@ impl Inproc {
                 .map(|m| Module { path: m.path })
                 .collect(),
             counters,
-            library: sealed_library().context("cannot hand the counting library to the child")?,
-            ld_preload,
+            existing_preload: existing_preload.map(OsStr::to_os_string),
             run: None,
             execs: None,
             no_exec_count: None,
@@ -105,7 +100,7 @@ impl Inproc {
         self.counters == 0
     }
 
-    /// A fresh table for one run, passed to the child with the library.
+    /// A fresh table for one run, and a copy of the library that finds it.
     pub fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
         let token = crate::run::instruments::alloc::random_token() | 1;
         let file: File = memfd_create(c"sbs-inproc-table", MemFdCreateFlag::MFD_CLOEXEC)
@@ -117,28 +112,13 @@ impl Inproc {
         file.write_all_at(&table, 0)
             .and_then(|()| file.set_len(table.len() as u64 + self.live_len))
             .context("cannot write the site table")?;
-        setup.pass_fds.push((
-            OwnedFd::from(file.try_clone().context("cannot pass the site table")?),
-            TABLE_FD,
+        let library = StampedLibrary::new(c"sbs-inproc", INPROC_LIBRARY, &file, token)
+            .context("cannot hand the counting library to the child (memfd_create)")?;
+        setup.env.push((
+            "LD_PRELOAD".into(),
+            library.ld_preload(self.existing_preload.as_deref()),
         ));
-        setup.pass_fds.push((
-            OwnedFd::from(
-                self.library
-                    .try_clone()
-                    .context("cannot pass the counting library")?,
-            ),
-            LIBRARY_FD,
-        ));
-        setup
-            .env
-            .push(("LD_PRELOAD".into(), self.ld_preload.clone()));
-        setup
-            .env
-            .push((ENV_TABLE_FD.into(), TABLE_FD.to_string().into()));
-        setup
-            .env
-            .push((ENV_TABLE_TOKEN.into(), format!("{token:016x}").into()));
-        self.run = Some((file, token));
+        self.run = Some((file, token, library));
         Ok(())
     }
 
@@ -163,7 +143,7 @@ impl Inproc {
     /// The run's counters, after the child was reaped; an error if a module that holds
     /// counted sites was not patched in the run, or not in every process that loaded it.
     pub fn read(&mut self) -> anyhow::Result<Vec<u64>> {
-        let Some((file, _)) = self.run.take() else {
+        let Some((file, _, _library)) = self.run.take() else {
             anyhow::bail!("internal error: no site table for this run (prepare was not called)");
         };
         let mut live = vec![0u8; self.live_len as usize];
@@ -187,8 +167,8 @@ impl Inproc {
                 anyhow::bail!(
                     "the in-process engine did not patch {} in any process of the run ({images} \
                      loaded the counting library): did the loader pick another copy of it, or \
-                     does the program clear LD_PRELOAD or close descriptors {LIBRARY_FD} and \
-                     {TABLE_FD}? Count with uprobes instead: --invocations-engine uprobe",
+                     does the program clear LD_PRELOAD or run as another user than \
+                     sbs-profile? Count with uprobes instead: --invocations-engine uprobe",
                     module.path.display()
                 );
             }
@@ -224,10 +204,11 @@ impl Inproc {
         };
         vec![format!(
             "{without} of the {execs} process images of a run did not load the in-process \
-             counting library (a program that clears LD_PRELOAD or the environment, closes \
-             descriptors {LIBRARY_FD} and {TABLE_FD}, or is static or setuid): calls made in \
-             them are not counted in-process; if they run the counted code, count with \
-             --invocations-engine uprobe"
+             counting library (a program that clears LD_PRELOAD or the environment, is \
+             static or setuid, or runs as another user than sbs-profile or in a pid \
+             namespace with a /proc of its own): calls made in them are not counted \
+             in-process; if they run the counted code, count with --invocations-engine \
+             uprobe"
         )]
     }
 
@@ -387,21 +368,10 @@ fn align8(table: &mut Vec<u8>) -> u64 {
     table.len() as u64
 }
 
-/// The embedded library in a sealed memfd.
-fn sealed_library() -> io::Result<File> {
-    let mut file: File = memfd_create(
-        c"sbs-inproc",
-        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
-    )?
-    .into();
-    file.write_all(INPROC_LIBRARY)?;
-    let seals = SealFlag::F_SEAL_WRITE
-        | SealFlag::F_SEAL_SHRINK
-        | SealFlag::F_SEAL_GROW
-        | SealFlag::F_SEAL_SEAL;
-    fcntl(
-        std::os::fd::AsRawFd::as_raw_fd(&file),
-        FcntlArg::F_ADD_SEALS(seals),
-    )?;
-    Ok(file)
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_counting_library_carries_one_stamp_and_takes_a_run_s_values() {
+        crate::run::instruments::preload::tests::check_stamping(super::INPROC_LIBRARY);
+    }
 }

@@ -317,12 +317,9 @@ fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
         _ if options.region => {
             Some("it cannot count inside a harness's measured region (uprobes can)".to_string())
         }
-        _ => match crate::run::instruments::alloc::preflight(program) {
-            Err(e) => Some(format!("it needs LD_PRELOAD: {e}")),
-            Ok(_) => crate::run::instruments::alloc::ensure_fd_limit()
-                .err()
-                .map(|e| format!("{e:#}")),
-        },
+        _ => crate::run::instruments::alloc::preflight(program)
+            .err()
+            .map(|e| format!("it needs LD_PRELOAD: {e}")),
     }
 }
 
