@@ -23,42 +23,127 @@ fn report(fd: i32, message: Message) {
     let _ = sys::write_all(fd, &message.encode());
 }
 
-/// Serve requests until the collector closes its end of the socket; returns the exit code.
+/// The stack of a run parent and of a benchmark's process before its exec: far more
+/// than their few frames need; pages never touched cost nothing.
+const STACK_BYTES: usize = 64 * 1024;
+/// Run parents alive at once, at most (more wait for one to end).
+const MAX_RUNS: usize = 256;
+
+/// What a run parent starts from, written at the top of its stack.
+struct RunArgs {
+    launcher: i32,
+    len: usize,
+    count: usize,
+    fds: [i32; MAX_TARGETS + 1],
+}
+
+/// A fresh stack with `value` at its top; returns the mapping and the stack pointer to
+/// start from (16-byte aligned, below `value`).
+fn stack_with<T>(value: T) -> Option<(*mut u8, *mut u8)> {
+    let base = sys::map(STACK_BYTES, -1).ok()?;
+    let at = (base as usize + STACK_BYTES - core::mem::size_of::<T>()) & !15;
+    // SAFETY: `at` is inside the fresh mapping, 16-byte aligned, with room for a `T`.
+    unsafe { core::ptr::write(at as *mut T, value) };
+    Some((base, at as *mut u8))
+}
+
+/// Serve requests until the collector closes its end of the socket; returns the exit
+/// code. Each request gets a run parent: a process that shares the launcher's memory
+/// (no page table copied) on a stack of its own, which the launcher unmaps once it has
+/// reaped it.
 pub fn serve() -> i32 {
     // The launcher lives as long as the collector's socket, not as long as the collector
     // thread that happened to start it.
     sys::no_death_signal();
     let launcher = sys::getpid();
+    let mut stacks = [(0i32, core::ptr::null_mut::<u8>()); MAX_RUNS];
+    let free = |stacks: &mut [(i32, *mut u8)], pid: i32| {
+        if let Some(slot) = stacks.iter_mut().find(|(p, _)| *p == pid) {
+            // SAFETY: the stack of a run parent that has exited: nobody uses it.
+            unsafe { sys::unmap(slot.1, STACK_BYTES) };
+            *slot = (0, core::ptr::null_mut());
+        }
+    };
     loop {
-        sys::reap_ended();
+        while let Some(pid) = sys::reap_any(false) {
+            free(&mut stacks, pid);
+        }
         let mut datagram = [0u8; DATAGRAM_WORDS * 8];
-        let mut fds = [-1i32; MAX_TARGETS + 1];
-        let (n, count) = match sys::recv_with_fds(SOCKET_FD, &mut datagram, &mut fds) {
+        let mut args = RunArgs {
+            launcher,
+            len: 0,
+            count: 0,
+            fds: [-1; MAX_TARGETS + 1],
+        };
+        let (n, count) = match sys::recv_with_fds(SOCKET_FD, &mut datagram, &mut args.fds) {
             Ok((0, _)) | Err(_) => return 0,
             Ok(got) => got,
         };
-        let fds = &fds[..count];
         let word = |i: usize| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&datagram[i * 8..i * 8 + 8]);
             u64::from_le_bytes(w)
         };
-        if n == datagram.len() && word(0) == REQUEST_MAGIC && !fds.is_empty() {
-            // SAFETY: the launcher has one thread and holds no lock.
-            match unsafe { sys::fork() } {
-                Ok(0) => {
-                    sys::close(SOCKET_FD);
-                    sys::exit(run(launcher, fds, word(1) as usize))
+        args.count = count;
+        args.len = word(1) as usize;
+        let fds = args.fds;
+        if n == datagram.len() && word(0) == REQUEST_MAGIC && count > 0 {
+            // A free slot for its stack, waiting for a run to end if need be.
+            let slot = loop {
+                if let Some(i) = stacks.iter().position(|(p, _)| *p == 0) {
+                    break Some(i);
                 }
-                Ok(_) => {}
-                // The collector sees its report pipe close without a word.
-                Err(_) => {}
+                match sys::reap_any(true) {
+                    Some(pid) => free(&mut stacks, pid),
+                    None => break None,
+                }
+            };
+            if let (Some(slot), Some((base, top))) = (slot, stack_with(args)) {
+                // SAFETY: `top` is the top of a fresh stack that only the run parent uses
+                // until the launcher reaps it; `run_parent` never returns and reads only
+                // the `RunArgs` above `top` and mappings of its own.
+                match unsafe { sys::spawn_sharing(false, top, run_parent, top as usize) } {
+                    Ok(pid) => stacks[slot] = (pid as i32, base),
+                    // The collector sees its report pipe close without a word.
+                    // SAFETY: the stack was never used.
+                    Err(_) => unsafe { sys::unmap(base, STACK_BYTES) },
+                }
             }
         }
-        for &fd in fds {
+        for &fd in &fds[..count] {
             sys::close(fd);
         }
     }
+}
+
+/// The run parent's entry: its `RunArgs` are at `arg`.
+extern "C" fn run_parent(arg: usize) -> ! {
+    // SAFETY: `serve` wrote a `RunArgs` at `arg`, on this process's own stack.
+    let args = unsafe { &*(arg as *const RunArgs) };
+    sys::close(SOCKET_FD);
+    let code = run(args.launcher, &args.fds[..args.count], args.len);
+    sys::exit(code)
+}
+
+/// The mappings a run parent makes, unmapped when it is done with them: it shares the
+/// launcher's memory, so what it leaves mapped would stay.
+struct Mapping(*mut u8, usize);
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: a mapping of this run parent's, used by nobody once dropped.
+        unsafe { sys::unmap(self.0, self.1) };
+    }
+}
+
+/// What the benchmark's process starts from, on the run parent's stack (which stays put:
+/// the run parent sleeps until the exec).
+struct BenchArgs<'a> {
+    run_parent: i32,
+    request: &'a Request,
+    passed: &'a [i32],
+    program: *const u8,
+    table: &'a [*const u8],
 }
 
 /// The run parent: read the request from its memfd (`fds[0]`, `len` bytes), start the
@@ -68,11 +153,12 @@ fn run(launcher: i32, fds: &[i32], len: usize) -> i32 {
     if sys::die_with_parent().is_err() || sys::getppid() != launcher {
         return 125;
     }
-    let bytes = match sys::map(len.max(1), fds[0]) {
-        // SAFETY: a fresh private mapping of `len` bytes (at least one), ours alone.
-        Ok(p) => unsafe { core::slice::from_raw_parts(p, len) },
+    let request_map = match sys::map(len.max(1), fds[0]) {
+        Ok(p) => Mapping(p, len.max(1)),
         Err(_) => return 125,
     };
+    // SAFETY: a private mapping of `len` bytes (at least one), ours alone.
+    let bytes = unsafe { core::slice::from_raw_parts(request_map.0, len) };
     let passed = &fds[1..];
     let Some(request) = Request::parse(bytes, passed.len()) else {
         // No report pipe can be trusted in a request that does not parse.
@@ -81,57 +167,54 @@ fn run(launcher: i32, fds: &[i32], len: usize) -> i32 {
     let Some(report_fd) = request.passed_at(passed, REPORT_FD) else {
         return 125;
     };
+    let fail = |step, errno| {
+        report(report_fd, Message::LauncherFailed { step, errno });
+        125
+    };
     // The argument and environment pointer arrays, NULL-terminated, in a mapping of their
     // own (the run parent links no allocator).
     let slots = request.args + 1 + request.env + 1;
-    let table = match sys::map(slots * 8, -1) {
-        // SAFETY: a fresh private mapping of `slots` words, ours alone.
-        Ok(p) => unsafe { core::slice::from_raw_parts_mut(p.cast::<*const u8>(), slots) },
-        Err(errno) => {
-            report(
-                report_fd,
-                Message::LauncherFailed {
-                    step: Step::Request,
-                    errno,
-                },
-            );
-            return 125;
-        }
+    let table_map = match sys::map(slots * 8, -1) {
+        Ok(p) => Mapping(p, slots * 8),
+        Err(errno) => return fail(Step::Request, errno),
     };
+    // SAFETY: a fresh private mapping of `slots` words, ours alone.
+    let table = unsafe { core::slice::from_raw_parts_mut(table_map.0.cast::<*const u8>(), slots) };
     let Some(program) = request.strings(bytes, table) else {
-        report(
-            report_fd,
-            Message::LauncherFailed {
-                step: Step::Request,
-                errno: 22,
-            },
-        );
-        return 125;
+        return fail(Step::Request, 22);
     };
-    let run_parent = sys::getpid();
+    let bench = BenchArgs {
+        run_parent: sys::getpid(),
+        request: &request,
+        passed,
+        program,
+        table,
+    };
+    let stack = match sys::map(STACK_BYTES, -1) {
+        Ok(p) => Mapping(p, STACK_BYTES),
+        Err(errno) => return fail(Step::Fork, errno),
+    };
     let start = sys::monotonic_ns();
-    // SAFETY: the run parent has one thread and holds no lock.
-    match unsafe { sys::fork() } {
-        Err(errno) => {
-            report(
-                report_fd,
-                Message::LauncherFailed {
-                    step: Step::Fork,
-                    errno,
-                },
-            );
-            125
-        }
-        Ok(0) => benchmark(run_parent, &request, passed, program, table),
-        Ok(pid) => wait_for(report_fd, pid as i32, run_parent, start),
+    // SAFETY: the benchmark's process runs on its own fresh stack while this process
+    // sleeps (vfork) until its exec or exit, so `bench` and what it points to stay put;
+    // `benchmark` never returns.
+    let spawned = unsafe {
+        sys::spawn_sharing(
+            true,
+            stack.0.add(STACK_BYTES),
+            benchmark,
+            &bench as *const BenchArgs as usize,
+        )
+    };
+    drop(stack);
+    match spawned {
+        Err(errno) => fail(Step::Fork, errno),
+        Ok(pid) => wait_for(report_fd, pid as i32, start),
     }
 }
 
-/// The run parent's side once the benchmark's process exists.
-fn wait_for(report_fd: i32, pid: i32, run_parent: i32, start: u64) -> i32 {
-    // Also from this side, so that no kill of the group can come before the child's own.
-    let _ = sys::setpgid(pid, pid);
-    report(report_fd, Message::Started { pid, run_parent });
+/// The run parent's side once the benchmark's process has exec'd (or failed).
+fn wait_for(report_fd: i32, pid: i32, start: u64) -> i32 {
     let mut rusage = sys::Rusage::default();
     match sys::wait4(pid, &mut rusage) {
         Ok(status) => {
@@ -163,18 +246,21 @@ fn wait_for(report_fd: i32, pid: i32, run_parent: i32, start: u64) -> i32 {
 }
 
 /// The benchmark's process before its exec: its own process group, a death tie to the
-/// run parent, ASLR and CPUs as asked, its descriptors at their numbers, the gate if the
-/// run is gated, the exec of `program` with the arguments and environment in `table`.
-fn benchmark(
-    run_parent: i32,
-    request: &Request,
-    passed: &[i32],
-    program: *const u8,
-    table: &[*const u8],
-) -> ! {
+/// run parent, its descriptors at their numbers, ASLR and CPUs as asked, the report of
+/// its start, the gate if the run is gated, the exec. It shares the run parent's (and the
+/// launcher's) memory until the exec: it writes only its own stack.
+extern "C" fn benchmark(arg: usize) -> ! {
+    // SAFETY: `run` passed its `BenchArgs`, which stay put while it sleeps.
+    let BenchArgs {
+        run_parent,
+        request,
+        passed,
+        program,
+        table,
+    } = unsafe { &*(arg as *const BenchArgs) };
     // Own process group, so that a timeout or Ctrl-C kills the benchmark's whole tree.
     let _ = sys::setpgid(0, 0);
-    if sys::die_with_parent().is_err() || sys::getppid() != run_parent {
+    if sys::die_with_parent().is_err() || sys::getppid() != *run_parent {
         sys::exit(126);
     }
     // Every descriptor at its number first: from then on the report pipe is REPORT_FD.
@@ -193,6 +279,14 @@ fn benchmark(
     }
     // The benchmark inherits neither the report pipe nor the gate.
     let _ = sys::set_cloexec(REPORT_FD, true);
+    // In its own process group already, so that no kill of the group can miss it.
+    report(
+        REPORT_FD,
+        Message::Started {
+            pid: sys::getpid(),
+            run_parent: *run_parent,
+        },
+    );
     sys::set_aslr(!request.no_aslr);
     if request.cpus {
         if let Err(errno) = sys::set_cpus(&request.cpu_mask) {
@@ -210,7 +304,7 @@ fn benchmark(
     let (args, env) = table.split_at(request.args + 1);
     // SAFETY: `program` and every pointer in `args` and `env` point to NUL-terminated
     // strings inside the request's mapping, and both arrays end with a NULL.
-    let errno = unsafe { sys::execve(program, args.as_ptr(), env.as_ptr()) };
+    let errno = unsafe { sys::execve(*program, args.as_ptr(), env.as_ptr()) };
     report(REPORT_FD, Message::ExecFailed { errno });
     sys::exit(127)
 }
