@@ -488,6 +488,55 @@ fn a_killed_collector_takes_its_child_along() {
     }
 }
 
+/// After a SIGKILL of the collector, what the benchmark started in its process group dies
+/// too, not only the benchmark: the launcher sees the collector's socket close and kills
+/// the group (a death signal reaches one process only).
+#[test]
+fn a_killed_collector_takes_the_benchmark_s_process_group_along() {
+    let script = "sleep 30101 & exec sleep 30102";
+    let mut collector = std::process::Command::new(util::sbs_profile())
+        .args([
+            "--warmup", "0", "--runs", "1", "--", "/bin/sh", "-c", script,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn sbs-profile");
+    let started = Instant::now();
+    while processes_running(&["sleep", "30101"]).is_empty()
+        || processes_running(&["sleep", "30102"]).is_empty()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the script never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    collector.kill().expect("SIGKILL sbs-profile");
+    collector.wait().unwrap();
+    let killed = Instant::now();
+    loop {
+        let left: Vec<_> = ["30101", "30102"]
+            .into_iter()
+            .filter(|n| !processes_running(&["sleep", n]).is_empty())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        if killed.elapsed() > Duration::from_secs(2) {
+            for n in ["30101", "30102"] {
+                for pid in processes_running(&["sleep", n]) {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-9", &pid.to_string()])
+                        .status();
+                }
+            }
+            panic!("sleep {left:?} of a SIGKILLed sbs-profile still ran 2 s later");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn hangup_and_quit_stop_a_run_like_ctrl_c() {
     for signal in [libc::SIGHUP, libc::SIGQUIT] {

@@ -12,6 +12,8 @@
 pub mod request;
 pub mod sys;
 
+use core::sync::atomic::{AtomicI32, Ordering};
+
 use request::Request;
 use sbs_agent_abi::launcher::{
     Message, Step, DATAGRAM_WORDS, GATE_FD, MAX_TARGETS, REPORT_FD, REQUEST_MAGIC, SOCKET_FD,
@@ -29,9 +31,19 @@ const STACK_BYTES: usize = 64 * 1024;
 /// Run parents alive at once, at most (more wait for one to end).
 const MAX_RUNS: usize = 256;
 
+/// A run the launcher started: its run parent, the run parent's stack, and the
+/// benchmark's process (written by that process itself, which shares our memory).
+struct Run {
+    parent: i32,
+    stack: *mut u8,
+    benchmark: AtomicI32,
+}
+
 /// What a run parent starts from, written at the top of its stack.
 struct RunArgs {
     launcher: i32,
+    /// Where the benchmark's process writes its pid.
+    benchmark: *const AtomicI32,
     len: usize,
     count: usize,
     fds: [i32; MAX_TARGETS + 1],
@@ -50,33 +62,50 @@ fn stack_with<T>(value: T) -> Option<(*mut u8, *mut u8)> {
 /// Serve requests until the collector closes its end of the socket; returns the exit
 /// code. Each request gets a run parent: a process that shares the launcher's memory
 /// (no page table copied) on a stack of its own, which the launcher unmaps once it has
-/// reaped it.
+/// reaped it. When the collector is gone (its socket closed, also after a SIGKILL), the
+/// process groups of the benchmarks still running are killed: the death signals reach
+/// the processes, not what they started in their group.
 pub fn serve() -> i32 {
     // The launcher lives as long as the collector's socket, not as long as the collector
     // thread that happened to start it.
     sys::no_death_signal();
     let launcher = sys::getpid();
-    let mut stacks = [(0i32, core::ptr::null_mut::<u8>()); MAX_RUNS];
-    let free = |stacks: &mut [(i32, *mut u8)], pid: i32| {
-        if let Some(slot) = stacks.iter_mut().find(|(p, _)| *p == pid) {
+    let mut runs: [Run; MAX_RUNS] = core::array::from_fn(|_| Run {
+        parent: 0,
+        stack: core::ptr::null_mut(),
+        benchmark: AtomicI32::new(0),
+    });
+    let free = |runs: &mut [Run], pid: i32| {
+        if let Some(run) = runs.iter_mut().find(|r| r.parent == pid) {
             // SAFETY: the stack of a run parent that has exited: nobody uses it.
-            unsafe { sys::unmap(slot.1, STACK_BYTES) };
-            *slot = (0, core::ptr::null_mut());
+            unsafe { sys::unmap(run.stack, STACK_BYTES) };
+            run.parent = 0;
+            run.stack = core::ptr::null_mut();
+            run.benchmark.store(0, Ordering::SeqCst);
         }
     };
     loop {
         while let Some(pid) = sys::reap_any(false) {
-            free(&mut stacks, pid);
+            free(&mut runs, pid);
         }
         let mut datagram = [0u8; DATAGRAM_WORDS * 8];
         let mut args = RunArgs {
             launcher,
+            benchmark: core::ptr::null(),
             len: 0,
             count: 0,
             fds: [-1; MAX_TARGETS + 1],
         };
         let (n, count) = match sys::recv_with_fds(SOCKET_FD, &mut datagram, &mut args.fds) {
-            Ok((0, _)) | Err(_) => return 0,
+            Ok((0, _)) | Err(_) => {
+                for run in runs.iter().filter(|r| r.parent != 0) {
+                    let pid = run.benchmark.load(Ordering::SeqCst);
+                    if pid > 0 {
+                        sys::kill_group(pid);
+                    }
+                }
+                return 0;
+            }
             Ok(got) => got,
         };
         let word = |i: usize| {
@@ -90,20 +119,26 @@ pub fn serve() -> i32 {
         if n == datagram.len() && word(0) == REQUEST_MAGIC && count > 0 {
             // A free slot for its stack, waiting for a run to end if need be.
             let slot = loop {
-                if let Some(i) = stacks.iter().position(|(p, _)| *p == 0) {
+                if let Some(i) = runs.iter().position(|r| r.parent == 0) {
                     break Some(i);
                 }
                 match sys::reap_any(true) {
-                    Some(pid) => free(&mut stacks, pid),
+                    Some(pid) => free(&mut runs, pid),
                     None => break None,
                 }
             };
+            if let Some(slot) = slot {
+                args.benchmark = &runs[slot].benchmark;
+            }
             if let (Some(slot), Some((base, top))) = (slot, stack_with(args)) {
                 // SAFETY: `top` is the top of a fresh stack that only the run parent uses
                 // until the launcher reaps it; `run_parent` never returns and reads only
                 // the `RunArgs` above `top` and mappings of its own.
                 match unsafe { sys::spawn_sharing(false, top, run_parent, top as usize) } {
-                    Ok(pid) => stacks[slot] = (pid as i32, base),
+                    Ok(pid) => {
+                        runs[slot].parent = pid as i32;
+                        runs[slot].stack = base;
+                    }
                     // The collector sees its report pipe close without a word.
                     // SAFETY: the stack was never used.
                     Err(_) => unsafe { sys::unmap(base, STACK_BYTES) },
@@ -121,7 +156,9 @@ extern "C" fn run_parent(arg: usize) -> ! {
     // SAFETY: `serve` wrote a `RunArgs` at `arg`, on this process's own stack.
     let args = unsafe { &*(arg as *const RunArgs) };
     sys::close(SOCKET_FD);
-    let code = run(args.launcher, &args.fds[..args.count], args.len);
+    // SAFETY: `serve` points it at a slot of its table that stays until it reaps us.
+    let slot = unsafe { &*args.benchmark };
+    let code = run(args.launcher, slot, &args.fds[..args.count], args.len);
     sys::exit(code)
 }
 
@@ -140,6 +177,8 @@ impl Drop for Mapping {
 /// the run parent sleeps until the exec).
 struct BenchArgs<'a> {
     run_parent: i32,
+    /// The launcher's record of the benchmark's pid.
+    slot: &'a AtomicI32,
     request: &'a Request,
     passed: &'a [i32],
     program: *const u8,
@@ -148,7 +187,7 @@ struct BenchArgs<'a> {
 
 /// The run parent: read the request from its memfd (`fds[0]`, `len` bytes), start the
 /// benchmark's process, reap it, report; returns the exit code.
-fn run(launcher: i32, fds: &[i32], len: usize) -> i32 {
+fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
     // Die with the launcher, which dies with the collector's socket.
     if sys::die_with_parent().is_err() || sys::getppid() != launcher {
         return 125;
@@ -185,6 +224,7 @@ fn run(launcher: i32, fds: &[i32], len: usize) -> i32 {
     };
     let bench = BenchArgs {
         run_parent: sys::getpid(),
+        slot,
         request: &request,
         passed,
         program,
@@ -253,13 +293,16 @@ extern "C" fn benchmark(arg: usize) -> ! {
     // SAFETY: `run` passed its `BenchArgs`, which stay put while it sleeps.
     let BenchArgs {
         run_parent,
+        slot,
         request,
         passed,
         program,
         table,
     } = unsafe { &*(arg as *const BenchArgs) };
-    // Own process group, so that a timeout or Ctrl-C kills the benchmark's whole tree.
+    // Own process group, so that a timeout or Ctrl-C kills the benchmark's whole tree;
+    // the launcher kills it too if the collector dies.
     let _ = sys::setpgid(0, 0);
+    slot.store(sys::getpid(), Ordering::SeqCst);
     if sys::die_with_parent().is_err() || sys::getppid() != *run_parent {
         sys::exit(126);
     }

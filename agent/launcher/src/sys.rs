@@ -16,6 +16,7 @@ const SYS_GETPID: usize = 39;
 const SYS_CLONE: usize = 56;
 const SYS_EXECVE: usize = 59;
 const SYS_WAIT4: usize = 61;
+const SYS_KILL: usize = 62;
 const SYS_FCNTL: usize = 72;
 const SYS_SETPGID: usize = 109;
 const SYS_GETPPID: usize = 110;
@@ -311,6 +312,12 @@ pub fn reap_any(block: bool) -> Option<i32> {
             Ok(pid) => return Some(pid as i32),
         }
     }
+}
+
+/// SIGKILL to process group `pgid`.
+pub fn kill_group(pgid: i32) {
+    // SAFETY: kill with integer arguments only; a negative pid names a process group.
+    unsafe { syscall4(SYS_KILL, (-(pgid as isize)) as usize, SIGKILL, 0, 0) };
 }
 
 /// Clear the parent-death signal (the launcher ends with its socket instead).
