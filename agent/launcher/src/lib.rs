@@ -12,7 +12,7 @@
 pub mod request;
 pub mod sys;
 
-use core::sync::atomic::{AtomicI32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 use request::Request;
 use sbs_agent_abi::launcher::{
@@ -32,10 +32,11 @@ const STACK_BYTES: usize = 64 * 1024;
 const MAX_RUNS: usize = 256;
 
 /// A run the launcher started: its run parent, the run parent's stack, and the
-/// benchmark's process (written by that process itself, which shares our memory).
+/// benchmark's process (written by that process itself, which shares our memory, hence
+/// atomics, and shared references only).
 struct Run {
-    parent: i32,
-    stack: *mut u8,
+    parent: AtomicI32,
+    stack: AtomicPtr<u8>,
     benchmark: AtomicI32,
 }
 
@@ -70,23 +71,23 @@ pub fn serve() -> i32 {
     // thread that happened to start it.
     sys::no_death_signal();
     let launcher = sys::getpid();
-    let mut runs: [Run; MAX_RUNS] = core::array::from_fn(|_| Run {
-        parent: 0,
-        stack: core::ptr::null_mut(),
+    let runs: [Run; MAX_RUNS] = core::array::from_fn(|_| Run {
+        parent: AtomicI32::new(0),
+        stack: AtomicPtr::new(core::ptr::null_mut()),
         benchmark: AtomicI32::new(0),
     });
-    let free = |runs: &mut [Run], pid: i32| {
-        if let Some(run) = runs.iter_mut().find(|r| r.parent == pid) {
+    let free = |pid: i32| {
+        if let Some(run) = runs.iter().find(|r| r.parent.load(Ordering::SeqCst) == pid) {
+            let stack = run.stack.swap(core::ptr::null_mut(), Ordering::SeqCst);
             // SAFETY: the stack of a run parent that has exited: nobody uses it.
-            unsafe { sys::unmap(run.stack, STACK_BYTES) };
-            run.parent = 0;
-            run.stack = core::ptr::null_mut();
+            unsafe { sys::unmap(stack, STACK_BYTES) };
             run.benchmark.store(0, Ordering::SeqCst);
+            run.parent.store(0, Ordering::SeqCst);
         }
     };
     loop {
         while let Some(pid) = sys::reap_any(false) {
-            free(&mut runs, pid);
+            free(pid);
         }
         let mut datagram = [0u8; DATAGRAM_WORDS * 8];
         let mut args = RunArgs {
@@ -98,7 +99,7 @@ pub fn serve() -> i32 {
         };
         let (n, count) = match sys::recv_with_fds(SOCKET_FD, &mut datagram, &mut args.fds) {
             Ok((0, _)) | Err(_) => {
-                for run in runs.iter().filter(|r| r.parent != 0) {
+                for run in runs.iter().filter(|r| r.parent.load(Ordering::SeqCst) != 0) {
                     let pid = run.benchmark.load(Ordering::SeqCst);
                     if pid > 0 {
                         sys::kill_group(pid);
@@ -119,11 +120,14 @@ pub fn serve() -> i32 {
         if n == datagram.len() && word(0) == REQUEST_MAGIC && count > 0 {
             // A free slot for its stack, waiting for a run to end if need be.
             let slot = loop {
-                if let Some(i) = runs.iter().position(|r| r.parent == 0) {
+                if let Some(i) = runs
+                    .iter()
+                    .position(|r| r.parent.load(Ordering::SeqCst) == 0)
+                {
                     break Some(i);
                 }
                 match sys::reap_any(true) {
-                    Some(pid) => free(&mut runs, pid),
+                    Some(pid) => free(pid),
                     None => break None,
                 }
             };
@@ -136,8 +140,8 @@ pub fn serve() -> i32 {
                 // the `RunArgs` above `top` and mappings of its own.
                 match unsafe { sys::spawn_sharing(false, top, run_parent, top as usize) } {
                     Ok(pid) => {
-                        runs[slot].parent = pid as i32;
-                        runs[slot].stack = base;
+                        runs[slot].stack.store(base, Ordering::SeqCst);
+                        runs[slot].parent.store(pid as i32, Ordering::SeqCst);
                     }
                     // The collector sees its report pipe close without a word.
                     // SAFETY: the stack was never used.

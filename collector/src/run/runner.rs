@@ -274,8 +274,8 @@ fn start(
         Some(other) => return Err(launcher_error(config, other)),
         None => {
             return Err(err(io::Error::other(
-                "the launcher that starts each run did not start this one (see the launcher's \
-                 messages above, if any)",
+                "the launcher that starts each run did not start this one: it could not map \
+                 the request or make the process (out of memory or of processes?)",
             )))
         }
     };
