@@ -192,6 +192,37 @@ pub fn probe_all(facts: &MachineFacts) -> Vec<(CounterRequest, Support)> {
         .collect()
 }
 
+/// Why an exec of `program` would change the process's credentials (setuid or setgid to
+/// an id that is not ours, or file capabilities for a user other than root), if it would.
+/// At such an exec the kernel ends every perf event of the process (it is no longer
+/// dumpable by us), so uprobe counts, counters and sampled stacks read 0 from there on,
+/// without an error; the dynamic loader also ignores `LD_PRELOAD`. A script's own mode
+/// bits do nothing (the kernel ignores setuid on scripts).
+pub fn credential_change(program: &Path) -> std::io::Result<Option<String>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(program)?;
+    let mut magic = [0u8; 2];
+    let script = std::fs::File::open(program)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == b"#!";
+    if script {
+        return Ok(None);
+    }
+    let (euid, egid) = crate::sys::effective_ids();
+    if meta.mode() & 0o4000 != 0 && meta.uid() != euid {
+        return Ok(Some(format!("it is setuid to uid {}", meta.uid())));
+    }
+    if meta.mode() & 0o2000 != 0 && meta.gid() != egid {
+        return Ok(Some(format!("it is setgid to gid {}", meta.gid())));
+    }
+    if euid != 0 && crate::sys::has_xattr(program, c"security.capability")? {
+        return Ok(Some("it carries file capabilities".into()));
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

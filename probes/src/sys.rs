@@ -13,6 +13,24 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// Whether `path` carries the extended attribute `name` (`getxattr` with no buffer).
+pub fn has_xattr(path: &Path, name: &std::ffi::CStr) -> io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: two NUL-terminated strings that outlive the call; a null buffer of size 0
+    // asks only for the attribute's size.
+    let ret = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    if ret >= 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(false),
+        _ => Err(e),
+    }
+}
+
 /// `mount -t tracefs nodev <target>`.
 pub fn mount_tracefs(target: &Path) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
@@ -123,8 +141,13 @@ impl Drop for FileMapping {
 
 /// Whether this process runs as root (effective uid 0).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    effective_ids().0 == 0
+}
+
+/// This process's effective user and group ids.
+pub fn effective_ids() -> (u32, u32) {
+    // SAFETY: geteuid and getegid have no preconditions and cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
 }
 
 /// Raise the soft limit of open files to at least `wanted` (bounded by the hard limit).

@@ -575,3 +575,43 @@ fn counts_from_different_mechanisms_are_never_compared() {
         "the refusal names both mechanisms",
     );
 }
+
+/// A program setuid to another user: at its exec the kernel ends every perf event of the
+/// process, so uprobe counts and counters would read an exact-looking 0 (they did: 0 calls
+/// of a function called once, 0 page faults). The run is refused before it starts,
+/// naming the options and what to do; timing alone still runs it.
+#[test]
+fn a_program_setuid_to_another_user_is_refused_where_perf_events_would_read_0() {
+    if !util::is_root() {
+        skip!(
+            Need::Root,
+            "making a program setuid to another user needs root"
+        );
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("calls");
+    std::fs::copy(fixture!("calls"), &program).unwrap();
+    std::os::unix::fs::chown(&program, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // The directory must let uid 65534 reach the program.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = program.to_str().unwrap();
+    for measure in [
+        &["--invocations", "calls::work_more"][..],
+        &["--counters", "page-faults"][..],
+        &["--boxing"][..],
+    ] {
+        let mut args = vec!["--runs", "1", "--warmup", "0"];
+        args.extend_from_slice(measure);
+        args.extend_from_slice(&["--", path, "7", "1"]);
+        let run = sbs(&args).fails_with(2, "setuid to uid 65534");
+        let err = run.stderr();
+        assert!(
+            err.contains(measure[0]) && err.contains("would read 0") && err.contains("copy"),
+            "{err}"
+        );
+    }
+    sbs(["--runs", "1", "--warmup", "0", "--", path, "7", "1"]).success();
+}

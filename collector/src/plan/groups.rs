@@ -34,6 +34,7 @@ pub(super) fn benchmark_groups(
     harness: Option<(&str, &[String])>,
 ) -> anyhow::Result<Vec<Group>> {
     let region = harness.is_some();
+    refuse_credential_change(measures, run)?;
     let counter_options = CounterOptions {
         region,
         ..measures.counters.clone()
@@ -57,6 +58,46 @@ pub(super) fn benchmark_groups(
         add_harness_records(&mut groups, measures, &counter_options, name, probes)?;
     }
     Ok(groups)
+}
+
+/// Refuse, before anything heavy, a program whose exec changes credentials when a group
+/// counts through perf events attached to the process: the kernel ends them at that exec
+/// and every count would read an exact-looking 0.
+fn refuse_credential_change(measures: &Measures, run: &RunConfig) -> anyhow::Result<()> {
+    let mut perf = Vec::new();
+    if !measures.invocations.is_empty() {
+        perf.push("--invocations");
+    }
+    if measures.boxing {
+        perf.push("--boxing");
+    }
+    if measures.counters.counters.is_some() {
+        perf.push("--counters");
+    }
+    if measures.counters.instructions == Some(counters::InstructionsMode::Perf) {
+        perf.push("--instructions perf");
+    }
+    if measures.profile_time {
+        perf.push("--profile-time");
+    }
+    if perf.is_empty() {
+        return Ok(());
+    }
+    let program = &run.program;
+    let why = sbs_probes::capability::credential_change(program).map_err(|e| {
+        anyhow::anyhow!("cannot inspect {}: {e}; check the path", program.display())
+    })?;
+    if let Some(why) = why {
+        bail!(
+            "{}: {why}, and the kernel stops every perf event of a process at an exec that \
+             changes its credentials, so {} would read 0; measure a copy without the bit \
+             (cp {} /tmp/), or run sbs-profile as that user",
+            program.display(),
+            perf.join(", "),
+            program.display()
+        );
+    }
+    Ok(())
 }
 
 /// The groups of every instrument but the counters and timing: invocations, allocations,
