@@ -247,6 +247,70 @@ fn cold_part_targets(image: &Image, function: &Function) -> Result<HashSet<u64>,
     Ok(targets)
 }
 
+/// The bytes a site's fingerprint covers: its first instruction is at most 15 bytes.
+pub const SITE_BYTES: usize = 16;
+
+/// The bytes of `image` at `address` inside `function` (a symbol start), at most
+/// [`SITE_BYTES`] and never past the function's end; what a resolved site's cache entry
+/// keeps to recognise it.
+pub fn site_bytes(image: &Image, function: u64, address: u64) -> Option<Vec<u8>> {
+    let f = image.functions.iter().find(|f| f.address == function)?;
+    let code = image.code_of(f)?;
+    let from = usize::try_from(address.checked_sub(f.address)?).ok()?;
+    let to = from.checked_add(SITE_BYTES)?.min(code.len());
+    Some(code.get(from..to)?.to_vec())
+}
+
+/// Check a site kept from an earlier resolution against `image` as it is now, with the
+/// rules the resolver applied: `function` is the start of a function symbol and
+/// `address` lies in it on an instruction boundary of its code (decoded from its start);
+/// `offset` is where the loader maps `address` from (an executable segment of the file);
+/// the bytes there are `bytes`; and a function's entry site is where [`call_probe`]
+/// counts its calls. Else why not.
+pub fn verify_site(
+    image: &Image,
+    function: u64,
+    address: u64,
+    offset: u64,
+    entry: bool,
+    bytes: &[u8],
+) -> Result<(), String> {
+    let f = image
+        .functions
+        .iter()
+        .find(|f| f.address == function)
+        .ok_or_else(|| format!("no function starts at {function:#x}"))?;
+    if address < f.address || address >= f.address + f.size {
+        return Err(format!("{address:#x} is outside `{}`", f.name));
+    }
+    if safe_offset(&image.exec_segments, address, 1) != Some(offset) {
+        return Err(format!(
+            "file offset {offset:#x} is not where {address:#x} is loaded from"
+        ));
+    }
+    if site_bytes(image, function, address).as_deref() != Some(bytes) {
+        return Err(format!("the bytes at {address:#x} differ"));
+    }
+    if entry {
+        let probe = call_probe(image, f).map_err(|r| r.why)?;
+        return match probe == address {
+            true => Ok(()),
+            false => Err(format!("`{}` is counted at {probe:#x}", f.name)),
+        };
+    }
+    let code = image
+        .code_of(f)
+        .ok_or_else(|| format!("the bytes of `{}` are not in the file", f.name))?;
+    let insns = decode(code, f.address).map_err(|e| format!("`{}` {e}", f.name))?;
+    match insns.binary_search_by_key(&address, |i| i.ip) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!(
+            "{address:#x} is inside an instruction of `{}`",
+            f.name
+        )),
+    }
+}
+
 /// Find the entries of the instance with code `ranges` (sorted, half-open) in `image`.
 pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
     let none = |caller: String, why: String| Entries {

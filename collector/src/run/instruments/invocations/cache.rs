@@ -4,8 +4,15 @@
 //! depends only on the files read. A second run of the same patterns on the same program
 //! reads the ELF headers and symbol tables again (to find the same libraries the loader
 //! would), and takes the sites from the cache when every file is the same one: same
-//! path, device, inode, size, modification time and build id, and the same separate
-//! debug files.
+//! path, device, inode, size, modification time and build id (a file without a build id:
+//! the same content), and the same separate debug files.
+//!
+//! A cache may make a run faster, never different: before an entry is used, each of its
+//! sites is checked against the file as it is now with the resolver's own rules
+//! (`sbs_probes::entries::verify_site`: a function's start, an instruction boundary in
+//! it, the file offset the loader maps it from, the bytes kept with it, where a
+//! function's calls are counted), its rows must name its sites, and the file must be the
+//! user's own (not writable by others, in a directory of mode 0700). Any doubt is a miss.
 //!
 //! Stored in `$XDG_CACHE_HOME/sbs-profile/sites/` (else `~/.cache/...`), one JSON file
 //! per key (program, library path, patterns, options, the sbs-profile build), written
@@ -30,7 +37,7 @@ use super::sites::{PatternRows, Site};
 use crate::run::instrument::MetricSpec;
 
 /// Bumped when what is stored changes meaning.
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Entries unused for this long are removed.
 const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 /// At most this many entries are kept.
@@ -54,11 +61,22 @@ struct FileId {
     size: u64,
     mtime_ns: i128,
     build_id: Option<Vec<u8>>,
+    /// For a file without a build id, a hash of its content: an in-place rewrite can keep
+    /// size, inode and modification time.
+    content: Option<u64>,
 }
 
 impl FileId {
     fn of(path: &Path, build_id: Option<Vec<u8>>) -> Option<FileId> {
         let m = std::fs::metadata(path).ok()?;
+        let content = match build_id {
+            Some(_) => None,
+            None => {
+                let mut h = std::hash::DefaultHasher::new();
+                std::fs::read(path).ok()?.hash(&mut h);
+                Some(h.finish())
+            }
+        };
         Some(FileId {
             path: path.to_path_buf(),
             dev: m.dev(),
@@ -66,6 +84,7 @@ impl FileId {
             size: m.size(),
             mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
             build_id,
+            content,
         })
     }
 }
@@ -79,6 +98,8 @@ struct StoredSite {
     function: u64,
     inside: bool,
     what: String,
+    /// The bytes at `address` when it was resolved (`sbs_probes::entries::site_bytes`).
+    bytes: Vec<u8>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -134,9 +155,34 @@ impl SiteCache {
     /// from.
     pub fn load(&self, target: &mut Target) -> Option<Resolved> {
         let path = self.file.as_ref()?;
+        if !own_private(path) || !path.parent().is_some_and(own_private) {
+            return None;
+        }
         let text = std::fs::read(path).ok()?;
         let entry: Entry = serde_json::from_slice(&text).ok()?;
         if entry.version != VERSION || entry.key != self.key || entry.files != files(target)? {
+            return None;
+        }
+        let sound = entry.sites.iter().all(|s| {
+            target.images.get(s.image).is_some_and(|image| {
+                image.path == s.path
+                    && sbs_probes::entries::verify_site(
+                        image,
+                        s.function,
+                        s.address,
+                        s.uprobe_offset,
+                        !s.inside,
+                        &s.bytes,
+                    )
+                    .is_ok()
+            })
+        });
+        let rows_sound = entry
+            .rows
+            .iter()
+            .flat_map(|r| r.rows.iter().flat_map(|(_, sites)| sites))
+            .all(|&i| i < entry.sites.len());
+        if !sound || !rows_sound {
             return None;
         }
         // Used now: pruning keeps it.
@@ -161,9 +207,6 @@ impl SiteCache {
                 what: s.what,
             })
             .collect::<Vec<_>>();
-        if sites.iter().any(|s| s.image >= target.images.len()) {
-            return None;
-        }
         let rows = entry
             .rows
             .into_iter()
@@ -181,14 +224,12 @@ impl SiteCache {
             return;
         };
         let (warnings, sites, rows) = resolved;
-        let entry = Entry {
-            version: VERSION,
-            key: self.key.clone(),
-            files,
-            warnings: warnings.clone(),
-            sites: sites
-                .iter()
-                .map(|s| StoredSite {
+        // A site whose bytes cannot be read back could not be checked when loaded.
+        let Some(stored) = sites
+            .iter()
+            .map(|s| {
+                let image = target.images.get(s.image)?;
+                Some(StoredSite {
                     path: s.path.clone(),
                     image: s.image,
                     uprobe_offset: s.uprobe_offset,
@@ -196,8 +237,19 @@ impl SiteCache {
                     function: s.function,
                     inside: s.kind == SiteKind::Inside,
                     what: s.what.clone(),
+                    bytes: sbs_probes::entries::site_bytes(image, s.function, s.address)?,
                 })
-                .collect(),
+            })
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
+        let entry = Entry {
+            version: VERSION,
+            key: self.key.clone(),
+            files,
+            warnings: warnings.clone(),
+            sites: stored,
             rows: rows
                 .iter()
                 .map(|r| StoredRows {
@@ -210,7 +262,7 @@ impl SiteCache {
             return;
         };
         let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(dir)?;
+            create_private(dir)?;
             let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
             tmp.write_all(&serde_json::to_vec(&entry).map_err(std::io::Error::other)?)?;
             tmp.persist(file).map_err(|e| e.error)?;
@@ -263,6 +315,38 @@ fn files(target: &mut Target) -> Option<Vec<FileId>> {
         }
     }
     Some(out)
+}
+
+/// Whether `path` is ours and nobody else may write it (a directory: nobody else may
+/// enter it either).
+fn own_private(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    let others = match m.is_dir() {
+        true => 0o077,
+        false => 0o022,
+    };
+    m.uid() == nix::unistd::geteuid().as_raw() && m.permissions().mode() & others == 0
+}
+
+/// Create `dir` and its missing parents up to the cache's own folder with mode 0700,
+/// whatever the umask, and make an existing one of ours 0700.
+fn create_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    // `sites` and `sbs-profile` are ours; their parents (`~/.cache`) are not ours to set.
+    for d in [Some(dir), dir.parent()].into_iter().flatten() {
+        let m = std::fs::symlink_metadata(d)?;
+        if m.uid() == nix::unistd::geteuid().as_raw() && m.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))?;
+        }
+    }
+    Ok(())
 }
 
 fn cache_dir() -> Option<PathBuf> {
