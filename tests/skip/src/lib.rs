@@ -75,11 +75,15 @@ pub enum Need {
     /// A `python3` interpreter in `PATH`: real programs that start children the way
     /// Python's `subprocess` does.
     Python3,
+    /// Debian's `python3.11` with its own test suite (`libpython3.11-testsuite`) and its
+    /// symbols (`python3.11-dbg`): a peer's test suite as the judge of "the program runs
+    /// as it would alone".
+    PythonTestsuite,
 }
 
 impl Need {
     /// Every capability, in the order the docs list them.
-    pub const ALL: [Need; 18] = [
+    pub const ALL: [Need; 19] = [
         Need::Root,
         Need::Tracefs,
         Need::PerfEvents,
@@ -98,6 +102,7 @@ impl Need {
         Need::Nobody,
         Need::Pyenv311,
         Need::Python3,
+        Need::PythonTestsuite,
     ];
 
     /// The name used in `SBS_REQUIRE` and in reports.
@@ -121,6 +126,7 @@ impl Need {
             Need::Nobody => "nobody",
             Need::Pyenv311 => "pyenv-python3.11",
             Need::Python3 => "python3",
+            Need::PythonTestsuite => "python3.11-testsuite",
         }
     }
 
