@@ -13,16 +13,18 @@
 //! with the descriptors as `SCM_RIGHTS`: first the request memfd, then one descriptor per
 //! target number the request lists (stdin, stdout, stderr, the report pipe at
 //! [`REPORT_FD`], the gate at [`GATE_FD`] for a gated run, the instruments' descriptors).
-//! The launcher forks a *run parent* for the request and goes back to its socket; it exits
-//! when the collector's end closes. The run parent forks the benchmark's process, puts it
-//! in a process group of its own, and reports [`Message::Started`] on the report pipe.
-//! That process sets itself up as the request says (ASLR, CPUs, descriptors), and in a
-//! gated run waits at the gate while the collector attaches to it: one byte releases it to
-//! `execve`, end of file makes it exit with 126. A run that is not gated execs at once,
-//! and the run parent's clock times it, from just before its fork to the return of
-//! `wait4`. A failed set-up or exec is reported by the process itself
-//! ([`Message::ExecFailed`], [`Message::LauncherFailed`]). The run parent reaps it and
-//! reports [`Message::Exited`] with the status, the rusage and the wall time, then exits.
+//! The launcher starts a *run parent* for the request (a process sharing its memory, on a
+//! stack of its own) and goes back to its socket; it exits when the collector's end
+//! closes, after killing the process group of every benchmark still running. The run
+//! parent vforks the benchmark's process, which puts itself in a process group of its
+//! own, sets itself up as the request says (descriptors, ASLR, CPUs), reports
+//! [`Message::Started`] on the report pipe, and in a gated run waits at the gate while
+//! the collector attaches to it: one byte releases it to `execve`, end of file makes it
+//! exit with 126. A run that is not gated execs at once, and the run parent's clock times
+//! it, from just before the vfork to the return of `wait4`. A failed set-up or exec is
+//! reported by the process itself ([`Message::ExecFailed`], [`Message::LauncherFailed`]).
+//! The run parent reaps it and reports [`Message::Exited`] with the status, the rusage
+//! and the wall time, then exits.
 //! Every message is [`MESSAGE_WORDS`] little-endian words; a death tie runs from the
 //! benchmark to its run parent to the launcher, which ends with the collector's socket.
 //!
@@ -73,7 +75,7 @@ const TAG_FAILED: u64 = 0x5342_4c34;
 pub enum Step {
     /// The request could not be read (malformed, or its memfd could not be mapped).
     Request = 1,
-    /// `fork` failed.
+    /// The run parent or the benchmark's process could not be made.
     Fork = 2,
     /// `wait4` failed.
     Wait = 3,
@@ -106,7 +108,7 @@ pub enum Message {
         sys_us: u64,
         /// `ru_maxrss`, KiB.
         max_rss_kib: u64,
-        /// Nanoseconds from just before the fork to the return of `wait4` (the launcher's
+        /// Nanoseconds from just before the vfork to the return of `wait4` (the run parent's
         /// `CLOCK_MONOTONIC`).
         wall_ns: u64,
     },

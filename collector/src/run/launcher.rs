@@ -1,16 +1,18 @@
 //! The launcher: the small static program (`agent/launcher`), embedded in `sbs-profile`,
 //! that starts every measured run's process. The collector starts one launcher and sends
 //! it a request per run: the command, the environment, the set-up and the descriptors.
-//! The launcher forks a run parent, which forks the benchmark's process (held at the start
-//! gate when an instrument attaches to it) and reports its pid, a failed exec, and its exit
-//! status, rusage and wall time on the run's report pipe (`sbs_agent_abi::launcher`).
+//! The launcher starts a run parent that shares its memory, which vforks the benchmark's
+//! process (held at the start gate when an instrument attaches to it); they report its
+//! pid, a failed exec, and its exit status, rusage and wall time on the run's report pipe
+//! (`sbs_agent_abi::launcher`).
 //!
 //! Why: a process's `ru_maxrss` covers the address space it had before its `execve`, and
 //! a child forked or vforked from the collector has the collector's. The benchmark's
 //! process is a copy of the launcher instead, whose address space is a few pages, so
 //! `rss.peak` is the benchmark's own whatever the collector holds (checked against
 //! `/usr/bin/time -v` in `tests/tests/runner.rs`). Why one launcher and not one per run:
-//! an exec per run cost 0.13 ms of CPU and 1.3x hyperfine's time per run of `/bin/true`.
+//! an exec per run cost 0.13 ms of CPU more; why no fork in it: a fork costs 86 us here,
+//! a vfork 35 (BENCHMARKS.md).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
