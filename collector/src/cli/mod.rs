@@ -6,11 +6,13 @@
 //!   commands of `compare` split in [`compare`];
 //! - `report`: [`report`];
 //! - `pinpoint`: [`pinpoint`] (the search itself is [`crate::pinpoint`]);
+//! - `completions`: [`completions`];
 //! - the options they share and their conversion: [`args`]; the values of a parameter
 //!   scan: [`scan`].
 
 pub mod args;
 mod compare;
+mod completions;
 pub mod pinpoint;
 pub mod report;
 mod run;
@@ -107,9 +109,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Subcommand::Report(args)) => report::execute(&args),
         Some(Subcommand::Completions { shell }) => {
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "sbs-profile", &mut script);
-            write_stdout(&script, "the completion script")
+            write_stdout(&completions::script(shell), "the completion script")
         }
         Some(Subcommand::Man) => {
             let mut page = Vec::new();
