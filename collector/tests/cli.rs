@@ -231,3 +231,65 @@ fn bash_completes_the_options_of_each_subcommand() {
     let candidates = bash_candidates(&script, &["sbs-profile", "report", "--prev"]);
     assert!(candidates.is_empty(), "{candidates:?}");
 }
+
+#[test]
+fn every_manual_page_the_pages_refer_to_is_there() {
+    // The main page's SUBCOMMANDS section names sbs-profile-compare(1) and the others,
+    // which no command wrote before.
+    let dir = tempfile::tempdir().unwrap();
+    let man1 = dir.path().join("man1");
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .args(["man", "--dir"])
+        .arg(&man1)
+        .output()
+        .expect("run sbs-profile");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut files: Vec<String> = std::fs::read_dir(&man1)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert!(files.contains(&"sbs-profile.1".to_string()), "{files:?}");
+    let mut referred = 0;
+    for file in &files {
+        let page = std::fs::read_to_string(man1.join(file)).unwrap();
+        assert!(page.starts_with(".ie") || page.contains(".TH "), "{file}");
+        // References look like `sbs\-profile\-pinpoint(1)` in roff.
+        for (at, _) in page.match_indices("(1)") {
+            let start = page[..at]
+                .rfind(|c: char| c.is_whitespace())
+                .map_or(0, |i| i + 1);
+            let name = page[start..at].replace("\\-", "-");
+            if name.starts_with("sbs-profile") {
+                referred += 1;
+                assert!(
+                    files.contains(&format!("{name}.1")),
+                    "{file} refers to {name}(1), which is not among {files:?}"
+                );
+            }
+        }
+    }
+    assert!(referred >= 5, "the main page lists the subcommands' pages");
+
+    // One subcommand's page on stdout, as `--dir` writes it.
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .args(["man", "pinpoint"])
+        .output()
+        .expect("run sbs-profile");
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".TH sbs-profile-pinpoint 1"), "{page:.200}");
+    assert!(page.contains("\\-\\-previous"), "{page:.200}");
+    assert_eq!(
+        page,
+        std::fs::read_to_string(man1.join("sbs-profile-pinpoint.1")).unwrap()
+    );
+    let (code, err) = sbs(&["man", "pinpiont"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no manual page for `pinpiont`"), "{err}");
+}

@@ -6,13 +6,14 @@
 //!   commands of `compare` split in [`compare`];
 //! - `report`: [`report`];
 //! - `pinpoint`: [`pinpoint`] (the search itself is [`crate::pinpoint`]);
-//! - `completions`: [`completions`];
+//! - `completions` and `man`: [`completions`], [`man`];
 //! - the options they share and their conversion: [`args`]; the values of a parameter
 //!   scan: [`scan`].
 
 pub mod args;
 mod compare;
 mod completions;
+pub mod man;
 pub mod pinpoint;
 pub mod report;
 mod run;
@@ -22,7 +23,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 
 use crate::judge::regression::{Mode, Regressed};
 use crate::plan::{bench_binary, HarnessBinary, HarnessTarget, Target};
@@ -82,8 +83,9 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
         shell: clap_complete::Shell,
     },
     /// Print the manual page (roff) on stdout, e.g. `sbs-profile man >
-    /// ~/.local/share/man/man1/sbs-profile.1`.
-    Man,
+    /// ~/.local/share/man/man1/sbs-profile.1`, or a subcommand's (`sbs-profile man
+    /// pinpoint`); `--dir DIR` writes them all.
+    Man(man::ManArgs),
     /// Find where a regression is: dig from a function of two builds (previous and
     /// current) down the call tree, layer by layer, to the smallest piece of code whose
     /// instruction count (or allocations) got worse (SBS's DiggingFind and BinaryFind).
@@ -111,13 +113,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Subcommand::Completions { shell }) => {
             write_stdout(&completions::script(shell), "the completion script")
         }
-        Some(Subcommand::Man) => {
-            let mut page = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut page)
-                .context("cannot render the manual page")?;
-            write_stdout(&page, "the manual page")
-        }
+        Some(Subcommand::Man(args)) => man::execute(&args),
         Some(Subcommand::Pinpoint(args)) => pinpoint::execute(&args),
         None => {
             let targets = vec![run_target(&cli.run)?];
@@ -246,6 +242,8 @@ fn exit_for(regressions: &[Regressed]) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
+
+    use clap::CommandFactory;
 
     use super::*;
     use crate::judge::regression::Regression;
