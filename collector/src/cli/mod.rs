@@ -73,7 +73,8 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
     )]
     Compare(Box<RunArgs>),
     /// Render a report from the saved history without running anything: per benchmark,
-    /// its latest entry compared with the ones before, and every metric's trend.
+    /// its latest entry compared with the ones before, and every metric's trend over the
+    /// history (in the JSON report and the HTML page).
     Report(Box<report::ReportArgs>),
     /// Print a completion script for SHELL on stdout, e.g. `sbs-profile completions bash >
     /// ~/.local/share/bash-completion/completions/sbs-profile`.
@@ -88,7 +89,8 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
     Man(man::ManArgs),
     /// Find where a regression is: dig from a function of two builds (previous and
     /// current) down the call tree, layer by layer, to the smallest piece of code whose
-    /// instruction count (or allocations) got worse (SBS's DiggingFind and BinaryFind).
+    /// instruction count (or allocations, or CPU time) got worse (SBS's DiggingFind and
+    /// BinaryFind).
     Pinpoint(Box<pinpoint::PinpointArgs>),
 }
 
