@@ -375,7 +375,7 @@ pub struct RunArgs {
 
     /// What counts --invocations and --boxing: `auto` patches each site that can be
     /// patched safely to increment a counter in the process (a few ns per call) and puts a
-    /// uprobe (~10 µs per call, root) on the others, and on every site of a static or
+    /// uprobe (~14 µs per call, root) on the others, and on every site of a static or
     /// setuid program or of a harnessed benchmark (--bench, --harness); `inproc` only
     /// patches; `uprobe` only probes (no preloaded library).
     #[arg(long, value_enum, value_name = "ENGINE", default_value_t = EngineArg::Auto)]
