@@ -159,3 +159,137 @@ fn completions_and_the_manual_page_come_from_the_command_line_definition() {
     assert_eq!(code, Some(2));
     assert!(err.contains("invalid value 'tcsh'"), "{err}");
 }
+
+/// The candidates bash's completion of `sbs-profile` offers for the last of `words`: the
+/// generated script is sourced, and the function it registers for `sbs-profile` is called
+/// as bash calls it on a Tab (COMP_WORDS, COMP_CWORD; the command, the word and the one
+/// before it as arguments).
+fn bash_candidates(script: &std::path::Path, words: &[&str]) -> Vec<String> {
+    let program = r#"
+        source "$1"; shift
+        spec=($(complete -p sbs-profile)) || exit 3
+        for ((i = 0; i < ${#spec[@]}; i++)); do
+            [[ ${spec[i]} == -F ]] && fn=${spec[i + 1]}
+        done
+        [[ -n $fn ]] || exit 4
+        COMP_WORDS=("$@")
+        COMP_CWORD=$(($# - 1))
+        COMP_LINE="$*"
+        COMP_POINT=${#COMP_LINE}
+        "$fn" sbs-profile "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+        printf '%s\n' "${COMPREPLY[@]}"
+    "#;
+    let out = Command::new("bash")
+        .args(["-c", program, "bash"])
+        .arg(script)
+        .args(words)
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "bash failed for {words:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn bash_completes_the_options_of_each_subcommand() {
+    // clap_complete's bash script never matched a subcommand of a program whose name has a
+    // hyphen (clap-rs/clap#6421): `sbs-profile pinpoint --me<Tab>` offered nothing.
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .args(["completions", "bash"])
+        .output()
+        .expect("run sbs-profile");
+    assert_eq!(out.status.code(), Some(0));
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sbs-profile.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+
+    let cases: [(&[&str], &str); 6] = [
+        (&["sbs-profile", "--invoc"], "--invocations"),
+        (&["sbs-profile", "pin"], "pinpoint"),
+        (&["sbs-profile", "pinpoint", "--me"], "--metric"),
+        (&["sbs-profile", "pinpoint", "--metric", ""], "alloc-bytes"),
+        (&["sbs-profile", "report", "--hist"], "--history"),
+        (&["sbs-profile", "compare", "--sa"], "--save-baseline"),
+    ];
+    for (words, expected) in cases {
+        let candidates = bash_candidates(&script, words);
+        assert!(
+            candidates.iter().any(|c| c == expected),
+            "`{}<Tab>` offers {candidates:?}, not {expected}",
+            words.join(" ")
+        );
+    }
+    // Options of one subcommand are not offered for another.
+    let candidates = bash_candidates(&script, &["sbs-profile", "report", "--prev"]);
+    assert!(candidates.is_empty(), "{candidates:?}");
+}
+
+#[test]
+fn every_manual_page_the_pages_refer_to_is_there() {
+    // The main page's SUBCOMMANDS section names sbs-profile-compare(1) and the others,
+    // which no command wrote before.
+    let dir = tempfile::tempdir().unwrap();
+    let man1 = dir.path().join("man1");
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .args(["man", "--dir"])
+        .arg(&man1)
+        .output()
+        .expect("run sbs-profile");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut files: Vec<String> = std::fs::read_dir(&man1)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert!(files.contains(&"sbs-profile.1".to_string()), "{files:?}");
+    let mut referred = 0;
+    for file in &files {
+        let page = std::fs::read_to_string(man1.join(file)).unwrap();
+        assert!(page.starts_with(".ie") || page.contains(".TH "), "{file}");
+        // References look like `sbs\-profile\-pinpoint(1)` in roff.
+        for (at, _) in page.match_indices("(1)") {
+            let start = page[..at]
+                .rfind(|c: char| c.is_whitespace())
+                .map_or(0, |i| i + 1);
+            let name = page[start..at].replace("\\-", "-");
+            if name.starts_with("sbs-profile") {
+                referred += 1;
+                assert!(
+                    files.contains(&format!("{name}.1")),
+                    "{file} refers to {name}(1), which is not among {files:?}"
+                );
+            }
+        }
+    }
+    assert!(referred >= 5, "the main page lists the subcommands' pages");
+
+    // One subcommand's page on stdout, as `--dir` writes it.
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .args(["man", "pinpoint"])
+        .output()
+        .expect("run sbs-profile");
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".TH sbs-profile-pinpoint 1"), "{page:.200}");
+    assert!(page.contains("\\-\\-previous"), "{page:.200}");
+    assert_eq!(
+        page,
+        std::fs::read_to_string(man1.join("sbs-profile-pinpoint.1")).unwrap()
+    );
+    let (code, err) = sbs(&["man", "pinpiont"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no manual page for `pinpiont`"), "{err}");
+}

@@ -27,7 +27,7 @@ pub enum FormatArg {
     Json,
     /// One row per metric.
     Csv,
-    /// Bencher Metric Format JSON (bencher.dev, github-action-benchmark).
+    /// Bencher Metric Format JSON (bencher.dev).
     Bmf,
     /// A Markdown table for pull-request comments.
     Markdown,
@@ -190,7 +190,8 @@ pub struct RunArgs {
     pub time: bool,
 
     /// Count allocations through the preloaded agent (its own group of runs): alloc.count,
-    /// alloc.bytes, alloc.frees, alloc.reallocs, heap.peak, heap.live_at_exit.
+    /// alloc.bytes, alloc.frees, alloc.reallocs, heap.peak, heap.live_at_exit,
+    /// alloc.processes, alloc.unmeasured_images (and heap.tree_peak for a process tree).
     #[arg(long)]
     pub alloc: bool,
 
@@ -201,8 +202,9 @@ pub struct RunArgs {
     pub alloc_harness: bool,
 
     /// Count the values a Rust program boxes (`Box::new`) as boxing.count (its own group
-    /// of runs; uprobes, needs root). Exact for out-of-line calls; inlined ones (release
-    /// builds) are reported in a warning, not counted. See docs/alloc.md.
+    /// of runs), exactly, with the engines of --invocations (root only for the sites left
+    /// to uprobes). Calls inlined into their callers (release builds) are counted too;
+    /// inlined copies with no code of their own are reported in a warning. See docs/alloc.md.
     #[arg(long)]
     pub boxing: bool,
 
@@ -344,9 +346,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub strict: bool,
 
-    /// Count calls of the functions a PATTERN names, through uprobes (repeatable; needs
-    /// root). Exact, across threads and child processes; these runs carry no timing. A
-    /// pattern given twice is counted once.
+    /// Count calls of the functions a PATTERN names (repeatable). Exact, across threads
+    /// and child processes; these runs carry no timing. A pattern given twice is counted
+    /// once. Where it is safe, each counted place is patched in the process to increment
+    /// a counter (no root needed); the others, and every place in a static or setuid
+    /// program or a harnessed benchmark, get a uprobe (root): see --invocations-engine.
     ///
     /// Names are compared by path segments, with generic arguments, C++ parameter lists
     /// and return types dropped; the pattern must equal the last whole segments:
@@ -358,9 +362,9 @@ pub struct RunArgs {
     /// a full demangled name matches exactly. Functions of the shared libraries the
     /// program loads are included (`malloc` finds glibc's); each matched function is its
     /// own row in the report. Calls inlined into their callers are counted too, from the
-    /// debug info (in the file or a separate debug file under /usr/lib/debug): a probe on
+    /// debug info (in the file or a separate debug file under /usr/lib/debug): a counter on
     /// each place where control enters an inlined copy; their row is labelled
-    /// `[inlined, N sites]`. Inlined copies that cannot be probed are counted in a warning.
+    /// `[inlined, N sites]`. Inlined copies that cannot be counted are reported in a warning.
     #[arg(long = "invocations", value_name = "PATTERN", verbatim_doc_comment)]
     pub invocations: Vec<String>,
 
@@ -371,8 +375,9 @@ pub struct RunArgs {
 
     /// What counts --invocations and --boxing: `auto` patches each site that can be
     /// patched safely to increment a counter in the process (a few ns per call) and puts a
-    /// uprobe (~10 µs per call, root) on the others; `inproc` only patches; `uprobe` only
-    /// probes (no preloaded library).
+    /// uprobe (~14 µs per call, root) on the others, and on every site of a static or
+    /// setuid program or of a harnessed benchmark (--bench, --harness); `inproc` only
+    /// patches; `uprobe` only probes (no preloaded library).
     #[arg(long, value_enum, value_name = "ENGINE", default_value_t = EngineArg::Auto)]
     pub invocations_engine: EngineArg,
 

@@ -6,11 +6,14 @@
 //!   commands of `compare` split in [`compare`];
 //! - `report`: [`report`];
 //! - `pinpoint`: [`pinpoint`] (the search itself is [`crate::pinpoint`]);
+//! - `completions` and `man`: [`completions`], [`man`];
 //! - the options they share and their conversion: [`args`]; the values of a parameter
 //!   scan: [`scan`].
 
 pub mod args;
 mod compare;
+mod completions;
+pub mod man;
 pub mod pinpoint;
 pub mod report;
 mod run;
@@ -20,7 +23,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 
 use crate::judge::regression::{Mode, Regressed};
 use crate::plan::{bench_binary, HarnessBinary, HarnessTarget, Target};
@@ -70,7 +73,8 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
     )]
     Compare(Box<RunArgs>),
     /// Render a report from the saved history without running anything: per benchmark,
-    /// its latest entry compared with the ones before, and every metric's trend.
+    /// its latest entry compared with the ones before, and every metric's trend over the
+    /// history (in the JSON report and the HTML page).
     Report(Box<report::ReportArgs>),
     /// Print a completion script for SHELL on stdout, e.g. `sbs-profile completions bash >
     /// ~/.local/share/bash-completion/completions/sbs-profile`.
@@ -80,11 +84,13 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
         shell: clap_complete::Shell,
     },
     /// Print the manual page (roff) on stdout, e.g. `sbs-profile man >
-    /// ~/.local/share/man/man1/sbs-profile.1`.
-    Man,
+    /// ~/.local/share/man/man1/sbs-profile.1`, or a subcommand's (`sbs-profile man
+    /// pinpoint`); `--dir DIR` writes them all.
+    Man(man::ManArgs),
     /// Find where a regression is: dig from a function of two builds (previous and
     /// current) down the call tree, layer by layer, to the smallest piece of code whose
-    /// instruction count (or allocations) got worse (SBS's DiggingFind and BinaryFind).
+    /// instruction count (or allocations, or CPU time) got worse (SBS's DiggingFind and
+    /// BinaryFind).
     Pinpoint(Box<pinpoint::PinpointArgs>),
 }
 
@@ -107,17 +113,9 @@ pub fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Subcommand::Report(args)) => report::execute(&args),
         Some(Subcommand::Completions { shell }) => {
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "sbs-profile", &mut script);
-            write_stdout(&script, "the completion script")
+            write_stdout(&completions::script(shell), "the completion script")
         }
-        Some(Subcommand::Man) => {
-            let mut page = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut page)
-                .context("cannot render the manual page")?;
-            write_stdout(&page, "the manual page")
-        }
+        Some(Subcommand::Man(args)) => man::execute(&args),
         Some(Subcommand::Pinpoint(args)) => pinpoint::execute(&args),
         None => {
             let targets = vec![run_target(&cli.run)?];
@@ -246,6 +244,8 @@ fn exit_for(regressions: &[Regressed]) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
+
+    use clap::CommandFactory;
 
     use super::*;
     use crate::judge::regression::Regression;

@@ -44,7 +44,7 @@ pub enum StrategyArg {
 pub enum PinpointFormat {
     /// The chain as an indented tree.
     Text,
-    /// `{"pinpoint": {"metric", "chain", "bottleneck", "stopped", ...}}`.
+    /// `{"schema_version": 1, "pinpoint": {"metric", "chain", "bottleneck", "stopped", ...}}`.
     Json,
     /// A table for a pull-request comment.
     Markdown,
