@@ -349,8 +349,9 @@ pub struct RunArgs {
     /// Count calls of the functions a PATTERN names (repeatable). Exact, across threads
     /// and child processes; these runs carry no timing. A pattern given twice is counted
     /// once. Where it is safe, each counted place is patched in the process to increment
-    /// a counter (no root needed); the others, and every place in a static or setuid
-    /// program or a harnessed benchmark, get a uprobe (root): see --invocations-engine.
+    /// a counter (no root needed); the others, and every place in a static program or a
+    /// harnessed benchmark, get a uprobe (root): see --invocations-engine. A program
+    /// setuid to another user is refused (the kernel ends perf events at its exec).
     ///
     /// Names are compared by path segments, with generic arguments, C++ parameter lists
     /// and return types dropped; the pattern must equal the last whole segments:
@@ -375,8 +376,8 @@ pub struct RunArgs {
 
     /// What counts --invocations and --boxing: `auto` patches each site that can be
     /// patched safely to increment a counter in the process (a few ns per call) and puts a
-    /// uprobe (~14 µs per call, root) on the others, and on every site of a static or
-    /// setuid program or of a harnessed benchmark (--bench, --harness); `inproc` only
+    /// uprobe (~14 µs per call, root) on the others, and on every site of a static
+    /// program or of a harnessed benchmark (--bench, --harness); `inproc` only
     /// patches; `uprobe` only probes (no preloaded library).
     #[arg(long, value_enum, value_name = "ENGINE", default_value_t = EngineArg::Auto)]
     pub invocations_engine: EngineArg,
