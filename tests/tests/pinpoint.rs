@@ -453,3 +453,110 @@ fn a_rust_pair_from_one_source_matches_across_mangled_hashes() {
     let r = run(&previous, &[]).success();
     assert!(r.json()["pinpoint"]["bottleneck"].is_null());
 }
+
+/// The `valgrind` that `PATH` finds, or `None`.
+fn real_valgrind() -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join("valgrind"))
+        .find(|p| p.is_file())
+}
+
+/// A `valgrind` in `dir` that appends its arguments to `dir/args` and the mode of the
+/// directory of its profile (`--callgrind-out-file`, `--dhat-out-file`) to `dir/modes`,
+/// then runs the real one.
+fn recording_valgrind(dir: &Path, real: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let script = format!(
+        "#!/bin/sh\n\
+         printf '%s\\n' \"$*\" >> '{dir}/args'\n\
+         for a in \"$@\"; do\n\
+         case \"$a\" in\n\
+         --callgrind-out-file=*|--dhat-out-file=*) stat -c %a \"$(dirname \"${{a#*=}}\")\" >> '{dir}/modes';;\n\
+         esac\n\
+         done\n\
+         exec '{real}' \"$@\"\n",
+        dir = dir.display(),
+        real = real.display()
+    );
+    let path = dir.join("valgrind");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Under `umask 0`, the directory of valgrind's profiles is still private (0700: other
+/// users cannot plant a symlink at the names valgrind writes), it is gone after the run,
+/// and no valgrind the tool starts (pinpoint's, `--instructions valgrind`'s) opens vgdb's
+/// pipes in /tmp.
+#[test]
+fn valgrind_s_profiles_are_private_under_umask_0_and_no_valgrind_opens_vgdb_pipes() {
+    let Some(b) = builds() else { return };
+    let real = real_valgrind().expect("valgrind runs, so PATH finds it");
+    let fake = tempfile::tempdir().unwrap();
+    recording_valgrind(fake.path(), &real);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(fake.path().to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    let sbs_under_umask_0 = |args: &[&str]| {
+        let out = Command::new("/bin/sh")
+            .arg("-c")
+            .arg("umask 0; exec \"$0\" \"$@\"")
+            .arg(util::sbs_profile())
+            .args(args)
+            .env("PATH", &path)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), err)
+    };
+    for metric in ["instructions", "alloc"] {
+        let (code, err) = sbs_under_umask_0(&[
+            "pinpoint",
+            "--runs",
+            "1",
+            "--metric",
+            metric,
+            "--format",
+            "json",
+            "--previous",
+            b.exe(0).to_str().unwrap(),
+            "--",
+            b.exe(0).to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(0), "{metric}: {err}");
+    }
+    let modes = std::fs::read_to_string(fake.path().join("modes")).unwrap_or_default();
+    assert_eq!(
+        modes.lines().collect::<Vec<_>>(),
+        ["700"; 4],
+        "the mode of the directory of each of the 4 runs' profiles"
+    );
+    let (code, err) = sbs_under_umask_0(&[
+        "--instructions",
+        "valgrind",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let args = std::fs::read_to_string(fake.path().join("args")).unwrap();
+    assert_eq!(args.lines().count(), 5, "{args}");
+    for line in args.lines() {
+        assert!(
+            line.split(' ').any(|a| a == "--vgdb=no"),
+            "valgrind ran without --vgdb=no: {line}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}

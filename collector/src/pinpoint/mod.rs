@@ -19,6 +19,7 @@ mod sampled;
 pub mod search;
 
 use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -191,8 +192,12 @@ fn measure_builds(
         return Ok((outputs, Some(note)));
     }
     let valgrind = measure::valgrind()?;
+    // Private whatever the umask (mkdtemp's 0700): valgrind writes its profiles at names
+    // anyone could guess, and in a directory others can write to, a symlink planted at
+    // one would make it write where the link points, with our rights.
     let dir = tempfile::Builder::new()
         .prefix("sbs-pinpoint-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .context("cannot create a temporary directory for valgrind's profiles")?;
     let mut outputs: Outputs = [None, None];
