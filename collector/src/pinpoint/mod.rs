@@ -28,6 +28,7 @@ use sbs_probes::sample::SampleConfig;
 use sbs_reports::pinpoint::{Link, Pinpoint, PinpointReport, SamplingNote};
 
 use crate::judge::compare::{Policy, Thresholds};
+use crate::run::runner::Cancel;
 use builds::{Build, Pair, Programs, Side};
 use search::{Options, Strategy};
 
@@ -111,8 +112,10 @@ pub struct Request {
 /// needs the spread of each build's runs, which one run does not have.
 pub const MIN_TIME_RUNS: usize = 2;
 
-/// Run both builds, dig, and return the report.
-pub fn pinpoint(request: &Request) -> anyhow::Result<PinpointReport> {
+/// Run both builds, dig, and return the report. A signal caught by `cancel` kills the
+/// run under way and ends with [`crate::run::runner::RunError::Interrupted`], once every
+/// child is gone and the temporary files are removed.
+pub fn pinpoint(request: &Request, cancel: &Cancel) -> anyhow::Result<PinpointReport> {
     if request.runs == 0 {
         anyhow::bail!("--runs must be at least 1");
     }
@@ -136,7 +139,7 @@ pub fn pinpoint(request: &Request) -> anyhow::Result<PinpointReport> {
     let f_previous = previous.find(request.function.as_deref())?.clone();
     let f_current = current.find(request.function.as_deref())?.clone();
     let name = sbs_probes::demangle::demangle(&f_current.name).label;
-    let (outputs, sampling) = measure_builds(request, &mut previous, &mut current)?;
+    let (outputs, sampling) = measure_builds(request, &mut previous, &mut current, cancel)?;
     let mut warnings = Vec::new();
     if outputs[0] != outputs[1] {
         warnings.push(
@@ -181,13 +184,19 @@ fn measure_builds(
     request: &Request,
     previous: &mut Build,
     current: &mut Build,
+    cancel: &Cancel,
 ) -> anyhow::Result<(Outputs, Option<SamplingNote>)> {
+    // As for a run: what a build leaves behind out of its process group comes back to us,
+    // to be killed after its run.
+    crate::run::runner::adopt_orphans()
+        .context("cannot become the subreaper of the builds' processes (prctl)")?;
     if request.metric == Metric::Time {
         let (note, outputs) = sampled::run_builds(
             [previous, current],
             &request.args,
             request.runs,
             request.sampling,
+            cancel,
         )?;
         return Ok((outputs, Some(note)));
     }
@@ -210,6 +219,7 @@ fn measure_builds(
                 &request.args,
                 dir.path(),
                 i,
+                cancel,
             )?;
             outputs[k].get_or_insert(printed.stdout);
         }
