@@ -59,7 +59,7 @@ pub const CALIBRATED: &str = ".calibrated";
 /// is corruption. `heap.live_at_exit` is not one (a process may free more than the agent
 /// saw it allocate), nor a calibrated value.
 pub fn never_negative(id: &str) -> bool {
-    const PREFIXES: [&str; 7] = [
+    const PREFIXES: [&str; 8] = [
         "time.",
         "rss.",
         "alloc.",
@@ -67,6 +67,8 @@ pub fn never_negative(id: &str) -> bool {
         "counter.",
         "invocations.",
         "boxing.",
+        // Sampled CPU times (`--profile-time`).
+        "profile.",
     ];
     // A calibrated value (raw minus the empty operation's) is a difference: it can be
     // below 0, and an interval across 0 is what "indistinguishable from zero" means.

@@ -550,7 +550,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
         .iter()
         .zip(collected)
         .map(|(bench, c)| {
-            let metrics: Vec<MetricResult> = c
+            let mut metrics: Vec<MetricResult> = c
                 .series
                 .into_iter()
                 .map(|s| {
@@ -575,6 +575,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
                     result
                 })
                 .collect();
+            crate::run::instruments::stacks::order_by_mean(&mut metrics);
             let mut warnings = c.warnings;
             warnings.extend(timing_warnings(&metrics));
             BenchmarkResult {
