@@ -961,6 +961,72 @@ fn target_ci_runs_until_the_timing_interval_is_narrow_or_says_it_is_not() {
     );
 }
 
+/// The report's conditions say the runs made: after `--target-ci` added runs to the
+/// timing group, its count and the other group's, in every format. They said the runs
+/// asked for (`--runs`) whatever --target-ci did.
+#[test]
+fn target_ci_reports_the_runs_it_made() {
+    // A target no run reaches: the timing group goes to --max-runs, the allocation group
+    // (no timing metric) stays at --runs.
+    let args = |format: &str| {
+        sbs([
+            "--target-ci",
+            "0.0001",
+            "--runs",
+            "3",
+            "--max-runs",
+            "12",
+            "--warmup",
+            "0",
+            "--time",
+            "--alloc",
+            "-f",
+            format,
+            "--",
+            fixture!("exit_with"),
+            "0",
+        ])
+        .success()
+    };
+    let run = args("json");
+    let report = run.json();
+    assert_eq!(util::samples(util::metric(&report, "time.wall")).len(), 12);
+    assert_eq!(util::samples(util::metric(&report, "alloc.count")).len(), 3);
+    let c = &report["conditions"];
+    assert_eq!(c["runs"], 12, "{c}");
+    assert_eq!(
+        c["group_runs"],
+        serde_json::json!([{"group": "timing", "runs": 12}, {"group": "alloc", "runs": 3}]),
+        "{c}"
+    );
+    let text = args("text").stdout();
+    assert!(
+        text.contains("\n12 timing runs, 3 alloc runs + 0 warm-up per group"),
+        "{text}"
+    );
+    let markdown = args("markdown").stdout();
+    assert!(
+        markdown.contains("12 timing runs, 3 alloc runs,"),
+        "{markdown}"
+    );
+    // Groups that made the same runs: the usual line.
+    let same = sbs([
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .success();
+    assert!(
+        same.stdout().contains("\n3 runs + 0 warm-up per group"),
+        "{}",
+        same.stdout()
+    );
+}
+
 /// `/usr/bin/time -v`'s "Maximum resident set size", in bytes, of one run of `argv`.
 fn gnu_time_max_rss(argv: &[&str]) -> Option<f64> {
     let out = std::process::Command::new("/usr/bin/time")

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use sbs_reports::model::{
-    BenchmarkResult, Conditions, MetricResult, Report, Scan, ScanPoint, SCHEMA_VERSION,
+    BenchmarkResult, Conditions, GroupRuns, MetricResult, Report, Scan, ScanPoint, SCHEMA_VERSION,
 };
 
 use crate::judge::summary::timing_warnings;
@@ -98,6 +98,8 @@ struct Collected {
     warnings: Vec<String>,
     /// `(id prefix, note)` from [`Instrument::metric_notes`].
     notes: Vec<(String, String)>,
+    /// The measured runs each group made (`--target-ci` may add to some), in order.
+    group_runs: Vec<GroupRuns>,
 }
 
 impl Collected {
@@ -435,6 +437,10 @@ fn run_groups(
 /// (target not reached, failed runs, survivors), the instruments' warnings and notes,
 /// and their finish.
 fn end_group(group: &mut Group, c: &mut Collected, schedule: &Schedule, runs: usize) {
+    c.group_runs.push(GroupRuns {
+        group: group.name.clone(),
+        runs,
+    });
     if let Some(t) = schedule.target {
         let warning = target_warning(c, &group.name, t, runs, schedule.confidence);
         c.warnings.extend(warning);
@@ -546,6 +552,10 @@ fn scans(benchmarks: &[Benchmark]) -> Vec<Scan> {
 /// The report of the collected series: each metric summarized, with the notes that
 /// instruments attached to its id prefix.
 fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedule) -> Report {
+    let collected_runs: Vec<GroupRuns> = collected
+        .iter()
+        .flat_map(|c| c.group_runs.iter().cloned())
+        .collect();
     let results = benchmarks
         .iter()
         .zip(collected)
@@ -593,11 +603,13 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
         .collect();
     let first = benchmarks.first().map(|b| &b.run);
     let scans = scans(benchmarks);
+    let (runs, group_runs) = Conditions::runs_made(collected_runs, schedule.runs);
     Report {
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         conditions: Conditions {
-            runs: schedule.runs,
+            runs,
+            group_runs,
             warmup: schedule.warmup,
             aslr_disabled: first.is_some_and(|r| r.disable_aslr),
             pinned_cpus: first.map(|r| r.cpus.clone()).unwrap_or_default(),
