@@ -311,8 +311,10 @@ fn progress_bar(total: u64, show: bool) -> ProgressBar {
     bar
 }
 
-/// Every benchmark's `--setup`, then every run, then every `--cleanup` (also after a
-/// failure; a cleanup that fails then is a warning on stderr, the first error stands).
+/// Every benchmark's `--setup`, then every run, then every `--cleanup` of a benchmark
+/// whose setup began (also after a failure, its setup's included: a setup that failed
+/// halfway may have made what the cleanup removes; a cleanup that fails then is a warning
+/// on stderr, the first error stands).
 fn run_all(
     benchmarks: &mut [Benchmark],
     schedule: &Schedule,
@@ -322,13 +324,13 @@ fn run_all(
     let mut result = Ok(Vec::new());
     let mut set_up = 0;
     for bench in benchmarks.iter() {
+        set_up += 1;
         if let Some(setup) = &bench.hooks.setup {
             if let Err(e) = executor.hook(setup, &bench.run) {
                 result = Err(e.context(format!("setting up `{}`", bench.name)));
                 break;
             }
         }
-        set_up += 1;
     }
     if result.is_ok() {
         result = run_groups(benchmarks, schedule, cancel, executor);
