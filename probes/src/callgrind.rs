@@ -35,6 +35,8 @@ pub fn profile_wrapper(valgrind: &Path, out_file: &Path, log_file: &Path) -> Vec
             "--compress-pos=no",
             "--demangle=no",
             "--trace-children=no",
+            // No vgdb pipes in /tmp (a killed valgrind leaves them behind).
+            "--vgdb=no",
         ]
         .into_iter()
         .map(OsString::from),
@@ -312,6 +314,7 @@ calls=1 0x1390
             "--demangle=no",
             "--callgrind-out-file=/t/o",
             "--log-file=/t/l",
+            "--vgdb=no",
         ] {
             assert!(w.iter().any(|a| a == opt), "{opt} missing in {w:?}");
         }

@@ -28,6 +28,8 @@ pub fn wrapper(valgrind: &Path, out_file: &Path, log_file: &Path) -> Vec<OsStrin
             "--num-callers=64",
             "--demangle=no",
             "--trace-children=no",
+            // No vgdb pipes in /tmp (a killed valgrind leaves them behind).
+            "--vgdb=no",
         ]
         .into_iter()
         .map(OsString::from),

@@ -61,6 +61,8 @@ pub fn wrapper(valgrind: &Path, log_fd: i32) -> Vec<OsString> {
             "--branch-sim=no".to_string(),
             "--cachegrind-out-file=/dev/null".to_string(),
             "--trace-children=yes".to_string(),
+            // No vgdb pipes in /tmp (a killed valgrind leaves them behind).
+            "--vgdb=no".to_string(),
             format!("--log-fd={log_fd}"),
         ]
         .into_iter()
@@ -80,6 +82,8 @@ pub fn callgrind_wrapper(valgrind: &Path, log_fd: i32) -> Vec<OsString> {
             "--collect-atstart=no".to_string(),
             "--callgrind-out-file=/dev/null".to_string(),
             "--trace-children=yes".to_string(),
+            // No vgdb pipes in /tmp (a killed valgrind leaves them behind).
+            "--vgdb=no".to_string(),
             format!("--log-fd={log_fd}"),
         ]
         .into_iter()
@@ -221,6 +225,7 @@ mod tests {
             "--collect-atstart=no",
             "--trace-children=yes",
             "--log-fd=61",
+            "--vgdb=no",
         ] {
             assert!(w.iter().any(|a| a == opt), "{opt} missing in {w:?}");
         }
@@ -236,6 +241,7 @@ mod tests {
             "--cache-sim=no",
             "--branch-sim=no",
             "--log-fd=1013",
+            "--vgdb=no",
         ] {
             assert!(w.iter().any(|a| a == opt), "{opt} missing in {w:?}");
         }

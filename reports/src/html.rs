@@ -389,9 +389,9 @@ impl Render for Html {
         let c = &report.conditions;
         let _ = writeln!(
             page,
-            "<p class=conditions>sbs-profile {} · {} runs + {} warm-up per group · ASLR {} · {} environment</p>",
+            "<p class=conditions>sbs-profile {} · {} + {} warm-up per group · ASLR {} · {} environment</p>",
             escape(&report.tool_version),
-            c.runs,
+            escape(&c.measured_runs()),
             c.warmup,
             if c.aslr_disabled { "off" } else { "on" },
             if c.clean_env { "clean" } else { "caller's" }

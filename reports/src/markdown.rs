@@ -148,9 +148,12 @@ impl Render for Markdown {
             .unwrap_or_default();
         writeln!(
             out,
-            "\n<sub>sbs-profile {}: {} runs per group, {} regression{}{warnings}; smaller is better.</sub>",
+            "\n<sub>sbs-profile {}: {}, {} regression{}{warnings}; smaller is better.</sub>",
             report.tool_version,
-            c.runs,
+            match c.group_runs.is_empty() {
+                true => format!("{} per group", c.measured_runs()),
+                false => c.measured_runs(),
+            },
             regressed,
             if regressed == 1 { "" } else { "s" }
         )

@@ -59,7 +59,7 @@ pub const CALIBRATED: &str = ".calibrated";
 /// is corruption. `heap.live_at_exit` is not one (a process may free more than the agent
 /// saw it allocate), nor a calibrated value.
 pub fn never_negative(id: &str) -> bool {
-    const PREFIXES: [&str; 7] = [
+    const PREFIXES: [&str; 8] = [
         "time.",
         "rss.",
         "alloc.",
@@ -67,6 +67,8 @@ pub fn never_negative(id: &str) -> bool {
         "counter.",
         "invocations.",
         "boxing.",
+        // Sampled CPU times (`--profile-time`).
+        "profile.",
     ];
     // A calibrated value (raw minus the empty operation's) is a difference: it can be
     // below 0, and an interval across 0 is what "indistinguishable from zero" means.
@@ -189,7 +191,9 @@ pub struct TrendPoint {
     /// Upper bound of the interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci_high: Option<f64>,
-    /// Verdict of this run against the one before it (`None` for the first).
+    /// Verdict of this run against the one before it (`None` for the first); for the last
+    /// point, the run being judged, the verdict of its comparison with the history (the
+    /// metric's `comparison`), which may pool several entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
 }
@@ -211,8 +215,13 @@ pub struct BenchmarkResult {
 /// Conditions the runs were measured under.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Conditions {
-    /// Measured runs per group.
+    /// Measured runs per group: the runs made, the most of any group when they differ
+    /// (`--target-ci` adds runs to the groups with timing metrics only).
     pub runs: usize,
+    /// The measured runs each group made, in the order they ran, when the groups did not
+    /// all make the same number (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group_runs: Vec<GroupRuns>,
     /// Discarded warm-up runs per group.
     pub warmup: usize,
     /// Whether address-space randomisation was disabled in the child.
@@ -222,6 +231,53 @@ pub struct Conditions {
     pub pinned_cpus: Vec<usize>,
     /// Whether the child started from a clean environment.
     pub clean_env: bool,
+}
+
+impl Conditions {
+    /// `runs` and `group_runs` from the measured runs each group `made` (a group may come
+    /// more than once: the most it made counts): the runs of every group when they all
+    /// made the same number (`asked` when there was no group), and no list; otherwise
+    /// the most any group made, and each group's, in the order they first came.
+    pub fn runs_made(
+        made: impl IntoIterator<Item = GroupRuns>,
+        asked: usize,
+    ) -> (usize, Vec<GroupRuns>) {
+        let mut groups: Vec<GroupRuns> = Vec::new();
+        for g in made {
+            match groups.iter_mut().find(|seen| seen.group == g.group) {
+                Some(seen) => seen.runs = seen.runs.max(g.runs),
+                None => groups.push(g),
+            }
+        }
+        let most = groups.iter().map(|g| g.runs).max().unwrap_or(asked);
+        if groups.iter().all(|g| g.runs == most) {
+            return (most, Vec::new());
+        }
+        (most, groups)
+    }
+
+    /// The measured runs made, for a report's footer: `10 runs`, or per group when they
+    /// differ (`100 timing runs, 10 alloc runs`).
+    pub fn measured_runs(&self) -> String {
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        if self.group_runs.is_empty() {
+            return format!("{} run{}", self.runs, plural(self.runs));
+        }
+        self.group_runs
+            .iter()
+            .map(|g| format!("{} {} run{}", g.runs, g.group, plural(g.runs)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The measured runs one group of runs made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRuns {
+    /// The group (`timing`, `alloc`, ...), as metrics name it in `group`.
+    pub group: String,
+    /// Its measured runs.
+    pub runs: usize,
 }
 
 /// A whole report: what one invocation of sbs-profile measured.
@@ -622,6 +678,43 @@ pub struct Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runs_made_are_listed_per_group_only_when_groups_differ() {
+        let g = |group: &str, runs| GroupRuns {
+            group: group.into(),
+            runs,
+        };
+        // Two benchmarks through the same groups.
+        let same = [
+            g("timing", 10),
+            g("alloc", 10),
+            g("timing", 10),
+            g("alloc", 10),
+        ];
+        assert_eq!(Conditions::runs_made(same, 10), (10, vec![]));
+        assert_eq!(Conditions::runs_made([], 7), (7, vec![]));
+        let (runs, groups) = Conditions::runs_made([g("timing", 100), g("alloc", 10)], 10);
+        assert_eq!(
+            (runs, groups.clone()),
+            (100, vec![g("timing", 100), g("alloc", 10)])
+        );
+        let c = Conditions {
+            runs,
+            group_runs: groups,
+            warmup: 1,
+            aslr_disabled: true,
+            pinned_cpus: vec![],
+            clean_env: false,
+        };
+        assert_eq!(c.measured_runs(), "100 timing runs, 10 alloc runs");
+        let one = Conditions {
+            runs: 1,
+            group_runs: vec![],
+            ..c
+        };
+        assert_eq!(one.measured_runs(), "1 run");
+    }
 
     #[test]
     fn only_the_pairs_of_the_subject_are_shown() {

@@ -100,9 +100,8 @@ fn metric_rows(m: &MetricResult, rows: &mut Vec<[String; 8]>, time: Option<human
 
 fn conditions_line(c: &Conditions, confidence: Option<f64>) -> String {
     let mut parts = vec![format!(
-        "{} run{} + {} warm-up per group",
-        c.runs,
-        if c.runs == 1 { "" } else { "s" },
+        "{} + {} warm-up per group",
+        c.measured_runs(),
         c.warmup
     )];
     if let Some(conf) = confidence {

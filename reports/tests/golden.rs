@@ -137,6 +137,7 @@ pub fn report() -> Report {
         tool_version: "0.1.0".into(),
         conditions: Conditions {
             runs: 3,
+            group_runs: Vec::new(),
             warmup: 1,
             aslr_disabled: true,
             pinned_cpus: vec![1],

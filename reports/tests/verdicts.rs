@@ -116,6 +116,7 @@ fn report() -> Report {
         tool_version: "0.1.0".into(),
         conditions: Conditions {
             runs: 5,
+            group_runs: Vec::new(),
             warmup: 1,
             aslr_disabled: true,
             pinned_cpus: vec![],

@@ -453,3 +453,214 @@ fn a_rust_pair_from_one_source_matches_across_mangled_hashes() {
     let r = run(&previous, &[]).success();
     assert!(r.json()["pinpoint"]["bottleneck"].is_null());
 }
+
+/// The `valgrind` that `PATH` finds, or `None`.
+fn real_valgrind() -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join("valgrind"))
+        .find(|p| p.is_file())
+}
+
+/// A `valgrind` in `dir` that appends its arguments to `dir/args` and the mode of the
+/// directory of its profile (`--callgrind-out-file`, `--dhat-out-file`) to `dir/modes`,
+/// then runs the real one.
+fn recording_valgrind(dir: &Path, real: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let script = format!(
+        "#!/bin/sh\n\
+         printf '%s\\n' \"$*\" >> '{dir}/args'\n\
+         for a in \"$@\"; do\n\
+         case \"$a\" in\n\
+         --callgrind-out-file=*|--dhat-out-file=*) stat -c %a \"$(dirname \"${{a#*=}}\")\" >> '{dir}/modes';;\n\
+         esac\n\
+         done\n\
+         exec '{real}' \"$@\"\n",
+        dir = dir.display(),
+        real = real.display()
+    );
+    let path = dir.join("valgrind");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Under `umask 0`, the directory of valgrind's profiles is still private (0700: other
+/// users cannot plant a symlink at the names valgrind writes), it is gone after the run,
+/// and no valgrind the tool starts (pinpoint's, `--instructions valgrind`'s) opens vgdb's
+/// pipes in /tmp.
+#[test]
+fn valgrind_s_profiles_are_private_under_umask_0_and_no_valgrind_opens_vgdb_pipes() {
+    let Some(b) = builds() else { return };
+    let real = real_valgrind().expect("valgrind runs, so PATH finds it");
+    let fake = tempfile::tempdir().unwrap();
+    recording_valgrind(fake.path(), &real);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(fake.path().to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    let sbs_under_umask_0 = |args: &[&str]| {
+        let out = Command::new("/bin/sh")
+            .arg("-c")
+            .arg("umask 0; exec \"$0\" \"$@\"")
+            .arg(util::sbs_profile())
+            .args(args)
+            .env("PATH", &path)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), err)
+    };
+    for metric in ["instructions", "alloc"] {
+        let (code, err) = sbs_under_umask_0(&[
+            "pinpoint",
+            "--runs",
+            "1",
+            "--metric",
+            metric,
+            "--format",
+            "json",
+            "--previous",
+            b.exe(0).to_str().unwrap(),
+            "--",
+            b.exe(0).to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(0), "{metric}: {err}");
+    }
+    let modes = std::fs::read_to_string(fake.path().join("modes")).unwrap_or_default();
+    assert_eq!(
+        modes.lines().collect::<Vec<_>>(),
+        ["700"; 4],
+        "the mode of the directory of each of the 4 runs' profiles"
+    );
+    let (code, err) = sbs_under_umask_0(&[
+        "--instructions",
+        "valgrind",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let args = std::fs::read_to_string(fake.path().join("args")).unwrap();
+    assert_eq!(args.lines().count(), 5, "{args}");
+    for line in args.lines() {
+        assert!(
+            line.split(' ').any(|a| a == "--vgdb=no"),
+            "valgrind ran without --vgdb=no: {line}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}
+
+/// The pid of the valgrind tool (`callgrind-*`, `dhat-*`: valgrind has exec'd its tool,
+/// which runs the build) among the descendants of `pid`, once there is one.
+fn valgrind_tool_under(pid: u32, tool: &str) -> u32 {
+    let start = std::time::Instant::now();
+    loop {
+        let mut descendants = util::children_of(pid);
+        let mut i = 0;
+        while i < descendants.len() {
+            let more = util::children_of(descendants[i]);
+            descendants.extend(more);
+            i += 1;
+        }
+        for d in descendants {
+            let exe = std::fs::read_link(format!("/proc/{d}/exe")).unwrap_or_default();
+            if exe
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{tool}-")))
+            {
+                return d;
+            }
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "sbs-profile pinpoint (pid {pid}) never started valgrind's {tool}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` goes within `limit`; killed if it did not, so that no test leaves a
+/// valgrind running.
+fn gone_within(pid: u32, limit: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if util::is_gone(pid) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: plain kill(2) on a pid this test saw as a descendant of its sbs-profile.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    false
+}
+
+/// Ctrl-C, SIGTERM and SIGHUP end pinpoint as they end a run: exit 130 with the one-line
+/// message, the valgrind under way killed, its temporary directory removed, nothing left
+/// in TMPDIR (no vgdb pipe either). They used to kill pinpoint outright and leave valgrind
+/// running, orphaned, and `sbs-pinpoint-*` behind.
+#[test]
+fn sigint_sigterm_and_sighup_end_pinpoint_like_a_run() {
+    if !valgrind_installed() {
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
+        return;
+    }
+    let forever = fixture!("forever");
+    for (signal, metric, tool) in [
+        (libc::SIGINT, "instructions", "callgrind"),
+        (libc::SIGTERM, "alloc", "dhat"),
+        (libc::SIGHUP, "instructions", "callgrind"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut pinpoint = Command::new(util::sbs_profile())
+            .args(["pinpoint", "--metric", metric, "--previous", forever, "--"])
+            .arg(forever)
+            .env("TMPDIR", tmp.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn sbs-profile");
+        let valgrind = valgrind_tool_under(pinpoint.id(), tool);
+        // SAFETY: plain kill(2) on the pid of our own child, not yet reaped.
+        let sent = unsafe { libc::kill(pinpoint.id() as libc::pid_t, signal) };
+        assert_eq!(sent, 0);
+        let start = std::time::Instant::now();
+        while pinpoint.try_wait().unwrap().is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = pinpoint.kill();
+                let _ = gone_within(valgrind, std::time::Duration::ZERO);
+                panic!("signal {signal}: sbs-profile pinpoint still ran 20 s later");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let out = pinpoint.wait_with_output().unwrap();
+        // First, so that a failure leaves no valgrind behind.
+        let valgrind_gone = gone_within(valgrind, std::time::Duration::from_secs(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "signal {signal}: {err}");
+        assert!(err.contains("interrupted"), "signal {signal}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "signal {signal}: {err}");
+        assert!(
+            valgrind_gone,
+            "signal {signal}: valgrind ({valgrind}) outlived sbs-profile pinpoint"
+        );
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "signal {signal}: left in TMPDIR: {left:?}");
+    }
+}

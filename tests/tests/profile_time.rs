@@ -126,3 +126,93 @@ fn a_stripped_program_is_refused_with_what_to_do() {
         run.stderr()
     );
 }
+
+/// The rows of `--profile-time` are ordered by mean, largest first, whatever the run that
+/// chose the functions said; and no interval of a time reaches below 0. On
+/// `fixtures/c/by_run.c`, `burst` leads the warm-up (80 ms) but takes 0, 30 and 0 ms in the
+/// measured runs: it came before `steady` (20 ms a run), and its interval reached -33 ms.
+#[test]
+fn profile_time_rows_are_ordered_by_mean_and_their_intervals_stop_at_zero() {
+    if let Err(e) = sbs_probes::execs::check() {
+        skip!(Need::PerfEvents, "perf events unavailable: {e}");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let Some(exe) = util::gcc_fixture(dir.path(), "by_run", &[]) else {
+        return;
+    };
+    let count = dir.path().join("runs");
+    let args = |format: &str| {
+        let _ = std::fs::remove_file(&count);
+        sbs([
+            "--profile-time",
+            "--warmup",
+            "1",
+            "--runs",
+            "3",
+            "--format",
+            format,
+            "--",
+            exe.to_str().unwrap(),
+            count.to_str().unwrap(),
+        ])
+        .success()
+    };
+    let run = args("json");
+    let v = run.json();
+    let metrics = v["benchmarks"][0]["metrics"].as_array().unwrap();
+    let ids: Vec<&str> = metrics.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let mean = |m: &serde_json::Value| m["summary"]["mean"].as_f64().unwrap();
+    let rows: Vec<&serde_json::Value> = metrics
+        .iter()
+        .filter(|m| m["id"].as_str().unwrap().starts_with("profile.inclusive."))
+        .collect();
+    // The fixture did what the test is about: burst ran in the warm-up and run 2 only.
+    let burst = rows
+        .iter()
+        .find(|m| m["id"] == "profile.inclusive.burst")
+        .unwrap_or_else(|| panic!("no burst in {ids:?}"));
+    let burst_samples: Vec<f64> = burst["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert!(
+        burst_samples[0] == 0.0 && burst_samples[1] > 0.0 && burst_samples[2] == 0.0,
+        "{burst_samples:?}"
+    );
+    assert_eq!(ids[0], "profile.time", "{ids:?}");
+    for pair in rows.windows(2) {
+        assert!(
+            mean(pair[0]) >= mean(pair[1]),
+            "rows out of order: {} ({}) before {} ({}) in {ids:?}",
+            pair[0]["id"],
+            mean(pair[0]),
+            pair[1]["id"],
+            mean(pair[1])
+        );
+    }
+    let at = |id: &str| ids.iter().position(|i| *i == id).unwrap();
+    assert!(
+        at("profile.inclusive.steady") < at("profile.inclusive.burst"),
+        "{ids:?}"
+    );
+    for m in metrics {
+        let low = m["summary"]["ci_low"].as_f64().unwrap();
+        assert!(low >= 0.0, "{} has an interval from {low}", m["id"]);
+    }
+    assert_eq!(burst["summary"]["ci_low"], 0.0, "{burst}");
+    // The text report shows the same order and no negative bound.
+    let text = args("text").stdout();
+    assert!(!text.contains("[-"), "{text}");
+    let line_of = |f: &str| {
+        text.lines()
+            .position(|l| {
+                l.trim_start()
+                    .starts_with(&format!("profile.inclusive.{f} "))
+            })
+            .unwrap_or_else(|| panic!("no {f} in {text}"))
+    };
+    assert!(line_of("steady") < line_of("burst"), "{text}");
+}

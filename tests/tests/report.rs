@@ -287,3 +287,95 @@ fn time_unit_fixes_the_unit_of_every_time_in_text_and_markdown() {
     assert!(run("markdown").contains(" us"));
     assert!(!run("json").contains(" us"), "JSON keeps seconds");
 }
+
+/// Set the `time.wall` values of each saved entry of `history` (oldest first) to
+/// `values[i]` (milliseconds, one per run).
+fn set_wall_times(history: &std::path::Path, values: &[&[f64]]) {
+    let mut files: Vec<_> = std::fs::read_dir(history.join("history"))
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), values.len(), "{files:?}");
+    for (file, ms) in files.iter().zip(values) {
+        let mut reader = csv::Reader::from_path(file).unwrap();
+        let header = reader.headers().unwrap().clone();
+        let at = |name: &str| header.iter().position(|h| h == name).unwrap();
+        let (metric, detail, run, value) = (at("metric"), at("detail"), at("run"), at("value"));
+        let mut rows = Vec::new();
+        for record in reader.records() {
+            let mut row: Vec<String> = record.unwrap().iter().map(String::from).collect();
+            if row[metric] == "time.wall" && row[detail].is_empty() {
+                let i: usize = row[run].parse().unwrap();
+                row[value] = (ms[i] / 1000.0).to_string();
+            }
+            rows.push(row);
+        }
+        let mut writer = csv::Writer::from_path(file).unwrap();
+        writer.write_record(&header).unwrap();
+        for row in rows {
+            writer.write_record(&row).unwrap();
+        }
+        writer.flush().unwrap();
+    }
+}
+
+/// The trend's last point is the latest entry, whose verdict the table gives: the plot
+/// marks it the same way (red when the table says regressed), also when a step against
+/// the entry before it alone would not have. Here the latest entry is 0.7 ms slower than
+/// three identical ones: pooled, they call it a regression; against the one before it
+/// alone, five runs each, the interval is too wide. The plot drew it black.
+#[test]
+fn the_trend_marks_the_latest_entry_as_the_table_judges_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h");
+    for _ in 0..4 {
+        sbs([
+            "--history",
+            history.to_str().unwrap(),
+            "--save",
+            "--name",
+            "trend",
+            "--runs",
+            "5",
+            "--warmup",
+            "0",
+            "--",
+            fixture!("exit_with"),
+            "0",
+        ])
+        .success();
+    }
+    let same: &[f64] = &[10.0, 11.0, 10.0, 11.0, 10.0];
+    let slower: &[f64] = &[10.7, 11.7, 10.7, 11.7, 10.7];
+    set_wall_times(&history, &[same, same, same, slower]);
+    let html = dir.path().join("trend.html");
+    let run = sbs([
+        "report",
+        "--history",
+        history.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+        "-f",
+        "json",
+    ]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    let report = run.json();
+    let wall = util::metric(&report, "time.wall");
+    assert_eq!(wall["comparison"]["verdict"], "regressed", "{wall:#}");
+    let trend = wall["trend"].as_array().unwrap();
+    assert_eq!(trend.len(), 4);
+    assert_eq!(trend[3]["verdict"], "regressed", "{wall:#}");
+    // The plot: the last of the four points is red, the others are not.
+    let page = std::fs::read_to_string(&html).unwrap();
+    let figure = page
+        .split("<figure class=trend><figcaption>time.wall — history")
+        .nth(1)
+        .and_then(|rest| rest.split("</figure>").next())
+        .expect("the trend of time.wall");
+    let red_points = figure
+        .matches("r=\"4\" opacity=\"1\" fill=\"#D21E1E\"")
+        .count();
+    assert_eq!(red_points, 1, "{figure}");
+}

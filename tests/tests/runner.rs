@@ -887,6 +887,136 @@ fn input_feeds_every_run_from_the_start_of_the_file() {
 }
 
 #[test]
+fn a_failed_setup_still_gets_its_cleanup() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let log = log.to_str().unwrap();
+    // The setup began (and may have made what the cleanup removes) before it failed.
+    sbs([
+        "--runs",
+        "1",
+        "--setup",
+        &format!("printf S >> {log}; exit 5"),
+        "--cleanup",
+        &format!("printf C >> {log}"),
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .fails_with(2, "--setup command `printf S");
+    assert_eq!(std::fs::read_to_string(log).unwrap(), "SC");
+}
+
+/// The live descendants of `pid`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut all = util::children_of(pid);
+    let mut i = 0;
+    while i < all.len() {
+        let more = util::children_of(all[i]);
+        all.extend(more);
+        i += 1;
+    }
+    all
+}
+
+/// Wait up to `limit` for `child` to end; kill it and panic if it does not.
+fn ends_within(
+    mut child: std::process::Child,
+    limit: Duration,
+    what: &str,
+) -> std::process::Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: sbs-profile still ran after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// `--input` on a FIFO waits for its writer within the run's `--timeout`, and Ctrl-C
+/// stops the wait: opening a FIFO for reading blocks until a writer comes, and the
+/// collector opened it so before the run, where neither applied (it hung for good).
+#[test]
+fn input_from_a_fifo_waits_for_its_writer_within_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    // SAFETY: mkfifo(3) with a NUL-terminated path that outlives the call.
+    let made = unsafe { libc::mkfifo(c_path(&fifo).as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo: {}", std::io::Error::last_os_error());
+    let fifo = fifo.to_str().unwrap();
+    let collector = |extra: &[&str]| {
+        std::process::Command::new(util::sbs_profile())
+            .args(["--runs", "1", "--warmup", "0", "--input", fifo])
+            .args(extra)
+            .args(["--", "/bin/cat"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn sbs-profile")
+    };
+
+    // No writer: the run ends at its timeout, with the usual error.
+    let start = Instant::now();
+    let out = ends_within(
+        collector(&["--timeout", "1"]),
+        Duration::from_secs(20),
+        "a FIFO without a writer",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("timed out after 1.000 s (--timeout)"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(start.elapsed() >= Duration::from_secs(1));
+
+    // No writer and no timeout: Ctrl-C ends the wait like a run.
+    let child = collector(&[]);
+    // The run has begun (signals are caught from then on) once the launcher's run parent
+    // has started the benchmark's process, which waits at its gate.
+    let begun = Instant::now();
+    while descendants(child.id()).len() < 3 {
+        assert!(
+            begun.elapsed() < Duration::from_secs(20),
+            "the run never began"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: plain kill(2) on the pid of our own child, not yet reaped.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0);
+    let out = ends_within(child, Duration::from_secs(20), "Ctrl-C on a FIFO wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+
+    // A writer that comes late is waited for, and the run reads what it wrote.
+    let writer = {
+        let fifo = fifo.to_string();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::write(&fifo, "hello\n").expect("write the FIFO");
+        })
+    };
+    sbs([
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "20",
+        "--input",
+        fifo,
+        "--shell",
+        "sh",
+        "read x && test \"$x\" = hello",
+    ])
+    .success();
+    writer.join().unwrap();
+}
+
+#[test]
 fn a_whole_command_line_in_one_argument_gets_a_fix_that_works() {
     sbs(["sleep 0.01"]).fails_with(
         2,
@@ -958,6 +1088,72 @@ fn target_ci_runs_until_the_timing_interval_is_narrow_or_says_it_is_not() {
         without.stderr().contains("--target-ci"),
         "{}",
         without.stderr()
+    );
+}
+
+/// The report's conditions say the runs made: after `--target-ci` added runs to the
+/// timing group, its count and the other group's, in every format. They said the runs
+/// asked for (`--runs`) whatever --target-ci did.
+#[test]
+fn target_ci_reports_the_runs_it_made() {
+    // A target no run reaches: the timing group goes to --max-runs, the allocation group
+    // (no timing metric) stays at --runs.
+    let args = |format: &str| {
+        sbs([
+            "--target-ci",
+            "0.0001",
+            "--runs",
+            "3",
+            "--max-runs",
+            "12",
+            "--warmup",
+            "0",
+            "--time",
+            "--alloc",
+            "-f",
+            format,
+            "--",
+            fixture!("exit_with"),
+            "0",
+        ])
+        .success()
+    };
+    let run = args("json");
+    let report = run.json();
+    assert_eq!(util::samples(util::metric(&report, "time.wall")).len(), 12);
+    assert_eq!(util::samples(util::metric(&report, "alloc.count")).len(), 3);
+    let c = &report["conditions"];
+    assert_eq!(c["runs"], 12, "{c}");
+    assert_eq!(
+        c["group_runs"],
+        serde_json::json!([{"group": "timing", "runs": 12}, {"group": "alloc", "runs": 3}]),
+        "{c}"
+    );
+    let text = args("text").stdout();
+    assert!(
+        text.contains("\n12 timing runs, 3 alloc runs + 0 warm-up per group"),
+        "{text}"
+    );
+    let markdown = args("markdown").stdout();
+    assert!(
+        markdown.contains("12 timing runs, 3 alloc runs,"),
+        "{markdown}"
+    );
+    // Groups that made the same runs: the usual line.
+    let same = sbs([
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .success();
+    assert!(
+        same.stdout().contains("\n3 runs + 0 warm-up per group"),
+        "{}",
+        same.stdout()
     );
 }
 

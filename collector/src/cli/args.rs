@@ -235,6 +235,7 @@ pub struct RunArgs {
     pub show_output: bool,
 
     /// Feed FILE to the benchmark's stdin, from its start in every run (default: /dev/null).
+    /// A FIFO's run waits for a writer, within --timeout.
     #[arg(long, value_name = "FILE")]
     pub input: Option<PathBuf>,
 
@@ -247,7 +248,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "CMD")]
     pub setup: Option<String>,
 
-    /// Run CMD once per benchmark after its last run, unmeasured, also when a run failed.
+    /// Run CMD once per benchmark after its last run, unmeasured, also when a run or the
+    /// --setup failed.
     #[arg(long, value_name = "CMD")]
     pub cleanup: Option<String>,
 

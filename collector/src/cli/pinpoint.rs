@@ -14,6 +14,7 @@ use crate::judge::compare::Thresholds;
 use crate::output::Output;
 use crate::pinpoint::search::Strategy;
 use crate::pinpoint::{pinpoint, Metric, Request};
+use crate::run::runner::Cancel;
 use sbs_reports::pinpoint as render;
 
 /// `--metric` of pinpoint.
@@ -58,7 +59,7 @@ alternately, --runs times each: under valgrind (instructions, alloc, alloc-bytes
 stack sampler (time).\n\n\
 Example: sbs-profile pinpoint --previous ./old -- ./new --size 1000\n\n\
 Exit codes: 0 the inspected function did not get worse, 1 it did (a chain was found), 2 error \
-or undecided (time: too few samples to tell)."
+or undecided (time: too few samples to tell), 130 interrupted."
 )]
 pub struct PinpointArgs {
     /// The previous build (the reference).
@@ -159,7 +160,11 @@ pub fn execute(args: &PinpointArgs) -> anyhow::Result<ExitCode> {
         Some(path) => Some(Output::open_named(path, "--html")?),
         None => None,
     };
-    let report = pinpoint(&request)?;
+    // Installed for the whole command, as for a run: once caught, a signal ends the run
+    // under way (its process group killed, the temporary files removed) and exits 130.
+    let cancel = Cancel::install()
+        .context("cannot install the handlers of Ctrl-C, SIGTERM, SIGHUP and SIGQUIT")?;
+    let report = pinpoint(&request, &cancel)?;
     let p = &report.pinpoint;
     {
         let mut err = std::io::stderr().lock();

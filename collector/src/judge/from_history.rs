@@ -70,6 +70,8 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         conditions: Conditions {
             runs: max_n,
+            // Saved entries keep no group names: the runs of the metric with the most.
+            group_runs: Vec::new(),
             warmup: 0,
             aslr_disabled: false,
             pinned_cpus: Vec::new(),

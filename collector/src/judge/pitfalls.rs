@@ -554,6 +554,7 @@ mod tests {
             tool_version: "t".into(),
             conditions: sbs_reports::model::Conditions {
                 runs: 3,
+                group_runs: Vec::new(),
                 warmup: 0,
                 aslr_disabled: true,
                 pinned_cpus: Vec::new(),

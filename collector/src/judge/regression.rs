@@ -290,12 +290,19 @@ impl Regression {
             .map(|(label, samples)| Series { label, samples })
             .collect();
         let comparison = judge_against_history(&series, &metric.samples, &self.policy(metric))?;
+        // The trend's last point is this run: it carries the verdict the table gives (and
+        // the gate acts on), against the history as a whole, not a step against the entry
+        // before it alone, so that the plot and the table agree.
+        if let Some(last) = metric.trend.last_mut() {
+            last.verdict = Some(comparison.verdict);
+        }
         metric.comparison = Some(comparison);
         Ok(())
     }
 
     /// Each run of a metric's history with its interval and its verdict against the run
-    /// before it (a two-series comparison, so each step is judged on its own).
+    /// before it (a two-series comparison, so each step is judged on its own). The caller
+    /// gives the last point, this run, the verdict of its comparison with the history.
     pub fn trend(
         &self,
         runs: &[(&str, &[f64])],
@@ -699,6 +706,7 @@ mod tests {
             tool_version: String::new(),
             conditions: Conditions {
                 runs: 1,
+                group_runs: Vec::new(),
                 warmup: 0,
                 aslr_disabled: true,
                 pinned_cpus: Vec::new(),

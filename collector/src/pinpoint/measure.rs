@@ -2,14 +2,19 @@
 //! program's own code.
 //!
 //! Runs alternate between the builds (previous, current, previous, ...), with the same
-//! arguments, environment and working directory. Each run is a plain child of the
-//! collector (`std::process`), its output captured: valgrind follows no child process,
-//! and its messages go to a log file of their own.
+//! arguments, environment and working directory. Each run is a run of the runner, like
+//! every measured run, valgrind in front of the build as the wrapper of an instrument
+//! ([`ValgrindProfile`]): it starts through the launcher in a process group of its own,
+//! dies with the collector, and Ctrl-C, SIGTERM, SIGHUP or SIGQUIT (the [`Cancel`]) kill
+//! its group and end pinpoint as they end a run. Its standard output is kept to compare
+//! the builds' outputs; valgrind follows no child process, and its messages go to a log
+//! file of their own.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::io::{Read, Seek};
+use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use anyhow::Context;
 use sbs_probes::callgrind::{self, ObjectCosts};
@@ -19,6 +24,8 @@ use sbs_probes::valgrind::INSTALL_HINT;
 use super::builds::{Build, Costs};
 use super::dhat;
 use super::Metric;
+use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
+use crate::run::runner::{run_once as run_child, Cancel, RunConfig};
 
 /// What a run printed, to compare the builds' outputs.
 pub struct Printed {
@@ -35,7 +42,43 @@ pub fn valgrind() -> anyhow::Result<std::path::PathBuf> {
     })
 }
 
-/// Run `build` once under valgrind with `args` and add the run's costs to it.
+/// Puts valgrind (callgrind or DHAT, its profile and log written to files) in front of
+/// the build, and sends the build's standard output to a file of the caller's. It
+/// attaches nothing: valgrind measures from its own start, so the run needs no gate.
+struct ValgrindProfile {
+    /// valgrind and its options.
+    wrapper: Vec<OsString>,
+    /// Where the run's standard output goes.
+    stdout: Option<OwnedFd>,
+}
+
+impl Instrument for ValgrindProfile {
+    fn name(&self) -> &str {
+        "valgrind"
+    }
+
+    fn needs_start_gate(&self) -> bool {
+        false
+    }
+
+    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        setup.wrapper = self.wrapper.clone();
+        let stdout = self
+            .stdout
+            .take()
+            .context("pinpoint's valgrind run was prepared twice")?;
+        setup.pass_fds.push((stdout, 1));
+        Ok(())
+    }
+
+    fn collect(&mut self, _outcome: &RunOutcome, _out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Run `build` once under valgrind with `args` and add the run's costs to it. The run's
+/// files go to `dir`; a signal caught by `cancel` kills the run and ends with
+/// [`crate::run::runner::RunError::Interrupted`].
 pub fn run_once(
     valgrind: &Path,
     metric: Metric,
@@ -43,6 +86,7 @@ pub fn run_once(
     args: &[OsString],
     dir: &Path,
     index: usize,
+    cancel: &Cancel,
 ) -> anyhow::Result<Printed> {
     let out_file = dir.join(format!("{}-{index}.out", build.side));
     let log_file = dir.join(format!("{}-{index}.log", build.side));
@@ -51,21 +95,43 @@ pub fn run_once(
         Metric::Alloc | Metric::AllocBytes => dhat::wrapper(valgrind, &out_file, &log_file),
         Metric::Time => anyhow::bail!("time is sampled, not measured under valgrind"),
     };
-    let output = Command::new(&wrapper[0])
-        .args(&wrapper[1..])
-        .arg(&build.image.path)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .with_context(|| format!("cannot start {}", valgrind.display()))?;
-    if !output.status.success() {
-        use std::os::unix::process::ExitStatusExt;
-        let how = match (output.status.code(), output.status.signal()) {
-            (_, Some(sig)) => format!("was killed by signal {sig}"),
-            (Some(code), _) => format!("exited with status {code}"),
-            _ => "failed".to_string(),
+    let mut stdout = tempfile::tempfile_in(dir)
+        .context("cannot create a file in pinpoint's temporary directory for the output")?;
+    let instrument = ValgrindProfile {
+        wrapper,
+        stdout: Some(
+            stdout
+                .try_clone()
+                .context("cannot share the output file")?
+                .into(),
+        ),
+    };
+    let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(instrument)];
+    let config = RunConfig {
+        program: build.image.path.clone(),
+        args: std::iter::once(build.exe.clone().into_os_string())
+            .chain(args.iter().cloned())
+            .collect(),
+        env: std::env::vars_os().collect(),
+        show_output: false,
+        disable_aslr: false,
+        cpus: Vec::new(),
+        timeout: None,
+        input: None,
+    };
+    let (outcome, _) = run_child(&config, &mut instruments, cancel).with_context(|| {
+        format!(
+            "cannot run the {} build {} under {}",
+            build.side,
+            build.exe.display(),
+            valgrind.display()
+        )
+    })?;
+    if !outcome.exit.success() {
+        let how = match outcome.exit {
+            ExitKind::Code(code) => format!("exited with status {code}"),
+            ExitKind::Signal(sig) => format!("was killed by signal {sig}"),
+            ExitKind::TimedOut => "timed out".to_string(),
         };
         let log = std::fs::read_to_string(&log_file).unwrap_or_default();
         let hint = log
@@ -84,6 +150,11 @@ pub fn run_once(
             build.exe.display()
         );
     }
+    let mut printed = Vec::new();
+    stdout
+        .rewind()
+        .and_then(|_| stdout.read_to_end(&mut printed))
+        .context("cannot read the run's output back")?;
     let text = std::fs::read_to_string(&out_file).with_context(|| {
         format!(
             "valgrind wrote no profile for the {} build {}",
@@ -111,9 +182,7 @@ pub fn run_once(
         }
     };
     build.runs.push(costs);
-    Ok(Printed {
-        stdout: output.stdout,
-    })
+    Ok(Printed { stdout: printed })
 }
 
 /// The costs callgrind recorded for `image`'s own object file.

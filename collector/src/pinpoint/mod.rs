@@ -19,6 +19,7 @@ mod sampled;
 pub mod search;
 
 use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -27,6 +28,7 @@ use sbs_probes::sample::SampleConfig;
 use sbs_reports::pinpoint::{Link, Pinpoint, PinpointReport, SamplingNote};
 
 use crate::judge::compare::{Policy, Thresholds};
+use crate::run::runner::Cancel;
 use builds::{Build, Pair, Programs, Side};
 use search::{Options, Strategy};
 
@@ -110,8 +112,10 @@ pub struct Request {
 /// needs the spread of each build's runs, which one run does not have.
 pub const MIN_TIME_RUNS: usize = 2;
 
-/// Run both builds, dig, and return the report.
-pub fn pinpoint(request: &Request) -> anyhow::Result<PinpointReport> {
+/// Run both builds, dig, and return the report. A signal caught by `cancel` kills the
+/// run under way and ends with [`crate::run::runner::RunError::Interrupted`], once every
+/// child is gone and the temporary files are removed.
+pub fn pinpoint(request: &Request, cancel: &Cancel) -> anyhow::Result<PinpointReport> {
     if request.runs == 0 {
         anyhow::bail!("--runs must be at least 1");
     }
@@ -135,7 +139,7 @@ pub fn pinpoint(request: &Request) -> anyhow::Result<PinpointReport> {
     let f_previous = previous.find(request.function.as_deref())?.clone();
     let f_current = current.find(request.function.as_deref())?.clone();
     let name = sbs_probes::demangle::demangle(&f_current.name).label;
-    let (outputs, sampling) = measure_builds(request, &mut previous, &mut current)?;
+    let (outputs, sampling) = measure_builds(request, &mut previous, &mut current, cancel)?;
     let mut warnings = Vec::new();
     if outputs[0] != outputs[1] {
         warnings.push(
@@ -180,19 +184,29 @@ fn measure_builds(
     request: &Request,
     previous: &mut Build,
     current: &mut Build,
+    cancel: &Cancel,
 ) -> anyhow::Result<(Outputs, Option<SamplingNote>)> {
+    // As for a run: what a build leaves behind out of its process group comes back to us,
+    // to be killed after its run.
+    crate::run::runner::adopt_orphans()
+        .context("cannot become the subreaper of the builds' processes (prctl)")?;
     if request.metric == Metric::Time {
         let (note, outputs) = sampled::run_builds(
             [previous, current],
             &request.args,
             request.runs,
             request.sampling,
+            cancel,
         )?;
         return Ok((outputs, Some(note)));
     }
     let valgrind = measure::valgrind()?;
+    // Private whatever the umask (mkdtemp's 0700): valgrind writes its profiles at names
+    // anyone could guess, and in a directory others can write to, a symlink planted at
+    // one would make it write where the link points, with our rights.
     let dir = tempfile::Builder::new()
         .prefix("sbs-pinpoint-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .context("cannot create a temporary directory for valgrind's profiles")?;
     let mut outputs: Outputs = [None, None];
@@ -205,6 +219,7 @@ fn measure_builds(
                 &request.args,
                 dir.path(),
                 i,
+                cancel,
             )?;
             outputs[k].get_or_insert(printed.stdout);
         }

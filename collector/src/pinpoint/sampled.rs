@@ -19,13 +19,14 @@ use crate::run::runner::{run_once, Cancel, RunConfig};
 
 /// Run each build `runs` times under the sampler (previous, current, previous, ...) and
 /// add each run's costs to it. Returns what the sampling saw and each build's first output.
+/// A signal caught by `cancel` kills the run under way and ends the runs.
 pub fn run_builds(
     builds: [&mut Build; 2],
     args: &[OsString],
     runs: usize,
     config: SampleConfig,
+    cancel: &Cancel,
 ) -> anyhow::Result<(SamplingNote, [Option<Vec<u8>>; 2])> {
-    let cancel = Cancel::install().context("cannot catch Ctrl-C")?;
     let mut note = SamplingNote {
         period_ns: config.period_ns,
         ..SamplingNote::default()
@@ -34,7 +35,7 @@ pub fn run_builds(
     let [previous, current] = builds;
     for _ in 0..runs {
         for (k, build) in [&mut *previous, &mut *current].into_iter().enumerate() {
-            let printed = run_build(build, args, config, &cancel, &mut note)?;
+            let printed = run_build(build, args, config, cancel, &mut note)?;
             if outputs[k].is_none() {
                 outputs[k] = printed;
             }

@@ -50,14 +50,26 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
         );
     }
     if let Some(input) = &request.controls.input {
-        std::fs::File::open(input).with_context(|| {
+        use std::os::unix::fs::FileTypeExt;
+        let unreadable = || {
             format!(
                 "--input {}: cannot be read; check the path",
                 input.display()
             )
-        })?;
-        if input.is_dir() {
+        };
+        let kind = std::fs::metadata(input)
+            .with_context(unreadable)?
+            .file_type();
+        if kind.is_dir() {
             bail!("--input {}: is a directory; give a file", input.display());
+        }
+        if kind.is_fifo() {
+            // Not opened: that would wait for a writer, or end the session of one that
+            // waits for a reader before any run reads it. Each run opens it.
+            nix::unistd::access(input.as_path(), nix::unistd::AccessFlags::R_OK)
+                .with_context(unreadable)?;
+        } else {
+            std::fs::File::open(input).with_context(unreadable)?;
         }
     }
     let mut benchmarks = Vec::new();

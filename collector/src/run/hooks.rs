@@ -1,7 +1,7 @@
 //! Commands run around the measured ones and never measured themselves (hyperfine's
 //! options of the same names): `--setup` once per benchmark before its first run,
 //! `--prepare` before every run (warm-up runs included), `--cleanup` once per benchmark
-//! after its last run, even when the runs failed.
+//! after its last run, even when the runs or its `--setup` failed.
 
 use std::ffi::OsString;
 use std::io::Read;

@@ -34,7 +34,7 @@ pub struct RunConfig {
     /// Kill the child's process group after this long.
     pub timeout: Option<Duration>,
     /// A file the child reads as its stdin, opened afresh for every run (`/dev/null` when
-    /// `None`).
+    /// `None`). A FIFO's run waits for a writer, within `timeout` (see [`open_input`]).
     pub input: Option<PathBuf>,
 }
 
@@ -168,7 +168,7 @@ fn run_inner(
         return Err(RunError::Interrupted);
     }
     let launch = prepare(config, instruments)?;
-    let child = start(config, instruments, launch)?;
+    let child = start(config, instruments, launch, cancel)?;
     let ended = wait_for_exit(config, &child, cancel)?;
     let outcome = reap(config, child, ended)?;
     let mut samples = Vec::new();
@@ -248,24 +248,32 @@ struct Started {
     /// pipe signals.
     pidfd: Option<OwnedFd>,
     /// When the benchmark was released (a gated run's timing starts here), or when the
-    /// launcher was started (the deadline of a run at once counts from here).
+    /// launcher was started (a run at once).
     start: Instant,
+    /// Where the run's deadline (`--timeout`) counts from: `start`, or for a run that
+    /// waited for its input FIFO's writer, the launcher's start (the wait is the run's).
+    deadline_from: Instant,
     /// The parent's end of the launcher's report pipe.
     report: File,
 }
 
 /// Start the child through the launcher (see `launcher.rs`), which forks the benchmark's
-/// process and reports its pid. If an instrument attaches, the process waits at the gate
-/// while they do, then is released; otherwise it execs at once (two wake-ups fewer per
-/// run) and the launcher times it.
+/// process and reports its pid. If an instrument attaches, or its input is a FIFO, the
+/// process waits at the gate while they do and until the FIFO has a writer, then is
+/// released; otherwise it execs at once (two wake-ups fewer per run) and the launcher
+/// times it. A FIFO without a writer by the deadline leaves the process at the gate,
+/// killed, and the deadline passed: the wait then ends as a timeout.
 fn start(
     config: &RunConfig,
     instruments: &mut [Box<dyn Instrument>],
     launch: Launch,
+    cancel: &Cancel,
 ) -> Result<Started, RunError> {
     let err = |e| spawn_error(config, e);
-    let gated = instruments.iter().any(|i| i.needs_start_gate());
-    let mut pipes = send(config, launch, gated)?;
+    let input = open_input(config)?;
+    let fifo = input.as_ref().filter(|i| i.fifo).map(|i| &i.file);
+    let gated = instruments.iter().any(|i| i.needs_start_gate()) || fifo.is_some();
+    let mut pipes = send(config, launch, gated, input.as_ref().map(|i| &i.file))?;
     let launched = pipes.launched;
     let (pid, run_parent) = match launcher::read_message(&mut pipes.report).map_err(err)? {
         Some(Message::Started { pid, run_parent }) => {
@@ -290,6 +298,7 @@ fn start(
             guard,
             pidfd: None,
             start: launched,
+            deadline_from: launched,
             report,
         });
     };
@@ -298,6 +307,19 @@ fn start(
         i.attach(pid).map_err(|e| instrument_error(i.as_ref(), e))?;
     }
     let mut gate = File::from(gate);
+    if let Some(fifo) = fifo {
+        if !wait_for_writer(config, fifo, launched, cancel)? {
+            // Never released: killed before the gate closes, so it cannot exec.
+            let _ = killpg(pid, Signal::SIGKILL);
+            return Ok(Started {
+                guard,
+                pidfd: Some(pidfd),
+                start: launched,
+                deadline_from: launched,
+                report,
+            });
+        }
+    }
     // Timing starts at the release: attaching is not the benchmark's time.
     let start = Instant::now();
     match gate.write_all(b"g") {
@@ -309,8 +331,80 @@ fn start(
         guard,
         pidfd: Some(pidfd),
         start,
+        deadline_from: match fifo {
+            Some(_) => launched,
+            None => start,
+        },
         report,
     })
+}
+
+/// The `--input` file of one run.
+struct Input {
+    file: File,
+    /// A FIFO (a named pipe).
+    fifo: bool,
+}
+
+/// Open `config.input` for one run, without blocking: opening a FIFO for reading waits
+/// for a writer, and here, before the run, neither its timeout nor Ctrl-C would apply.
+/// `O_NONBLOCK` returns at once; the flag is cleared then, so that the benchmark's reads
+/// block as they would have. A FIFO whose writer has not come yet reads as empty (end of
+/// file), so its run waits for one at the gate ([`wait_for_writer`]).
+fn open_input(config: &RunConfig) -> Result<Option<Input>, RunError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let Some(path) = &config.input else {
+        return Ok(None);
+    };
+    let err = |source| RunError::Input {
+        path: path.clone(),
+        source,
+    };
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(err)?;
+    let fifo = file.metadata().map_err(err)?.file_type().is_fifo();
+    sys::set_blocking(&file).map_err(err)?;
+    Ok(Some(Input { file, fifo }))
+}
+
+/// Wait until the FIFO `input` has had a writer (it holds data, or its writer came and
+/// went: the benchmark then reads what it wrote, or the end of the file), the run's
+/// deadline (`--timeout` from `from`) passes, or a stop signal arrives. `Ok(false)` when
+/// the deadline came first.
+fn wait_for_writer(
+    config: &RunConfig,
+    input: &File,
+    from: Instant,
+    cancel: &Cancel,
+) -> Result<bool, RunError> {
+    loop {
+        let remaining = match config.timeout {
+            Some(t) => match t.checked_sub(from.elapsed()) {
+                Some(r) => PollTimeout::try_from(r).unwrap_or(PollTimeout::MAX),
+                None => return Ok(false),
+            },
+            None => PollTimeout::NONE,
+        };
+        // A reader opened with O_NONBLOCK sees no hang-up before a first writer came.
+        let mut fds = [
+            PollFd::new(input.as_fd(), PollFlags::POLLIN),
+            PollFd::new(cancel.read.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, remaining) {
+            Ok(0) => continue, // re-check the deadline
+            Ok(_) => {
+                if fds[1].any().unwrap_or(false) {
+                    return Err(RunError::Interrupted);
+                }
+                return Ok(true);
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(spawn_error(config, e.into())),
+        }
+    }
 }
 
 /// The error for a message the launcher should not have sent at this point.
@@ -351,20 +445,18 @@ struct Pipes {
 /// as configured, stdin, the output, the instruments' descriptors, the report pipe and,
 /// if `gated`, the gate at their numbers. Our copies of the child's ends are closed once
 /// the request is sent (the launcher has its own).
-fn send(config: &RunConfig, launch: Launch, gated: bool) -> Result<Pipes, RunError> {
+fn send(
+    config: &RunConfig,
+    launch: Launch,
+    gated: bool,
+    input: Option<&File>,
+) -> Result<Pipes, RunError> {
     let err = |e| spawn_error(config, e);
     let devnull = File::options()
         .read(true)
         .write(true)
         .open("/dev/null")
         .map_err(err)?;
-    let input = match &config.input {
-        Some(path) => Some(File::open(path).map_err(|e| RunError::Input {
-            path: path.clone(),
-            source: e,
-        })?),
-        None => None,
-    };
     let (report_read, report_write) = sys::pipe_cloexec().map_err(err)?;
     let (gate_read, gate_write) = match gated {
         true => {
@@ -374,7 +466,7 @@ fn send(config: &RunConfig, launch: Launch, gated: bool) -> Result<Pipes, RunErr
         false => (None, None),
     };
     let (stdout, stderr) = (io::stdout(), io::stderr());
-    let mut fds: Vec<(BorrowedFd, i32)> = vec![(input.as_ref().unwrap_or(&devnull).as_fd(), 0)];
+    let mut fds: Vec<(BorrowedFd, i32)> = vec![(input.unwrap_or(&devnull).as_fd(), 0)];
     if config.show_output {
         fds.push((stdout.as_fd(), 1));
         fds.push((stderr.as_fd(), 2));
@@ -418,7 +510,7 @@ struct Ended {
 fn wait_for_exit(config: &RunConfig, child: &Started, cancel: &Cancel) -> Result<Ended, RunError> {
     loop {
         let remaining = match config.timeout {
-            Some(t) => match t.checked_sub(child.start.elapsed()) {
+            Some(t) => match t.checked_sub(child.deadline_from.elapsed()) {
                 Some(r) => PollTimeout::try_from(r).unwrap_or(PollTimeout::MAX),
                 None => {
                     return Ok(Ended {

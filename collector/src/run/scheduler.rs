@@ -4,7 +4,7 @@
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use sbs_reports::model::{
-    BenchmarkResult, Conditions, MetricResult, Report, Scan, ScanPoint, SCHEMA_VERSION,
+    BenchmarkResult, Conditions, GroupRuns, MetricResult, Report, Scan, ScanPoint, SCHEMA_VERSION,
 };
 
 use crate::judge::summary::timing_warnings;
@@ -98,6 +98,8 @@ struct Collected {
     warnings: Vec<String>,
     /// `(id prefix, note)` from [`Instrument::metric_notes`].
     notes: Vec<(String, String)>,
+    /// The measured runs each group made (`--target-ci` may add to some), in order.
+    group_runs: Vec<GroupRuns>,
 }
 
 impl Collected {
@@ -309,8 +311,10 @@ fn progress_bar(total: u64, show: bool) -> ProgressBar {
     bar
 }
 
-/// Every benchmark's `--setup`, then every run, then every `--cleanup` (also after a
-/// failure; a cleanup that fails then is a warning on stderr, the first error stands).
+/// Every benchmark's `--setup`, then every run, then every `--cleanup` of a benchmark
+/// whose setup began (also after a failure, its setup's included: a setup that failed
+/// halfway may have made what the cleanup removes; a cleanup that fails then is a warning
+/// on stderr, the first error stands).
 fn run_all(
     benchmarks: &mut [Benchmark],
     schedule: &Schedule,
@@ -320,13 +324,13 @@ fn run_all(
     let mut result = Ok(Vec::new());
     let mut set_up = 0;
     for bench in benchmarks.iter() {
+        set_up += 1;
         if let Some(setup) = &bench.hooks.setup {
             if let Err(e) = executor.hook(setup, &bench.run) {
                 result = Err(e.context(format!("setting up `{}`", bench.name)));
                 break;
             }
         }
-        set_up += 1;
     }
     if result.is_ok() {
         result = run_groups(benchmarks, schedule, cancel, executor);
@@ -435,6 +439,10 @@ fn run_groups(
 /// (target not reached, failed runs, survivors), the instruments' warnings and notes,
 /// and their finish.
 fn end_group(group: &mut Group, c: &mut Collected, schedule: &Schedule, runs: usize) {
+    c.group_runs.push(GroupRuns {
+        group: group.name.clone(),
+        runs,
+    });
     if let Some(t) = schedule.target {
         let warning = target_warning(c, &group.name, t, runs, schedule.confidence);
         c.warnings.extend(warning);
@@ -546,11 +554,15 @@ fn scans(benchmarks: &[Benchmark]) -> Vec<Scan> {
 /// The report of the collected series: each metric summarized, with the notes that
 /// instruments attached to its id prefix.
 fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedule) -> Report {
+    let collected_runs: Vec<GroupRuns> = collected
+        .iter()
+        .flat_map(|c| c.group_runs.iter().cloned())
+        .collect();
     let results = benchmarks
         .iter()
         .zip(collected)
         .map(|(bench, c)| {
-            let metrics: Vec<MetricResult> = c
+            let mut metrics: Vec<MetricResult> = c
                 .series
                 .into_iter()
                 .map(|s| {
@@ -575,6 +587,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
                     result
                 })
                 .collect();
+            crate::run::instruments::stacks::order_by_mean(&mut metrics);
             let mut warnings = c.warnings;
             warnings.extend(timing_warnings(&metrics));
             BenchmarkResult {
@@ -592,11 +605,13 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
         .collect();
     let first = benchmarks.first().map(|b| &b.run);
     let scans = scans(benchmarks);
+    let (runs, group_runs) = Conditions::runs_made(collected_runs, schedule.runs);
     Report {
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         conditions: Conditions {
-            runs: schedule.runs,
+            runs,
+            group_runs,
             warmup: schedule.warmup,
             aslr_disabled: first.is_some_and(|r| r.disable_aslr),
             pinned_cpus: first.map(|r| r.cpus.clone()).unwrap_or_default(),

@@ -77,6 +77,15 @@ pub struct ChildConfig {
     pub pass_fds: Vec<(RawFd, RawFd)>,
 }
 
+/// Clear `O_NONBLOCK` on `file`'s open file description (shared with every copy of it).
+pub fn set_blocking(file: &impl AsRawFd) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let fd = file.as_raw_fd();
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags.difference(OFlag::O_NONBLOCK)))?;
+    Ok(())
+}
+
 /// A pipe whose both ends close on exec.
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;

@@ -254,6 +254,7 @@ impl Instrument for TimeProfile {
             )
         };
         out.push(Sample::new(metric(PROFILE_TIME.to_string()), total));
+        // In the first run's order; the report orders them by mean ([`order_by_mean`]).
         for (at, name) in chosen {
             let value = by_function.get(&at).copied().unwrap_or(0.0);
             out.push(Sample::new(
@@ -282,6 +283,27 @@ impl Instrument for TimeProfile {
 
     fn finish(&mut self) {
         self.sampler.finish();
+    }
+}
+
+/// Put the `profile.inclusive.*` rows of a benchmark's `metrics` in the order of their
+/// means over the measured runs, largest first (equal means by id), in the places they
+/// hold: the table reads from the costliest function down, by the same runs its numbers
+/// come from. The functions are chosen by the group's first run and came in its order.
+pub fn order_by_mean(metrics: &mut [sbs_reports::model::MetricResult]) {
+    let prefix = format!("{PROFILE_INCLUSIVE}.");
+    let places: Vec<usize> = (0..metrics.len())
+        .filter(|&i| metrics[i].id.starts_with(&prefix))
+        .collect();
+    let mut rows: Vec<_> = places.iter().map(|&i| metrics[i].clone()).collect();
+    rows.sort_by(|a, b| {
+        b.summary
+            .mean
+            .total_cmp(&a.summary.mean)
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    for (i, row) in places.into_iter().zip(rows) {
+        metrics[i] = row;
     }
 }
 
