@@ -59,11 +59,12 @@ pub const CALIBRATED: &str = ".calibrated";
 /// is corruption. `heap.live_at_exit` is not one (a process may free more than the agent
 /// saw it allocate), nor a calibrated value.
 pub fn never_negative(id: &str) -> bool {
-    const PREFIXES: [&str; 8] = [
+    const PREFIXES: [&str; 9] = [
         "time.",
         "rss.",
         "alloc.",
         "heap.peak",
+        "heap.tree_peak",
         "counter.",
         "invocations.",
         "boxing.",
@@ -678,6 +679,21 @@ pub struct Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peaks_and_counts_are_never_negative_a_difference_may_be() {
+        for id in [
+            "heap.peak",
+            "heap.tree_peak",
+            "rss.tree_peak",
+            "alloc.count/op",
+        ] {
+            assert!(never_negative(id), "{id}");
+        }
+        for id in ["heap.live_at_exit", "alloc.count/op.calibrated"] {
+            assert!(!never_negative(id), "{id}");
+        }
+    }
 
     #[test]
     fn the_runs_made_are_listed_per_group_only_when_groups_differ() {

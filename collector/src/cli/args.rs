@@ -209,8 +209,9 @@ pub struct RunArgs {
     pub boxing: bool,
 
     /// Measure the footprint (its own group of runs, without the agent): rss.peak
-    /// (rusage), rss.tree_peak (procfs, whole process group); and heap.peak (agent, from
-    /// the --alloc runs or from agent runs of its own)
+    /// (rusage), rss.tree_peak (procfs, whole process group); and heap.peak and, for a
+    /// process tree, heap.tree_peak (agent, from the --alloc runs or from agent runs of
+    /// its own)
     #[arg(long)]
     pub memory: bool,
 
