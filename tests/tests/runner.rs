@@ -1217,3 +1217,29 @@ fn rss_peak_equals_gnu_time_s_maximum_resident_set() {
         }
     }
 }
+
+/// Ctrl-C during a run: the benchmark's `--cleanup` still runs, and when it succeeds it is
+/// no warning (it used to print "cleaning up after ...: interrupted" for a cleanup that
+/// had done its work).
+#[test]
+fn a_cleanup_that_runs_after_ctrl_c_is_no_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("cleaned");
+    let cleanup = format!("touch {}", marker.display());
+    let child = std::process::Command::new(util::sbs_profile())
+        .args(["--warmup", "0", "--runs", "1", "--cleanup", &cleanup, "--"])
+        .arg(fixture!("forever"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sbs-profile");
+    util::wait_for_child_running(child.id(), fixture!("forever"));
+    // SAFETY: plain kill(2) on the pid of our own child, not yet reaped.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(marker.exists(), "the cleanup did not run: {err}");
+    assert!(!err.contains("cleaning up"), "{err}");
+}

@@ -67,7 +67,9 @@ impl Hook {
         let status = child
             .wait()
             .map_err(|e| anyhow::anyhow!("{} `{}`: {e}", self.option, self.command))?;
-        if interrupt_requested() {
+        // A hook the stop signal cut short; one that finished (a --cleanup run after
+        // Ctrl-C, as it should be) is no error.
+        if !status.success() && interrupt_requested() {
             return Err(RunError::Interrupted.into());
         }
         let stderr = String::from_utf8_lossy(&stderr);
