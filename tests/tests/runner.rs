@@ -1243,3 +1243,28 @@ fn a_cleanup_that_runs_after_ctrl_c_is_no_warning() {
     assert!(marker.exists(), "the cleanup did not run: {err}");
     assert!(!err.contains("cleaning up"), "{err}");
 }
+
+/// Under a low limit of open files (`ulimit -n 64`) every run still starts: the launcher's
+/// descriptors and the run's report pipe and gate take low numbers, or numbers the
+/// benchmark's process allows itself (an earlier launcher put them at 1011-1013, and no
+/// run could start).
+#[test]
+fn runs_start_under_a_low_limit_of_open_files() {
+    let sbs = util::sbs_profile();
+    for extra in ["", "--pin 0", "--alloc", "--counters task-clock"] {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n 64 && exec \"$0\" --runs 2 --warmup 0 {extra} -- \"$1\" 0"
+            ))
+            .arg(&sbs)
+            .arg(fixture!("exit_with"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "with {extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

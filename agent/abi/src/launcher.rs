@@ -10,9 +10,12 @@
 //! The collector starts one launcher and keeps it: `argv = [launcher]`, a `SOCK_SEQPACKET`
 //! socket at [`SOCKET_FD`]. For each run it writes a *request* into a memfd (the layout
 //! below) and sends one datagram of [`DATAGRAM_WORDS`] words (`[REQUEST_MAGIC, length]`)
-//! with the descriptors as `SCM_RIGHTS`: first the request memfd, then one descriptor per
-//! target number the request lists (stdin, stdout, stderr, the report pipe at
-//! [`REPORT_FD`], the gate at [`GATE_FD`] for a gated run, the instruments' descriptors).
+//! with the descriptors as `SCM_RIGHTS`: the request memfd, the write end of the run's
+//! report pipe, for a gated run the read end of its gate, then one descriptor per target
+//! number the request lists (stdin, stdout, stderr, the instruments' descriptors). The
+//! report pipe and the gate get no number of their own in the benchmark's process: it
+//! keeps them above its highest target number, close-on-exec, so the program sees
+//! neither, and no number is taken that the soft limit of open files might not allow.
 //! The launcher starts a *run parent* for the request (a process sharing its memory, on a
 //! stack of its own) and goes back to its socket; it exits when the collector's end
 //! closes, after killing the process group of every benchmark still running. The run
@@ -34,12 +37,9 @@
 //! one word per target descriptor number; then NUL-terminated strings: the program's path,
 //! the arguments, the environment entries.
 
-/// Descriptor of the launcher's socket in the launcher.
-pub const SOCKET_FD: i32 = 1011;
-/// Descriptor of the report pipe in the benchmark's process until its exec.
-pub const REPORT_FD: i32 = 1012;
-/// Descriptor of the start gate in the benchmark's process until its exec.
-pub const GATE_FD: i32 = 1013;
+/// Descriptor of the launcher's socket in the launcher (the first after stdin, stdout and
+/// stderr: a low number that any limit of open files allows).
+pub const SOCKET_FD: i32 = 3;
 
 /// First word of a request and of its datagram.
 pub const REQUEST_MAGIC: u64 = 0x5342_5352_554e_0001; // "SBSRUN", version 1

@@ -16,7 +16,7 @@ use core::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 use request::Request;
 use sbs_agent_abi::launcher::{
-    Message, Step, DATAGRAM_WORDS, GATE_FD, MAX_TARGETS, REPORT_FD, REQUEST_MAGIC, SOCKET_FD,
+    Message, Step, DATAGRAM_WORDS, MAX_TARGETS, REQUEST_MAGIC, SOCKET_FD,
 };
 
 /// Tell the collector on `fd`; if it is gone, nobody needs to know, and the death signal
@@ -117,7 +117,7 @@ pub fn serve() -> i32 {
         args.count = count;
         args.len = word(1) as usize;
         let fds = args.fds;
-        if n == datagram.len() && word(0) == REQUEST_MAGIC && count > 0 {
+        if n == datagram.len() && word(0) == REQUEST_MAGIC && count >= 2 {
             // A free slot for its stack, waiting for a run to end if need be.
             let slot = loop {
                 if let Some(i) = runs
@@ -181,6 +181,9 @@ impl Drop for Mapping {
 /// the run parent sleeps until the exec).
 struct BenchArgs<'a> {
     run_parent: i32,
+    /// The report pipe and the gate, as received.
+    report: i32,
+    gate: Option<i32>,
     /// The launcher's record of the benchmark's pid.
     slot: &'a AtomicI32,
     request: &'a Request,
@@ -202,13 +205,17 @@ fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
     };
     // SAFETY: a private mapping of `len` bytes (at least one), ours alone.
     let bytes = unsafe { core::slice::from_raw_parts(request_map.0, len) };
-    let passed = &fds[1..];
-    let Some(request) = Request::parse(bytes, passed.len()) else {
-        // No report pipe can be trusted in a request that does not parse.
+    // After the request: the report pipe, the gate of a gated run, the targets.
+    let Some(&report_fd) = fds.get(1) else {
         return 125;
     };
-    let Some(report_fd) = request.passed_at(passed, REPORT_FD) else {
+    let Some(request) = Request::parse(bytes, fds.len() - 1) else {
+        // A report pipe in a request that does not parse cannot be trusted.
         return 125;
+    };
+    let (gate, passed) = match request.gated {
+        true => (Some(fds[2]), &fds[3..]),
+        false => (None, &fds[2..]),
     };
     let fail = |step, errno| {
         report(report_fd, Message::LauncherFailed { step, errno });
@@ -228,6 +235,8 @@ fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
     };
     let bench = BenchArgs {
         run_parent: sys::getpid(),
+        report: report_fd,
+        gate,
         slot,
         request: &request,
         passed,
@@ -297,6 +306,8 @@ extern "C" fn benchmark(arg: usize) -> ! {
     // SAFETY: `run` passed its `BenchArgs`, which stay put while it sleeps.
     let BenchArgs {
         run_parent,
+        report: received_report,
+        gate: received_gate,
         slot,
         request,
         passed,
@@ -310,25 +321,41 @@ extern "C" fn benchmark(arg: usize) -> ! {
     if sys::die_with_parent().is_err() || sys::getppid() != *run_parent {
         sys::exit(126);
     }
-    // Every descriptor at its number first: from then on the report pipe is REPORT_FD.
+    // The report pipe and the gate above every target number, close-on-exec: installing
+    // the targets cannot clobber them, and the program inherits neither.
+    let above = request.highest_target() + 1;
+    let _ = sys::allow_descriptors(above as u64 + 2);
+    let report_fd = match sys::dup_cloexec(*received_report, above) {
+        Ok(fd) => fd,
+        Err(errno) => {
+            report(
+                *received_report,
+                Message::LauncherFailed {
+                    step: Step::Setup,
+                    errno,
+                },
+            );
+            sys::exit(127)
+        }
+    };
+    let fail = |step, errno| -> ! {
+        report(report_fd, Message::LauncherFailed { step, errno });
+        sys::exit(127)
+    };
+    let gate_fd = match received_gate.map(|g| sys::dup_cloexec(g, above)) {
+        Some(Err(errno)) => fail(Step::Setup, errno),
+        Some(Ok(fd)) => Some(fd),
+        None => None,
+    };
     let mut fds = [-1i32; MAX_TARGETS];
     let fds = &mut fds[..passed.len()];
     fds.copy_from_slice(passed);
-    let fail = |step, errno| -> ! {
-        // Open only once installed: no received descriptor sits that high.
-        if sys::is_open(REPORT_FD) {
-            report(REPORT_FD, Message::LauncherFailed { step, errno });
-        }
-        sys::exit(127)
-    };
     if let Err(errno) = install(fds, request) {
         fail(Step::Setup, errno);
     }
-    // The benchmark inherits neither the report pipe nor the gate.
-    let _ = sys::set_cloexec(REPORT_FD, true);
     // In its own process group already, so that no kill of the group can miss it.
     report(
-        REPORT_FD,
+        report_fd,
         Message::Started {
             pid: sys::getpid(),
             run_parent: *run_parent,
@@ -340,19 +367,19 @@ extern "C" fn benchmark(arg: usize) -> ! {
             fail(Step::Setup, errno);
         }
     }
-    if request.gated {
+    if let Some(gate) = gate_fd {
         let mut byte = [0u8; 1];
-        if sys::read(GATE_FD, &mut byte) != Ok(1) {
+        if sys::read(gate, &mut byte) != Ok(1) {
             // End of file: the collector gave up on this run.
             sys::exit(126);
         }
-        sys::close(GATE_FD);
+        sys::close(gate);
     }
     let (args, env) = table.split_at(request.args + 1);
     // SAFETY: `program` and every pointer in `args` and `env` point to NUL-terminated
     // strings inside the request's mapping, and both arrays end with a NULL.
     let errno = unsafe { sys::execve(*program, args.as_ptr(), env.as_ptr()) };
-    report(REPORT_FD, Message::ExecFailed { errno });
+    report(report_fd, Message::ExecFailed { errno });
     sys::exit(127)
 }
 
@@ -363,7 +390,7 @@ fn install(fds: &mut [i32], request: &Request) -> Result<(), i32> {
         let target = request.target(i);
         for later in fds.iter_mut().skip(i + 1) {
             if *later == target {
-                *later = sys::dup_cloexec(*later)?;
+                *later = sys::dup_cloexec(*later, 0)?;
             }
         }
         if fds[i] == target {

@@ -35,7 +35,7 @@ fn word(bytes: &[u8], i: usize) -> Option<u64> {
 
 impl Request {
     /// Read the header of `bytes`, for a datagram that carried `passed` descriptors
-    /// besides the request's own.
+    /// besides the request's own: the report pipe, the gate of a gated run, the targets.
     pub fn parse(bytes: &[u8], passed: usize) -> Option<Request> {
         if word(bytes, 0)? != REQUEST_MAGIC {
             return None;
@@ -44,7 +44,8 @@ impl Request {
         let count = usize::try_from(word(bytes, 2)?).ok()?;
         let args = usize::try_from(word(bytes, 3)?).ok()?;
         let env = usize::try_from(word(bytes, 4)?).ok()?;
-        if count != passed || count > MAX_TARGETS || args == 0 {
+        let gated = flags & FLAG_GATED != 0;
+        if count + 1 + usize::from(gated) != passed || count > MAX_TARGETS || args == 0 {
             return None;
         }
         let mut cpu_mask = [0u64; CPU_MASK_WORDS];
@@ -59,7 +60,7 @@ impl Request {
             }
         }
         Some(Request {
-            gated: flags & FLAG_GATED != 0,
+            gated,
             no_aslr: flags & FLAG_NO_ASLR != 0,
             cpus: flags & FLAG_CPUS != 0,
             cpu_mask,
@@ -76,12 +77,14 @@ impl Request {
         self.targets[i]
     }
 
-    /// Of the `passed` descriptors (as received), the one meant for `target`.
-    pub fn passed_at(&self, passed: &[i32], target: i32) -> Option<i32> {
-        let i = self.targets[..self.count]
+    /// The highest target number (2 at least: stdin, stdout and stderr are always there).
+    pub fn highest_target(&self) -> i32 {
+        self.targets[..self.count]
             .iter()
-            .position(|&t| t == target)?;
-        passed.get(i).copied()
+            .copied()
+            .max()
+            .unwrap_or(2)
+            .max(2)
     }
 
     /// Fill `table` with pointers to the arguments, a NULL, the environment entries and a
@@ -149,17 +152,16 @@ mod tests {
     fn a_request_reads_back() {
         let bytes = request(
             FLAG_GATED | FLAG_CPUS,
-            &[0, 1, 2, 1012, 1013],
+            &[0, 1, 2, 61],
             &["/bin/echo", "echo", "hi", "A=1"],
             2,
         );
-        let r = Request::parse(&bytes, 5).unwrap();
+        // The report pipe, the gate and four targets.
+        let r = Request::parse(&bytes, 6).unwrap();
         assert!(r.gated && r.cpus && !r.no_aslr);
         assert_eq!(r.cpu_mask, [3; CPU_MASK_WORDS]);
         assert_eq!((r.args, r.env), (2, 1));
-        assert_eq!(r.target(3), 1012);
-        assert_eq!(r.passed_at(&[7, 8, 9, 10, 11], 1012), Some(10));
-        assert_eq!(r.passed_at(&[7, 8, 9, 10, 11], 61), None);
+        assert_eq!((r.target(3), r.highest_target()), (61, 61));
         let mut table = [std::ptr::null(); 5];
         let program = r.strings(&bytes, &mut table).unwrap();
         assert_eq!(text(program), "/bin/echo");
@@ -181,30 +183,30 @@ mod tests {
 
     #[test]
     fn malformed_requests_are_refused() {
-        let good = request(0, &[1012], &["/bin/true", "true"], 1);
-        assert!(Request::parse(&good, 1).is_some());
-        // A descriptor count that is not what came with the datagram.
-        assert!(Request::parse(&good, 2).is_none());
+        let good = request(0, &[0], &["/bin/true", "true"], 1);
+        assert!(Request::parse(&good, 2).is_some());
+        // A descriptor count that is not what came with the datagram (a gate too many).
+        assert!(Request::parse(&good, 3).is_none());
         // Another magic; cut short.
         let mut bad = good.clone();
         bad[0] ^= 1;
-        assert!(Request::parse(&bad, 1).is_none());
-        assert!(Request::parse(&good[..40], 1).is_none());
+        assert!(Request::parse(&bad, 2).is_none());
+        assert!(Request::parse(&good[..40], 2).is_none());
         // A string without its NUL, or fewer strings than announced.
-        let r = Request::parse(&good, 1).unwrap();
+        let r = Request::parse(&good, 2).unwrap();
         let mut table = [std::ptr::null(); 3];
         assert!(r.strings(&good[..good.len() - 1], &mut table).is_none());
-        let short = request(0, &[1012], &["/bin/true", "true"], 1);
+        let short = request(0, &[0], &["/bin/true", "true"], 1);
         let mut more = short.clone();
         more[24..32].copy_from_slice(&3u64.to_le_bytes()); // 3 arguments announced
-        let r = Request::parse(&more, 1).unwrap();
+        let r = Request::parse(&more, 2).unwrap();
         let mut table = [std::ptr::null(); 5];
         assert!(r.strings(&more, &mut table).is_none());
         // No arguments at all, a negative target.
         let mut none = good.clone();
         none[24..32].copy_from_slice(&0u64.to_le_bytes());
-        assert!(Request::parse(&none, 1).is_none());
+        assert!(Request::parse(&none, 2).is_none());
         let neg = request(0, &[-1], &["/bin/true", "true"], 1);
-        assert!(Request::parse(&neg, 1).is_none());
+        assert!(Request::parse(&neg, 2).is_none());
     }
 }

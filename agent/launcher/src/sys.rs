@@ -12,6 +12,9 @@ const SYS_DUP2: usize = 33;
 const SYS_RECVMSG: usize = 47;
 const SYS_PERSONALITY: usize = 135;
 const SYS_SCHED_SETAFFINITY: usize = 203;
+const SYS_GETRLIMIT: usize = 97;
+const SYS_SETRLIMIT: usize = 160;
+const RLIMIT_NOFILE: usize = 7;
 const SYS_GETPID: usize = 39;
 const SYS_CLONE: usize = 56;
 const SYS_EXECVE: usize = 59;
@@ -31,7 +34,6 @@ pub const SIGKILL: usize = 9;
 const CLONE_VM: usize = 0x100;
 const CLONE_VFORK: usize = 0x4000;
 const F_DUPFD_CLOEXEC: usize = 1030;
-const F_GETFD: usize = 1;
 const F_SETFD: usize = 2;
 const FD_CLOEXEC: usize = 1;
 const PR_SET_PDEATHSIG: usize = 1;
@@ -166,16 +168,35 @@ pub fn set_cloexec(fd: i32, on: bool) -> Result<usize, i32> {
     result(unsafe { syscall4(SYS_FCNTL, fd as usize, F_SETFD, on as usize * FD_CLOEXEC, 0) })
 }
 
-/// Whether `fd` is open.
-pub fn is_open(fd: i32) -> bool {
+/// A close-on-exec copy of `fd` at the lowest free number from `min` on.
+pub fn dup_cloexec(fd: i32, min: i32) -> Result<i32, i32> {
     // SAFETY: fcntl with integer arguments only.
-    result(unsafe { syscall4(SYS_FCNTL, fd as usize, F_GETFD, 0, 0) }).is_ok()
+    result(unsafe { syscall4(SYS_FCNTL, fd as usize, F_DUPFD_CLOEXEC, min as usize, 0) })
+        .map(|f| f as i32)
 }
 
-/// A close-on-exec copy of `fd` at the lowest free number.
-pub fn dup_cloexec(fd: i32) -> Result<i32, i32> {
-    // SAFETY: fcntl with integer arguments only.
-    result(unsafe { syscall4(SYS_FCNTL, fd as usize, F_DUPFD_CLOEXEC, 0, 0) }).map(|f| f as i32)
+/// Let this process open descriptor numbers below `count`: raise the soft limit of open
+/// files to it if it is lower (up to the hard limit; the program inherits the raised
+/// one, as it inherited the collector's when the collector raised its own).
+pub fn allow_descriptors(count: u64) -> Result<(), i32> {
+    let mut limit = [0u64; 2];
+    // SAFETY: a pointer to a live `struct rlimit` (two 64-bit words).
+    result(unsafe {
+        syscall4(
+            SYS_GETRLIMIT,
+            RLIMIT_NOFILE,
+            limit.as_mut_ptr() as usize,
+            0,
+            0,
+        )
+    })?;
+    if limit[0] >= count {
+        return Ok(());
+    }
+    limit[0] = count.min(limit[1]);
+    // SAFETY: as above; the kernel only reads it.
+    result(unsafe { syscall4(SYS_SETRLIMIT, RLIMIT_NOFILE, limit.as_ptr() as usize, 0, 0) })
+        .map(|_| ())
 }
 
 /// `dup2(from, to)`: `to` becomes a copy of `from`, without close-on-exec.

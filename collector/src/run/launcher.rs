@@ -26,7 +26,7 @@ use nix::sys::socket::{
 };
 use nix::unistd::Pid;
 
-pub use sbs_agent_abi::launcher::{Message, GATE_FD, MESSAGE_BYTES, REPORT_FD};
+pub use sbs_agent_abi::launcher::{Message, MESSAGE_BYTES};
 use sbs_agent_abi::launcher::{
     CPU_MASK_WORDS, DATAGRAM_WORDS, FLAG_CPUS, FLAG_GATED, FLAG_NO_ASLR, MAX_TARGETS,
     REQUEST_MAGIC, SOCKET_FD,
@@ -127,13 +127,15 @@ pub struct Request<'a> {
     pub args: &'a [OsString],
     /// Its whole environment.
     pub env: &'a [(OsString, OsString)],
-    /// Hold it at the gate ([`GATE_FD`] must be among `fds`).
-    pub gated: bool,
+    /// The write end of the run's report pipe.
+    pub report: BorrowedFd<'a>,
+    /// The read end of its gate: hold it there until a byte comes.
+    pub gate: Option<BorrowedFd<'a>>,
     /// ASLR off.
     pub no_aslr: bool,
     /// The CPUs to pin it to (empty: as the launcher runs).
     pub cpus: &'a [usize],
-    /// Its descriptors: `(ours, its number)`; [`REPORT_FD`] must be among them.
+    /// Its descriptors: `(ours, its number)`.
     pub fds: Vec<(BorrowedFd<'a>, i32)>,
 }
 
@@ -147,7 +149,7 @@ impl Request<'_> {
             )));
         }
         let mut flags = 0;
-        if self.gated {
+        if self.gate.is_some() {
             flags |= FLAG_GATED;
         }
         if self.no_aslr {
@@ -228,7 +230,8 @@ pub fn start(request: &Request) -> io::Result<()> {
     let mut datagram = Vec::with_capacity(DATAGRAM_WORDS * 8);
     datagram.extend(REQUEST_MAGIC.to_le_bytes());
     datagram.extend((bytes.len() as u64).to_le_bytes());
-    let mut fds = vec![file.as_raw_fd()];
+    let mut fds = vec![file.as_raw_fd(), request.report.as_raw_fd()];
+    fds.extend(request.gate.map(|g| g.as_raw_fd()));
     fds.extend(request.fds.iter().map(|(fd, _)| fd.as_raw_fd()));
     let mut server = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     for attempt in 0..2 {

@@ -475,15 +475,12 @@ fn send(
         fds.push((devnull.as_fd(), 2));
     }
     fds.extend(launch.pass_fds.iter().map(|(fd, n)| (fd.as_fd(), *n)));
-    fds.push((report_write.as_fd(), launcher::REPORT_FD));
-    if let Some(gate) = &gate_read {
-        fds.push((gate.as_fd(), launcher::GATE_FD));
-    }
     let request = launcher::Request {
         program: &launch.path,
         args: &launch.args,
         env: &launch.env,
-        gated,
+        report: report_write.as_fd(),
+        gate: gate_read.as_ref().map(|g| g.as_fd()),
         no_aslr: config.disable_aslr,
         cpus: &config.cpus,
         fds,
