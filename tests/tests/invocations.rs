@@ -1546,3 +1546,69 @@ fn a_pattern_given_twice_is_counted_once_in_its_first_place() {
     assert_eq!(samples(step), [1000.0], "one run, one sample");
     assert_eq!(step["summary"]["n"], 1);
 }
+
+/// Without root, sites that only uprobes can count stop the run before it starts, with a
+/// one-line choice naming them and the count of the others; `--invocations-partial`
+/// counts the others in-process and reports a metric that misses sites as a lower bound,
+/// not exact, with a note. (Before: the run stopped on tracefs alone, saying nothing of
+/// the sites that could be counted.)
+#[test]
+fn without_root_the_sites_that_need_uprobes_are_named_and_the_rest_can_be_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    make_executable(dir.path());
+    let Some(exe) = util::gcc_fixture(dir.path(), "patch_cases", &[]) else {
+        return;
+    };
+    make_executable(&exe);
+    let sbs_copy = dir.path().join("sbs-profile");
+    std::fs::copy(util::sbs_profile(), &sbs_copy).unwrap();
+    let as_nobody = |extra: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&sbs_copy)
+            .args(["--runs", "1", "--warmup", "0", "-f", "json"])
+            .args(["--invocations", "tiny", "--invocations", "rip_first"])
+            .args(extra)
+            .arg("--")
+            .arg(&exe)
+            .arg("10")
+            .output()
+    };
+    let Ok(out) = as_nobody(&[]) else {
+        skip!(Need::UtilLinux, "`setpriv` (util-linux) is not installed");
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(126) || out.status.code() == Some(127) {
+        skip!(
+            Need::Nobody,
+            "`nobody` cannot execute the test binaries ({err})"
+        );
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for needle in [
+        "uprobes need root",
+        "1 of 2 counted site(s) need a uprobe",
+        "`tiny`",
+        "--invocations-partial to count the other 1 in-process",
+    ] {
+        assert!(err.contains(needle), "{needle:?} missing: {err}");
+    }
+    let out = as_nobody(&["--invocations-partial"]).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let counted = metric(&report, "invocations.rip_first");
+    assert_eq!(samples(counted), vec![10.0]);
+    assert_eq!(counted["exact"], true);
+    let partial = metric(&report, "invocations.tiny");
+    assert_eq!(samples(partial), vec![0.0]);
+    assert_eq!(partial["exact"], false, "{partial}");
+    let notes = partial["notes"].to_string();
+    assert!(
+        notes.contains("partial") && notes.contains("lower bound"),
+        "{notes}"
+    );
+}

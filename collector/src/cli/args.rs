@@ -377,6 +377,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub invocations_detail: bool,
 
+    /// With --invocations or --boxing, where uprobes cannot be used (not root): count the
+    /// sites the in-process engine can patch and leave the others out. Each metric that
+    /// misses sites is then a lower bound, reported as not exact, with a note naming how
+    /// many sites were left out and why. Without it such a run stops before it starts and
+    /// says which sites need root.
+    #[arg(long)]
+    pub invocations_partial: bool,
+
     /// What counts --invocations and --boxing: `auto` patches each site that can be
     /// patched safely to increment a counter in the process (a few ns per call) and puts a
     /// uprobe (~14 µs per call, root) on the others, and on every site of a static
@@ -532,6 +540,7 @@ impl RunArgs {
             profile_time: self.profile_time,
             invocations: self.invocations.clone(),
             invocations_detail: self.invocations_detail,
+            invocations_partial: self.invocations_partial,
             invocations_engine: self.invocations_engine.into(),
             max_probes: self.max_probes,
             counters: CounterOptions {

@@ -215,6 +215,7 @@ fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
     InvocationOptions {
         max_probes: measures.max_probes,
         detail: measures.invocations_detail,
+        partial: measures.invocations_partial,
         engine: measures.invocations_engine,
         region,
     }

@@ -96,6 +96,8 @@ pub struct Measures {
     pub invocations: Vec<String>,
     /// One row per inlined site of the invocation counts.
     pub invocations_detail: bool,
+    /// Without uprobes, count the sites the in-process engine can patch (a lower bound).
+    pub invocations_partial: bool,
     /// Which engine counts invocations.
     pub invocations_engine: crate::run::instruments::invocations::Engine,
     /// Refuse a pattern that matches more functions than this.

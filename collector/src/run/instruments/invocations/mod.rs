@@ -58,6 +58,9 @@ pub struct Options {
     pub engine: Engine,
     /// Count only inside a harness's measured region (uprobes only).
     pub region: bool,
+    /// Where uprobes cannot be used, leave their sites out (a lower bound) instead of
+    /// stopping (`--invocations-partial`).
+    pub partial: bool,
 }
 
 /// Which engine counts one site, and its index among that engine's counters.
@@ -65,6 +68,8 @@ pub struct Options {
 enum Counted {
     Inproc(usize),
     Uprobe(usize),
+    /// Left out: it needs a uprobe, which cannot be used here (`--invocations-partial`).
+    Skipped,
 }
 
 /// Counts calls of the functions named by patterns.
@@ -123,15 +128,23 @@ impl Invocations {
         let mut warnings = target_warnings(&target);
         warnings.extend(match_warnings);
         let Engines {
-            counted,
+            mut counted,
             inproc,
-            targets,
+            mut targets,
             fallback,
         } = choose_engines(program, &target, &sites, options, ld_preload)?;
+        let mut notes = Vec::new();
         if !targets.is_empty() && tracefs.is_none() {
-            tracefs = Some(Tracefs::open_or_mount()?);
+            match Tracefs::open_or_mount() {
+                Ok(t) => tracefs = Some(t),
+                Err(e) => {
+                    let left = without_uprobes(&sites, &counted, &fallback, options, e)?;
+                    notes = leave_out(&mut rows, &mut counted, &left);
+                    targets.clear();
+                }
+            }
         }
-        let notes = label_engines(&mut rows, &counted, &fallback, options);
+        notes.extend(label_engines(&mut rows, &counted, &fallback, options));
         Ok(Invocations {
             patterns: rows,
             counted,
@@ -364,6 +377,105 @@ fn patch_sites(
     Ok((!engine.is_empty()).then_some(engine))
 }
 
+/// Uprobes cannot be used here (`error` says why: not root, say). Without
+/// `--invocations-partial`, or when no site is counted in-process, that stops the run
+/// before it starts, naming the sites that need uprobes and what to do; with it, the
+/// reason the uprobe sites are left out.
+fn without_uprobes(
+    sites: &[Site],
+    counted: &[Counted],
+    fallback: &[(usize, String)],
+    options: Options,
+    error: sbs_probes::error::ProbeError,
+) -> anyhow::Result<String> {
+    let needing: Vec<usize> = (0..counted.len())
+        .filter(|&i| matches!(counted[i], Counted::Uprobe(_)))
+        .collect();
+    let in_process = counted.len() - needing.len();
+    let mut reasons: Vec<(String, usize)> = Vec::new();
+    for (k, why) in fallback {
+        let n = match *k {
+            usize::MAX => needing.len(),
+            k if needing.contains(&k) => 1,
+            _ => continue,
+        };
+        let general = without_addresses(why);
+        match reasons.iter_mut().find(|(r, _)| *r == general) {
+            Some((_, m)) => *m += n,
+            None => reasons.push((general, n)),
+        }
+    }
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
+    let reasons: Vec<String> = reasons
+        .iter()
+        .take(2)
+        .map(|(r, n)| format!("{n}: {r}"))
+        .collect();
+    let first = &sites[needing[0]];
+    // A generic caller's name can run to hundreds of characters.
+    let what: String = match first.what.chars().count() > 100 {
+        true => first.what.chars().take(100).chain(['…']).collect(),
+        false => first.what.clone(),
+    };
+    let which = format!(
+        "{} of {} counted site(s) need a uprobe ({}; e.g. {what} at {}:0x{:x})",
+        needing.len(),
+        counted.len(),
+        reasons.join("; "),
+        first.path.display(),
+        first.address
+    );
+    if !options.partial || in_process == 0 {
+        let choice = match in_process {
+            0 => String::new(),
+            n => format!(
+                "; or add --invocations-partial to count the other {n} in-process (a lower \
+                 bound, not reported as exact)"
+            ),
+        };
+        bail!("{which}, and uprobes cannot be used here: {error}{choice}");
+    }
+    Ok(format!(
+        "{which}, and uprobes cannot be used here (not root)"
+    ))
+}
+
+/// Leave the sites counted by uprobes out (`--invocations-partial`, uprobes unusable):
+/// each metric that loses one becomes a lower bound, not exact, with a note saying so.
+fn leave_out(
+    rows: &mut [PatternRows],
+    counted: &mut [Counted],
+    why: &str,
+) -> Vec<(String, String)> {
+    let mut notes = Vec::new();
+    for p in rows.iter_mut() {
+        let mut all: Vec<usize> = p.rows.iter().flat_map(|(_, i)| i.iter().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        let left = all
+            .iter()
+            .filter(|&&i| matches!(counted[i], Counted::Uprobe(_)))
+            .count();
+        if left > 0 {
+            p.metric.exact = false;
+            notes.push((
+                p.metric.id.clone(),
+                format!(
+                    "partial (--invocations-partial): a lower bound, {left} of its {} site(s) \
+                     not counted; {why}",
+                    all.len()
+                ),
+            ));
+        }
+    }
+    for c in counted.iter_mut() {
+        if matches!(c, Counted::Uprobe(_)) {
+            *c = Counted::Skipped;
+        }
+    }
+    notes
+}
+
 /// Set each pattern's source from the engines of its sites, mark each row's engine under
 /// `--invocations-detail`, and return a note per pattern saying which engine counted how
 /// many sites (and why sites were left to uprobes).
@@ -374,11 +486,17 @@ fn label_engines(
     options: Options,
 ) -> Vec<(String, String)> {
     let engine_of = |indices: &[usize]| {
-        let inproc = indices
-            .iter()
-            .filter(|&&i| matches!(counted[i], Counted::Inproc(_)))
-            .count();
-        match (inproc, indices.len() - inproc) {
+        let by = |uprobe: bool| {
+            indices
+                .iter()
+                .filter(|&&i| match counted[i] {
+                    Counted::Inproc(_) => !uprobe,
+                    Counted::Uprobe(_) => uprobe,
+                    Counted::Skipped => false,
+                })
+                .count()
+        };
+        match (by(false), by(true)) {
             (_, 0) => "inproc",
             (0, _) => "uprobe",
             _ => "inproc+uprobe",
@@ -395,8 +513,12 @@ fn label_engines(
                 label.push_str(&format!(" [{}]", engine_of(indices)));
             }
         }
-        // Nothing to say where the in-process engine was never an option.
-        if options.engine == Engine::Uprobe || options.region {
+        // Nothing to say where the in-process engine was never an option, nor where
+        // `leave_out` said what was counted.
+        if options.engine == Engine::Uprobe
+            || options.region
+            || all.iter().any(|&i| counted[i] == Counted::Skipped)
+        {
             continue;
         }
         let by_uprobe: Vec<usize> = all
@@ -525,6 +647,7 @@ impl Instrument for Invocations {
         let count = |i: usize| match self.counted[i] {
             Counted::Inproc(k) => inproc[k],
             Counted::Uprobe(k) => uprobe[k],
+            Counted::Skipped => 0,
         };
         for p in &self.patterns {
             let details: Vec<(String, f64)> = p
