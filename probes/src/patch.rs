@@ -25,6 +25,9 @@
 //!   itself;
 //! - the function has no indirect jump other than a tail call through a RIP-relative
 //!   slot (`jmp [rip+X]`): a jump table or a computed goto could land anywhere.
+//! - no other function symbol starts inside the displaced bytes: calls of it would land
+//!   in the middle of the jump (hand-written code whose symbols overlap, or a function
+//!   that falls through into the next one).
 //!
 //! An `endbr64` at a function's start stays in place and the patch goes after it (so
 //! indirect calls still land on it); nothing may then jump to the instruction after it.
@@ -94,7 +97,7 @@ pub fn displace(
         image.data().get(from..from.checked_add(len)?)
     };
     let landing_pads = || crate::lsda::landing_pads(image, function.address);
-    displace_in(
+    let displaced = displace_in(
         code,
         function.address,
         &cold,
@@ -102,7 +105,22 @@ pub fn displace(
         &landing_pads,
         address,
         kind,
-    )
+    )?;
+    // Calls of another function that starts inside the displaced bytes (hand-written code
+    // whose symbols overlap, or a function that falls through into the next one) would
+    // land in the middle of the jump: the branches of this function do not show them.
+    if let Some(other) = image.functions.iter().find(|f| {
+        f.address > displaced.address
+            && f.address < displaced.address + displaced.original.len() as u64
+    }) {
+        return Err(format!(
+            "the function `{}` starts at 0x{:x}, inside the {} bytes the patch would replace",
+            other.name,
+            other.address,
+            displaced.original.len()
+        ));
+    }
+    Ok(displaced)
 }
 
 /// The file-backed parts of the `PT_LOAD` segments: (vaddr, file size, file offset).
