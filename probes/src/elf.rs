@@ -135,6 +135,17 @@ impl Image {
             .min_by_key(|f| f.size)
     }
 
+    /// The link-time address of the byte at file offset `offset` of an executable
+    /// segment (where a uprobe at that offset sits).
+    pub fn address_of_offset(&self, offset: u64) -> Option<u64> {
+        self.exec_segments
+            .iter()
+            .find(|&&(_, filesz, file_offset)| {
+                offset >= file_offset && offset - file_offset < filesz
+            })
+            .map(|&(vaddr, _, file_offset)| vaddr + (offset - file_offset))
+    }
+
     /// The bytes of `function`, whose extent [`safe_offset`] checked when it was loaded.
     pub fn code_of(&self, function: &Function) -> Option<&[u8]> {
         let start = usize::try_from(function.offset).ok()?;

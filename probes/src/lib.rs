@@ -5,7 +5,9 @@
 //! the inlined instances a probe cannot see, [`tracefs`] defines the uprobes (and always
 //! removes them), [`hits`] counts their hits in a child process and its descendants.
 //! [`clones`] ties the copies GCC makes of a function (`F.constprop.0`, `F.part.0`,
-//! `F.cold`) to it, and [`entries`] finds where control enters an inlined copy.
+//! `F.cold`) to it, and [`entries`] finds where control enters an inlined copy. For the
+//! in-process engine, [`patch`] decides which sites can be patched and encodes their
+//! trampolines, and [`overlap`] which of the sites closer together than a patch share one.
 
 pub mod clones;
 pub mod demangle;
@@ -16,6 +18,7 @@ pub mod error;
 pub mod execs;
 pub mod hits;
 mod lsda;
+pub mod overlap;
 pub mod patch;
 pub mod pattern;
 pub mod resolve;

@@ -25,6 +25,9 @@
 //!   itself;
 //! - the function has no indirect jump other than a tail call through a RIP-relative
 //!   slot (`jmp [rip+X]`): a jump table or a computed goto could land anywhere.
+//! - no other function symbol starts inside the displaced bytes: calls of it would land
+//!   in the middle of the jump (hand-written code whose symbols overlap, or a function
+//!   that falls through into the next one).
 //!
 //! An `endbr64` at a function's start stays in place and the patch goes after it (so
 //! indirect calls still land on it); nothing may then jump to the instruction after it.
@@ -34,6 +37,12 @@
 //! `jmp` back. Inside a function (the entry of an inlined copy) the flags may be live and
 //! the 128-byte red zone below `rsp` may hold data, so the stub steps over the red zone
 //! and saves the flags around the increment.
+//!
+//! A patch may count more than one site ([`Patch`]): a site lying at one of the
+//! instructions another site's patch displaces is counted by that stub right before it
+//! runs the instruction, with the careful form (red zone and flags), since the
+//! instructions before it may have set the flags. Which sites share a patch is decided by
+//! [`crate::overlap`].
 
 use std::collections::HashSet;
 
@@ -69,6 +78,48 @@ pub struct Displaced {
     kind: SiteKind,
 }
 
+impl Displaced {
+    /// Link-time address just past the displaced bytes.
+    pub fn end(&self) -> u64 {
+        self.address + self.original.len() as u64
+    }
+
+    /// How the stub enters: as a function's entry (flags dead, no red zone) or inside one.
+    pub fn kind(&self) -> SiteKind {
+        self.kind
+    }
+
+    /// The index of the displaced instruction that starts at `address`, if the stub runs
+    /// one there (bytes after a jump that the patch covers are not run).
+    pub fn instruction_at(&self, address: u64) -> Option<usize> {
+        self.instructions.iter().position(|i| i.ip() == address)
+    }
+}
+
+/// One `jmp` written over the code and the stub it leads to, which counts one or more
+/// sites. A second site can be counted by the patch of a site a few bytes before it when
+/// control reaches it only by running the displaced instructions before it (no branch
+/// lands inside the displaced bytes: [`displace`] checked that), so the stub counts it
+/// right before it runs the instruction the site starts at (see [`crate::overlap`]).
+#[derive(Debug, Clone)]
+pub struct Patch {
+    /// The displaced instructions.
+    pub displaced: Displaced,
+    /// Per counted site, in the order of its counters: the index of the displaced
+    /// instruction before which the stub counts it (0: on entering the stub).
+    pub counts: Vec<usize>,
+}
+
+impl Patch {
+    /// The patch of one site, counted on entering the stub.
+    pub fn single(displaced: Displaced) -> Patch {
+        Patch {
+            displaced,
+            counts: vec![0],
+        }
+    }
+}
+
 /// Why a site is left to the uprobe engine.
 pub type Unpatchable = String;
 
@@ -94,7 +145,7 @@ pub fn displace(
         image.data().get(from..from.checked_add(len)?)
     };
     let landing_pads = || crate::lsda::landing_pads(image, function.address);
-    displace_in(
+    let displaced = displace_in(
         code,
         function.address,
         &cold,
@@ -102,7 +153,23 @@ pub fn displace(
         &landing_pads,
         address,
         kind,
-    )
+    )?;
+    // Calls of another function that starts inside the displaced bytes (hand-written code
+    // whose symbols overlap, or a function that falls through into the next one) would
+    // land in the middle of the jump: the branches of this function do not show them.
+    if let Some(other) = image
+        .functions
+        .iter()
+        .find(|f| f.address > displaced.address && f.address < displaced.end())
+    {
+        return Err(format!(
+            "the function `{}` starts at 0x{:x}, inside the {} bytes the patch would replace",
+            other.name,
+            other.address,
+            displaced.original.len()
+        ));
+    }
+    Ok(displaced)
 }
 
 /// The file-backed parts of the `PT_LOAD` segments: (vaddr, file size, file offset).
@@ -397,15 +464,16 @@ pub struct ModuleCode {
     pub code_pages: u64,
     /// The 32-bit fields to fix up.
     pub fixups: Vec<Fixup>,
-    /// One record per site, in the order given.
+    /// One record per patch, in the order given.
     pub sites: Vec<SiteRecord>,
 }
 
-/// Build the trampolines of one module: one stub per `(site, counter index)`, where the
-/// counter of index `n` lies at byte `counters_at + 8 n` of the live region.
+/// Build the trampolines of one module: one stub per `(patch, first counter index)`; the
+/// patch's `n`th count uses the counter of index `first + n`, which lies at byte
+/// `counters_at + 8 (first + n)` of the live region.
 pub fn module_code(
     image: &Image,
-    sites: &[(Displaced, usize)],
+    sites: &[(Patch, usize)],
     counters_at: u64,
 ) -> Result<ModuleCode, Unpatchable> {
     let top = image
@@ -420,7 +488,7 @@ pub fn module_code(
 /// [`module_code`] for a module whose code ends at link-time address `top`.
 pub fn module_code_at(
     top: u64,
-    sites: &[(Displaced, usize)],
+    sites: &[(Patch, usize)],
     counters_at: u64,
 ) -> Result<ModuleCode, Unpatchable> {
     // Encoded as if the trampoline lay just past the module's code, so that RIP-relative
@@ -437,7 +505,7 @@ pub fn module_code_at(
 }
 
 fn encode_all(
-    sites: &[(Displaced, usize)],
+    sites: &[(Patch, usize)],
     base: u64,
     code_pages: u64,
     counters_at: u64,
@@ -445,10 +513,21 @@ fn encode_all(
     let mut code = Vec::new();
     let mut fixups = Vec::new();
     let mut records = Vec::new();
-    for (d, counter) in sites {
+    for (patch, first) in sites {
+        let d = &patch.displaced;
         let stub = code.len() as u64;
-        let counter_address = base + code_pages + counters_at + 8 * *counter as u64;
-        let (bytes, mut fx) = stub_code(d, base + stub, counter_address)?;
+        let counters: Vec<(usize, u64)> = patch
+            .counts
+            .iter()
+            .enumerate()
+            .map(|(n, &at)| {
+                (
+                    at,
+                    base + code_pages + counters_at + 8 * (*first + n) as u64,
+                )
+            })
+            .collect();
+        let (bytes, mut fx) = stub_code(d, base + stub, &counters)?;
         for f in &mut fx {
             f.field += stub as u32;
             f.end += stub as u32;
@@ -476,41 +555,51 @@ fn encode_all(
     })
 }
 
-/// One site's stub, encoded at `rip`, and its fixups (offsets relative to the stub).
-fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixup>), Unpatchable> {
+/// One patch's stub, encoded at `rip`, and its fixups (offsets relative to the stub).
+/// `counters` are (index of the displaced instruction to count before, address of the
+/// counter).
+fn stub_code(
+    d: &Displaced,
+    rip: u64,
+    counters: &[(usize, u64)],
+) -> Result<(Vec<u8>, Vec<Fixup>), Unpatchable> {
     let e = |e: iced_x86::IcedError| e.to_string();
-    let mut inc = Instruction::with1(
-        Code::Inc_rm64,
-        MemoryOperand::with_base_displ(Register::RIP, counter as i64),
-    )
-    .map_err(e)?;
-    inc.set_has_lock_prefix(true);
-    let red_zone = |delta: i64| {
-        Instruction::with2(
-            Code::Lea_r64_m,
-            Register::RSP,
-            MemoryOperand::with_base_displ(Register::RSP, delta),
-        )
-    };
-    let mut list = match d.kind {
-        SiteKind::Entry => vec![inc],
-        SiteKind::Inside => vec![
-            red_zone(-128).map_err(e)?,
-            Instruction::with(Code::Pushfq),
-            inc,
-            Instruction::with(Code::Popfq),
-            red_zone(128).map_err(e)?,
-        ],
-    };
-    let moved_from = list.len();
-    list.extend(d.instructions.iter().copied());
+    if counters.iter().any(|&(at, _)| at >= d.instructions.len()) {
+        return Err("a site is counted past the displaced instructions".into());
+    }
+    // Each instruction of the stub, and whether it comes from the module (moved or
+    // emulated: its fields refer to the module and are fixed up) or is the stub's own.
+    let mut list: Vec<(Instruction, bool)> = Vec::new();
+    for (n, moved) in d.instructions.iter().enumerate() {
+        let here: Vec<u64> = counters
+            .iter()
+            .filter(|&&(at, _)| at == n)
+            .map(|&(_, c)| c)
+            .collect();
+        // At a function's entry the flags are dead and nothing lives below the stack
+        // pointer; past the first instruction, or inside a function, both may be live.
+        let careful = n > 0 || d.kind == SiteKind::Inside;
+        list.extend(
+            counting(&here, careful)
+                .map_err(e)?
+                .into_iter()
+                .map(|i| (i, false)),
+        );
+        list.push((*moved, true));
+    }
     let call = match list.last() {
-        Some(last) if is_call(last) => list.pop(),
+        Some((last, _)) if is_call(last) => list.pop(),
         _ => None,
     };
-    if let Some(call) = call {
-        list.extend(emulated_call(&call, d.address + d.original.len() as u64).map_err(e)?);
+    if let Some((call, _)) = call {
+        list.extend(
+            emulated_call(&call, d.address + d.original.len() as u64)
+                .map_err(e)?
+                .into_iter()
+                .map(|i| (i, true)),
+        );
     }
+    let (list, from_module): (Vec<Instruction>, Vec<bool>) = list.into_iter().unzip();
     let block = InstructionBlock::new(&list, rip);
     let result = BlockEncoder::encode(
         64,
@@ -519,7 +608,7 @@ fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixu
             | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS,
     )
     .map_err(|err| format!("relocating the displaced instructions failed: {err}"))?;
-    let mut fixups = moved_fixups(&list, moved_from, &result)?;
+    let mut fixups = moved_fixups(&list, &from_module, &result)?;
     let mut bytes = result.code_buffer;
     let jumps_away = d
         .instructions
@@ -541,17 +630,46 @@ fn stub_code(d: &Displaced, rip: u64, counter: u64) -> Result<(Vec<u8>, Vec<Fixu
     Ok((bytes, fixups))
 }
 
-/// The fixups of the instructions of `list` from `moved_from` on (the displaced ones and
-/// the emulated call), as `result` encoded them: each jump target and RIP-relative
-/// operand refers to the module.
+/// The instructions that count: `lock inc` of each of `counters`, and with `careful`
+/// the 128-byte red zone stepped over and the flags saved around them. Nothing when
+/// there is no counter.
+fn counting(counters: &[u64], careful: bool) -> Result<Vec<Instruction>, iced_x86::IcedError> {
+    let mut incs = Vec::new();
+    for &counter in counters {
+        let mut inc = Instruction::with1(
+            Code::Inc_rm64,
+            MemoryOperand::with_base_displ(Register::RIP, counter as i64),
+        )?;
+        inc.set_has_lock_prefix(true);
+        incs.push(inc);
+    }
+    if incs.is_empty() || !careful {
+        return Ok(incs);
+    }
+    let red_zone = |delta: i64| {
+        Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            MemoryOperand::with_base_displ(Register::RSP, delta),
+        )
+    };
+    let mut out = vec![red_zone(-128)?, Instruction::with(Code::Pushfq)];
+    out.extend(incs);
+    out.extend([Instruction::with(Code::Popfq), red_zone(128)?]);
+    Ok(out)
+}
+
+/// The fixups of the instructions of `list` that come from the module (`from_module`:
+/// the displaced ones and the emulated call), as `result` encoded them: each jump target
+/// and RIP-relative operand refers to the module.
 fn moved_fixups(
     list: &[Instruction],
-    moved_from: usize,
+    from_module: &[bool],
     result: &iced_x86::BlockEncoderResult,
 ) -> Result<Vec<Fixup>, Unpatchable> {
     let bytes = &result.code_buffer;
     let mut fixups = Vec::new();
-    for (n, i) in list.iter().enumerate().skip(moved_from) {
+    for (n, i) in list.iter().enumerate().filter(|&(n, _)| from_module[n]) {
         let at = result.new_instruction_offsets[n];
         if at == u32::MAX {
             return Err("an instruction had to be rewritten to be moved".into());
@@ -712,7 +830,7 @@ mod tests {
         let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
         // push rbp (1) + mov (3) + lea (7): 11 bytes, the first run of >= 5.
         assert_eq!(d.original, &code[..11]);
-        let m = module_code_at(0x2000, &[(d, 3)], 64).unwrap();
+        let m = module_code_at(0x2000, &[(Patch::single(d), 3)], 64).unwrap();
         let first = decode(&m.code, 0).unwrap();
         assert_eq!(first[0].mnemonic(), Mnemonic::Inc);
         assert!(first[0].has_lock_prefix());
@@ -828,7 +946,7 @@ mod tests {
         code.resize(0x20, 0xc3);
         let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
         assert_eq!(d.original, &code[..5]);
-        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
         let moved = placed(&m, t, bias);
         let stub: Vec<Mnemonic> = moved.iter().take(7).map(|i| i.mnemonic()).collect();
         assert_eq!(
@@ -854,7 +972,7 @@ mod tests {
         let mut code = vec![0xff, 0x15, 0, 1, 0, 0, 0xc3];
         code.resize(0x20, 0xc3);
         let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
-        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
         let moved = placed(&m, t, bias);
         assert_eq!(moved[3].ip_rel_memory_address(), bias + 0x1006);
         assert_eq!(moved[6].mnemonic(), Mnemonic::Jmp);
@@ -868,7 +986,7 @@ mod tests {
         code.resize(0x40, 0xcc);
         let d = site(&code, 0x1000, SiteKind::Inside).unwrap();
         assert_eq!(d.original.len(), 9);
-        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
         let moved = decode(&m.code, 0).unwrap();
         assert_eq!(moved[6].mnemonic(), Mnemonic::Je);
         assert!(moved[6].is_jcc_near());
@@ -897,7 +1015,7 @@ mod tests {
         let d = site(&code, 0x1000, SiteKind::Inside).unwrap();
         assert_eq!(d.original, &code[..5]);
         assert_eq!(d.instructions.len(), 2, "the covered nop is not moved");
-        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
         let (t, bias) = (0x7000_0000u64, 0x6000_0000u64);
         let moved = placed(&m, t, bias);
         assert_eq!(moved[6].mnemonic(), Mnemonic::Jmp);
@@ -992,7 +1110,7 @@ mod tests {
         // lock add; ret: the lock add alone is 5 bytes, moved as it is.
         let code = [0xf0, 0x48, 0x83, 0x07, 0x01, 0xc3];
         let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
-        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
         let moved = decode(&m.code, 0).unwrap();
         assert_eq!(moved[1].mnemonic(), Mnemonic::Add);
         assert!(moved[1].has_lock_prefix());
@@ -1003,7 +1121,7 @@ mod tests {
         // cmp edi,1; mov eax,2; mov ecx,3; ret  (site at the mov eax: flags live)
         let code = [0x83, 0xff, 0x01, 0xb8, 2, 0, 0, 0, 0xb9, 3, 0, 0, 0, 0xc3];
         let d = site(&code, 0x1003, SiteKind::Inside).unwrap();
-        let m = module_code_at(0x2000, &[(d, 0)], 64).unwrap();
+        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
         let moved = decode(&m.code, 0).unwrap();
         assert_eq!(moved[0].mnemonic(), Mnemonic::Lea);
         assert_eq!(moved[0].memory_displacement64() as i64, -128);

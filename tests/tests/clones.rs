@@ -8,9 +8,8 @@
 
 mod util;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use sbs_skip::{skip, Need};
 use util::{metric, samples, sbs, skip_without_uprobes};
 
 /// Details (label -> first sample) of a metric, the engine that counted each row
@@ -156,27 +155,12 @@ fn clones_and_split_parts_are_counted_once() {
     }
 }
 
-/// A python built from source with -O3 and DWARF (pyenv's), if there is one.
-fn python_o3() -> Option<PathBuf> {
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
-    let exe = root.join("versions/3.11.7/bin/python3.11");
-    let lib = root.join("versions/3.11.7/lib/libpython3.11.so.1.0");
-    (exe.exists() && lib.exists() && sbs_probes::dwarf::has_dwarf(&std::fs::read(&lib).ok()?))
-        .then_some(exe)
-}
-
 #[test]
 fn python_allocator_split_parts_are_not_counted_twice() {
     if skip_without_uprobes("uprobes") {
         return;
     }
-    let Some(python) = python_o3() else {
-        skip!(
-            Need::Pyenv311,
-            "no python 3.11.7 built from source with debug info under $PYENV_ROOT (/root/.pyenv)"
-        );
+    let Some(python) = util::python_o3() else {
         return;
     };
     let run = sbs([

@@ -19,8 +19,8 @@
 //! MODULES_AT             module records (MODULE_WORDS each)
 //! ...                    code blocks, fixups (FIXUP_WORDS each), sites (SITE_WORDS each)
 //! live_offset (page)     live region: word 0 = images that read the table,
-//!                        then STATUS_WORDS per module, then one counter per site at
-//!                        counters_at(modules)
+//!                        then STATUS_WORDS per module, then one counter per counted
+//!                        site (a patch may count several) at counters_at(modules)
 //! ```
 //!
 //! Everything before `live_offset` is written once by the collector and only read
@@ -273,7 +273,8 @@ impl Fixup {
     }
 }
 
-/// One patched site.
+/// One patch: a `jmp` written over a site, to a stub that counts that site and any sites
+/// among the instructions it displaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SiteRecord {
     /// Link-time address of the site.

@@ -452,6 +452,26 @@ pub fn python3() -> Option<PathBuf> {
     }
 }
 
+/// A python 3.11.7 built from source with -O3 and DWARF (pyenv's, under `$PYENV_ROOT`,
+/// default `/root/.pyenv`): a real -O3 C library. `None` (a recorded skip) when there is
+/// none.
+pub fn python_o3() -> Option<PathBuf> {
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
+    let exe = root.join("versions/3.11.7/bin/python3.11");
+    let lib = root.join("versions/3.11.7/lib/libpython3.11.so.1.0");
+    let found =
+        exe.exists() && std::fs::read(&lib).is_ok_and(|data| sbs_probes::dwarf::has_dwarf(&data));
+    if !found {
+        skip!(
+            Need::Pyenv311,
+            "no python 3.11.7 built from source with debug info under $PYENV_ROOT (/root/.pyenv)"
+        );
+    }
+    found.then_some(exe)
+}
+
 /// The path of `fixtures/python/NAME`.
 pub fn python_fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/python/{name}"))

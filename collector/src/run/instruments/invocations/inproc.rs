@@ -18,7 +18,7 @@ use sbs_agent_abi::inproc::{
     MAX_BUILD_ID, MODULES_AT, MODULE_WORDS, SITE_WORDS,
 };
 use sbs_probes::execs::ExecWatch;
-use sbs_probes::patch::{module_code, Displaced, ModuleCode};
+use sbs_probes::patch::{module_code, ModuleCode, Patch};
 use sbs_probes::resolve::Target;
 
 use crate::run::instrument::ChildSetup;
@@ -57,16 +57,17 @@ pub(super) struct Inproc {
 }
 
 impl Inproc {
-    /// Encode the table for `sites` (image index, displaced site; the counter of a site
-    /// is its index in this list). Sites whose module cannot be encoded are returned with
-    /// the reason, and are not in the table: the caller counts them otherwise.
+    /// Encode the table for `patches` (image index, patch). Each patch gets consecutive
+    /// counters, one per site it counts, from the first returned for it. Patches whose
+    /// module cannot be encoded are returned with the reason, and are not in the table:
+    /// the caller counts their sites otherwise.
     #[allow(clippy::type_complexity)]
     pub fn build(
         target: &Target,
-        sites: &[(usize, Displaced)],
+        patches: &[(usize, Patch)],
         existing_preload: Option<&OsStr>,
     ) -> anyhow::Result<(Inproc, Vec<Option<usize>>, Vec<(usize, String)>)> {
-        let mut images: Vec<usize> = sites.iter().map(|(i, _)| *i).collect();
+        let mut images: Vec<usize> = patches.iter().map(|(i, _)| *i).collect();
         images.sort_unstable();
         images.dedup();
         let at = counters_at(images.len() as u64);
@@ -75,7 +76,7 @@ impl Inproc {
             counter_of,
             refused,
             counters,
-        } = encode_modules(target, sites, &images, at);
+        } = encode_modules(target, patches, &images, at);
         let (table, live_len) = lay_out_table(&modules, at, counters);
         let inproc = Inproc {
             table,
@@ -243,33 +244,35 @@ struct EncodedModule {
     code: ModuleCode,
 }
 
-/// The modules that could be encoded, and where each site's counter is.
+/// The modules that could be encoded, and where each patch's counters are.
 struct Encoded {
     modules: Vec<EncodedModule>,
-    /// Per site: its counter, or `None` when its module could not be encoded.
+    /// Per patch: its first counter, or `None` when its module could not be encoded.
     counter_of: Vec<Option<usize>>,
-    /// Sites not in the table, with the reason.
+    /// Patches not in the table, with the reason.
     refused: Vec<(usize, String)>,
     /// Number of counters.
     counters: usize,
 }
 
-/// Encode the trampolines of each of `images` (indices into `target`) for its `sites`,
-/// with the counters at offset `at` of the live region.
+/// Encode the trampolines of each of `images` (indices into `target`) for its
+/// `patches`, with the counters at offset `at` of the live region.
 fn encode_modules(
     target: &Target,
-    sites: &[(usize, Displaced)],
+    patches: &[(usize, Patch)],
     images: &[usize],
     at: u64,
 ) -> Encoded {
     let mut out = Encoded {
         modules: Vec::new(),
-        counter_of: vec![None; sites.len()],
+        counter_of: vec![None; patches.len()],
         refused: Vec::new(),
         counters: 0,
     };
     for &image in images {
-        let idx: Vec<usize> = (0..sites.len()).filter(|&k| sites[k].0 == image).collect();
+        let idx: Vec<usize> = (0..patches.len())
+            .filter(|&k| patches[k].0 == image)
+            .collect();
         let img = &target.images[image];
         let build_id = img
             .build_id
@@ -282,17 +285,21 @@ fn encode_modules(
             }
             continue;
         };
-        let list: Vec<(Displaced, usize)> = idx
+        let mut next = out.counters;
+        let list: Vec<(Patch, usize)> = idx
             .iter()
-            .enumerate()
-            .map(|(n, &k)| (sites[k].1.clone(), out.counters + n))
+            .map(|&k| {
+                let first = next;
+                next += patches[k].1.counts.len();
+                (patches[k].1.clone(), first)
+            })
             .collect();
         match module_code(img, &list, at) {
             Ok(code) => {
-                for (n, &k) in idx.iter().enumerate() {
-                    out.counter_of[k] = Some(out.counters + n);
+                for (&k, (_, first)) in idx.iter().zip(&list) {
+                    out.counter_of[k] = Some(*first);
                 }
-                out.counters += idx.len();
+                out.counters = next;
                 out.modules.push(EncodedModule {
                     path: img.path.clone(),
                     build_id,

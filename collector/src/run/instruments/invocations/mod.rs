@@ -26,7 +26,8 @@ use std::path::Path;
 use anyhow::bail;
 use nix::unistd::Pid;
 use sbs_probes::hits::{Anchors, RunCounters};
-use sbs_probes::patch::{displace, Displaced};
+use sbs_probes::overlap::{plan, Candidate};
+use sbs_probes::patch::{displace, Patch};
 use sbs_probes::resolve::{match_patterns, PatternMatch, Target};
 use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
 
@@ -132,6 +133,7 @@ impl Invocations {
             inproc,
             mut targets,
             fallback,
+            shared,
         } = choose_engines(program, &target, &sites, options, ld_preload)?;
         let mut notes = Vec::new();
         if !targets.is_empty() && tracefs.is_none() {
@@ -144,7 +146,9 @@ impl Invocations {
                 }
             }
         }
-        notes.extend(label_engines(&mut rows, &counted, &fallback, options));
+        notes.extend(label_engines(
+            &mut rows, &counted, &fallback, &shared, options,
+        ));
         Ok(Invocations {
             patterns: rows,
             counted,
@@ -260,6 +264,8 @@ struct Engines {
     targets: Vec<ProbeTarget>,
     /// Sites left to uprobes and why (`usize::MAX`: all of them).
     fallback: Vec<(usize, String)>,
+    /// Per site: counted by the patch of another site, whose displaced bytes hold it.
+    shared: Vec<bool>,
 }
 
 /// Decide the engine of every site: in-process where it is available and the site can
@@ -275,6 +281,7 @@ fn choose_engines(
     let mut fallback: Vec<(usize, String)> = Vec::new();
     let mut inproc = None;
     let mut counter_of = vec![None; sites.len()];
+    let mut shared = vec![false; sites.len()];
     match inproc_unavailable(program, options) {
         Some(why) if options.engine == Engine::Inproc => {
             bail!("--invocations-engine inproc cannot count here: {why}; use --invocations-engine uprobe (root)")
@@ -285,7 +292,14 @@ fn choose_engines(
         )),
         Some(_) => {}
         None => {
-            inproc = patch_sites(target, sites, ld_preload, &mut counter_of, &mut fallback)?;
+            inproc = patch_sites(
+                target,
+                sites,
+                ld_preload,
+                &mut counter_of,
+                &mut shared,
+                &mut fallback,
+            )?;
             if let (Engine::Inproc, Some((k, why))) = (options.engine, fallback.first()) {
                 let s = &sites[*k];
                 bail!(
@@ -319,6 +333,7 @@ fn choose_engines(
         inproc,
         targets,
         fallback,
+        shared,
     })
 }
 
@@ -336,43 +351,83 @@ fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
     }
 }
 
-/// Encode the trampolines of the sites that can be patched safely: each one's counter
-/// goes in `counter_of`, each other one's reason in `fallback`. `None` when no site
-/// could be patched.
+/// Encode the trampolines of the sites that can be patched safely: each counted site's
+/// counter goes in `counter_of` (and `shared` says whether the patch of another site
+/// counts it), each other one's reason in `fallback`. Sites closer together than a patch
+/// are planned together (`sbs_probes::overlap`): no two patches overlap, and no uprobe
+/// lies inside a patch. `None` when no site could be patched.
 fn patch_sites(
     target: &Target,
     sites: &[Site],
     ld_preload: Option<&OsStr>,
     counter_of: &mut [Option<usize>],
+    shared: &mut [bool],
     fallback: &mut Vec<(usize, String)>,
 ) -> anyhow::Result<Option<Inproc>> {
-    let mut candidates: Vec<(usize, Displaced)> = Vec::new();
-    let mut which = Vec::new();
-    for (k, s) in sites.iter().enumerate() {
-        let image = &target.images[s.image];
-        let displaced = image
-            .functions
+    let mut patches: Vec<(usize, Patch)> = Vec::new();
+    // Per patch, the sites it counts (indices as in `sites`), in the order of its counts.
+    let mut counts: Vec<Vec<usize>> = Vec::new();
+    let mut images: Vec<usize> = sites.iter().map(|s| s.image).collect();
+    images.sort_unstable();
+    images.dedup();
+    let mut planned_fallback = Vec::new();
+    for image in images {
+        let img = &target.images[image];
+        let which: Vec<usize> = (0..sites.len())
+            .filter(|&k| sites[k].image == image)
+            .collect();
+        let candidates: Vec<Candidate> = which
             .iter()
-            .find(|f| f.address == s.function)
-            .ok_or_else(|| "its function is unknown".to_string())
-            .and_then(|f| displace(image, f, s.address, s.kind));
-        match displaced {
-            Ok(d) => {
-                candidates.push((s.image, d));
-                which.push(k);
+            .map(|&k| {
+                let s = &sites[k];
+                Candidate {
+                    address: s.address,
+                    function: s.function,
+                    kind: s.kind,
+                    uprobe: img.address_of_offset(s.uprobe_offset).unwrap_or(s.address),
+                    displaced: img
+                        .functions
+                        .iter()
+                        .find(|f| f.address == s.function)
+                        .ok_or_else(|| "its function is unknown".to_string())
+                        .and_then(|f| displace(img, f, s.address, s.kind)),
+                    what: s.what.clone(),
+                }
+            })
+            .collect();
+        let plan = plan(&candidates);
+        if let Err(e) = plan.check(&candidates) {
+            bail!(
+                "internal error: the in-process engine's plan for {} is not safe: {e}; \
+                 count with --invocations-engine uprobe",
+                img.path.display()
+            );
+        }
+        planned_fallback.extend(plan.uprobes.into_iter().map(|(c, why)| (which[c], why)));
+        for p in plan.patches {
+            for &c in &p.sites[1..] {
+                shared[which[c]] = true;
             }
-            Err(why) => fallback.push((k, why)),
+            counts.push(p.sites.iter().map(|&c| which[c]).collect());
+            patches.push((image, p.patch));
         }
     }
-    if candidates.is_empty() {
+    planned_fallback.sort_by_key(|(k, _)| *k);
+    fallback.extend(planned_fallback);
+    if patches.is_empty() {
         return Ok(None);
     }
-    let (engine, counters, refused) = Inproc::build(target, &candidates, ld_preload)?;
-    for (n, c) in counters.into_iter().enumerate() {
-        counter_of[which[n]] = c;
+    let (engine, firsts, refused) = Inproc::build(target, &patches, ld_preload)?;
+    for (n, first) in firsts.into_iter().enumerate() {
+        for (j, &k) in counts[n].iter().enumerate() {
+            counter_of[k] = first.map(|first| first + j);
+        }
     }
     for (n, why) in refused {
-        fallback.push((which[n], why));
+        for &k in &counts[n] {
+            shared[k] = false;
+            fallback.push((k, why.clone()));
+        }
     }
     Ok((!engine.is_empty()).then_some(engine))
 }
@@ -483,6 +538,7 @@ fn label_engines(
     rows: &mut [PatternRows],
     counted: &[Counted],
     fallback: &[(usize, String)],
+    shared: &[bool],
     options: Options,
 ) -> Vec<(String, String)> {
     let engine_of = |indices: &[usize]| {
@@ -526,10 +582,15 @@ fn label_engines(
             .copied()
             .filter(|&i| matches!(counted[i], Counted::Uprobe(_)))
             .collect();
+        let by_neighbour = all.iter().filter(|&&i| shared[i]).count();
         let mut note = format!(
-            "{} of {} site(s) counted in-process, {} by uprobe",
+            "{} of {} site(s) counted in-process{}, {} by uprobe",
             all.len() - by_uprobe.len(),
             all.len(),
+            match by_neighbour {
+                0 => String::new(),
+                n => format!(" ({n} through the patch of a site a few bytes before)"),
+            },
             by_uprobe.len()
         );
         let mut reasons: Vec<(String, usize)> = Vec::new();
