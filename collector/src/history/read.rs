@@ -12,18 +12,23 @@ use super::{
     COLUMNS, HISTORY_SCHEMA, MARKER,
 };
 
+/// The entries of `dir`; none when it does not exist (a store not written yet).
+fn list(dir: &std::path::Path) -> Result<Vec<fs::DirEntry>, HistoryError> {
+    match fs::read_dir(dir) {
+        Ok(listing) => listing
+            .map(|item| item.map_err(io_error("list", dir)))
+            .collect(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io_error("list", dir)(e)),
+    }
+}
+
 impl History {
     /// Names of the benchmarks with saved entries, sorted. A missing store has none.
     pub fn benchmarks(&self) -> Result<Vec<String>, HistoryError> {
         let dir = self.root.join("history");
-        let listing = match fs::read_dir(&dir) {
-            Ok(l) => l,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_error("list", &dir)(e)),
-        };
         let mut names = Vec::new();
-        for item in listing {
-            let item = item.map_err(io_error("list", &dir))?;
+        for item in list(&dir)? {
             let path = item.path();
             if item.file_name().to_string_lossy().starts_with('.') {
                 continue;
@@ -126,14 +131,8 @@ impl History {
     /// name is not one of them). A missing store has none.
     pub fn baselines_of(&self, benchmark: &str) -> Result<Vec<String>, HistoryError> {
         let dir = self.root.join("baselines");
-        let listing = match fs::read_dir(&dir) {
-            Ok(l) => l,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_error("list", &dir)(e)),
-        };
         let mut names = Vec::new();
-        for item in listing {
-            let item = item.map_err(io_error("list", &dir))?;
+        for item in list(&dir)? {
             let name = item.file_name().to_string_lossy().into_owned();
             let saved = self
                 .baseline_path(&name, benchmark)

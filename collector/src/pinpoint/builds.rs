@@ -85,6 +85,23 @@ pub struct Build {
 }
 
 impl Build {
+    /// How to run this build once with `args` through the runner: its own executable as
+    /// argv[0], the collector's environment, ASLR as the system has it, no timeout.
+    pub fn run_config(&self, args: &[std::ffi::OsString]) -> crate::run::runner::RunConfig {
+        crate::run::runner::RunConfig {
+            program: self.image.path.clone(),
+            args: std::iter::once(self.exe.clone().into_os_string())
+                .chain(args.iter().cloned())
+                .collect(),
+            env: std::env::vars_os().collect(),
+            show_output: false,
+            disable_aslr: false,
+            cpus: Vec::new(),
+            timeout: None,
+            input: None,
+        }
+    }
+
     /// Load and check an executable: it exists, can be executed, and has a symbol table.
     pub fn load(side: Side, exe: &Path) -> anyhow::Result<Build> {
         let option = match side {

@@ -25,7 +25,7 @@ use super::builds::{Build, Costs};
 use super::dhat;
 use super::Metric;
 use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
-use crate::run::runner::{run_once as run_child, Cancel, RunConfig};
+use crate::run::runner::{run_once as run_child, Cancel};
 
 /// What a run printed, to compare the builds' outputs.
 pub struct Printed {
@@ -107,18 +107,7 @@ pub fn run_once(
         ),
     };
     let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(instrument)];
-    let config = RunConfig {
-        program: build.image.path.clone(),
-        args: std::iter::once(build.exe.clone().into_os_string())
-            .chain(args.iter().cloned())
-            .collect(),
-        env: std::env::vars_os().collect(),
-        show_output: false,
-        disable_aslr: false,
-        cpus: Vec::new(),
-        timeout: None,
-        input: None,
-    };
+    let config = build.run_config(args);
     let (outcome, _) = run_child(&config, &mut instruments, cancel).with_context(|| {
         format!(
             "cannot run the {} build {} under {}",

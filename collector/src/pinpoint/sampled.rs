@@ -15,7 +15,7 @@ use sbs_reports::pinpoint::SamplingNote;
 use super::builds::Build;
 use crate::run::instrument::Instrument;
 use crate::run::instruments::stacks::StackSampler;
-use crate::run::runner::{run_once, Cancel, RunConfig};
+use crate::run::runner::{run_once, Cancel};
 
 /// Run each build `runs` times under the sampler (previous, current, previous, ...) and
 /// add each run's costs to it. Returns what the sampling saw and each build's first output.
@@ -54,18 +54,7 @@ fn run_build(
     let sampler = StackSampler::new(config, true);
     let runs = sampler.runs();
     let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(sampler)];
-    let run_config = RunConfig {
-        program: build.image.path.clone(),
-        args: std::iter::once(build.exe.clone().into_os_string())
-            .chain(args.iter().cloned())
-            .collect(),
-        env: std::env::vars_os().collect(),
-        show_output: false,
-        disable_aslr: false,
-        cpus: Vec::new(),
-        timeout: None,
-        input: None,
-    };
+    let run_config = build.run_config(args);
     let (outcome, _) = run_once(&run_config, &mut instruments, cancel).with_context(|| {
         format!(
             "cannot sample the {} build {}",
