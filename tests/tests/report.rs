@@ -331,7 +331,9 @@ fn the_trend_marks_the_latest_entry_as_the_table_judges_it() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("h");
     for _ in 0..4 {
-        sbs([
+        // The times saved here are replaced below; a noisy machine can make the gate
+        // fail a run against the ones before (exit 1), and the run is saved all the same.
+        let run = sbs([
             "--history",
             history.to_str().unwrap(),
             "--save",
@@ -344,8 +346,8 @@ fn the_trend_marks_the_latest_entry_as_the_table_judges_it() {
             "--",
             fixture!("exit_with"),
             "0",
-        ])
-        .success();
+        ]);
+        assert!(matches!(run.code(), Some(0 | 1)), "{}", run.stderr());
     }
     let same: &[f64] = &[10.0, 11.0, 10.0, 11.0, 10.0];
     let slower: &[f64] = &[10.7, 11.7, 10.7, 11.7, 10.7];
