@@ -1282,6 +1282,83 @@ fn sites_closer_than_a_patch_are_counted_exactly_by_every_engine() {
     }
 }
 
+/// A program under a seccomp filter it inherits (from a sandbox, a container runtime,
+/// systemd's `MemoryDenyWriteExecute=`: `tests/fixtures/c/sandboxed.c`) was killed by
+/// SIGSYS in the invocations runs, and the error blamed the program. The counting
+/// library now tries what patching asks in a forked child first and declines when the
+/// child is killed or refused; a filter that kills the fork itself is caught by the
+/// SIGSYS. `auto` then counts with uprobes, exactly, and says why; `inproc` stops in one
+/// line naming the engine and the filter, never blaming the program.
+#[test]
+fn a_sandboxed_program_is_counted_with_uprobes_and_never_killed() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = util::gcc_fixture(dir.path(), "sandboxed", &[]) else {
+        return;
+    };
+    let exe = exe.to_string_lossy().into_owned();
+    for (mode, cause) in [
+        (
+            "kill",
+            "a seccomp filter forbids making code writable or executable",
+        ),
+        (
+            "errno",
+            "a seccomp filter forbids making code writable or executable",
+        ),
+        (
+            "fork",
+            "the program was killed by SIGSYS in a run counted in-process",
+        ),
+    ] {
+        // The filter lets the program itself run.
+        sbs(["--runs", "1", "--", &exe, mode, "1000"]).success();
+        let report = sbs([
+            "--runs",
+            "2",
+            "--invocations",
+            "bump",
+            "-f",
+            "json",
+            "--",
+            &exe,
+            mode,
+            "1000",
+        ])
+        .success()
+        .json();
+        let m = metric(&report, "invocations.bump");
+        assert_eq!(samples(m), vec![1000.0; 2], "{mode}: {m:#}");
+        assert_eq!(m["source"], "uprobe", "{mode}: {m:#}");
+        let notes = m["notes"].to_string();
+        assert!(
+            notes.contains("0 of 1 site(s) counted in-process, 1 by uprobe")
+                && notes.contains(cause),
+            "{mode}: {notes}"
+        );
+        let refused = sbs([
+            "--invocations-engine",
+            "inproc",
+            "--runs",
+            "1",
+            "--invocations",
+            "bump",
+            "--",
+            &exe,
+            mode,
+            "1000",
+        ])
+        .fails_with(2, cause);
+        refused.check(
+            refused.stderr().contains("--invocations-engine uprobe")
+                && !refused.stderr().contains("use --show-output"),
+            "the error names the engine and what to do, not the program's failure",
+        );
+    }
+}
+
 /// On a real -O3 library, pyenv's python 3.11.7 (when installed): some inlined copies of
 /// `Py_DECREF` (7,587 sites) lie 2 bytes apart (in `PyFile_WriteObject`, a `je`, then
 /// `subq $1,(%rbx)`, each the entry of a copy), and their patches overwrote each other:

@@ -73,6 +73,9 @@ pub enum Refusal {
     /// The process runs with the x86 shadow stack, on which the trampolines' emulated
     /// calls would fault when the callee returns.
     ShadowStack = 7,
+    /// A seccomp filter forbids what patching does: a child forked to try it (make a
+    /// page executable, then writable and executable) was killed or refused.
+    Seccomp = 8,
 }
 
 impl Refusal {
@@ -91,6 +94,7 @@ impl Refusal {
             5 => Some(Refusal::TooMany),
             6 => Some(Refusal::Threads),
             7 => Some(Refusal::ShadowStack),
+            8 => Some(Refusal::Seccomp),
             _ => None,
         }
     }
@@ -105,6 +109,7 @@ impl Refusal {
             Refusal::TooMany => "too many modules",
             Refusal::Threads => "threads were already running when the counting library started (a library constructor started them)",
             Refusal::ShadowStack => "the process runs with the x86 shadow stack (CET), which the trampolines' emulated calls would break",
+            Refusal::Seccomp => "a seccomp filter forbids making code writable or executable (mprotect with PROT_EXEC, as systemd's MemoryDenyWriteExecute= and sandboxes do)",
         }
     }
 }

@@ -226,6 +226,8 @@ unsafe fn patch_found(mapped: &Mapped, found: &[Loaded]) {
     } = mapped;
     // SAFETY: a plain read of a `char` glibc exports for this purpose.
     let single = unsafe { core::ptr::addr_of!(sys::__libc_single_threaded).read() } != 0;
+    // Asked once per image, and only when a module of the table is loaded.
+    let seccomp = !found.is_empty() && sys::seccomp_forbids_patching();
     for loaded in found {
         let Some(record) = ModuleRecord::read(table, MODULES_AT + loaded.module * MODULE_WORDS * 8)
         else {
@@ -233,6 +235,8 @@ unsafe fn patch_found(mapped: &Mapped, found: &[Loaded]) {
         };
         let result = if sys::shadow_stack_enabled() {
             Err(Refusal::ShadowStack)
+        } else if seccomp {
+            Err(Refusal::Seccomp)
         } else if single {
             // SAFETY: the module is mapped (the loader just listed it), the process has
             // one thread, and the record's parts lie inside the table.

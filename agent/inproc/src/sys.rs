@@ -33,6 +33,13 @@ const SYS_MMAP: u64 = 9;
 const SYS_MPROTECT: u64 = 10;
 const SYS_MUNMAP: u64 = 11;
 const SYS_ARCH_PRCTL: u64 = 158;
+const SYS_PRCTL: u64 = 157;
+const SYS_CLONE: u64 = 56;
+const SYS_WAIT4: u64 = 61;
+const SYS_EXIT_GROUP: u64 = 231;
+const PR_GET_SECCOMP: u64 = 21;
+const WALL: u64 = 0x4000_0000;
+const EINTR: i64 = 4;
 /// `arch_prctl` code that reads which shadow stack features are enabled (Linux 6.6+).
 const ARCH_SHSTK_STATUS: u64 = 0x5005;
 /// The shadow stack feature bit of that status.
@@ -193,4 +200,71 @@ pub fn shadow_stack_enabled() -> bool {
         )
     };
     r == 0 && features & ARCH_SHSTK_SHSTK != 0
+}
+
+/// Whether a seccomp filter forbids what patching does. Without a filter (the usual case,
+/// one `prctl`) no. With one, which a benchmark inherits from a sandbox, a container or
+/// systemd's `MemoryDenyWriteExecute=`, nothing says what it allows short of trying, and a
+/// filter may kill the caller: so a forked child tries (a page made executable, then
+/// writable and executable, as the patching does) and this process only watches how it
+/// ends. A child that cannot be started or waited for counts as forbidden.
+pub fn seccomp_forbids_patching() -> bool {
+    // SAFETY: PR_GET_SECCOMP reads the calling thread's mode and writes no memory.
+    let mode = unsafe { syscall6(SYS_PRCTL, [PR_GET_SECCOMP, 0, 0, 0, 0, 0]) };
+    if mode <= 0 {
+        // 0: no filter; an error: a kernel without seccomp.
+        return false;
+    }
+    // SAFETY: clone without flags is fork() with no exit signal: the child gets a copy of
+    // this address space and its own stack copy; it runs `try_patching_moves` (system
+    // calls on a page of its own) and exits without returning. No exit signal means the
+    // program receives no SIGCHLD and an ignored SIGCHLD does not reap it before us.
+    let pid = unsafe { syscall6(SYS_CLONE, [0, 0, 0, 0, 0, 0]) };
+    if pid == 0 {
+        let code = u64::from(!try_patching_moves());
+        // SAFETY: ends the child, which holds nothing that needs cleaning up.
+        unsafe { syscall6(SYS_EXIT_GROUP, [code, 0, 0, 0, 0, 0]) };
+        // SAFETY: exit_group does not return.
+        unsafe { core::hint::unreachable_unchecked() }
+    }
+    if pid < 0 {
+        return true;
+    }
+    let mut status: i32 = -1;
+    loop {
+        // SAFETY: wait4 writes the child's status into a live local.
+        let r = unsafe {
+            syscall6(
+                SYS_WAIT4,
+                [pid as u64, &mut status as *mut i32 as u64, WALL, 0, 0, 0],
+            )
+        };
+        match r {
+            r if r == -EINTR => continue,
+            r if r == pid => return status != 0,
+            _ => return true,
+        }
+    }
+}
+
+/// In the probing child: what patching asks of `mprotect`, on a fresh page.
+fn try_patching_moves() -> bool {
+    // SAFETY: a fresh anonymous page of the child's own, unmapped by its exit.
+    let Some(page) = (unsafe {
+        mmap(
+            0,
+            4096,
+            PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    }) else {
+        return false;
+    };
+    // SAFETY: the page just mapped, which nothing else uses.
+    unsafe {
+        mprotect(page, 4096, PROT_READ | PROT_EXEC)
+            && mprotect(page, 4096, PROT_READ | PROT_WRITE | PROT_EXEC)
+    }
 }

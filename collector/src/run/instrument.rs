@@ -133,6 +133,14 @@ pub struct RunOutcome {
     pub survivors: Vec<String>,
 }
 
+/// [`Instrument::collect`]'s answer when the run showed that the instrument cannot measure
+/// this program the way it did, and it now measures it another way (the in-process engine
+/// refused in a sandboxed program: uprobes count instead): the run is discarded and made
+/// again, once. The text says what happened, for the report's warnings.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RunAgain(pub String);
+
 /// What an instrument may change about the child before it is forked.
 #[derive(Debug, Default)]
 pub struct ChildSetup {
@@ -170,7 +178,9 @@ pub trait Instrument {
     }
 
     /// The child was reaped: append this run's samples to `out`. Called also for failed
-    /// runs that the user chose to keep (`--ignore-failure`).
+    /// runs that the user chose to keep (`--ignore-failure`), and before the runner looks
+    /// at how the child ended. An instrument that learned from the run that it must measure
+    /// differently, and did change, returns [`RunAgain`]: the run is made again, once.
     fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()>;
 
     /// Called after a run that did not reach `collect` (spawn error, timeout, Ctrl-C):

@@ -10,7 +10,7 @@ use sbs_reports::model::{
 use crate::judge::summary::timing_warnings;
 
 use crate::run::hooks::{Hook, Hooks};
-use crate::run::instrument::{ExitKind, Group, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{ExitKind, Group, MetricSpec, RunAgain, RunOutcome, Sample};
 use crate::run::runner::{run_once, Cancel, RunConfig, RunError};
 
 /// One command to measure, with its groups of runs.
@@ -218,15 +218,24 @@ fn describe_failure(
             let name = nix::sys::signal::Signal::try_from(s)
                 .map(|s| s.as_str().to_string())
                 .unwrap_or_else(|_| format!("signal {s}"));
-            format!("was killed by {name}")
+            match s {
+                libc::SIGSYS => format!(
+                    "was killed by {name} (a seccomp filter refused one of its system calls)"
+                ),
+                _ => format!("was killed by {name}"),
+            }
         }
         ExitKind::TimedOut => format!(
             "timed out after {:.3} s (--timeout) and was killed with its process group",
             timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0)
         ),
     };
+    let a = match group.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        true => "an",
+        false => "a",
+    };
     format!(
-        "command `{}` {what} in a {group} run; use --show-output to see its output, or \
+        "command `{}` {what} in {a} {group} run; use --show-output to see its output, or \
          --ignore-failure to keep its samples anyway",
         name
     )
@@ -400,15 +409,14 @@ fn run_groups(
                     group.name,
                     if measured { "run" } else { "warm-up" }
                 ));
-                if let Some(prepare) = &bench.hooks.prepare {
-                    executor.hook(prepare, &bench.run).with_context(|| {
-                        format!("before a {} run of `{}`", group.name, bench.name)
-                    })?;
-                }
-                let (outcome, samples) =
-                    executor
-                        .run(&bench.run, &mut group.instruments, cancel)
-                        .with_context(|| format!("{} run of `{}`", group.name, bench.name))?;
+                let (outcome, samples) = run_once_more_if_asked(
+                    executor,
+                    &bench.name,
+                    &bench.hooks,
+                    &bench.run,
+                    group,
+                    cancel,
+                )?;
                 if !outcome.exit.success() && failure == FailurePolicy::Fail {
                     let msg =
                         describe_failure(&bench.name, &group.name, &outcome, bench.run.timeout);
@@ -433,6 +441,32 @@ fn run_groups(
     }
     bar.finish_and_clear();
     Ok(collected)
+}
+
+/// One run of `group` for `bench`, after its `--prepare`; made again (with its
+/// `--prepare`) when an instrument answers [`RunAgain`]: it changed how it measures.
+fn run_once_more_if_asked(
+    executor: &mut dyn Executor,
+    name: &str,
+    hooks: &Hooks,
+    config: &RunConfig,
+    group: &mut Group,
+    cancel: &Cancel,
+) -> anyhow::Result<(RunOutcome, Vec<Sample>)> {
+    let mut asked = false;
+    loop {
+        if let Some(prepare) = &hooks.prepare {
+            executor
+                .hook(prepare, config)
+                .with_context(|| format!("before a {} run of `{name}`", group.name))?;
+        }
+        match executor.run(config, &mut group.instruments, cancel) {
+            Err(RunError::Instrument { source, .. }) if !asked && source.is::<RunAgain>() => {
+                asked = true;
+            }
+            result => return result.with_context(|| format!("{} run of `{name}`", group.name)),
+        }
+    }
 }
 
 /// After a group's `runs` measured runs of one benchmark: the warnings of what happened
@@ -746,6 +780,58 @@ mod tests {
                     .starts_with("--target-ci 1.00% not reached in the timing runs after 6 runs")),
             "{warnings:?}"
         );
+    }
+
+    /// Answers [`RunAgain`] in the runs listed, counts the rest.
+    struct Changes {
+        again_in: Vec<usize>,
+        seen: usize,
+    }
+
+    impl crate::run::instrument::Instrument for Changes {
+        fn name(&self) -> &str {
+            "changes"
+        }
+
+        fn collect(&mut self, _: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+            self.seen += 1;
+            if self.again_in.contains(&self.seen) {
+                return Err(RunAgain(format!("changed after run {}", self.seen)).into());
+            }
+            out.push(sample("changes.seen", self.seen as f64, &[]));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_run_an_instrument_asks_again_is_made_again_once() {
+        let cancel = Cancel::install().unwrap();
+        let run = |again_in: Vec<usize>| {
+            let mut benches = benchmarks(&["a"]);
+            benches[0].groups[0].instruments = vec![Box::new(Changes { again_in, seen: 0 })];
+            let mut script = Script {
+                exits: Vec::new(),
+                calls: Vec::new(),
+            };
+            let result = execute_with(
+                &mut benches,
+                &schedule(3, 0, FailurePolicy::Fail),
+                &cancel,
+                &mut script,
+            );
+            (result, script.calls.len())
+        };
+        // Asked in the first run: it is made again and the series has no hole.
+        let (report, calls) = run(vec![1]);
+        let report = report.unwrap();
+        assert_eq!(calls, 4);
+        let m = &report.benchmarks[0].metrics[0];
+        assert_eq!(m.samples, vec![2.0, 3.0, 4.0]);
+        // Asked twice for the same run: the second answer is the error.
+        let (report, calls) = run(vec![1, 2]);
+        assert_eq!(calls, 2);
+        let err = format!("{:#}", report.unwrap_err());
+        assert!(err.contains("changed after run 2"), "{err}");
     }
 
     #[test]

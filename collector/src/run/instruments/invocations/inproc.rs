@@ -27,6 +27,18 @@ use crate::run::instruments::preload::StampedLibrary;
 /// The counting library, built by `build.rs` from `agent/inproc`.
 pub static INPROC_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsbs_inproc.so"));
 
+/// A run in which the counting library declined to patch a module it found (a seccomp
+/// filter, threads already running, a shadow stack, a W^X policy...): the program is one
+/// the engine cannot count, not a fault of the run. `--invocations-engine auto` then
+/// counts with uprobes.
+#[derive(Debug, thiserror::Error)]
+#[error("the in-process engine could not patch {} in {images} process image(s) of the run: {why}", module.display())]
+pub(super) struct Refused {
+    module: PathBuf,
+    images: u64,
+    why: &'static str,
+}
+
 /// One module of the table, for messages.
 #[derive(Debug)]
 struct Module {
@@ -155,14 +167,13 @@ impl Inproc {
         for (m, module) in self.modules.iter().enumerate() {
             let status = ModuleStatus::read(&live, m).unwrap_or_default();
             if status.refused > 0 {
-                let why = Refusal::from_code(status.reason)
-                    .map_or("an unknown reason", Refusal::describe);
-                anyhow::bail!(
-                    "the in-process engine could not patch {} in {} process image(s) of the run: {why}; \
-                     count with uprobes instead: --invocations-engine uprobe",
-                    module.path.display(),
-                    status.refused
-                );
+                return Err(Refused {
+                    module: module.path.clone(),
+                    images: status.refused,
+                    why: Refusal::from_code(status.reason)
+                        .map_or("an unknown reason", Refusal::describe),
+                }
+                .into());
             }
             if status.patched == 0 {
                 anyhow::bail!(

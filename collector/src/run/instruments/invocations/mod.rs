@@ -31,7 +31,7 @@ use sbs_probes::patch::{displace, Patch};
 use sbs_probes::resolve::{match_patterns, PatternMatch, Target};
 use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
 
-use crate::run::instrument::{ChildSetup, Instrument, RunOutcome, Sample};
+use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunAgain, RunOutcome, Sample};
 use crate::run::region_fds::RegionSocket;
 use inproc::Inproc;
 use sites::{PatternRows, Site};
@@ -90,6 +90,12 @@ pub struct Invocations {
     counters: Option<RunCounters>,
     /// Count only inside a harness's measured region (see [`crate::run::region_fds`]).
     region: Option<RegionSocket>,
+    options: Options,
+    /// Under `auto`, the uprobe of each site counted in-process (index as in the rows):
+    /// what counts them in a program the in-process engine turns out unable to count.
+    spare: Vec<(usize, ProbeTarget)>,
+    /// Runs collected so far.
+    runs: usize,
 }
 
 impl Invocations {
@@ -134,6 +140,7 @@ impl Invocations {
             mut targets,
             fallback,
             shared,
+            spare,
         } = choose_engines(program, &target, &sites, options, ld_preload)?;
         let mut notes = Vec::new();
         if !targets.is_empty() && tracefs.is_none() {
@@ -163,6 +170,9 @@ impl Invocations {
             region: options
                 .region
                 .then(|| RegionSocket::new(sbs_agent_abi::harness::REGION_SOCKET_UPROBES)),
+            options,
+            spare,
+            runs: 0,
         })
     }
 
@@ -266,6 +276,8 @@ struct Engines {
     fallback: Vec<(usize, String)>,
     /// Per site: counted by the patch of another site, whose displaced bytes hold it.
     shared: Vec<bool>,
+    /// Under `auto`, the uprobe of each site counted in-process.
+    spare: Vec<(usize, ProbeTarget)>,
 }
 
 /// Decide the engine of every site: in-process where it is available and the site can
@@ -313,17 +325,25 @@ fn choose_engines(
         }
     }
     let mut targets: Vec<ProbeTarget> = Vec::new();
+    let mut spare = Vec::new();
+    let uprobe = |s: &Site| ProbeTarget {
+        path: s.path.clone(),
+        offset: s.uprobe_offset,
+        what: s.what.clone(),
+    };
     let counted = sites
         .iter()
         .zip(counter_of)
-        .map(|(s, c)| match c {
-            Some(k) => Counted::Inproc(k),
+        .enumerate()
+        .map(|(i, (s, c))| match c {
+            Some(k) => {
+                if options.engine == Engine::Auto {
+                    spare.push((i, uprobe(s)));
+                }
+                Counted::Inproc(k)
+            }
             None => {
-                targets.push(ProbeTarget {
-                    path: s.path.clone(),
-                    offset: s.uprobe_offset,
-                    what: s.what.clone(),
-                });
+                targets.push(uprobe(s));
                 Counted::Uprobe(targets.len() - 1)
             }
         })
@@ -334,6 +354,7 @@ fn choose_engines(
         targets,
         fallback,
         shared,
+        spare,
     })
 }
 
@@ -641,6 +662,79 @@ fn without_addresses(reason: &str) -> String {
     out
 }
 
+impl Invocations {
+    /// The in-process counters of the run. A program the engine cannot count (its
+    /// library declined to patch, or the program was killed by SIGSYS: a seccomp filter's
+    /// answer, maybe to the patching) is an error naming the engine; under `auto`, before
+    /// any run was collected, the sites are counted with uprobes from then on and the run
+    /// is asked again ([`RunAgain`]).
+    fn read_inproc(&mut self, outcome: &RunOutcome) -> anyhow::Result<Vec<u64>> {
+        let Some(engine) = &mut self.inproc else {
+            return Ok(Vec::new());
+        };
+        let why = if outcome.exit == ExitKind::Signal(libc::SIGSYS) {
+            engine.abort();
+            "the program was killed by SIGSYS in a run counted in-process: a seccomp filter \
+             refused a system call, maybe one the counting library makes"
+                .to_string()
+        } else {
+            match engine.read() {
+                Ok(counts) => return Ok(counts),
+                Err(e) if e.is::<inproc::Refused>() => e.to_string(),
+                Err(e) => return Err(e),
+            }
+        };
+        if self.options.engine != Engine::Auto || self.runs > 0 {
+            bail!("{why}; count with uprobes instead: --invocations-engine uprobe");
+        }
+        self.count_with_uprobes(&why)?;
+        Err(RunAgain(format!("{why}; counting with uprobes instead")).into())
+    }
+
+    /// Count every site with uprobes from the next run on, because `why`.
+    fn count_with_uprobes(&mut self, why: &str) -> anyhow::Result<()> {
+        if self.tracefs.is_none() {
+            let tracefs = Tracefs::open_or_mount().map_err(|e| {
+                anyhow::anyhow!(
+                    "{why}; and uprobes, which would count it, cannot be used here: {e}"
+                )
+            })?;
+            self.tracefs = Some(tracefs);
+        }
+        // The probe set of the other sites, if any, is defined again with all of them.
+        self.counters = None;
+        self.anchors = None;
+        if let Some(mut set) = self.set.take() {
+            set.remove()?;
+        }
+        for (i, target) in self.spare.drain(..) {
+            self.targets.push(target);
+            self.counted[i] = Counted::Uprobe(self.targets.len() - 1);
+        }
+        self.inproc = None;
+        if self.options.detail {
+            // The engine label `label_engines` added.
+            for p in self.patterns.iter_mut() {
+                for (label, _) in p.rows.iter_mut() {
+                    if let Some(at) = label.rfind(" [") {
+                        label.truncate(at);
+                    }
+                }
+            }
+        }
+        let fallback = [(usize::MAX, why.to_string())];
+        let shared = vec![false; self.counted.len()];
+        self.notes = label_engines(
+            &mut self.patterns,
+            &self.counted,
+            &fallback,
+            &shared,
+            self.options,
+        );
+        Ok(())
+    }
+}
+
 impl Instrument for Invocations {
     fn name(&self) -> &str {
         "invocations"
@@ -693,7 +787,7 @@ impl Instrument for Invocations {
         Ok(())
     }
 
-    fn collect(&mut self, _outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
         let uprobe = match self.counters.take() {
             Some(mut counters) => counters.read()?,
             None if self.targets.is_empty() => Vec::new(),
@@ -701,10 +795,8 @@ impl Instrument for Invocations {
                 bail!("internal error: no uprobe counters for this run (attach was not called)")
             }
         };
-        let inproc = match &mut self.inproc {
-            Some(engine) => engine.read()?,
-            None => Vec::new(),
-        };
+        let inproc = self.read_inproc(outcome)?;
+        self.runs += 1;
         let count = |i: usize| match self.counted[i] {
             Counted::Inproc(k) => inproc[k],
             Counted::Uprobe(k) => uprobe[k],
