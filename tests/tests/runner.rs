@@ -1178,8 +1178,10 @@ fn gnu_time_max_rss(argv: &[&str]) -> Option<f64> {
 
 /// `rss.peak` is the benchmark's own peak resident set, equal to `/usr/bin/time -v`'s to
 /// within a few pages, for a small program and a 40 MiB one, in the timing group and in
-/// the memory group alike. (Children used to be started as copies of the collector,
-/// whose resident set then became theirs: 5 MiB for `/bin/true`.)
+/// the memory group alike, also when the collector itself holds 100 MiB before the run
+/// (`tests/fixtures/c/ballast.c`, preloaded into sbs-profile). (Children used to be
+/// started as copies of the collector, whose resident set then became theirs: 5 MiB for
+/// `/bin/true`, 105 MiB for `exit_with` beside the ballast.)
 #[test]
 fn rss_peak_equals_gnu_time_s_maximum_resident_set() {
     if gnu_time_max_rss(&["/bin/true"]).is_none() {
@@ -1189,6 +1191,23 @@ fn rss_peak_equals_gnu_time_s_maximum_resident_set() {
         );
         return;
     }
+    let dir = tempfile::tempdir().unwrap();
+    let ballast = dir.path().join("ballast.so");
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/c/ballast.c");
+    let built = sbs_skip::build!(
+        sbs_skip::Need::Gcc,
+        std::process::Command::new("gcc")
+            .args(["-O2", "-Wall", "-shared", "-fPIC", "-o"])
+            .arg(&ballast)
+            .arg(source)
+    );
+    if built.is_none() {
+        return;
+    }
+    let held: [(&str, &std::ffi::OsStr); 2] = [
+        ("LD_PRELOAD", ballast.as_os_str()),
+        ("SBS_BALLAST_MB", "100".as_ref()),
+    ];
     let pages_40_mib = (40 << 20) / 4096;
     let pages_arg = pages_40_mib.to_string();
     let programs: [Vec<&str>; 2] = [
@@ -1207,16 +1226,20 @@ fn rss_peak_equals_gnu_time_s_maximum_resident_set() {
         let hi = oracle.iter().cloned().fold(0.0, f64::max);
         let slack = (16.0 * 4096.0f64).max(hi * 0.005);
         let (lo, hi) = (lo - slack, hi + slack);
-        for group in [&["--time"][..], &["--memory"][..]] {
+        for (group, env) in [
+            (&["--time"][..], &[][..]),
+            (&["--memory"][..], &[][..]),
+            (&["--time"][..], &held[..]),
+        ] {
             let mut args = vec!["--runs", "3", "--format", "json"];
             args.extend_from_slice(group);
             args.push("--");
             args.extend_from_slice(argv);
-            let report = sbs(&args).success().json();
+            let report = util::sbs_env(&args, env).success().json();
             let ours = samples(metric(&report, "rss.peak"));
             assert!(
                 ours.iter().all(|&v| v >= lo && v <= hi),
-                "{argv:?} {group:?}: rss.peak {ours:?} bytes, /usr/bin/time -v {oracle:?}"
+                "{argv:?} {group:?} {env:?}: rss.peak {ours:?} bytes, /usr/bin/time -v {oracle:?}"
             );
         }
     }

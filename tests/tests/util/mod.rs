@@ -136,6 +136,15 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
+    sbs_env(args, &[])
+}
+
+/// [`sbs`] with variables added to sbs-profile's own environment.
+pub fn sbs_env<I, S>(args: I, env: &[(&str, &OsStr)]) -> Finished
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
     let args: Vec<_> = args
         .into_iter()
         .map(|a| a.as_ref().to_os_string())
@@ -143,6 +152,7 @@ where
     let output = Command::new(sbs_profile())
         .args(&args)
         .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
         .output()
         .expect("spawn sbs-profile");
     Finished {
