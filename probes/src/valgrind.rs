@@ -161,9 +161,75 @@ pub fn parse_out_file_summary(text: &str) -> Result<u64, ValgrindError> {
         })
 }
 
+/// Remove the temporary files valgrind's process `pid` left in `dir` (its `TMPDIR`).
+/// Valgrind creates `valgrind_proc_<pid>_cmdline_*` and `..._auxv_*` there at start-up and
+/// unlinks each right after writing it; a valgrind killed in between (a timeout, Ctrl-C)
+/// leaves them behind. Only regular files of that pid are touched; errors are ignored
+/// (another user's file, already gone).
+pub fn remove_leftovers(pid: i32, dir: &Path) {
+    // A process just sent SIGKILL may still finish the system call it is in: wait (a
+    // little) until it is a zombie or gone.
+    for _ in 0..50 {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        let ended = state.as_deref().is_none_or(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with(['Z', 'X']))
+        });
+        if ended {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(4));
+    }
+    let prefix = format!("valgrind_proc_{pid}_");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(&prefix));
+        if ours && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_valgrind_s_files_are_removed_and_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        // No process has this pid (above pid_max's largest value, 2^22).
+        let pid = i32::MAX;
+        let names = [
+            format!("valgrind_proc_{pid}_cmdline_1f2e3d4c"),
+            format!("valgrind_proc_{pid}_auxv_00aa11bb"),
+            format!("valgrind_proc_{pid}0_cmdline_1f2e3d4c"),
+            "valgrind_proc_1_cmdline_1f2e3d4c".to_string(),
+            "notes".to_string(),
+        ];
+        for n in &names {
+            std::fs::write(dir.path().join(n), b"x").unwrap();
+        }
+        std::fs::create_dir(dir.path().join(format!("valgrind_proc_{pid}_dir"))).unwrap();
+        remove_leftovers(pid, dir.path());
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut kept = vec![
+            names[2].clone(),
+            names[3].clone(),
+            names[4].clone(),
+            format!("valgrind_proc_{pid}_dir"),
+        ];
+        kept.sort();
+        assert_eq!(left, kept);
+    }
 
     const LOG_3_19: &str = "\
 ==4991== Cachegrind, a cache and branch-prediction profiler

@@ -17,9 +17,10 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use anyhow::Context;
+use nix::unistd::Pid;
 use sbs_probes::callgrind::{self, ObjectCosts};
 use sbs_probes::elf::Image;
-use sbs_probes::valgrind::INSTALL_HINT;
+use sbs_probes::valgrind::{self, INSTALL_HINT};
 
 use super::builds::{Build, Costs};
 use super::dhat;
@@ -44,12 +45,15 @@ pub fn valgrind() -> anyhow::Result<std::path::PathBuf> {
 
 /// Puts valgrind (callgrind or DHAT, its profile and log written to files) in front of
 /// the build, and sends the build's standard output to a file of the caller's. It
-/// attaches nothing: valgrind measures from its own start, so the run needs no gate.
+/// attaches nothing (valgrind measures from its own start) but learns the run's pid at
+/// the gate, to remove what a killed valgrind leaves in TMPDIR.
 struct ValgrindProfile {
     /// valgrind and its options.
     wrapper: Vec<OsString>,
     /// Where the run's standard output goes.
     stdout: Option<OwnedFd>,
+    /// The run's process: valgrind's.
+    pid: Option<Pid>,
 }
 
 impl Instrument for ValgrindProfile {
@@ -57,8 +61,15 @@ impl Instrument for ValgrindProfile {
         "valgrind"
     }
 
-    fn needs_start_gate(&self) -> bool {
-        false
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        self.pid = Some(pid);
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            valgrind::remove_leftovers(pid.as_raw(), &std::env::temp_dir());
+        }
     }
 
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
@@ -72,6 +83,7 @@ impl Instrument for ValgrindProfile {
     }
 
     fn collect(&mut self, _outcome: &RunOutcome, _out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        self.pid = None;
         Ok(())
     }
 }
@@ -99,6 +111,7 @@ pub fn run_once(
         .context("cannot create a file in pinpoint's temporary directory for the output")?;
     let instrument = ValgrindProfile {
         wrapper,
+        pid: None,
         stdout: Some(
             stdout
                 .try_clone()

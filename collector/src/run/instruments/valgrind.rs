@@ -18,6 +18,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use nix::unistd::Pid;
 use sbs_agent_abi::harness::ENV_REGION_CALLGRIND;
 use sbs_probes::valgrind;
 use sbs_reports::model::Unit;
@@ -39,6 +40,8 @@ pub struct ValgrindInstructions {
     plan_warnings: Vec<String>,
     /// Count only inside a harness's measured region (callgrind, toggled by the harness).
     region: bool,
+    /// The run's process (valgrind's), while it runs.
+    pid: Option<Pid>,
 }
 
 impl ValgrindInstructions {
@@ -51,6 +54,7 @@ impl ValgrindInstructions {
             processes: None,
             plan_warnings: Vec::new(),
             region: false,
+            pid: None,
         })
     }
 
@@ -88,9 +92,11 @@ impl Instrument for ValgrindInstructions {
         Some(vec![METRIC.to_string()])
     }
 
-    fn needs_start_gate(&self) -> bool {
-        // Nothing to attach: valgrind starts counting at its own exec.
-        false
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        // Nothing to attach (valgrind counts from its own exec): the pid, to remove what
+        // a killed valgrind leaves in TMPDIR.
+        self.pid = Some(pid);
+        Ok(())
     }
 
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
@@ -112,6 +118,7 @@ impl Instrument for ValgrindInstructions {
     }
 
     fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        self.pid = None;
         let mut file = self
             .log
             .take()
@@ -137,6 +144,9 @@ impl Instrument for ValgrindInstructions {
 
     fn abort_run(&mut self) {
         self.log = None;
+        if let Some(pid) = self.pid.take() {
+            valgrind::remove_leftovers(pid.as_raw(), &std::env::temp_dir());
+        }
     }
 
     fn warnings(&self) -> Vec<String> {
