@@ -131,6 +131,7 @@ impl Output {
             } => {
                 // Through the file itself: the temporary's name means nothing to anyone.
                 tmp.as_file_mut().write_all(bytes)?;
+                keep_mode_and_owner(tmp.as_file(), &target)?;
                 tmp.as_file().sync_all()?;
                 tmp.persist(&target).map_err(|e| e.error)?;
                 Ok(())
@@ -159,6 +160,24 @@ impl Output {
 
 /// The most symbolic links followed in a row before giving up, as the kernel's `ELOOP`.
 const MAX_LINKS: usize = 40;
+
+/// Give `file`, about to replace `target`, the mode of the regular file there, and its
+/// owner where this process may (root, or the same owner): replacing a report keeps
+/// who may read it, as `>` would. Nothing there: nothing to keep.
+fn keep_mode_and_owner(file: &std::fs::File, target: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(old) = std::fs::metadata(target) else {
+        return Ok(());
+    };
+    if !old.is_file() {
+        return Ok(());
+    }
+    file.set_permissions(old.permissions())?;
+    match std::os::unix::fs::fchown(file, Some(old.uid()), Some(old.gid())) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        other => other,
+    }
+}
 
 /// What writing to `path` writes: `path` itself, or the last name of the chain of
 /// symbolic links it starts (which need not exist yet); an error only for a loop of links

@@ -417,6 +417,41 @@ fn output_file_is_written_atomically() {
     assert_eq!(names, vec![std::ffi::OsString::from("report.csv")]);
 }
 
+/// A report written over an existing file keeps that file's mode and owner, as `>`
+/// would: the replacement used to be a fresh 0644 file of the collector's user, which
+/// opened a private report to everyone and took a shared one from its owner.
+#[test]
+fn a_replaced_report_keeps_the_mode_and_owner_of_the_file_it_replaces() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("private.json");
+    std::fs::write(&out, "old").unwrap();
+    std::fs::set_permissions(&out, PermissionsExt::from_mode(0o600)).unwrap();
+    // As root, also a file of another user (nobody, 65534).
+    let me = std::fs::metadata("/proc/self").unwrap().uid();
+    let owner = if me == 0 { 65534 } else { me };
+    std::os::unix::fs::chown(&out, Some(owner), Some(owner)).unwrap();
+    let out_arg = out.to_str().unwrap();
+    sbs([
+        "--runs",
+        "1",
+        "-f",
+        "json",
+        "-o",
+        out_arg,
+        "--",
+        fixture!("exit_with"),
+    ])
+    .success();
+    let meta = std::fs::metadata(&out).unwrap();
+    assert!(
+        std::fs::read_to_string(&out).unwrap().starts_with('{'),
+        "the report was written"
+    );
+    assert_eq!(meta.mode() & 0o7777, 0o600);
+    assert_eq!((meta.uid(), meta.gid()), (owner, owner));
+}
+
 #[test]
 fn output_and_html_on_the_same_file_are_refused_before_any_run() {
     let dir = tempfile::tempdir().unwrap();
