@@ -27,7 +27,9 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
 pub struct Memory {
     notes: Vec<String>,
     sampler: Option<Sampler>,
+    /// Runs that ended before the first procfs sample, of `sampled` runs.
     short_runs: usize,
+    sampled: usize,
 }
 
 impl Memory {
@@ -127,6 +129,7 @@ impl Instrument for Memory {
         ));
         if let Some(sampler) = self.sampler.take() {
             let (tree, samples) = sampler.finish();
+            self.sampled += 1;
             if samples == 0 {
                 self.short_runs += 1;
             }
@@ -146,26 +149,33 @@ impl Instrument for Memory {
     }
 
     fn warnings(&self) -> Vec<String> {
-        let mut w = self.notes.clone();
-        if self.short_runs > 0 {
-            w.push(format!(
-                "{} runs ended before the first procfs sample; their rss.tree_peak is rusage's single-process peak",
-                self.short_runs
-            ));
-        }
-        w
+        self.notes.clone()
     }
 
     /// The sampling interval is a property of the method, true of every run: a note on
     /// the metric, not a warning about this run (which `--strict` would fail on).
+    /// So is a program shorter than one interval: its peak is then rusage's, exact for
+    /// the benchmark's own process.
     fn metric_notes(&self) -> Vec<(String, String)> {
-        vec![(
+        let mut notes = vec![(
             "rss.tree_peak".to_string(),
             format!(
                 "sampled from procfs every {} ms: a shorter spike can be missed",
                 SAMPLE_INTERVAL.as_millis()
             ),
-        )]
+        )];
+        if self.short_runs > 0 {
+            notes.push((
+                "rss.tree_peak".to_string(),
+                format!(
+                    "{} of {} runs (warm-ups included) ended before the first sample: their \
+                     rss.tree_peak is the peak of the benchmark's own process (rusage), \
+                     without its descendants'",
+                    self.short_runs, self.sampled
+                ),
+            ));
+        }
+        notes
     }
 
     fn finish(&mut self) {
