@@ -92,6 +92,32 @@ pub fn callgrind_wrapper(valgrind: &Path, log_fd: i32) -> Vec<OsString> {
     v
 }
 
+/// The wrapper command for counting a harness's first operations one at a time: callgrind
+/// with collection off until the program toggles it, each `CALLGRIND_DUMP_STATS` of the
+/// program writing the counts since the last one to `OUT_FILE.N` (N from 1), valgrind's
+/// messages to `log_file`. Children are not followed: only the harness's own process dumps.
+pub fn dumps_wrapper(valgrind: &Path, out_file: &Path, log_file: &Path) -> Vec<OsString> {
+    let mut out_arg = OsString::from("--callgrind-out-file=");
+    out_arg.push(out_file);
+    let mut log_arg = OsString::from("--log-file=");
+    log_arg.push(log_file);
+    let mut v: Vec<OsString> = vec![valgrind.into()];
+    v.extend(
+        [
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            "--trace-children=no",
+            // No vgdb pipes in /tmp (a killed valgrind leaves them behind).
+            "--vgdb=no",
+        ]
+        .into_iter()
+        .map(OsString::from),
+    );
+    v.push(out_arg);
+    v.push(log_arg);
+    v
+}
+
 /// The instruction count of one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstructionCount {

@@ -35,6 +35,17 @@ pub const ENV_PARAMS: &str = "SBS_HARNESS_PARAMS";
 pub const MODE_TIME: &str = "time";
 /// Count inside the measured region.
 pub const MODE_COUNT: &str = "count";
+/// Count the first operations one at a time (the drift check): under callgrind with
+/// collection off at start ([`ENV_REGION_CALLGRIND`]), the harness runs [`ENV_OPS`]
+/// operations on a fresh set-up, then [`FIRST_FRESH_OPS`] on a second set-up, toggling
+/// collection around each operation and dumping callgrind's counts after it
+/// (`CALLGRIND_DUMP_STATS`: dump `i` holds operation `i` alone, numbered from 1 in run
+/// order). Records: [`REC_FIRST_OPS`], [`REC_FIRST_FRESH_OPS`], [`REC_REGION_VALGRIND`].
+pub const MODE_FIRST: &str = "first";
+/// Operations counted on the second set-up of a [`MODE_FIRST`] run: the first one on a
+/// fresh input in a process whose one-time work (lazy statics, the allocator's first
+/// pass) is done, and the next.
+pub const FIRST_FRESH_OPS: u64 = 2;
 
 /// Descriptor number of the record file in the child.
 pub const OUT_FD: i32 = 1017;
@@ -82,6 +93,12 @@ pub const REC_TIME_FIRST: &str = "time.first";
 /// Record: mean seconds of the empty operation timed one at a time (what the clock and
 /// the loop add to each [`REC_TIME_FIRST`]).
 pub const REC_TIME_FIRST_EMPTY: &str = "time.first.empty";
+/// Record ([`MODE_FIRST`]): operations counted one at a time on the first set-up (dumps
+/// 1 to N).
+pub const REC_FIRST_OPS: &str = "first.ops";
+/// Record ([`MODE_FIRST`]): operations counted one at a time on the second set-up (the
+/// dumps after the first set-up's); 0 when the second set-up or its operations panicked.
+pub const REC_FIRST_FRESH_OPS: &str = "first.fresh_ops";
 /// Record: measurements kept (each a batch of operations).
 pub const REC_SAMPLES: &str = "samples";
 /// Record: operations per measurement.

@@ -334,6 +334,31 @@ pub(crate) fn count<S, R, Z: FnMut(&mut S) + ?Sized>(
     })
 }
 
+/// Run `ops` operations one at a time, each inside the region and followed by a dump of
+/// callgrind's counts (the drift check, [`proto::MODE_FIRST`]); no warm-up operation: the
+/// first is the first call on this state. Resets and result drops happen outside.
+pub(crate) fn first<S, R, Z: FnMut(&mut S) + ?Sized>(
+    state: &mut S,
+    op: &mut impl FnMut(&mut S) -> R,
+    mut reset: Option<&mut Z>,
+    ops: u64,
+    region: &Region,
+) -> Result<(), HarnessError> {
+    for i in 0..ops {
+        if i > 0 {
+            if let Some(reset) = reset.as_deref_mut() {
+                reset(state);
+            }
+        }
+        region.switch(true)?;
+        let result = op(black_box(&mut *state));
+        region.switch(false)?;
+        region.dump();
+        drop(black_box(result));
+    }
+    Ok(())
+}
+
 /// `--sbs-run NAME`: run one benchmark as the env vars ask and write its records.
 pub(crate) fn run_child(bench: &mut dyn Runnable, options: &Options) -> Result<(), HarnessError> {
     let mut overrides = options.params.clone();
@@ -369,6 +394,21 @@ pub(crate) fn run_child(bench: &mut dyn Runnable, options: &Options) -> Result<(
                 records.push((proto::REC_REGION_VALGRIND, n as f64));
             }
         }
+        proto::MODE_FIRST => {
+            let ops = match std::env::var(proto::ENV_OPS) {
+                Ok(v) => v.trim().parse().map_err(|_| {
+                    HarnessError::Usage(format!("{}={v}: not a number", proto::ENV_OPS))
+                })?,
+                Err(_) => FIRST_OPS as u64,
+            };
+            let region = Region::from_env()?;
+            let fresh = bench.first(&params, ops, &region)?;
+            records.push((proto::REC_FIRST_OPS, ops as f64));
+            records.push((proto::REC_FIRST_FRESH_OPS, fresh as f64));
+            if let Some(n) = region.callgrind() {
+                records.push((proto::REC_REGION_VALGRIND, n as f64));
+            }
+        }
         proto::MODE_TIME => {
             let config = TimeConfig {
                 samples: options.samples,
@@ -393,10 +433,11 @@ pub(crate) fn run_child(bench: &mut dyn Runnable, options: &Options) -> Result<(
         }
         other => {
             return Err(HarnessError::Usage(format!(
-                "{}={other}: expected `{}` or `{}`",
+                "{}={other}: expected `{}`, `{}` or `{}`",
                 proto::ENV_MODE,
                 proto::MODE_TIME,
-                proto::MODE_COUNT
+                proto::MODE_COUNT,
+                proto::MODE_FIRST
             )))
         }
     }

@@ -75,6 +75,15 @@ trait Runnable {
         region: &region::Region,
         empty: bool,
     ) -> Result<child::CountReport, HarnessError>;
+    /// The drift check ([`sbs_agent_abi::harness::MODE_FIRST`]): `ops` operations counted
+    /// one at a time on a set-up, then [`sbs_agent_abi::harness::FIRST_FRESH_OPS`] on a
+    /// second one; returns the operations counted on the second (0 if it panicked).
+    fn first(
+        &mut self,
+        params: &Params,
+        ops: u64,
+        region: &region::Region,
+    ) -> Result<u64, HarnessError>;
 }
 
 type Setup<S> = Box<dyn FnMut(&Params) -> S>;
@@ -129,6 +138,41 @@ impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<S, R, F> {
             return child::count(&mut state, &mut nothing, reset, warmup, ops, region);
         }
         child::count(&mut state, &mut self.op, reset, warmup, ops, region)
+    }
+
+    fn first(
+        &mut self,
+        params: &Params,
+        ops: u64,
+        region: &region::Region,
+    ) -> Result<u64, HarnessError> {
+        let mut state = (self.setup)(params);
+        child::first(
+            &mut state,
+            &mut self.op,
+            self.reset.as_deref_mut(),
+            ops,
+            region,
+        )?;
+        drop(state);
+        // A fresh input in a warm process: what tells a change of the input from one-time
+        // work of the process. A set-up that cannot run twice (it claims a port, sets a
+        // once-only static) only loses this half of the check.
+        let fresh = sbs_agent_abi::harness::FIRST_FRESH_OPS;
+        let second = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut state = (self.setup)(params);
+            child::first(
+                &mut state,
+                &mut self.op,
+                self.reset.as_deref_mut(),
+                fresh,
+                region,
+            )
+        }));
+        match second {
+            Ok(done) => done.map(|()| fresh),
+            Err(_) => Ok(0),
+        }
     }
 }
 

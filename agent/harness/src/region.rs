@@ -164,6 +164,14 @@ impl Region {
         self.callgrind.then(valgrind::running_on_valgrind)
     }
 
+    /// With callgrind asked for: dump its counts since the last dump (collected while the
+    /// region was on) to a file of their own.
+    pub(crate) fn dump(&self) {
+        if self.callgrind {
+            valgrind::dump_stats();
+        }
+    }
+
     /// Switch every perf event, and callgrind's collection, on (`true`) or off. Callgrind
     /// is switched innermost: on last, off first.
     #[inline]

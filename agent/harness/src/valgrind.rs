@@ -16,6 +16,9 @@
 const RUNNING_ON_VALGRIND: u64 = 0x1001;
 /// `VG_USERREQ_TOOL_BASE('C', 'T')`: the first of callgrind's requests.
 const CALLGRIND_BASE: u64 = ((b'C' as u64) << 24) | ((b'T' as u64) << 16);
+/// `VG_USERREQ__DUMP_STATS`: writes callgrind's counts since the last dump to a dump file
+/// of their own (`OUT-FILE.N`) and zeroes them.
+const DUMP_STATS: u64 = CALLGRIND_BASE;
 /// `VG_USERREQ__TOGGLE_COLLECT`: flips whether callgrind collects events (of the calling
 /// thread). Cheap: unlike `START/STOP_INSTRUMENTATION` it discards no translation.
 const TOGGLE_COLLECT: u64 = CALLGRIND_BASE + 2;
@@ -69,6 +72,13 @@ pub(crate) fn toggle_collect() {
     client_request(0, TOGGLE_COLLECT);
 }
 
+/// Dump callgrind's counts since the last dump (a file of their own) and zero them. A
+/// no-op outside callgrind.
+#[inline(always)]
+pub(crate) fn dump_stats() {
+    client_request(0, DUMP_STATS);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +89,7 @@ mod tests {
         // TOGGLE_COLLECT two after it.
         assert_eq!(CALLGRIND_BASE, 0x4354_0000);
         assert_eq!(TOGGLE_COLLECT, 1_129_578_498);
+        assert_eq!(DUMP_STATS, 0x4354_0000);
     }
 
     #[test]

@@ -316,28 +316,166 @@ fn ranks(values: &[f64]) -> Vec<f64> {
     out
 }
 
-/// The state-drift warnings of one harnessed benchmark from its timing processes: `first`
-/// holds, per process, the first operations timed one at a time and what the empty
-/// operation costs timed the same way; `kept`, per process, the kept measurements (seconds
-/// per operation) in order.
-///
-/// - A step after the first operation: in every process the first operation is the
-///   dearest (exact rank test, [`first_rank_p_values`]) and the next ones cost at most a
-///   quarter of it, [`STEP_MIN_SECONDS`] less at least.
-/// - A trend within the kept measurements: Spearman's rank correlation of the time per
-///   operation with its index, pooled over the processes, significant at [`DRIFT_ALPHA`],
-///   with the second half of the window [`TREND_MIN_CHANGE`] dearer or cheaper than the first.
-pub fn drift_warnings(bench: &str, first: &[(Vec<f64>, f64)], kept: &[Vec<f64>]) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(w) = first_step(bench, first) {
-        out.push(w);
-    } else if let Some(w) = kept_trend(bench, kept) {
-        out.push(w);
-    }
-    out
+/// Two instruction counts of single operations are the same cost within this fraction of
+/// the larger...
+pub const FIRST_COUNT_REL: f64 = 0.01;
+/// ... or within this many instructions: what the allocator's paths and the harness's own
+/// lines may add to one operation and not another (a few hundred in a debug build,
+/// `docs/harness.md`), far less than a sort of a shuffled input saves on a sorted one.
+pub const FIRST_COUNT_ABS: f64 = 100.0;
+
+/// The instructions of a harnessed benchmark's first operations, each counted alone under
+/// callgrind in one process (`SBS_HARNESS_MODE=first`): what cold caches cannot change
+/// and a changed input does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FirstCounts {
+    /// The first operations of the process, on its first set-up.
+    pub process: Vec<u64>,
+    /// The first operations on a second set-up in the same process, after the first
+    /// set-up's: a fresh input in a process whose one-time work is done. Empty when the
+    /// second set-up (or an operation on it) panicked.
+    pub fresh: Vec<u64>,
 }
 
-fn first_step(bench: &str, first: &[(Vec<f64>, f64)]) -> Option<String> {
+/// What the drift check had besides the times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstCheck<'a> {
+    /// The first operations' instructions, counted one at a time.
+    Counted(&'a FirstCounts),
+    /// No count, for this reason (valgrind missing, the counting run failed): the step
+    /// after the first operation is judged on times alone, as the warning says.
+    TimingOnly(&'a str),
+}
+
+/// The drift check's outcome for one benchmark: its warnings, and a neutral note for
+/// `time.op` when the first operation was dearer for a reason that is not a drift.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriftVerdict {
+    /// At most one warning.
+    pub warnings: Vec<String>,
+    /// Why the first operation was dearer, when it was and the input did not change.
+    pub note: Option<String>,
+}
+
+/// The state-drift check of one harnessed benchmark. `first` holds, per timing process,
+/// the first operations timed one at a time and what the empty operation costs timed the
+/// same way; `kept`, per process, the kept measurements (seconds per operation) in order;
+/// `check`, the first operations' instruction counts or why there are none.
+///
+/// - A step after the first operation, with counts: the instructions of the first
+///   operation on a fresh input (the second set-up's, else the process's first) differ
+///   from the next one's by more than [`FIRST_COUNT_REL`] and [`FIRST_COUNT_ABS`], or the
+///   process's later operations differ from one another: the input changed, whatever the
+///   times say. Equal counts and a dearer first operation are cold caches (or one-time
+///   work of the process, when only the process's very first operation differs): a note.
+/// - Without counts: in every process the first operation is the dearest (exact rank
+///   test, [`first_rank_p_values`]) and the next ones cost at most a quarter of it,
+///   [`STEP_MIN_SECONDS`] less at least; the warning says that the check was timing-only.
+/// - A trend within the kept measurements: Spearman's rank correlation of the time per
+///   operation with its index, pooled over the processes, significant at [`DRIFT_ALPHA`],
+///   with the second half of the window [`TREND_MIN_CHANGE`] dearer or cheaper than the
+///   first. Times only: a slow drift shows after more operations than are counted.
+pub fn drift_warnings(
+    bench: &str,
+    first: &[(Vec<f64>, f64)],
+    kept: &[Vec<f64>],
+    check: FirstCheck<'_>,
+) -> DriftVerdict {
+    let step = first_step(first);
+    let mut verdict = DriftVerdict::default();
+    match check {
+        FirstCheck::TimingOnly(why) => {
+            if let Some(step) = step {
+                verdict.warnings.push(format!(
+                    "`{bench}`: {step}: the operation changes its own input, or its first call \
+                     met cold caches; this check was timing-only ({why}); if the operation \
+                     changes its input, add `.reset(...)`"
+                ));
+                return verdict;
+            }
+        }
+        FirstCheck::Counted(counts) => {
+            if let Some(w) = counted_drift(bench, counts, step.as_deref()) {
+                verdict.warnings.push(w);
+                return verdict;
+            }
+            verdict.note = not_a_drift(counts, step.as_deref());
+        }
+    }
+    verdict.warnings.extend(kept_trend(bench, kept));
+    verdict
+}
+
+/// Whether two single operations' instruction counts are the same cost.
+fn same_count(a: u64, b: u64) -> bool {
+    let (a, b) = (a as f64, b as f64);
+    (a - b).abs() <= FIRST_COUNT_ABS.max(FIRST_COUNT_REL * a.max(b))
+}
+
+/// `a, b, c and d`, each a count.
+fn list_counts(counts: &[u64]) -> String {
+    let shown: Vec<String> = counts.iter().map(|&n| human::count(n as f64)).collect();
+    match shown.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => shown.join(""),
+    }
+}
+
+/// The drift warning the counts make, if they differ.
+fn counted_drift(bench: &str, c: &FirstCounts, step: Option<&str>) -> Option<String> {
+    let base = if c.fresh.len() >= 2 {
+        &c.fresh
+    } else {
+        &c.process
+    };
+    let first_differs = base.len() >= 2 && !same_count(base[0], base[1]);
+    let later_differ = c
+        .process
+        .get(1..)
+        .is_some_and(|later| later.windows(2).any(|w| !same_count(w[0], w[1])));
+    if !first_differs && !later_differ {
+        return None;
+    }
+    let fresh = if c.fresh.len() >= 2 {
+        format!(", and on a second set-up {}", list_counts(&c.fresh))
+    } else {
+        " (a second set-up panicked, so one-time work of the first call is not ruled out)"
+            .to_string()
+    };
+    let timed = step.map(|s| format!("; {s}")).unwrap_or_default();
+    Some(format!(
+        "`{bench}`: the operation changes its own input: its first operations, each counted \
+         alone under callgrind, run {} instructions{fresh}{timed}; add `.reset(...)`",
+        list_counts(&c.process)
+    ))
+}
+
+/// The note for a first operation that was dearer without a change of the input: one-time
+/// work of the process, or (its count the same as the next ones') cold caches.
+fn not_a_drift(c: &FirstCounts, step: Option<&str>) -> Option<String> {
+    let (&first, &next) = (c.process.first()?, c.process.get(1)?);
+    if !same_count(first, next) {
+        return Some(format!(
+            "the first operation of each process runs {} instructions more than the next \
+             ones (each counted alone under callgrind), the first on a second set-up does \
+             not: one-time work of the process (a lazy static, the allocator's first pass), \
+             not a change of the input; the warm-up absorbs it",
+            human::count(first as f64 - next as f64)
+        ));
+    }
+    let step = step?;
+    Some(format!(
+        "{step}, yet the first {} operations run the same instructions ({}, each counted \
+         alone under callgrind): cold caches, not a change of the input; the warm-up absorbs \
+         them",
+        c.process.len(),
+        list_counts(&c.process)
+    ))
+}
+
+/// The step after the first operation by times alone, described ("time per operation
+/// falls by 97% after the first operation (...)"), if every process shows it.
+fn first_step(first: &[(Vec<f64>, f64)]) -> Option<String> {
     let n = first.first()?.0.len();
     if n < 2 || first.iter().any(|(f, _)| f.len() != n) {
         return None;
@@ -367,9 +505,8 @@ fn first_step(bench: &str, first: &[(Vec<f64>, f64)]) -> Option<String> {
     // Two one-sided tests: each at half the level.
     if 2.0 * p_high < DRIFT_ALPHA && median(&falls) >= STEP_MIN_FALL && gap >= STEP_MIN_SECONDS {
         return Some(format!(
-            "`{bench}`: time per operation falls by {:.0}% after the first operation \
-             (the dearest of the first {n} in {dearest} of {} processes, p = {:.2e}): \
-             the operation changes its own input; add `.reset(...)`",
+            "time per operation falls by {:.0}% after the first operation (the dearest of \
+             the first {n} in {dearest} of {} processes, p = {:.2e})",
             (median(&falls) * 100.0).floor(),
             first.len(),
             2.0 * p_high
@@ -377,8 +514,7 @@ fn first_step(bench: &str, first: &[(Vec<f64>, f64)]) -> Option<String> {
     }
     if 2.0 * p_low < DRIFT_ALPHA && median(&rises) >= STEP_MIN_FALL && -gap >= STEP_MIN_SECONDS {
         return Some(format!(
-            "`{bench}`: time per operation rises by {:.0}% after the first operation \
-             (p = {:.2e}): the operation changes its own input; add `.reset(...)`",
+            "time per operation rises by {:.0}% after the first operation (p = {:.2e})",
             ((1.0 / (1.0 - median(&rises)).max(1e-3) - 1.0) * 100.0).floor(),
             2.0 * p_low
         ));
@@ -484,16 +620,21 @@ mod tests {
 
     #[test]
     fn an_operation_that_sorts_its_input_is_caught_at_the_first_step() {
-        let w = drift_warnings("list/sort", &sorted_in_place(3), &[]);
+        let w = drift_warnings("list/sort", &sorted_in_place(3), &[], NO_COUNT).warnings;
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w[0].starts_with(
                 "`list/sort`: time per operation falls by 98% after the first operation"
-            ) && w[0].ends_with("add `.reset(...)`"),
+            ) && w[0].contains("this check was timing-only (valgrind is not installed)")
+                && w[0].ends_with("add `.reset(...)`"),
             "{w:?}"
         );
         // Two processes cannot reach the level: (1/8)^2 * 2 = 0.031.
-        assert!(drift_warnings("list/sort", &sorted_in_place(2), &[]).is_empty());
+        assert!(
+            drift_warnings("list/sort", &sorted_in_place(2), &[], NO_COUNT)
+                .warnings
+                .is_empty()
+        );
     }
 
     #[test]
@@ -507,7 +648,10 @@ mod tests {
                 (ops, 30e-9)
             })
             .collect();
-        assert!(drift_warnings("b", &first, &[]).is_empty());
+        assert_eq!(
+            drift_warnings("b", &first, &[], NO_COUNT),
+            DriftVerdict::default()
+        );
         // Stationary kept measurements: no trend.
         let kept: Vec<Vec<f64>> = (0..5)
             .map(|p| {
@@ -516,7 +660,12 @@ mod tests {
                     .collect()
             })
             .collect();
-        assert!(drift_warnings("b", &[], &kept).is_empty(), "{kept:?}");
+        assert!(
+            drift_warnings("b", &[], &kept, NO_COUNT)
+                .warnings
+                .is_empty(),
+            "{kept:?}"
+        );
     }
 
     #[test]
@@ -529,9 +678,135 @@ mod tests {
                     .collect()
             })
             .collect();
-        let w = drift_warnings("vec/grow", &[], &kept);
+        let w = drift_warnings("vec/grow", &[], &kept, NO_COUNT).warnings;
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains("rises by"), "{w:?}");
+        // Counts of the first operations do not see a slow trend: it is still reported.
+        let counts = FirstCounts {
+            process: vec![5000, 5001, 5002, 5003],
+            fresh: vec![5000, 5001],
+        };
+        let w = drift_warnings("vec/grow", &[], &kept, FirstCheck::Counted(&counts)).warnings;
+        assert!(w.len() == 1 && w[0].contains("rises by"), "{w:?}");
+    }
+
+    const NO_COUNT: FirstCheck<'static> = FirstCheck::TimingOnly("valgrind is not installed");
+
+    /// A first operation 30 us dearer than the next ones (3 us) in every process: what
+    /// the timing rule alone calls a drift.
+    fn cold_first_call() -> Vec<(Vec<f64>, f64)> {
+        (0..10)
+            .map(|p| {
+                let mut ops = vec![33e-6 + p as f64 * 1e-7];
+                ops.extend((1..8).map(|i| 3e-6 + (i % 3) as f64 * 1e-8));
+                (ops, 30e-9)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn equal_counts_make_a_dearer_first_call_cold_caches() {
+        let timed = drift_warnings("drift/sum", &cold_first_call(), &[], NO_COUNT);
+        assert_eq!(timed.warnings.len(), 1, "{timed:?}");
+        let counts = FirstCounts {
+            process: vec![20_012, 20_012, 20_012, 20_012],
+            fresh: vec![20_012, 20_012],
+        };
+        let v = drift_warnings(
+            "drift/sum",
+            &cold_first_call(),
+            &[],
+            FirstCheck::Counted(&counts),
+        );
+        assert!(v.warnings.is_empty(), "{v:?}");
+        let note = v.note.unwrap();
+        assert!(
+            note.starts_with("time per operation falls by 91% after the first operation")
+                && note.contains(
+                    "yet the first 4 operations run the same instructions (20,012, 20,012, \
+                     20,012 and 20,012, each counted alone under callgrind): cold caches"
+                ),
+            "{note}"
+        );
+        // Within the tolerance: the same.
+        let close = FirstCounts {
+            process: vec![20_090, 20_012, 20_012, 20_012],
+            fresh: vec![20_012, 20_012],
+        };
+        let v = drift_warnings("drift/sum", &[], &[], FirstCheck::Counted(&close));
+        assert_eq!(v, DriftVerdict::default());
+    }
+
+    #[test]
+    fn different_counts_are_a_drift_whatever_the_times() {
+        // A small sort in place: no timing step at all (under the 20 us floor).
+        let counts = FirstCounts {
+            process: vec![14_250, 2_101, 2_101, 2_101],
+            fresh: vec![14_250, 2_101],
+        };
+        let v = drift_warnings("drift/sort", &[], &[], FirstCheck::Counted(&counts));
+        assert_eq!(
+            v.warnings,
+            [
+                "`drift/sort`: the operation changes its own input: its first operations, each \
+              counted alone under callgrind, run 14,250, 2,101, 2,101 and 2,101 instructions, \
+              and on a second set-up 14,250 and 2,101; add `.reset(...)`"
+            ]
+        );
+        assert_eq!(v.note, None);
+        // With the timing step, the warning says it too.
+        let v = drift_warnings(
+            "drift/sort",
+            &cold_first_call(),
+            &[],
+            FirstCheck::Counted(&counts),
+        );
+        assert!(
+            v.warnings[0].contains("2,101; time per operation falls by 91% after the first"),
+            "{v:?}"
+        );
+        // Later operations that differ from one another: a drift too (a vector that
+        // grows by a block per operation).
+        let growing = FirstCounts {
+            process: vec![1000, 2000, 3000, 4000],
+            fresh: vec![1000, 1000],
+        };
+        let v = drift_warnings("vec/grow", &[], &[], FirstCheck::Counted(&growing));
+        assert_eq!(v.warnings.len(), 1, "{v:?}");
+        // Without the second set-up, the process's own first operations decide.
+        let alone = FirstCounts {
+            process: vec![14_250, 2_101, 2_101, 2_101],
+            fresh: Vec::new(),
+        };
+        let v = drift_warnings("drift/sort", &[], &[], FirstCheck::Counted(&alone));
+        assert!(
+            v.warnings[0].contains("instructions (a second set-up panicked"),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn one_time_work_of_the_process_is_not_a_drift() {
+        // A lazily built table: the first call of the process pays for it, the first call
+        // on a second set-up does not.
+        let counts = FirstCounts {
+            process: vec![90_000, 10_000, 10_000, 10_000],
+            fresh: vec![10_000, 10_000],
+        };
+        let v = drift_warnings(
+            "table",
+            &cold_first_call(),
+            &[],
+            FirstCheck::Counted(&counts),
+        );
+        assert!(v.warnings.is_empty(), "{v:?}");
+        assert!(
+            v.note.as_deref().is_some_and(|n| n.starts_with(
+                "the first operation of each process runs \
+                    80,000 instructions more than the next ones"
+            )),
+            "{v:?}"
+        );
     }
 
     fn metric(id: &str, unit: Unit, exact: bool, samples: &[f64]) -> MetricResult {

@@ -11,12 +11,19 @@ use super::Measures;
 use crate::run::instrument::{Group, Instrument};
 use crate::run::instruments::alloc::{AgentError, AllocAgent, AllocMetrics, AllocPath};
 use crate::run::instruments::boxing::Boxing;
+use crate::run::instruments::first_ops::FirstOps;
 use crate::run::instruments::invocations::{Invocations, Options as InvocationOptions};
 use crate::run::instruments::memory::Memory;
-use crate::run::instruments::per_op::{PerOpMode, PerOpRecords};
+use crate::run::instruments::per_op::{
+    DriftCell, DriftJudge, PerOpMode, PerOpRecords, NOT_COUNTED,
+};
 use crate::run::instruments::stacks::TimeProfile;
 use crate::run::instruments::timing::Timing;
 use crate::run::runner::RunConfig;
+
+/// Name of the group that counts a harnessed benchmark's first operations (the drift
+/// check), one run under callgrind.
+pub const FIRST_OPS_GROUP: &str = "first operations";
 
 /// Suffix of the name of a counting group's calibration twin (the empty operation's runs).
 pub const EMPTY_GROUP: &str = " (empty op)";
@@ -164,9 +171,34 @@ fn add_harness_records(
     name: &str,
     probes: &[String],
 ) -> anyhow::Result<()> {
+    // The drift check counts the first operations under callgrind where valgrind is
+    // installed, and judges on the timing runs' times alone where it is not.
+    let (judge, first_ops) = match sbs_probes::valgrind::find_valgrind() {
+        Ok(valgrind) => {
+            let cell = DriftCell::default();
+            let group = Group {
+                name: FIRST_OPS_GROUP.into(),
+                instruments: vec![Box::new(FirstOps::new(name, valgrind, cell.clone()))],
+            };
+            (DriftJudge::Counted(cell), Some(group))
+        }
+        Err(_) => (DriftJudge::TimingOnly(NOT_COUNTED.into()), None),
+    };
     for g in groups.iter_mut() {
-        g.instruments
-            .push(Box::new(per_op_records(name, &g.name, measures)));
+        let mut records = per_op_records(name, &g.name, measures);
+        if g.name == "timing" {
+            records = records.drift(judge.clone());
+        }
+        g.instruments.push(Box::new(records));
+    }
+    if let Some(group) = first_ops {
+        // Right after the timing group, whose times it judges with its counts: in the same
+        // place for every benchmark of the plan.
+        let at = groups
+            .iter()
+            .position(|g| g.name == "timing")
+            .map_or(0, |i| i + 1);
+        groups.insert(at, group);
     }
     for mut twin in counters::groups(counter_options)? {
         let records = per_op_records(name, &twin.name, measures).empty_operation();

@@ -194,7 +194,8 @@ pub trait Instrument {
 
     /// Notes for the report's metrics, gathered once after the group's runs: each
     /// `(prefix, note)` is attached to every metric of the benchmark whose id starts with
-    /// `prefix` and is a per-run total (no `/` after the prefix, so not a `/op` metric).
+    /// `prefix` and is a per-run total (no `/` after the prefix, so not a `/op` metric),
+    /// but not to a calibration twin (`time.op.empty` does not get the notes of `time.op`).
     /// For what a reader could otherwise misread, e.g. a total that covers only part of
     /// the run.
     fn metric_notes(&self) -> Vec<(String, String)> {
@@ -214,6 +215,15 @@ pub trait Instrument {
     /// decide them: a `--threshold` name inside its families is then checked only after
     /// the runs, against the metrics reported.
     fn metric_ids(&self) -> Option<Vec<String>> {
+        None
+    }
+
+    /// `Some(n)` for an instrument that checks rather than measures (the drift check's
+    /// count of the first operations): its group makes exactly `n` runs, without warm-up,
+    /// whatever `--runs` says; it is left out of the report's runs per group, and a run
+    /// that fails is the instrument's to report (it does not stop the plan). `None`, the
+    /// default, for a measurement.
+    fn check_runs(&self) -> Option<usize> {
         None
     }
 

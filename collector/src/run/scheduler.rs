@@ -377,8 +377,12 @@ fn run_groups(
         ..
     } = *schedule;
     let most = schedule.target.map_or(runs, |t| t.max_runs.max(runs));
-    let all_groups: usize = benchmarks.iter().map(|b| b.groups.len()).sum();
-    let total = (all_groups * (warmup + most)) as u64;
+    let total: usize = benchmarks
+        .iter()
+        .flat_map(|b| &b.groups)
+        .map(|g| check_runs(g).unwrap_or(warmup + most))
+        .sum();
+    let total = total as u64;
     let bar = progress_bar(total, schedule.progress);
     let mut collected: Vec<Collected> = benchmarks.iter().map(|_| Collected::default()).collect();
     for g in 0..group_count {
@@ -399,11 +403,15 @@ fn run_groups(
                 break;
             }
             done = (round + 1).saturating_sub(warmup);
-            let measured = round >= warmup;
             for (b, bench) in benchmarks.iter_mut().enumerate() {
                 let Some(group) = bench.groups.get_mut(g) else {
                     continue;
                 };
+                let check = check_runs(group);
+                if check.is_some_and(|n| round < warmup || round - warmup >= n) {
+                    continue;
+                }
+                let measured = round >= warmup;
                 bar.set_message(format!(
                     "{} {}",
                     group.name,
@@ -417,6 +425,11 @@ fn run_groups(
                     group,
                     cancel,
                 )?;
+                if check.is_some() {
+                    // The instrument judged the run itself, failed or not.
+                    bar.inc(1);
+                    continue;
+                }
                 if !outcome.exit.success() && failure == FailurePolicy::Fail {
                     let msg =
                         describe_failure(&bench.name, &group.name, &outcome, bench.run.timeout);
@@ -469,14 +482,22 @@ fn run_once_more_if_asked(
     }
 }
 
+/// The runs of a group that checks rather than measures
+/// ([`crate::run::instrument::Instrument::check_runs`]).
+fn check_runs(group: &Group) -> Option<usize> {
+    group.instruments.iter().find_map(|i| i.check_runs())
+}
+
 /// After a group's `runs` measured runs of one benchmark: the warnings of what happened
 /// (target not reached, failed runs, survivors), the instruments' warnings and notes,
 /// and their finish.
 fn end_group(group: &mut Group, c: &mut Collected, schedule: &Schedule, runs: usize) {
-    c.group_runs.push(GroupRuns {
-        group: group.name.clone(),
-        runs,
-    });
+    if check_runs(group).is_none() {
+        c.group_runs.push(GroupRuns {
+            group: group.name.clone(),
+            runs,
+        });
+    }
     if let Some(t) = schedule.target {
         let warning = target_warning(c, &group.name, t, runs, schedule.confidence);
         c.warnings.extend(warning);
@@ -604,10 +625,10 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
                         .notes
                         .iter()
                         .filter(|(prefix, _)| {
-                            s.spec
-                                .id
-                                .strip_prefix(prefix.as_str())
-                                .is_some_and(|rest| !rest.contains('/'))
+                            s.spec.id.strip_prefix(prefix.as_str()).is_some_and(|rest| {
+                                !rest.contains('/')
+                                    && !rest.ends_with(crate::judge::pitfalls::EMPTY)
+                            })
                         })
                         .map(|(_, note)| note.clone())
                         .collect();
@@ -832,6 +853,61 @@ mod tests {
         assert_eq!(calls, 2);
         let err = format!("{:#}", report.unwrap_err());
         assert!(err.contains("changed after run 2"), "{err}");
+    }
+
+    /// An instrument that checks: one run, whatever `--runs`, its failure its own.
+    struct Check {
+        runs: std::rc::Rc<std::cell::Cell<usize>>,
+    }
+
+    impl crate::run::instrument::Instrument for Check {
+        fn name(&self) -> &str {
+            "check"
+        }
+        fn collect(&mut self, _: &RunOutcome, _: &mut Vec<Sample>) -> anyhow::Result<()> {
+            self.runs.set(self.runs.get() + 1);
+            Ok(())
+        }
+        fn check_runs(&self) -> Option<usize> {
+            Some(1)
+        }
+    }
+
+    #[test]
+    fn a_check_group_runs_once_without_warm_up_and_its_failure_stops_nothing() {
+        let cancel = Cancel::install().unwrap();
+        let runs = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut b = benchmarks(&["a"]);
+        b[0].groups.push(Group {
+            name: "check".into(),
+            instruments: vec![Box::new(Check { runs: runs.clone() })],
+        });
+        // Runs 0-3: timing (1 warm-up, 3 measured); run 4, the check, exits 1.
+        let mut script = Script {
+            exits: vec![ExitKind::Code(0); 4]
+                .into_iter()
+                .chain([ExitKind::Code(1)])
+                .collect(),
+            calls: Vec::new(),
+        };
+        let report = execute_with(
+            &mut b,
+            &schedule(3, 1, FailurePolicy::Fail),
+            &cancel,
+            &mut script,
+        )
+        .unwrap();
+        assert_eq!((script.calls.len(), runs.get()), (5, 1));
+        assert!(
+            report.benchmarks[0].warnings.is_empty(),
+            "{:?}",
+            report.benchmarks[0].warnings
+        );
+        // Not a measured group: the runs per group are the timing group's.
+        assert_eq!(
+            (report.conditions.runs, report.conditions.group_runs.len()),
+            (3, 0)
+        );
     }
 
     #[test]

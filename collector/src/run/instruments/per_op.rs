@@ -18,7 +18,13 @@ use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sam
 
 /// Suffix of per-operation metric ids.
 pub const PER_OP: &str = "/op";
+use crate::judge::pitfalls::FirstCheck;
 pub use crate::judge::pitfalls::{AT, EMPTY, INSTRUCTIONS_PER_OP};
+
+/// Why a drift check is on times alone when no count of the first operations is planned.
+pub const NOT_COUNTED: &str = "valgrind is not installed, so the instructions of the first \
+     operations, which cold caches do not change, were not counted; install it with `sudo \
+     apt-get install -y valgrind`";
 
 /// What the harness in the child does in this group's runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +64,35 @@ pub struct PerOpRecords {
     first: Vec<(Vec<f64>, f64)>,
     /// Per timing run: the kept measurements, seconds per operation, in order.
     kept: Vec<Vec<f64>>,
+    /// Who judges the drift of the timing runs, and with what.
+    drift: DriftJudge,
 }
+
+/// Where a timing group's drift check is made.
+#[derive(Debug, Clone)]
+pub enum DriftJudge {
+    /// Here, on the times alone, for this reason (no instruction count is planned).
+    TimingOnly(String),
+    /// By the first-operations count ([`super::first_ops::FirstOps`]), which gets the
+    /// times through this cell and gives the warnings after its own run.
+    Counted(DriftCell),
+}
+
+/// What a harnessed benchmark's timing runs and its count of the first operations share:
+/// the first operations' times and the kept measurements of each timing process, and the
+/// counts (or why there are none).
+#[derive(Debug, Default)]
+pub struct DriftEvidence {
+    /// Per timing run: the first operations timed one at a time, and the empty one's time.
+    pub first: Vec<(Vec<f64>, f64)>,
+    /// Per timing run: the kept measurements.
+    pub kept: Vec<Vec<f64>>,
+    /// The instructions of the first operations, or why they were not counted.
+    pub counts: Option<Result<crate::judge::pitfalls::FirstCounts, String>>,
+}
+
+/// The evidence of one benchmark, shared by the groups that gather it.
+pub type DriftCell = std::sync::Arc<std::sync::Mutex<DriftEvidence>>;
 
 impl PerOpRecords {
     /// The instrument for `benchmark`'s runs in `mode`.
@@ -76,7 +110,14 @@ impl PerOpRecords {
             size: None,
             first: Vec::new(),
             kept: Vec::new(),
+            drift: DriftJudge::TimingOnly(NOT_COUNTED.into()),
         }
+    }
+
+    /// Who judges the drift of this timing group's runs.
+    pub fn drift(mut self, judge: DriftJudge) -> Self {
+        self.drift = judge;
+        self
     }
 
     /// The size-probe runs of a counting group: the harness runs with `probe` (`KEY=VALUE`)
@@ -128,12 +169,22 @@ impl PerOpRecords {
             self.not_steady += 1;
         }
         let first = get_all(records, proto::REC_TIME_FIRST);
-        if let (false, Some(e)) = (first.is_empty(), get(records, proto::REC_TIME_FIRST_EMPTY)) {
-            self.first.push((first, e));
-        }
+        let first = match (first.is_empty(), get(records, proto::REC_TIME_FIRST_EMPTY)) {
+            (false, Some(e)) => Some((first, e)),
+            _ => None,
+        };
         let kept = get_all(records, proto::REC_TIME_KEPT);
-        if !kept.is_empty() {
-            self.kept.push(kept);
+        let kept = (!kept.is_empty()).then_some(kept);
+        match &self.drift {
+            DriftJudge::TimingOnly(_) => {
+                self.first.extend(first);
+                self.kept.extend(kept);
+            }
+            DriftJudge::Counted(cell) => {
+                let mut evidence = cell.lock().unwrap_or_else(|e| e.into_inner());
+                evidence.first.extend(first);
+                evidence.kept.extend(kept);
+            }
         }
         Ok(())
     }
@@ -402,8 +453,19 @@ impl Instrument for PerOpRecords {
     }
 
     fn warnings(&self) -> Vec<String> {
-        let mut warnings =
-            crate::judge::pitfalls::drift_warnings(&self.benchmark, &self.first, &self.kept);
+        let mut warnings = match &self.drift {
+            DriftJudge::TimingOnly(why) => {
+                crate::judge::pitfalls::drift_warnings(
+                    &self.benchmark,
+                    &self.first,
+                    &self.kept,
+                    FirstCheck::TimingOnly(why),
+                )
+                .warnings
+            }
+            // The count of the first operations judges, after its run.
+            DriftJudge::Counted(_) => Vec::new(),
+        };
         if self.not_steady == 0 {
             return warnings;
         }
