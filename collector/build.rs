@@ -66,6 +66,10 @@ fn main() {
         "sbs_agent_abi={}",
         out.join("libsbs_agent_abi.rlib").display()
     );
+    // Both preload libraries are linked without the C start files (`-nostartfiles`):
+    // crtbegin's destructor would call `__cxa_finalize` as the library is unloaded, one
+    // call the program's count of it would include. Their `.init_array` constructors need
+    // none of crti/crtbegin.
     compile(
         &rustc,
         &target,
@@ -73,7 +77,14 @@ fn main() {
         &agent_src,
         "sbs_agent",
         "cdylib",
-        &["--extern", &extern_abi, "-C", "strip=debuginfo"],
+        &[
+            "--extern",
+            &extern_abi,
+            "-C",
+            "strip=debuginfo",
+            "-C",
+            "link-arg=-nostartfiles",
+        ],
     );
     // The in-process counting library (`--invocations-engine inproc`), built the same way.
     compile(
@@ -83,7 +94,14 @@ fn main() {
         &inproc_src,
         "sbs_inproc",
         "cdylib",
-        &["--extern", &extern_abi, "-C", "strip=debuginfo"],
+        &[
+            "--extern",
+            &extern_abi,
+            "-C",
+            "strip=debuginfo",
+            "-C",
+            "link-arg=-nostartfiles",
+        ],
     );
     // The launcher every measured child starts through (`src/run/launcher.rs`): a static
     // program with no libc, so that it maps a few pages (about 3 KB of file).

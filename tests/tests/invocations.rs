@@ -1950,3 +1950,63 @@ fn without_root_the_sites_that_need_uprobes_are_named_and_the_rest_can_be_counte
         "{notes}"
     );
 }
+
+/// `early_calls` and its library `libearly.so`, whose constructor calls `early_work` 7
+/// times before main (`tests/fixtures/c/early_calls.c`), built in `dir`.
+fn build_early_calls(dir: &Path) -> Option<PathBuf> {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
+    let lib = dir.join("libearly.so");
+    build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(fixtures.join("early_lib.c"))
+    )?;
+    let exe = dir.join("early_calls");
+    build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-g", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(fixtures.join("early_calls.c"))
+            .arg(format!("-L{}", dir.display()))
+            .arg(format!("-Wl,-rpath,{}", dir.display()))
+            .arg("-learly")
+    )?;
+    Some(exe)
+}
+
+/// The counting libraries call nothing the program could count: `__cxa_finalize` runs
+/// once for the program and once for `libearly.so`, and the in-process library, linked
+/// without the C start files, adds no call of its own (it added one, crtbegin's).
+#[test]
+fn the_counting_library_adds_no_call_of_cxa_finalize() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_early_calls(dir.path()) else {
+        return;
+    };
+    let exe_arg = exe.to_string_lossy().into_owned();
+    for engine in ["uprobe", "inproc", "auto"] {
+        let report = sbs([
+            "--invocations-engine",
+            engine,
+            "--runs",
+            "2",
+            "-f",
+            "json",
+            "--invocations",
+            "__cxa_finalize",
+            "--",
+            &exe_arg,
+            "3",
+        ])
+        .success()
+        .json();
+        let m = metric(&report, "invocations.__cxa_finalize");
+        assert_eq!(samples(m), vec![2.0; 2], "{engine}: {m:#}");
+    }
+}

@@ -103,4 +103,32 @@ pub(crate) mod tests {
     fn the_agent_library_carries_one_stamp_and_takes_a_run_s_values() {
         check_stamping(crate::run::instruments::alloc::AGENT_LIBRARY);
     }
+
+    /// `library` was linked without the C start files: crtbegin's destructor would call
+    /// `__cxa_finalize` at exit, one call more of a function the program may count.
+    pub(crate) fn check_no_start_files(library: &[u8]) {
+        use object::{Object, ObjectSymbol};
+        let file = object::File::parse(library).unwrap();
+        let imported: Vec<String> = file
+            .dynamic_symbols()
+            .filter(|s| s.is_undefined())
+            .filter_map(|s| s.name().ok().map(str::to_string))
+            .collect();
+        for start_file in [
+            "__cxa_finalize",
+            "__gmon_start__",
+            "_ITM_registerTMCloneTable",
+        ] {
+            assert!(
+                !imported.iter().any(|i| i == start_file),
+                "{start_file} in {imported:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_preload_libraries_have_no_start_files() {
+        check_no_start_files(crate::run::instruments::alloc::AGENT_LIBRARY);
+        check_no_start_files(crate::run::instruments::invocations::inproc_library());
+    }
 }

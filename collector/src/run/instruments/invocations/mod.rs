@@ -36,6 +36,12 @@ use crate::run::region_fds::RegionSocket;
 use inproc::Inproc;
 use sites::{PatternRows, Site};
 
+/// The in-process counting library as embedded (for tests of its build).
+#[cfg(test)]
+pub(crate) fn inproc_library() -> &'static [u8] {
+    inproc::INPROC_LIBRARY
+}
+
 /// Which engine counts the sites (`--invocations-engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Engine {
