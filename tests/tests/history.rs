@@ -704,13 +704,61 @@ fn a_misspelt_threshold_fails_before_any_run() {
 }
 
 #[test]
+fn a_misspelt_per_operation_threshold_fails_before_any_run() {
+    // A harness reports `time.op` and the `/op` metrics of the instruments before it:
+    // known from the plan, so a misspelt one is refused before the first run (it used to
+    // be refused only after every run).
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    for (threshold, closest) in [
+        ("time.opp=5", "time.op"),
+        ("alloc.count/opp=5", "alloc.count/op"),
+    ] {
+        let run = sbs([
+            "--harness",
+            "--alloc",
+            "--runs",
+            "2",
+            "-f",
+            "json",
+            "--history",
+            h.to_str().unwrap(),
+            "--save",
+            "--threshold",
+            threshold,
+            "--",
+            fixture!("harness_fixture"),
+            "spin",
+        ])
+        .fails_with(2, &format!("did you mean `{closest}`?"));
+        run.check(run.stdout().is_empty(), "no run, no report");
+        assert!(!h.exists(), "nothing saved");
+    }
+    // Right names pass the check.
+    sbs([
+        "--harness",
+        "--alloc",
+        "--runs",
+        "1",
+        "--threshold",
+        "time.op=50",
+        "--threshold",
+        "alloc.count/op=5",
+        "--",
+        fixture!("harness_fixture"),
+        "spin",
+    ])
+    .success();
+}
+
+#[test]
 fn a_misspelt_threshold_that_only_the_runs_can_tell_fails_after_keeping_its_measurements() {
-    // A harness names its metrics in its runs (`time.op`...): a misspelt name of a family
-    // it measures is refused once the report is written and the history saved.
+    // A time profile names its functions in its first run: a `profile.inclusive.` name
+    // is checked once the report is written and the history saved.
     let dir = tempfile::tempdir().unwrap();
     let h = dir.path().join("hist");
     let run = sbs([
-        "--harness",
+        "--profile-time",
         "--runs",
         "2",
         "-f",
@@ -719,18 +767,19 @@ fn a_misspelt_threshold_that_only_the_runs_can_tell_fails_after_keeping_its_meas
         h.to_str().unwrap(),
         "--save",
         "--threshold",
-        "time.opp=5",
+        "profile.inclusive.no_such_function=5",
         "--",
-        fixture!("harness_fixture"),
-        "spin",
+        fixture!("exit_with"),
+        "0",
     ]);
     assert_eq!(run.code(), Some(2), "{}", run.stderr());
     run.check(
-        run.stderr().contains("did you mean `time.op`?"),
-        "names the closest metric",
+        run.stderr()
+            .contains("--threshold names no metric of this run"),
+        "refused after the runs",
     );
     run.check(
-        metric(&run.json(), "time.op")["samples"].is_array(),
+        metric(&run.json(), "profile.time")["samples"].is_array(),
         "the report is still written",
     );
     assert_eq!(entry_files(&h).len(), 1, "and the history saved");

@@ -485,6 +485,16 @@ fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<
         .map(|(_, c)| c)
 }
 
+/// Whether `name` is one of `ids`, where an id `PREFIX*` stands for every id that starts
+/// with `PREFIX`.
+fn names_one_of(name: &str, ids: &BTreeSet<String>) -> bool {
+    ids.contains(name)
+        || ids
+            .iter()
+            .filter_map(|id| id.strip_suffix('*'))
+            .any(|prefix| name.starts_with(prefix))
+}
+
 /// `--threshold` patterns that cannot name a metric of a run measuring `families` (and,
 /// if known, exactly the metrics `ids`), each with why: an exact name of a family the run
 /// does not measure (with the option that would), an exact name that is none of `ids`
@@ -513,12 +523,15 @@ pub fn thresholds_outside(
             };
             match family {
                 Some(f) if families.contains(f) => match ids {
-                    Some(ids) if !pattern.ends_with('*') && !ids.contains(pattern) => {
-                        Some(match closest(pattern, ids.iter().map(String::as_str)) {
+                    Some(ids) if !pattern.ends_with('*') && !names_one_of(pattern, ids) => Some(
+                        match closest(
+                            pattern,
+                            ids.iter().map(String::as_str).filter(|i| !i.ends_with('*')),
+                        ) {
                             Some(id) => format!("`{pattern}` (did you mean `{id}`?)"),
                             None => format!("`{pattern}`"),
-                        })
-                    }
+                        },
+                    ),
                     _ => None,
                 },
                 Some(f) => Some(format!(

@@ -85,14 +85,21 @@ impl Plan {
     /// before any run (`None` when one does not: a harness, a time profile).
     pub fn metric_ids(&self) -> Option<std::collections::BTreeSet<String>> {
         let mut ids = std::collections::BTreeSet::new();
-        for i in self
-            .benchmarks
-            .iter()
-            .flat_map(|b| &b.groups)
-            .flat_map(|g| &g.instruments)
-        {
-            ids.extend(i.metric_ids()?);
+        for g in self.benchmarks.iter().flat_map(|b| &b.groups) {
+            let mut group: Vec<String> = Vec::new();
+            for i in &g.instruments {
+                let more = i.metric_ids_after(&group)?;
+                group.extend(more);
+            }
+            ids.extend(group);
         }
+        // The judge calibrates every metric measured on an empty operation too.
+        let calibrated: Vec<String> = ids
+            .iter()
+            .filter_map(|id| id.strip_suffix(crate::judge::pitfalls::EMPTY))
+            .map(|base| format!("{base}{}", crate::judge::sources::CALIBRATED))
+            .collect();
+        ids.extend(calibrated);
         Some(ids)
     }
 }

@@ -211,11 +211,19 @@ pub trait Instrument {
     }
 
     /// The id of every metric this instrument may report, when known before any run (all
-    /// of them, also those only some runs report). `None`, the default, when the runs
+    /// of them, also those only some runs report; `PREFIX*` for ids the runs name, such as
+    /// the functions of a time profile). `None`, the default, when the runs
     /// decide them: a `--threshold` name inside its families is then checked only after
     /// the runs, against the metrics reported.
     fn metric_ids(&self) -> Option<Vec<String>> {
         None
+    }
+
+    /// [`Instrument::metric_ids`] for an instrument whose metrics follow from those of the
+    /// instruments before it in its group (`before`, their ids): the harness reports a
+    /// `/op` metric of theirs. The default is [`Instrument::metric_ids`].
+    fn metric_ids_after(&self, _before: &[String]) -> Option<Vec<String>> {
+        self.metric_ids()
     }
 
     /// `Some(n)` for an instrument that checks rather than measures (the drift check's

@@ -342,6 +342,28 @@ impl Instrument for PerOpRecords {
         }
     }
 
+    /// Known from the instruments before it: the `/op` metric of each of their metrics
+    /// that counts inside the region (or only `counter.instructions/op@KEY=VALUE` in a
+    /// size probe, or `X/op.empty` in a calibration group), and the harness's own.
+    fn metric_ids_after(&self, before: &[String]) -> Option<Vec<String>> {
+        if let PerOpMode::Time = self.mode {
+            return Some(vec!["time.op".to_string(), format!("time.op{EMPTY}")]);
+        }
+        let per_op = before
+            .iter()
+            .filter(|id| self.region_prefixes.iter().any(|p| id.starts_with(p)))
+            .map(|id| format!("{id}{PER_OP}"));
+        if let Some(probe) = &self.size {
+            return Some(vec![format!("{INSTRUCTIONS_PER_OP}{AT}{probe}")]);
+        }
+        if self.empty {
+            return Some(per_op.map(|id| format!("{id}{EMPTY}")).collect());
+        }
+        let mut ids: Vec<String> = per_op.collect();
+        ids.extend(["alloc.count/op", "alloc.bytes/op", "heap.retained"].map(String::from));
+        Some(ids)
+    }
+
     fn needs_start_gate(&self) -> bool {
         false
     }

@@ -216,6 +216,14 @@ impl Instrument for TimeProfile {
         vec!["profile."]
     }
 
+    /// The functions are chosen by the first run: any `profile.inclusive.` id may come.
+    fn metric_ids(&self) -> Option<Vec<String>> {
+        Some(vec![
+            PROFILE_TIME.to_string(),
+            format!("{PROFILE_INCLUSIVE}.*"),
+        ])
+    }
+
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
         self.sampler.attach(pid)
     }
