@@ -301,6 +301,9 @@ pub struct InlinedInstance {
     pub ranges: Vec<(u64, u64)>,
     /// The call site, `file:line` (`DW_AT_call_file`, `DW_AT_call_line`), when known.
     pub call_site: Option<String>,
+    /// No call line (`DW_AT_call_line` 0 or absent): code the optimizer shares between
+    /// several calls of the function (a merged tail), no call of its own.
+    pub no_call_line: bool,
     /// Set when this is no call but a part of the function that GCC split off
     /// (`F.part.N`, partial inlining) and inlined back into a copy of the same function:
     /// DWARF nests it in that copy, with the function's own declaration as its call site.
@@ -454,6 +457,7 @@ fn collect_instances(
                 demangled: demangled.clone(),
                 ranges,
                 call_site,
+                no_call_line: line == 0,
                 split_from,
             });
         }

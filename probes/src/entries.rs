@@ -386,6 +386,58 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
     }
 }
 
+/// The entries of code without a call line that several inlined instances of one
+/// function share (`shared`: a merged tail, hoisted or sunk common code; DWARF gives it
+/// `DW_AT_call_line` 0), given the code of the function's other instances in the same
+/// caller (`others`) and their probe points (`other_points`). A place where control enters
+/// the shared code belongs to a call counted elsewhere when every way into it comes from
+/// the others' code (a tail they continue into), or when every path from it reaches one
+/// of their points (code hoisted before them). `None` when every entry is such: the code
+/// is no call of its own. Otherwise a call may start there: the code's own entries,
+/// marked uncertain.
+pub fn shared_entries(
+    image: &Image,
+    shared: &[(u64, u64)],
+    others: &[(u64, u64)],
+    other_points: &[u64],
+) -> Option<Entries> {
+    let function = shared.first().and_then(|&(b, _)| image.function_at(b));
+    let code = function.and_then(|f| image.code_of(f).map(|c| (f, c)));
+    let Some((function, code)) = code else {
+        return Some(entries(image, shared));
+    };
+    let Ok(insns) = decode(code, function.address) else {
+        return Some(entries(image, shared));
+    };
+    let flow = Flow::new(insns, shared);
+    let (candidates, _) = flow.candidates(&mut Vec::new());
+    let in_others: Vec<bool> = flow
+        .insns
+        .iter()
+        .map(|i| others.iter().any(|&(b, e)| i.ip >= b && i.ip < e))
+        .collect();
+    let points: Vec<usize> = other_points
+        .iter()
+        .filter_map(|&a| flow.insns.binary_search_by_key(&a, |i| i.ip).ok())
+        .collect();
+    let starts_a_call = |c: usize| {
+        let continued = feeders(&flow.preds, &in_others, c).is_some_and(|f| !f.is_empty());
+        let hoisted = !points.is_empty() && flow.graph.always_reaches(c, &points);
+        !continued && !hoisted
+    };
+    if !candidates.iter().any(|&c| starts_a_call(c)) {
+        return None;
+    }
+    let mut own = entries(image, shared);
+    let why = "code without a call line that the optimizer shares between calls of the \
+               function, entered also from elsewhere: a call may or may not start there";
+    own.uncertain = Some(match own.uncertain.take() {
+        Some(more) => format!("{why}; {more}"),
+        None => why.to_string(),
+    });
+    Some(own)
+}
+
 /// What [`analyze`] found.
 #[derive(Debug, Default)]
 struct Analysis {

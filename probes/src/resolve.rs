@@ -13,7 +13,7 @@ use crate::dwarf::{
     SplitFrom,
 };
 use crate::elf::{resolve_libraries, Image, Libraries};
-use crate::entries::{call_probe, entries, Entries, EntryPoint, EntryRefusal};
+use crate::entries::{call_probe, entries, shared_entries, Entries, EntryPoint, EntryRefusal};
 use crate::error::ProbeError;
 use crate::pattern::{edit_distance, Pattern};
 
@@ -256,6 +256,10 @@ pub struct PatternMatch {
     /// inlined instances of the function itself), found to be entered only from that
     /// copy: counted with it, not as calls of their own.
     pub split_parts: usize,
+    /// Instances without a call line (code the optimizer shares between several calls,
+    /// such as a merged tail) entered only from other instances of the function: part of
+    /// the calls that enter them, not counted again.
+    pub merged_tails: usize,
     /// Inlined instances inside the dynamic loader (its own minimal allocator and string
     /// functions, used before the program runs): not calls of the program, not counted,
     /// and left out of the warnings; with the loader's file name.
@@ -369,6 +373,7 @@ pub fn match_patterns(
             not_counted,
             no_debug_info,
             split_parts,
+            merged_tails,
             in_loader,
             ..
         } = found;
@@ -396,6 +401,7 @@ pub fn match_patterns(
             no_debug_info,
             pieces,
             split_parts,
+            merged_tails,
             in_loader,
         });
     }
@@ -446,6 +452,8 @@ struct Inlined {
     copies: HashMap<(usize, String), Vec<(u64, u64)>>,
     /// Split parts counted with the copy they were split from.
     split_parts: usize,
+    /// Instances without a call line counted with the calls that enter them.
+    merged_tails: usize,
     /// Whether the image being scanned is the dynamic loader.
     loader: bool,
     /// The loader's file name and its instances not counted.
@@ -504,6 +512,7 @@ impl Inlined {
     /// Analyse the entries of the inlined instances of image `i`.
     fn add_instances(&mut self, image: &Image, i: usize, instances: Vec<InlinedInstance>) {
         let instances = fold_split_parts(instances);
+        let mut shared = Vec::new();
         for instance in &instances {
             self.copies
                 .entry((i, instance.demangled.clone()))
@@ -532,6 +541,10 @@ impl Inlined {
                     "no code of their own (optimised away or merged)".into(),
                 );
                 continue;
+            } else if instance.no_call_line {
+                // Judged once the instances with a call line have their entries.
+                shared.push(instance);
+                continue;
             } else {
                 let e = entries(image, &instance.ranges);
                 if e.points.is_empty() {
@@ -551,6 +564,58 @@ impl Inlined {
                 uncertain: e.uncertain,
             });
         }
+        for instance in shared {
+            self.add_shared(image, i, instance);
+        }
+    }
+
+    /// An instance without a call line: code the optimizer shares between calls of the
+    /// function (see [`shared_entries`]), counted only where a call may start in it.
+    fn add_shared(&mut self, image: &Image, i: usize, instance: InlinedInstance) {
+        let Some(function) = instance
+            .ranges
+            .first()
+            .and_then(|&(b, _)| image.function_at(b))
+        else {
+            self.miss(image, "its code lies in no function symbol".into());
+            return;
+        };
+        let (lo, hi) = (function.address, function.address + function.size);
+        let within = |a: u64| a >= lo && a < hi;
+        let own = |r: &(u64, u64)| instance.ranges.contains(r);
+        let others: Vec<(u64, u64)> = self.copies[&(i, instance.demangled.clone())]
+            .iter()
+            .filter(|r| within(r.0) && !own(r))
+            .copied()
+            .collect();
+        let points: Vec<u64> = self
+            .sites
+            .iter()
+            .filter(|s| s.image == i && s.function == instance.demangled)
+            .flat_map(|s| s.points.iter().map(|p| p.address))
+            .filter(|&a| within(a))
+            .collect();
+        let e = match shared_entries(image, &instance.ranges, &others, &points) {
+            None => {
+                self.merged_tails += 1;
+                return;
+            }
+            Some(e) if e.points.is_empty() => {
+                let why = e.uncertain.unwrap_or_else(|| "no entry found".into());
+                self.miss(image, why);
+                return;
+            }
+            Some(e) => e,
+        };
+        self.sites.push(InlinedSite {
+            path: image.path.clone(),
+            image: i,
+            function: instance.demangled,
+            caller: e.caller,
+            call_site: instance.call_site,
+            points: e.points,
+            uncertain: e.uncertain,
+        });
     }
 }
 
@@ -1096,6 +1161,7 @@ mod tests {
     #[test]
     fn split_parts_fold_into_the_copy_they_were_split_from() {
         let instance = |ranges: Vec<(u64, u64)>, split_from| InlinedInstance {
+            no_call_line: false,
             raw: "f".into(),
             demangled: "f".into(),
             ranges,

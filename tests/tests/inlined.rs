@@ -401,3 +401,87 @@ fn boxing_counts_inlined_box_new_in_a_release_build() {
         assert_eq!(some - none, 300.0, "{engine}: {some} vs {none}");
     }
 }
+
+/// `tests/fixtures/rust/shapes.rs` built at opt-level 3 and at opt-level 0 (where every
+/// push is a call: the truth), in `dir`.
+fn build_shapes(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/shapes.rs");
+    let (release, debug) = (dir.join("shapes-O3"), dir.join("shapes-O0"));
+    build!(
+        Need::Rustc,
+        sbs_skip::rustc_release().arg("-o").arg(&release).arg(&src)
+    )?;
+    build!(
+        Need::Rustc,
+        sbs_skip::rustc_release()
+            .args(["-C", "opt-level=0", "-o"])
+            .arg(&debug)
+            .arg(&src)
+    )?;
+    Some((release, debug))
+}
+
+/// `--invocations Vec::push --invocations-detail` on `exe N` with `engine`: the rows.
+fn push_rows(exe: &Path, engine: &str, n: &str) -> Vec<(String, f64)> {
+    let report = sbs([
+        "--invocations-engine".as_ref(),
+        engine.as_ref(),
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "-f".as_ref(),
+        "json".as_ref(),
+        "--invocations-detail".as_ref(),
+        "--invocations".as_ref(),
+        "Vec::push".as_ref(),
+        "--".as_ref(),
+        exe.as_os_str(),
+        n.as_ref(),
+    ])
+    .success()
+    .json();
+    details(metric(&report, "invocations.Vec::push"))
+}
+
+/// The pushes of `escape` share code that DWARF gives an inlined instance of its own
+/// without a call line (the capacity load hoisted before the branch, the store and length
+/// update merged into one tail). Every push entered it, so it was counted as a call of
+/// its own: 2,500 where 1,500 were made. It is part of the calls that enter it: the
+/// rows of `escape` sum to the opt-level-0 build's count, each row its own line's.
+#[test]
+fn a_tail_that_inlined_copies_share_is_part_of_their_calls() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((release, debug)) = build_shapes(dir.path()) else {
+        return;
+    };
+    let n: u64 = 1000;
+    let truth: f64 = push_rows(&debug, "uprobe", &n.to_string())
+        .iter()
+        .filter(|(l, _)| l.contains("push<u8"))
+        .map(|(_, v)| v)
+        .sum();
+    let escaped = n.div_ceil(4) as f64;
+    assert_eq!(truth, (n as f64 - escaped) + 3.0 * escaped, "opt-level 0");
+    for engine in ENGINES {
+        let rows: Vec<(String, f64)> = push_rows(&release, engine, &n.to_string())
+            .into_iter()
+            .filter(|(l, _)| l.contains("[inlined in shapes::escape at"))
+            .collect();
+        let line = |l: u32| {
+            let at = format!("fixtures/rust/shapes.rs:{l}]");
+            rows.iter().find(|(r, _)| r.contains(&at)).map(|(_, v)| *v)
+        };
+        assert_eq!(line(18), Some(n as f64 - escaped), "{engine}: {rows:?}");
+        for l in [21, 22, 23] {
+            assert_eq!(line(l), Some(escaped), "{engine}: line {l}: {rows:?}");
+        }
+        assert_eq!(
+            rows.len(),
+            4,
+            "{engine}: no row of its own for the tail: {rows:?}"
+        );
+        assert_eq!(rows.iter().map(|(_, v)| v).sum::<f64>(), truth, "{engine}");
+    }
+}
