@@ -304,6 +304,9 @@ pub struct InlinedInstance {
     /// No call line (`DW_AT_call_line` 0 or absent): code the optimizer shares between
     /// several calls of the function (a merged tail), no call of its own.
     pub no_call_line: bool,
+    /// Where several pieces of its code start at the same source line. An unrolled loop
+    /// looks like this: one copy of the call per piece, one pass through them all.
+    pub repeated_line: Option<RepeatedLine>,
     /// Set when this is no call but a part of the function that GCC split off
     /// (`F.part.N`, partial inlining) and inlined back into a copy of the same function:
     /// DWARF nests it in that copy, with the function's own declaration as its call site.
@@ -393,6 +396,8 @@ fn collect_instances(
     let mut out = Vec::new();
     for (_, header) in &headers {
         let unit = dwarf.unit(*header)?;
+        // The unit's line table, read at its first instance a pattern names.
+        let mut rows: Option<Vec<LineRow>> = None;
         // The enclosing subprograms and inlined instances of the current DIE.
         let mut copies: Vec<Enclosing> = Vec::new();
         let mut depth: isize = 0;
@@ -455,6 +460,7 @@ fn collect_instances(
             out.push(InlinedInstance {
                 raw: raw.clone(),
                 demangled: demangled.clone(),
+                repeated_line: repeated_line(unit_rows_once(&mut rows, &unit)?, &ranges),
                 ranges,
                 call_site,
                 no_call_line: line == 0,
@@ -536,6 +542,93 @@ fn call_position(
         None => 0,
     };
     Ok((file, line))
+}
+
+/// Pieces of an inlined instance's code that start at the same source line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepeatedLine {
+    /// Where those pieces start.
+    pub starts: Vec<u64>,
+    /// The address spans of that line inside the instance's code.
+    pub spans: Vec<(u64, u64)>,
+}
+
+/// One row of a line table: its address, and (file index, line) from there on; the end
+/// of a sequence has no line (`None`).
+type LineRow = (u64, Option<(u64, u64)>);
+
+/// The rows of a unit's line table, by address.
+fn unit_rows(unit: &gimli::Unit<Reader<'_>>) -> gimli::Result<Vec<LineRow>> {
+    let mut out = Vec::new();
+    let Some(program) = unit.line_program.clone() else {
+        return Ok(out);
+    };
+    let mut rows = program.rows();
+    while let Some((_, row)) = rows.next_row()? {
+        let at = match (row.end_sequence(), row.line()) {
+            (true, _) | (_, None) => None,
+            (false, Some(line)) => Some((row.file_index(), line.get())),
+        };
+        out.push((row.address(), at));
+    }
+    out.sort_by_key(|r| r.0);
+    Ok(out)
+}
+
+/// [`unit_rows`], read once into `rows`.
+fn unit_rows_once<'a>(
+    rows: &'a mut Option<Vec<LineRow>>,
+    unit: &gimli::Unit<Reader<'_>>,
+) -> gimli::Result<&'a [LineRow]> {
+    if rows.is_none() {
+        *rows = Some(unit_rows(unit)?);
+    }
+    Ok(rows.as_deref().unwrap_or_default())
+}
+
+/// The line at which the most pieces of `ranges` start, when two or more do, with the
+/// address spans of that line inside `ranges` (see [`InlinedInstance::repeated_line`]).
+fn repeated_line(rows: &[LineRow], ranges: &[(u64, u64)]) -> Option<RepeatedLine> {
+    if ranges.len() < 2 {
+        return None;
+    }
+    let line_at = |a: u64| {
+        let i = rows.partition_point(|r| r.0 <= a).checked_sub(1)?;
+        rows[i].1
+    };
+    let mut starts: HashMap<(u64, u64), usize> = HashMap::new();
+    for &(b, _) in ranges {
+        if let Some(at) = line_at(b) {
+            *starts.entry(at).or_default() += 1;
+        }
+    }
+    let (&line, &pieces) = starts
+        .iter()
+        .max_by_key(|&(&at, &n)| (n, std::cmp::Reverse(at)))?;
+    if pieces < 2 {
+        return None;
+    }
+    let firsts: Vec<u64> = ranges
+        .iter()
+        .map(|&(b, _)| b)
+        .filter(|&b| line_at(b) == Some(line))
+        .collect();
+    let mut spans = Vec::new();
+    for w in rows.windows(2) {
+        if w[0].1 != Some(line) {
+            continue;
+        }
+        for &(b, e) in ranges {
+            let (lo, hi) = (w[0].0.max(b), w[1].0.min(e));
+            if lo < hi {
+                spans.push((lo, hi));
+            }
+        }
+    }
+    Some(RepeatedLine {
+        starts: firsts,
+        spans,
+    })
 }
 
 /// The copy a split part inlined back into `copy` (a copy of the same function that

@@ -438,6 +438,37 @@ pub fn shared_entries(
     Some(own)
 }
 
+/// How many calls one pass through an inlined instance may make when its code repeats
+/// one source line in pieces starting at `starts`, the line's code lying in `spans`: when
+/// every pass through the first piece goes through each next one in turn, each as often
+/// (copies one after the other, as a loop the optimizer unrolled leaves, whole or in
+/// part; not alternative paths, not set-up hoisted out of a loop), the number of
+/// instructions of that line (each copy of the call has at least one). `None` otherwise,
+/// or when the function cannot be read.
+pub fn unrolled_calls(image: &Image, starts: &[u64], spans: &[(u64, u64)]) -> Option<u64> {
+    let function = image.function_at(*starts.first()?)?;
+    let insns = decode(image.code_of(function)?, function.address).ok()?;
+    let graph = Graph::new(&insns);
+    let index: Vec<usize> = starts
+        .iter()
+        .map(|&a| insns.binary_search_by_key(&a, |i| i.ip).ok())
+        .collect::<Option<_>>()?;
+    // In turn on every pass, and as often: a piece inside a loop that the piece before
+    // it is outside of is that loop's code, the one before hoisted set-up (counted once
+    // per loop by the entries, rightly).
+    let in_turn = |a: usize, b: usize| {
+        graph.always_reaches(a, &[b]) && (!graph.reaches(b, b) || graph.reaches(b, a))
+    };
+    if index.len() < 2 || index.windows(2).any(|w| !in_turn(w[0], w[1])) {
+        return None;
+    }
+    let most = insns
+        .iter()
+        .filter(|i| !i.padding && spans.iter().any(|&(b, e)| i.ip >= b && i.ip < e))
+        .count() as u64;
+    (most >= 2).then_some(most)
+}
+
 /// What [`analyze`] found.
 #[derive(Debug, Default)]
 struct Analysis {

@@ -196,6 +196,9 @@ pub struct InlinedSite {
     pub points: Vec<EntryPoint>,
     /// Why its count may differ from its calls, if it may.
     pub uncertain: Option<String>,
+    /// At most this many calls per counted pass, when one pass may make several (an
+    /// unrolled loop); the count is then a lower bound.
+    pub calls_per_pass: Option<u64>,
 }
 
 /// One function a pattern matched.
@@ -554,6 +557,7 @@ impl Inlined {
                 }
                 e
             };
+            let (e, calls_per_pass) = unrolled(image, e, &instance);
             self.sites.push(InlinedSite {
                 path: image.path.clone(),
                 image: i,
@@ -562,6 +566,7 @@ impl Inlined {
                 call_site: instance.call_site,
                 points: e.points,
                 uncertain: e.uncertain,
+                calls_per_pass,
             });
         }
         for instance in shared {
@@ -615,8 +620,35 @@ impl Inlined {
             call_site: instance.call_site,
             points: e.points,
             uncertain: e.uncertain,
+            calls_per_pass: None,
         });
     }
+}
+
+/// An instance whose code repeats one source line in pieces that every pass runs one
+/// after the other may be a loop the optimizer unrolled: one pass through its entries
+/// makes up to as many calls as that line has instructions (each copy of the call has at
+/// least one). Its entries stay;
+/// it is marked uncertain with that bound.
+fn unrolled(image: &Image, mut e: Entries, instance: &InlinedInstance) -> (Entries, Option<u64>) {
+    let Some(repeated) = &instance.repeated_line else {
+        return (e, None);
+    };
+    let starts = &repeated.starts;
+    let Some(most) = crate::entries::unrolled_calls(image, starts, &repeated.spans) else {
+        return (e, None);
+    };
+    let why = format!(
+        "{} pieces of its code, one after the other on every pass, start at the same \
+         source line, as in a loop the optimizer unrolled: one counted pass may make up to \
+         {most} calls",
+        starts.len()
+    );
+    e.uncertain = Some(match e.uncertain.take() {
+        Some(more) => format!("{why}; {more}"),
+        None => why,
+    });
+    (e, Some(most))
 }
 
 /// Split parts inlined back into an inlined instance of their function belong to that
@@ -1162,6 +1194,7 @@ mod tests {
     fn split_parts_fold_into_the_copy_they_were_split_from() {
         let instance = |ranges: Vec<(u64, u64)>, split_from| InlinedInstance {
             no_call_line: false,
+            repeated_line: None,
             raw: "f".into(),
             demangled: "f".into(),
             ranges,

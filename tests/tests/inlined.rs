@@ -485,3 +485,60 @@ fn a_tail_that_inlined_copies_share_is_part_of_their_calls() {
         assert_eq!(rows.iter().map(|(_, v)| v).sum::<f64>(), truth, "{engine}");
     }
 }
+
+/// `eight`'s loop of 8 pushes became straight-line stores covered by one inlined copy:
+/// one counted pass is 8 calls. It was counted as 1 per call of `eight`, as exact. The
+/// row is now marked uncertain, the total is no exact count, and its note gives bounds
+/// that hold the opt-level-0 build's count.
+#[test]
+fn an_unrolled_loop_is_a_lower_bound_whose_bounds_hold_the_truth() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((release, debug)) = build_shapes(dir.path()) else {
+        return;
+    };
+    let n = "1000";
+    let truth: f64 = push_rows(&debug, "uprobe", n).iter().map(|(_, v)| v).sum();
+    for engine in ENGINES {
+        let report = sbs([
+            "--invocations-engine".as_ref(),
+            engine.as_ref(),
+            "--runs".as_ref(),
+            "1".as_ref(),
+            "-f".as_ref(),
+            "json".as_ref(),
+            "--invocations-detail".as_ref(),
+            "--invocations".as_ref(),
+            "Vec::push".as_ref(),
+            "--".as_ref(),
+            release.as_os_str(),
+            n.as_ref(),
+        ])
+        .success()
+        .json();
+        let m = metric(&report, "invocations.Vec::push");
+        assert_eq!(m["exact"], false, "{engine}: {m:#}");
+        let eight = details(m)
+            .into_iter()
+            .find(|(l, _)| l.contains("[inlined in shapes::eight at"))
+            .unwrap_or_else(|| panic!("{engine}: no row of `eight`: {m:#}"));
+        assert!(eight.0.contains(", uncertain]"), "{engine}: {eight:?}");
+        let notes = m["notes"].to_string();
+        let bounds: Vec<f64> = notes
+            .split("each run made between ")
+            .nth(1)
+            .and_then(|rest| rest.split(" calls").next())
+            .map(|b| {
+                b.split(" and ")
+                    .map(|x| x.replace(',', "").parse().unwrap())
+                    .collect()
+            })
+            .unwrap_or_else(|| panic!("{engine}: no bounds in {notes}"));
+        assert!(
+            bounds[0] <= truth && truth <= bounds[1],
+            "{engine}: {truth} made, bounds {bounds:?}"
+        );
+    }
+}

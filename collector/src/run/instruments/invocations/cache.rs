@@ -37,7 +37,9 @@ use super::sites::{PatternRows, Site};
 use crate::run::instrument::MetricSpec;
 
 /// Bumped when what is stored changes meaning.
-const VERSION: u32 = 3;
+// 4: code without a call line shared by inlined copies is no site of its own; sites
+// carry the calls one pass may make (an unrolled loop).
+const VERSION: u32 = 4;
 /// Entries unused for this long are removed.
 const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 /// At most this many entries are kept.
@@ -100,6 +102,7 @@ struct StoredSite {
     what: String,
     /// The bytes at `address` when it was resolved (`sbs_probes::entries::site_bytes`).
     bytes: Vec<u8>,
+    calls_per_pass: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -205,6 +208,7 @@ impl SiteCache {
                     SiteKind::Entry
                 },
                 what: s.what,
+                calls_per_pass: s.calls_per_pass,
             })
             .collect::<Vec<_>>();
         let rows = entry
@@ -238,6 +242,7 @@ impl SiteCache {
                     inside: s.kind == SiteKind::Inside,
                     what: s.what.clone(),
                     bytes: sbs_probes::entries::site_bytes(image, s.function, s.address)?,
+                    calls_per_pass: s.calls_per_pass,
                 })
             })
             .collect::<Option<Vec<_>>>()

@@ -102,6 +102,10 @@ pub struct Invocations {
     spare: Vec<(usize, ProbeTarget)>,
     /// Runs collected so far.
     runs: usize,
+    /// Per site: at most this many calls per counted pass (an unrolled loop; else 1).
+    calls_per_pass: Vec<u64>,
+    /// Per pattern with such a site: the fewest and most calls its runs may have made.
+    bounds: Vec<Option<(f64, f64)>>,
 }
 
 impl Invocations {
@@ -140,6 +144,17 @@ impl Invocations {
         };
         let mut warnings = target_warnings(&target);
         warnings.extend(match_warnings);
+        let calls_per_pass: Vec<u64> = sites.iter().map(|s| s.calls_per_pass).collect();
+        for p in rows.iter_mut() {
+            // A lower bound: never compared as an exact count.
+            if p.rows
+                .iter()
+                .flat_map(|(_, i)| i)
+                .any(|&i| calls_per_pass[i] > 1)
+            {
+                p.metric.exact = false;
+            }
+        }
         let Engines {
             mut counted,
             inproc,
@@ -162,6 +177,7 @@ impl Invocations {
         notes.extend(label_engines(
             &mut rows, &counted, &fallback, &shared, options,
         ));
+        let rows_len = rows.len();
         Ok(Invocations {
             patterns: rows,
             counted,
@@ -179,6 +195,8 @@ impl Invocations {
             options,
             spare,
             runs: 0,
+            bounds: vec![None; rows_len],
+            calls_per_pass,
         })
     }
 
@@ -808,7 +826,7 @@ impl Instrument for Invocations {
             Counted::Uprobe(k) => uprobe[k],
             Counted::Skipped => 0,
         };
-        for p in &self.patterns {
+        for (k, p) in self.patterns.iter().enumerate() {
             let details: Vec<(String, f64)> = p
                 .rows
                 .iter()
@@ -817,6 +835,21 @@ impl Instrument for Invocations {
                     (label.clone(), n as f64)
                 })
                 .collect();
+            if !p.metric.exact {
+                let mut all: Vec<usize> = p.rows.iter().flat_map(|(_, i)| i.clone()).collect();
+                all.sort_unstable();
+                all.dedup();
+                let low: u64 = all.iter().map(|&i| count(i)).sum();
+                let high: u64 = all
+                    .iter()
+                    .map(|&i| count(i).saturating_mul(self.calls_per_pass[i]))
+                    .sum();
+                let (low, high) = (low as f64, high as f64);
+                self.bounds[k] = Some(match self.bounds[k] {
+                    Some((l, h)) => (l.min(low), h.max(high)),
+                    None => (low, high),
+                });
+            }
             out.push(Sample {
                 metric: p.metric.clone(),
                 value: details.iter().map(|(_, v)| v).sum(),
@@ -846,6 +879,20 @@ impl Instrument for Invocations {
 
     fn metric_notes(&self) -> Vec<(String, String)> {
         let mut notes = self.notes.clone();
+        for (p, bounds) in self.patterns.iter().zip(&self.bounds) {
+            if let Some((low, high)) = bounds.filter(|(l, h)| h > l) {
+                notes.push((
+                    p.metric.id.clone(),
+                    format!(
+                        "a lower bound: each run made between {} and {} calls (the code of \
+                         an inlined copy repeats as in a loop the optimizer unrolled, so one \
+                         counted pass may be several calls; rows marked uncertain)",
+                        sbs_reports::human::count(low),
+                        sbs_reports::human::count(high)
+                    ),
+                ));
+            }
+        }
         if let Some(note) = self.inproc.as_ref().and_then(Inproc::note) {
             for p in self.patterns.iter().filter(|p| p.metric.source != "uprobe") {
                 notes.push((p.metric.id.clone(), note.clone()));

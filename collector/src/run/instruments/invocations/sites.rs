@@ -28,6 +28,8 @@ pub(super) struct Site {
     pub kind: SiteKind,
     /// What it counts, for messages.
     pub what: String,
+    /// At most this many calls per counted pass (an unrolled loop; else 1).
+    pub calls_per_pass: u64,
 }
 
 /// One pattern's metric and its rows: (label, indices of the sites summed in it).
@@ -105,6 +107,7 @@ fn function_rows(
                 function: address,
                 kind: SiteKind::Entry,
                 what: format!("`{}`", f.label),
+                calls_per_pass: 1,
             });
             (f.label.clone(), vec![i])
         })
@@ -139,6 +142,7 @@ fn inlined_rows(
                     function: image.function_at(p.address).map_or(0, |f| f.address),
                     kind: SiteKind::Inside,
                     what: what.clone(),
+                    calls_per_pass: site.calls_per_pass.unwrap_or(1),
                 })
             })
             .collect();
