@@ -2010,3 +2010,47 @@ fn the_counting_library_adds_no_call_of_cxa_finalize() {
         assert_eq!(samples(m), vec![2.0; 2], "{engine}: {m:#}");
     }
 }
+
+/// Calls made before the in-process counting library starts (`libearly.so`'s constructor
+/// calls `early_work` 7 times, before ours runs; libc's `__libc_early_init` runs before
+/// any constructor) read 0 in-process, with no word (issue 30 item 7). Uprobes count them
+/// from the exec; in-process, the metric says in a note that they are not counted.
+#[test]
+fn calls_before_the_counting_library_starts_are_said_to_be_uncounted_in_process() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_early_calls(dir.path()) else {
+        return;
+    };
+    let exe_arg = exe.to_string_lossy().into_owned();
+    let run = |engine: &str| {
+        sbs([
+            "--invocations-engine",
+            engine,
+            "--runs",
+            "1",
+            "-f",
+            "json",
+            "--invocations",
+            "early_work",
+            "--",
+            &exe_arg,
+            "3",
+        ])
+        .success()
+        .json()
+    };
+    let said = "before the in-process counting library does";
+    let uprobe = run("uprobe");
+    let m = metric(&uprobe, "invocations.early_work");
+    assert_eq!(samples(m), vec![10.0], "{m:#}");
+    assert!(!m["notes"].to_string().contains(said), "{m:#}");
+    for engine in ["inproc", "auto"] {
+        let report = run(engine);
+        let m = metric(&report, "invocations.early_work");
+        assert_eq!(samples(m), vec![3.0], "{engine}: {m:#}");
+        assert!(m["notes"].to_string().contains(said), "{engine}: {m:#}");
+    }
+}

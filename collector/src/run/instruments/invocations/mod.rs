@@ -177,6 +177,7 @@ impl Invocations {
         notes.extend(label_engines(
             &mut rows, &counted, &fallback, &shared, options,
         ));
+        notes.extend(start_up_notes(&rows, &counted, &sites));
         let rows_len = rows.len();
         Ok(Invocations {
             patterns: rows,
@@ -665,6 +666,40 @@ fn label_engines(
             note.push_str(&format!(" ({})", listed.join("; ")));
         }
         notes.push((p.metric.id.clone(), note));
+    }
+    notes
+}
+
+/// A note per pattern with sites in shared libraries counted in-process: the counting
+/// library starts after the dynamic loader, libc's start-up and the constructors of the
+/// libraries initialised before it, so calls made there are not counted (uprobes, which
+/// count from the exec, do count them: `__libc_early_init` 1 against 0).
+fn start_up_notes(
+    rows: &[PatternRows],
+    counted: &[Counted],
+    sites: &[Site],
+) -> Vec<(String, String)> {
+    let mut notes = Vec::new();
+    for p in rows {
+        let mut all: Vec<usize> = p.rows.iter().flat_map(|(_, i)| i.iter().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        let in_libraries = all
+            .iter()
+            .filter(|&&i| sites[i].image != 0 && matches!(counted[i], Counted::Inproc(_)))
+            .count();
+        if in_libraries > 0 {
+            notes.push((
+                p.metric.id.clone(),
+                format!(
+                    "calls made while the program starts, before the in-process counting \
+                     library does (by the dynamic loader, libc's start-up, and constructors \
+                     of libraries initialised first), are not counted at the {in_libraries} \
+                     site(s) in shared libraries counted in-process; --invocations-engine \
+                     uprobe (root) counts them"
+                ),
+            ));
+        }
     }
     notes
 }
