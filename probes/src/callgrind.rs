@@ -21,13 +21,9 @@ use crate::valgrind::ValgrindError;
 /// its arguments. The profile goes to `out_file`, valgrind's own messages to `log_file`;
 /// children are not followed (the profile is of the program itself).
 pub fn profile_wrapper(valgrind: &Path, out_file: &Path, log_file: &Path) -> Vec<OsString> {
-    let mut out_arg = OsString::from("--callgrind-out-file=");
-    out_arg.push(out_file);
-    let mut log_arg = OsString::from("--log-file=");
-    log_arg.push(log_file);
-    let mut v: Vec<OsString> = vec![valgrind.into()];
-    v.extend(
-        [
+    crate::valgrind::to_files(
+        valgrind,
+        &[
             "--tool=callgrind",
             "--dump-instr=yes",
             "--dump-line=no",
@@ -35,15 +31,10 @@ pub fn profile_wrapper(valgrind: &Path, out_file: &Path, log_file: &Path) -> Vec
             "--compress-pos=no",
             "--demangle=no",
             "--trace-children=no",
-            // No vgdb pipes in /tmp (a killed valgrind leaves them behind).
-            "--vgdb=no",
-        ]
-        .into_iter()
-        .map(OsString::from),
-    );
-    v.push(out_arg);
-    v.push(log_arg);
-    v
+        ],
+        ("--callgrind-out-file=", out_file),
+        log_file,
+    )
 }
 
 /// The inclusive cost of the calls made at one site, summed over its callees.

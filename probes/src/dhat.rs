@@ -17,26 +17,17 @@ use crate::valgrind::ValgrindError;
 /// The DHAT command: `valgrind` and its options, to be followed by the program and its
 /// arguments. The profile goes to `out_file`, valgrind's messages to `log_file`.
 pub fn wrapper(valgrind: &Path, out_file: &Path, log_file: &Path) -> Vec<OsString> {
-    let mut out_arg = OsString::from("--dhat-out-file=");
-    out_arg.push(out_file);
-    let mut log_arg = OsString::from("--log-file=");
-    log_arg.push(log_file);
-    let mut v: Vec<OsString> = vec![valgrind.into()];
-    v.extend(
-        [
+    crate::valgrind::to_files(
+        valgrind,
+        &[
             "--tool=dhat",
             "--num-callers=64",
             "--demangle=no",
             "--trace-children=no",
-            // No vgdb pipes in /tmp (a killed valgrind leaves them behind).
-            "--vgdb=no",
-        ]
-        .into_iter()
-        .map(OsString::from),
-    );
-    v.push(out_arg);
-    v.push(log_arg);
-    v
+        ],
+        ("--dhat-out-file=", out_file),
+        log_file,
+    )
 }
 
 /// One frame of a stack.

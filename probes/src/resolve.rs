@@ -201,6 +201,28 @@ pub struct InlinedSite {
     pub calls_per_pass: Option<u64>,
 }
 
+impl InlinedSite {
+    /// The site of `instance` (in image `i`, `image`) with the entries `e` found for it.
+    fn new(
+        image: &Image,
+        i: usize,
+        instance: InlinedInstance,
+        e: Entries,
+        calls_per_pass: Option<u64>,
+    ) -> InlinedSite {
+        InlinedSite {
+            path: image.path.clone(),
+            image: i,
+            function: instance.demangled,
+            caller: e.caller,
+            call_site: instance.call_site,
+            points: e.points,
+            uncertain: e.uncertain,
+            calls_per_pass,
+        }
+    }
+}
+
 /// One function a pattern matched.
 #[derive(Debug, Clone)]
 pub struct MatchedFunction {
@@ -558,16 +580,8 @@ impl Inlined {
                 e
             };
             let (e, calls_per_pass) = unrolled(image, e, &instance);
-            self.sites.push(InlinedSite {
-                path: image.path.clone(),
-                image: i,
-                function: instance.demangled,
-                caller: e.caller,
-                call_site: instance.call_site,
-                points: e.points,
-                uncertain: e.uncertain,
-                calls_per_pass,
-            });
+            self.sites
+                .push(InlinedSite::new(image, i, instance, e, calls_per_pass));
         }
         for instance in shared {
             self.add_shared(image, i, instance);
@@ -612,16 +626,8 @@ impl Inlined {
             }
             Some(e) => e,
         };
-        self.sites.push(InlinedSite {
-            path: image.path.clone(),
-            image: i,
-            function: instance.demangled,
-            caller: e.caller,
-            call_site: instance.call_site,
-            points: e.points,
-            uncertain: e.uncertain,
-            calls_per_pass: None,
-        });
+        self.sites
+            .push(InlinedSite::new(image, i, instance, e, None));
     }
 }
 

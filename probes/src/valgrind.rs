@@ -97,22 +97,34 @@ pub fn callgrind_wrapper(valgrind: &Path, log_fd: i32) -> Vec<OsString> {
 /// program writing the counts since the last one to `OUT_FILE.N` (N from 1), valgrind's
 /// messages to `log_file`. Children are not followed: only the harness's own process dumps.
 pub fn dumps_wrapper(valgrind: &Path, out_file: &Path, log_file: &Path) -> Vec<OsString> {
-    let mut out_arg = OsString::from("--callgrind-out-file=");
-    out_arg.push(out_file);
-    let mut log_arg = OsString::from("--log-file=");
-    log_arg.push(log_file);
-    let mut v: Vec<OsString> = vec![valgrind.into()];
-    v.extend(
-        [
+    to_files(
+        valgrind,
+        &[
             "--tool=callgrind",
             "--collect-atstart=no",
             "--trace-children=no",
-            // No vgdb pipes in /tmp (a killed valgrind leaves them behind).
-            "--vgdb=no",
-        ]
-        .into_iter()
-        .map(OsString::from),
-    );
+        ],
+        ("--callgrind-out-file=", out_file),
+        log_file,
+    )
+}
+
+/// `valgrind` with `options`, its tool's output to a file (`out`: the option that names
+/// it, and the file) and its messages to `log_file`; never vgdb pipes in /tmp (a killed
+/// valgrind leaves them behind). To be followed by the program and its arguments.
+pub fn to_files(
+    valgrind: &Path,
+    options: &[&str],
+    out: (&str, &Path),
+    log_file: &Path,
+) -> Vec<OsString> {
+    let mut out_arg = OsString::from(out.0);
+    out_arg.push(out.1);
+    let mut log_arg = OsString::from("--log-file=");
+    log_arg.push(log_file);
+    let mut v: Vec<OsString> = vec![valgrind.into()];
+    v.extend(options.iter().map(OsString::from));
+    v.push("--vgdb=no".into());
     v.push(out_arg);
     v.push(log_arg);
     v

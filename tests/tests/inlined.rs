@@ -421,9 +421,9 @@ fn build_shapes(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     Some((release, debug))
 }
 
-/// `--invocations Vec::push --invocations-detail` on `exe N` with `engine`: the rows.
-fn push_rows(exe: &Path, engine: &str, n: &str) -> Vec<(String, f64)> {
-    let report = sbs([
+/// The report of `--invocations Vec::push --invocations-detail` on `exe N` with `engine`.
+fn push_report(exe: &Path, engine: &str, n: &str) -> serde_json::Value {
+    sbs([
         "--invocations-engine".as_ref(),
         engine.as_ref(),
         "--runs".as_ref(),
@@ -438,8 +438,15 @@ fn push_rows(exe: &Path, engine: &str, n: &str) -> Vec<(String, f64)> {
         n.as_ref(),
     ])
     .success()
-    .json();
-    details(metric(&report, "invocations.Vec::push"))
+    .json()
+}
+
+/// The rows of [`push_report`].
+fn push_rows(exe: &Path, engine: &str, n: &str) -> Vec<(String, f64)> {
+    details(metric(
+        &push_report(exe, engine, n),
+        "invocations.Vec::push",
+    ))
 }
 
 /// The pushes of `escape` share code that DWARF gives an inlined instance of its own
@@ -502,22 +509,7 @@ fn an_unrolled_loop_is_a_lower_bound_whose_bounds_hold_the_truth() {
     let n = "1000";
     let truth: f64 = push_rows(&debug, "uprobe", n).iter().map(|(_, v)| v).sum();
     for engine in ENGINES {
-        let report = sbs([
-            "--invocations-engine".as_ref(),
-            engine.as_ref(),
-            "--runs".as_ref(),
-            "1".as_ref(),
-            "-f".as_ref(),
-            "json".as_ref(),
-            "--invocations-detail".as_ref(),
-            "--invocations".as_ref(),
-            "Vec::push".as_ref(),
-            "--".as_ref(),
-            release.as_os_str(),
-            n.as_ref(),
-        ])
-        .success()
-        .json();
+        let report = push_report(&release, engine, n);
         let m = metric(&report, "invocations.Vec::push");
         assert_eq!(m["exact"], false, "{engine}: {m:#}");
         let eight = details(m)
