@@ -363,17 +363,6 @@ pub fn has_dwarf(data: &[u8]) -> bool {
     object::File::parse(data).is_ok_and(|f| f.section_by_name(".debug_info").is_some())
 }
 
-/// Why a separate debug file (`data`) cannot serve, if it cannot: not ELF, or no DWARF.
-pub fn debug_file_problem(data: &[u8]) -> Option<String> {
-    match object::File::parse(data) {
-        Err(e) => Some(format!("malformed ELF ({e})")),
-        Ok(f) if f.section_by_name(".debug_info").is_none() => {
-            Some("it has no .debug_info section".into())
-        }
-        Ok(_) => None,
-    }
-}
-
 /// Every inlined instance of a function `pattern` names, in the DWARF of `data` (a whole
 /// ELF file, possibly a separate debug file). Errors are described in a sentence.
 pub fn inlined_instances(data: &[u8], pattern: &Pattern) -> Result<Vec<InlinedInstance>, String> {

@@ -7,9 +7,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use object::elf;
-use object::read::elf::{Dyn, ElfFile64, FileHeader, ProgramHeader, Sym};
+use object::read::elf::{Dyn, ElfFile64, FileHeader, ProgramHeader, Sym, SymbolTable};
 use object::{Endianness, Object};
 
+use crate::debugfile::{self, DebugFile, Lookup, Wanted};
 use crate::error::ProbeError;
 
 /// A function symbol that can be probed safely: its start lies inside an executable
@@ -24,7 +25,8 @@ pub struct Function {
     pub size: u64,
     /// File offset of the first instruction: what a uprobe definition needs.
     pub offset: u64,
-    /// Found in `.dynsym` (exported) rather than only in `.symtab`.
+    /// Found in `.dynsym` (exported) rather than only in `.symtab` (the file's or its
+    /// separate debug file's).
     pub exported: bool,
 }
 
@@ -35,7 +37,8 @@ pub struct Image {
     pub path: PathBuf,
     /// Probeable functions, one per (name, address), sorted by address.
     pub functions: Vec<Function>,
-    /// No `.symtab`: only exported functions are known.
+    /// No `.symtab`, neither in the file nor in a separate debug file: only exported
+    /// functions are known.
     pub stripped: bool,
     /// No `PT_INTERP` and no `PT_DYNAMIC`: a statically linked program.
     pub is_static: bool,
@@ -56,6 +59,14 @@ pub struct Image {
     pub build_id: Option<Vec<u8>>,
     /// The `.gnu_debuglink` file name of a separate debug file.
     pub debuglink: Option<String>,
+    /// The separate debug file whose symbols or DWARF the file lacks and this image
+    /// uses, checked to be of the same build ([`crate::debugfile`]). Looked for only
+    /// when the file has no `.symtab` or no `.debug_info`.
+    pub debug_file: Option<DebugFile>,
+    /// Why separate debug files that were found are not used (`path: why`), when none is.
+    pub debug_file_problem: Option<String>,
+    /// The file itself has a `.debug_info` section.
+    own_dwarf: bool,
     data: Vec<u8>,
 }
 
@@ -67,9 +78,29 @@ impl Image {
         Image::parse(path, data)
     }
 
-    /// The raw bytes of the file (for DWARF).
+    /// The raw bytes of the file (its code, its own sections).
     pub fn data(&self) -> &[u8] {
         &self.data
+    }
+
+    /// The bytes of the ELF file that holds this image's DWARF: the file itself, or its
+    /// separate debug file; `None` when neither has a `.debug_info`.
+    pub fn dwarf_data(&self) -> Option<&[u8]> {
+        if self.own_dwarf {
+            return Some(&self.data);
+        }
+        self.debug_file
+            .as_ref()
+            .filter(|d| d.has_dwarf)
+            .map(DebugFile::data)
+    }
+
+    /// The separate debug file whose DWARF this image uses, if it uses one.
+    pub fn dwarf_file(&self) -> Option<&Path> {
+        match &self.debug_file {
+            Some(d) if d.has_dwarf && !self.own_dwarf => Some(&d.path),
+            _ => None,
+        }
     }
 
     /// File name for messages (`libc.so.6`).
@@ -100,14 +131,43 @@ impl Image {
         let (needed, rpath, runpath) = dynamic_strings(&file, endian, &data)
             .map_err(|e| unsupported(format!("malformed dynamic section ({e})")))?;
 
-        let stripped = file.elf_symbol_table().is_empty();
-        let (functions, rejected) = function_symbols(&file, &segments.exec);
+        let own_symbols = !file.elf_symbol_table().is_empty();
+        let own_dwarf = file.section_by_name(".debug_info").is_some();
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
-        let debuglink = file
-            .gnu_debuglink()
-            .ok()
-            .flatten()
-            .map(|(name, _crc)| String::from_utf8_lossy(name).into_owned());
+        let link = file.gnu_debuglink().ok().flatten();
+        let debuglink = link.map(|(name, _crc)| String::from_utf8_lossy(name).into_owned());
+
+        let (mut debug_file, mut debug_file_problem) = (None, None);
+        if !own_symbols || !own_dwarf {
+            let wanted = Wanted {
+                path: &path,
+                build_id: build_id.as_deref(),
+                debuglink: link
+                    .and_then(|(name, crc)| Some((std::str::from_utf8(name).ok()?, crc))),
+            };
+            match debugfile::find(wanted) {
+                Lookup::Found(d) => debug_file = Some(d),
+                Lookup::Unusable(why) => debug_file_problem = Some(why),
+                Lookup::Absent => {}
+            }
+        }
+        // The debug file's symbol table replaces the missing one; code and segments stay
+        // the file's own (the build id or CRC says both describe the same bytes).
+        let debug_symbols = match &debug_file {
+            Some(d) if !own_symbols && d.has_symbols => {
+                ElfFile64::<Endianness>::parse(d.data()).ok()
+            }
+            _ => None,
+        };
+        let mut tables = vec![
+            (file.elf_dynamic_symbol_table(), true),
+            (file.elf_symbol_table(), false),
+        ];
+        if let Some(d) = &debug_symbols {
+            tables.push((d.elf_symbol_table(), false));
+        }
+        let (functions, rejected) = function_symbols(endian, &tables, &segments.exec);
+        let stripped = !own_symbols && debug_symbols.is_none();
 
         Ok(Image {
             path,
@@ -122,6 +182,9 @@ impl Image {
             exec_segments: segments.exec,
             build_id,
             debuglink,
+            debug_file,
+            debug_file_problem,
+            own_dwarf,
             data,
         })
     }
@@ -207,21 +270,21 @@ impl Segments {
     }
 }
 
-/// The probeable functions of `.dynsym` and `.symtab` (one per name and address, sorted
-/// by address), and how many function symbols were rejected as unsafe to probe.
+/// The probeable functions of the symbol `tables` (`.dynsym`, then `.symtab`s; with
+/// whether a table's symbols are exported), one per name and address, sorted by address;
+/// and how many function symbols were rejected as unsafe to probe.
 fn function_symbols(
-    file: &ElfFile64<'_, Endianness>,
+    endian: Endianness,
+    tables: &[(
+        &SymbolTable<'_, object::elf::FileHeader64<Endianness>>,
+        bool,
+    )],
     exec_segments: &[(u64, u64, u64)],
 ) -> (Vec<Function>, usize) {
-    let endian = file.endian();
     let mut functions = Vec::new();
     let mut rejected = 0;
     let mut seen = HashSet::new();
-    let tables = [
-        (file.elf_dynamic_symbol_table(), true),
-        (file.elf_symbol_table(), false),
-    ];
-    for (table, exported) in tables {
+    for &(table, exported) in tables {
         for (_, sym) in table.enumerate() {
             let st_type = sym.st_type();
             if (st_type != elf::STT_FUNC && st_type != elf::STT_GNU_IFUNC)
@@ -241,7 +304,7 @@ fn function_symbols(
             let address = sym.st_value(endian);
             let size = sym.st_size(endian);
             if !seen.insert((name.to_string(), address)) {
-                // Already found in .dynsym.
+                // Already found in .dynsym (or in another .symtab).
                 continue;
             }
             let offset = if st_type == elf::STT_GNU_IFUNC {

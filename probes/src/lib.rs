@@ -1,7 +1,8 @@
 //! ELF symbols, demangling, uprobes and perf counters.
 //!
 //! The pipeline for invocation counts: [`elf`] loads the program and the libraries it
-//! loads, [`demangle`] and [`pattern`] pick the functions a user names, [`dwarf`] counts
+//! loads (with the symbols and DWARF of their separate debug files, [`debugfile`]),
+//! [`demangle`] and [`pattern`] pick the functions a user names, [`dwarf`] counts
 //! the inlined instances a probe cannot see, [`tracefs`] defines the uprobes (and always
 //! removes them), [`hits`] counts their hits in a child process and its descendants.
 //! [`clones`] ties the copies GCC makes of a function (`F.constprop.0`, `F.part.0`,
@@ -10,6 +11,7 @@
 //! trampolines, and [`overlap`] which of the sites closer together than a patch share one.
 
 pub mod clones;
+pub mod debugfile;
 pub mod demangle;
 pub mod dwarf;
 pub mod elf;

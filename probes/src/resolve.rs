@@ -8,10 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::clones::{clone_name, References};
 use crate::demangle::{demangle, Demangled};
-use crate::dwarf::{
-    debug_file_problem, has_dwarf, inlined_instances, InlinedIndex, InlinedInstance, InlinedMatch,
-    SplitFrom,
-};
+use crate::dwarf::{inlined_instances, InlinedIndex, InlinedInstance, InlinedMatch, SplitFrom};
 use crate::elf::{resolve_libraries, Image, Libraries};
 use crate::entries::{call_probe, entries, shared_entries, Entries, EntryPoint, EntryRefusal};
 use crate::error::ProbeError;
@@ -32,19 +29,6 @@ pub struct Target {
     /// Library resolution results.
     pub libraries: Libraries,
     inlined: Vec<Option<Result<InlinedIndex, String>>>,
-    debug: Vec<Option<DebugInfo>>,
-}
-
-/// Where the DWARF of an image is.
-#[derive(Debug)]
-enum DebugInfo {
-    /// In the file itself.
-    Own,
-    /// In a separate file (build id or `.gnu_debuglink`), read whole.
-    Separate(PathBuf, Vec<u8>),
-    /// Nowhere this crate looks; or, with a reason, in a separate debug file that cannot
-    /// be used (`path: why`).
-    Missing(Option<String>),
 }
 
 impl Target {
@@ -66,14 +50,12 @@ impl Target {
         let mut images = vec![exe];
         images.extend(libs);
         let inlined = images.iter().map(|_| None).collect();
-        let debug = images.iter().map(|_| None).collect();
         Ok(Target {
             program: given,
             script,
             images,
             libraries,
             inlined,
-            debug,
         })
     }
 
@@ -83,12 +65,7 @@ impl Target {
     }
 
     fn inlined_of(&mut self, image: usize) -> &Result<InlinedIndex, String> {
-        self.debug_of(image);
-        let data: &[u8] = match &self.debug[image] {
-            Some(DebugInfo::Own) => self.images[image].data(),
-            Some(DebugInfo::Separate(_, data)) => data,
-            _ => &[],
-        };
+        let data = self.images[image].dwarf_data().unwrap_or(&[]);
         self.inlined[image].get_or_insert_with(|| {
             if data.is_empty() {
                 Ok(InlinedIndex::default())
@@ -98,85 +75,39 @@ impl Target {
         })
     }
 
-    /// Find the DWARF of `image`: in the file, else in a separate debug file.
-    fn debug_of(&mut self, image: usize) -> &DebugInfo {
-        let img = &self.images[image];
-        self.debug[image].get_or_insert_with(|| {
-            if has_dwarf(img.data()) {
-                return DebugInfo::Own;
-            }
-            let mut unusable = None;
-            for candidate in debug_file_candidates(img) {
-                let problem = match std::fs::read(&candidate) {
-                    Ok(data) => match debug_file_problem(&data) {
-                        None => return DebugInfo::Separate(candidate, data),
-                        Some(why) => why,
-                    },
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => e.to_string(),
-                };
-                unusable.get_or_insert(format!(
-                    "its separate debug file {} is unusable: {problem}",
-                    candidate.display()
-                ));
-            }
-            DebugInfo::Missing(unusable)
-        })
-    }
-
-    /// The bytes of the ELF file holding `image`'s DWARF, once [`Target::debug_of`] ran.
+    /// The bytes of the ELF file holding `image`'s DWARF: the file, or its separate
+    /// debug file (found and checked by [`Image::load`]).
     fn dwarf_data(&self, image: usize) -> Option<&[u8]> {
-        match self.debug[image].as_ref()? {
-            DebugInfo::Own => Some(self.images[image].data()),
-            DebugInfo::Separate(_, data) => Some(data),
-            DebugInfo::Missing(_) => None,
-        }
+        self.images[image].dwarf_data()
     }
 
-    /// The separate debug file used for `image`, if any.
-    pub fn debug_file(&mut self, image: usize) -> Option<PathBuf> {
-        match self.debug_of(image) {
-            DebugInfo::Separate(path, _) => Some(path.clone()),
-            _ => None,
-        }
+    /// The separate debug file whose DWARF `image` uses, if any.
+    pub fn debug_file(&self, image: usize) -> Option<PathBuf> {
+        self.images[image].dwarf_file().map(Path::to_path_buf)
     }
 
     /// Whether `image` has DWARF, in the file or in a separate debug file.
-    pub fn has_debug_info(&mut self, image: usize) -> bool {
-        !matches!(self.debug_of(image), DebugInfo::Missing(_))
+    pub fn has_debug_info(&self, image: usize) -> bool {
+        self.images[image].dwarf_data().is_some()
     }
 
-    /// Why `image`'s separate debug file, found, cannot be used, if that is so.
-    fn unusable_debug_file(&mut self, image: usize) -> Option<String> {
-        match self.debug_of(image) {
-            DebugInfo::Missing(why) => why.clone(),
-            _ => None,
+    /// Why `image` has no usable DWARF although a separate debug file was found, if that
+    /// is so.
+    fn unusable_debug_file(&self, image: usize) -> Option<String> {
+        let img = &self.images[image];
+        if img.dwarf_data().is_some() {
+            return None;
         }
+        if let Some(d) = &img.debug_file {
+            return Some(format!(
+                "its separate debug file {} has symbols but no DWARF",
+                d.path.display()
+            ));
+        }
+        img.debug_file_problem
+            .as_ref()
+            .map(|why| format!("its separate debug file is unusable: {why}"))
     }
-}
-
-/// Where gdb looks for the separate debug file of `image`: by build id under
-/// `/usr/lib/debug/.build-id/`, then by its `.gnu_debuglink` name next to it, in a
-/// `.debug` directory next to it, and under `/usr/lib/debug` + its directory.
-fn debug_file_candidates(image: &Image) -> Vec<PathBuf> {
-    let root = Path::new("/usr/lib/debug");
-    let mut out = Vec::new();
-    if let Some(id) = image.build_id.as_deref().filter(|id| id.len() > 1) {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        out.push(
-            root.join(".build-id")
-                .join(&hex[..2])
-                .join(format!("{}.debug", &hex[2..])),
-        );
-    }
-    if let (Some(link), Some(dir)) = (&image.debuglink, image.path.parent()) {
-        out.push(dir.join(link));
-        out.push(dir.join(".debug").join(link));
-        let relative = dir.strip_prefix("/").unwrap_or(dir);
-        out.push(root.join(relative).join(link));
-    }
-    out.retain(|p| p != &image.path);
-    out
 }
 
 /// One inlined instance that is counted: its entry points are probed, their hits summed.
@@ -544,6 +475,14 @@ impl Inlined {
                 .or_default()
                 .extend(&instance.ranges);
         }
+        if self.loader {
+            // Never the program's calls, whatever their entries (the loader's symbols from
+            // its debug file would let them be found).
+            for _ in &instances {
+                self.miss(image, String::new());
+            }
+            return;
+        }
         for instance in instances {
             let e = if let Some(SplitFrom::Function(copy)) = &instance.split_from {
                 // A part split off an out-of-line copy and inlined back into it: its
@@ -837,8 +776,11 @@ fn matching_symbols(
     let mut found: BTreeMap<(usize, u64), MatchedFunction> = BTreeMap::new();
     let mut refused: BTreeMap<(usize, u64), EntryRefusal> = BTreeMap::new();
     for (i, image) in target.images.iter().enumerate() {
+        // The dynamic loader's own functions (its memcpy, strlen, minimal malloc: in its
+        // separate debug file's symbol table) serve the loader, not the program.
+        let loader = is_loader(target, i);
         for f in &image.functions {
-            if !may_match(&f.name, pattern) {
+            if !may_match(&f.name, pattern) || (loader && !f.exported) {
                 continue;
             }
             let mut d = demangle(&f.name);
@@ -915,7 +857,6 @@ fn label_functions(target: &mut Target, functions: &mut [MatchedFunction]) -> Ve
     }
     let mut generic: HashMap<(usize, String), String> = HashMap::new();
     for (image, raws) in wanted {
-        target.debug_of(image);
         let data = target
             .dwarf_data(image)
             .unwrap_or(target.images[image].data());
@@ -1013,8 +954,19 @@ fn no_match(
     }
     if exe.stripped {
         let exported = exe.functions.iter().filter(|f| f.exported).count();
+        let debug = match &exe.debug_file_problem {
+            // Said once: the DWARF errors above may carry it already.
+            Some(why) if dwarf_errors.iter().any(|e| e.contains(why.as_str())) => {
+                "install the separate debug file of this build, or rebuild without stripping"
+                    .into()
+            }
+            Some(why) => format!(
+                "its separate debug file is not used ({why}): install the one of this build, or rebuild without stripping"
+            ),
+            None => "no separate debug file was found (by build id under /usr/lib/debug/.build-id/, nor by its .gnu_debuglink): install its debug package, or rebuild without stripping".into(),
+        };
         context.push_str(&format!(
-            "; {} is stripped (no .symtab): only its {exported} exported functions and the functions of its shared libraries can be probed; rebuild without stripping",
+            "; {} is stripped (no .symtab): only its {exported} exported functions and the functions of its shared libraries can be probed; {debug}",
             exe.file_name()
         ));
     }

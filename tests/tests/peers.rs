@@ -13,13 +13,18 @@ use sbs_skip::{skip, Need};
 const PYTHON: &str = "/usr/bin/python3.11";
 
 /// Exported dict functions of CPython 3.11: twenty patterns, counted in-process (the
-/// symbols come from `python3.11-dbg`), most with inlined copies too.
+/// symbols and DWARF come from `python3.11-dbg`), most with inlined copies too. Not
+/// `PyDict_GetItemWithError` nor `PyDict_DelItem`: since the debug file's symbol table is
+/// read, six of their inlined copies are known to sit in functions whose jump tables
+/// forbid a patch, and with uprobes counting them (`auto`) `test_subprocess`'s
+/// `test_leak_fast_process_del_killed` failed: its killed child was not reaped yet when
+/// the test looked.
 const DICT_FUNCTIONS: [&str; 20] = [
     "PyDict_SetItem",
     "PyDict_GetItem",
-    "PyDict_GetItemWithError",
+    "PyDict_DelItemString",
     "PyDict_New",
-    "PyDict_DelItem",
+    "_PyDict_SetItem_KnownHash",
     "PyDict_Next",
     "PyDict_Size",
     "PyDict_Keys",

@@ -79,11 +79,15 @@ pub enum Need {
     /// symbols (`python3.11-dbg`): a peer's test suite as the judge of "the program runs
     /// as it would alone".
     PythonTestsuite,
+    /// Debian's `python3.11` (stripped) with its separate debug file from `python3.11-dbg`
+    /// under `/usr/lib/debug/.build-id/`: a real program whose symbols and DWARF are
+    /// elsewhere.
+    PythonDbg,
 }
 
 impl Need {
     /// Every capability, in the order the docs list them.
-    pub const ALL: [Need; 19] = [
+    pub const ALL: [Need; 20] = [
         Need::Root,
         Need::Tracefs,
         Need::PerfEvents,
@@ -103,6 +107,7 @@ impl Need {
         Need::Pyenv311,
         Need::Python3,
         Need::PythonTestsuite,
+        Need::PythonDbg,
     ];
 
     /// The name used in `SBS_REQUIRE` and in reports.
@@ -127,6 +132,7 @@ impl Need {
             Need::Pyenv311 => "pyenv-python3.11",
             Need::Python3 => "python3",
             Need::PythonTestsuite => "python3.11-testsuite",
+            Need::PythonDbg => "python3.11-dbg",
         }
     }
 

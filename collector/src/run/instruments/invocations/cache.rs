@@ -309,14 +309,14 @@ fn prune(dir: &Path, max_age: std::time::Duration, max_entries: usize) {
     }
 }
 
-/// Every file resolution read: the images and their separate debug files.
+/// Every file resolution read: the images and the separate debug files whose symbols or
+/// DWARF they use (one appearing, going or changing is a miss).
 fn files(target: &mut Target) -> Option<Vec<FileId>> {
     let mut out = Vec::new();
-    for i in 0..target.images.len() {
-        let image = &target.images[i];
+    for image in &target.images {
         out.push(FileId::of(&image.path, image.build_id.clone())?);
-        if let Some(debug) = target.debug_file(i) {
-            out.push(FileId::of(&debug, None)?);
+        if let Some(debug) = &image.debug_file {
+            out.push(FileId::of(&debug.path, debug.build_id.clone())?);
         }
     }
     Some(out)
