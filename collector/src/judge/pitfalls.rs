@@ -400,9 +400,31 @@ pub fn drift_warnings(
                 return verdict;
             }
             verdict.note = not_a_drift(counts, step.as_deref());
+            // Counts that do not move say the input does not change: a trend of the times
+            // alone is then the machine's (its load changed during the runs, and the
+            // processes' times are not independent), or a drift too slow for the counted
+            // operations to show. Counts that creep one way (within the tolerance) back a
+            // slow drift: a warning, below.
+            let creeping = counts.process.windows(2).all(|w| w[1] > w[0])
+                || counts.process.windows(2).all(|w| w[1] < w[0]);
+            if let Some(trend) = kept_trend(kept).filter(|_| !creeping) {
+                let said = format!(
+                    "{trend}, while the first {} operations ran the same instructions: the \
+                     machine's load changed during the runs, or the input drifts too slowly \
+                     to show in them (if the operation changes its input, add `.reset(...)`)",
+                    counts.process.len()
+                );
+                verdict.note = Some(match verdict.note.take() {
+                    Some(first) => format!("{first}; {said}"),
+                    None => said,
+                });
+                return verdict;
+            }
         }
     }
-    verdict.warnings.extend(kept_trend(bench, kept));
+    verdict.warnings.extend(kept_trend(kept).map(|trend| {
+        format!("`{bench}`: {trend}: the operation changes its own input; add `.reset(...)`")
+    }));
     verdict
 }
 
@@ -522,7 +544,9 @@ fn first_step(first: &[(Vec<f64>, f64)]) -> Option<String> {
     None
 }
 
-fn kept_trend(bench: &str, kept: &[Vec<f64>]) -> Option<String> {
+/// A trend of the time per operation over the kept measurements, described ("time per
+/// operation rises by 55% over the kept measurements (Spearman's ...)"), if there is one.
+fn kept_trend(kept: &[Vec<f64>]) -> Option<String> {
     let pairs: Vec<(f64, f64)> = kept
         .iter()
         .flat_map(|k| k.iter().enumerate().map(|(i, &t)| (i as f64, t)))
@@ -552,9 +576,8 @@ fn kept_trend(bench: &str, kept: &[Vec<f64>]) -> Option<String> {
         return None;
     }
     Some(format!(
-        "`{bench}`: time per operation {} by {:.0}% over the kept measurements (Spearman's \
-         rho {rho:.2} with the operation's index, p = {p:.2e}): the operation changes its own \
-         input; add `.reset(...)`",
+        "time per operation {} by {:.0}% over the kept measurements (Spearman's rho \
+         {rho:.2} with the operation's index, p = {p:.2e})",
         if change > 0.0 { "rises" } else { "falls" },
         (change.abs() * 100.0).floor()
     ))
@@ -688,6 +711,16 @@ mod tests {
         };
         let w = drift_warnings("vec/grow", &[], &kept, FirstCheck::Counted(&counts)).warnings;
         assert!(w.len() == 1 && w[0].contains("rises by"), "{w:?}");
+        // Counts that do not move: the same times are the machine's (a load that changed
+        // during the runs), said in a note, not a warning.
+        let still = FirstCounts {
+            process: vec![5000, 5000, 5000, 5000],
+            fresh: vec![5000, 5000],
+        };
+        let v = drift_warnings("vec/grow", &[], &kept, FirstCheck::Counted(&still));
+        assert!(v.warnings.is_empty(), "{v:?}");
+        let note = v.note.unwrap_or_default();
+        assert!(note.contains("rises by") && note.contains("load"), "{note}");
     }
 
     const NO_COUNT: FirstCheck<'static> = FirstCheck::TimingOnly("valgrind is not installed");
