@@ -7,7 +7,8 @@
 //!   same benchmark (Welch with one entry, ANOVA from two on, the reference being the most
 //!   recent), or with a named baseline (`--baseline NAME`, Welch).
 //! - `sbs-profile compare A B [C...]`: the commands run interleaved, and each metric of B,
-//!   C... is compared with A's (Welch for two commands, ANOVA for more).
+//!   C... is compared with A's, run i with run i (paired; Bonferroni over the later
+//!   commands, an ANOVA as context for more than two).
 //!
 //! Series are compared only when metric id, unit and source all match.
 
@@ -20,7 +21,9 @@ use sbs_reports::model::{
 };
 
 use crate::history::{Entry, EntryMeta, History, SavedMetric};
-use crate::judge::compare::{against_sessions, compare, CompareError, Policy, Series, Thresholds};
+use crate::judge::compare::{
+    against_sessions, compare, compare_paired, CompareError, Policy, Series, Thresholds,
+};
 use crate::judge::headline::{headline, speed_ratios};
 use crate::judge::sources::ensure_same_source;
 
@@ -199,10 +202,10 @@ impl Regression {
             }
             Mode::Compare => self.compare_benchmarks(&mut report.benchmarks)?,
         }
-        report.headline = headline(report, &against(self.mode, references, report));
         if self.mode == Mode::Compare {
             report.speed = speed_ratios(report);
         }
+        report.headline = headline(report, &against(self.mode, references, report));
         Ok(regressions(report))
     }
 
@@ -387,9 +390,17 @@ impl Regression {
                     .collect();
                 let (b0, m0) = found[0];
                 let policy = self.policy(&benchmarks[b0].metrics[m0]);
+                // The commands ran interleaved, run i of each in round i: their runs are
+                // compared in pairs. Not with --ignore-failure: a run that timed out left
+                // no time sample, and the runs after it would pair with the wrong round.
+                let judge = if self.include_failed {
+                    compare
+                } else {
+                    compare_paired
+                };
                 (1..found.len())
                     .map(|candidate| {
-                        compare(&series, 0, candidate, &policy)
+                        judge(&series, 0, candidate, &policy)
                             .with_context(|| format!("comparing {id} across the commands"))
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?
