@@ -274,13 +274,18 @@ fn report(
 /// mean and the samples behind them.
 fn link(l: &search::Link, confidence: f64) -> Link {
     let runs = l.samples.current.len().min(l.samples.previous.len());
-    let link = Link::new(
+    let mut link = Link::new(
         l.function.clone(),
         l.depth,
         l.external,
         runs,
         l.comparison.clone(),
     );
+    // The current build's mean over its runs: a change judged on the pairs of runs is the
+    // mean of their log ratios, which the difference of the two means need not equal.
+    if let Some(m) = crate::judge::compare::Moments::of(&l.samples.current) {
+        link.current = m.mean;
+    }
     let Some(hits) = l.samples.hits else {
         return link;
     };
