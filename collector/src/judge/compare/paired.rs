@@ -127,29 +127,22 @@ pub fn paired_interval(
         Scale::LogRatio => variance_floor * (reference.mean().powi(-2) + candidate.mean().powi(-2)),
     };
     let trimmed = n >= 5 && has_outliers(&values);
-    let (estimate, var, effective, df) = if trimmed {
+    // The mean of the values and the variance of one value's share in it, on df degrees
+    // of freedom.
+    let (estimate, var, df) = if trimmed {
         let (mean, winsorized_var, kept) = trimmed_moments(&values, TRIM);
-        // The winsorized variance estimates (1 - 2γ)² times the variance of the trimmed
-        // mean's influence; the standard error divides by it.
-        let scale = (1.0 - 2.0 * TRIM).powi(2);
-        (
-            mean,
-            winsorized_var.max(floor) / scale,
-            n,
-            (kept - 1) as f64,
-        )
+        // Tukey-McLaughlin: the standard error of the trimmed mean is the winsorized
+        // standard deviation over (1 - 2γ) √n.
+        let shrink = (1.0 - 2.0 * TRIM).powi(2);
+        (mean, winsorized_var.max(floor) / shrink, (kept - 1) as f64)
     } else {
-        (
-            values.as_slice().mean(),
-            values.as_slice().variance().max(floor),
-            n,
-            (n - 1) as f64,
-        )
+        let values = values.as_slice();
+        (values.mean(), values.variance().max(floor), (n - 1) as f64)
     };
     if var <= 0.0 || !var.is_finite() {
         return Err(CompareError::ZeroVariance);
     }
-    let std_error = (var / effective as f64).sqrt();
+    let std_error = (var / n as f64).sqrt();
     let t = StudentsT::new(0.0, 1.0, df).map_err(|_| CompareError::ZeroVariance)?;
     let critical = t.inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
     let p_value = (2.0 * t.sf((estimate / std_error).abs())).min(1.0);
