@@ -75,7 +75,14 @@ fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
     let change = match (c.relative, c.method) {
         (Some(r), ComparisonMethod::Exact) => format!("{} (exact)", signed(r)),
         (Some(r), _) => match (c.relative_ci_low, c.relative_ci_high) {
-            (Some(l), Some(h)) => format!("{} [{}, {}]", signed(r), signed(l), signed(h)),
+            // With the method that decided (Welch, or the runs in pairs).
+            (Some(l), Some(h)) => format!(
+                "{} [{}, {}] {}",
+                signed(r),
+                signed(l),
+                signed(h),
+                c.method.as_str()
+            ),
             _ => signed(r),
         },
         (None, _) => format!("+{} from 0", value(c.difference)),

@@ -404,7 +404,8 @@ fn significant(v: f64) -> String {
 }
 
 /// How many times longer a command's wall time is than the reference's (hyperfine's
-/// summary), with the interval of the ratio from the comparison of the two.
+/// summary), with the interval of the ratio from the comparison of the two, and the same
+/// ratio in CPU time where it was measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpeedRatio {
     /// The command.
@@ -421,38 +422,149 @@ pub struct SpeedRatio {
     pub confidence: f64,
     /// The verdict of the comparison behind it.
     pub verdict: Verdict,
+    /// The method of the comparison behind it (absent in reports written before it was
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<ComparisonMethod>,
+    /// The larger coefficient of variation of the two commands' wall times: how much the
+    /// machine moved them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_cov: Option<f64>,
+    /// The same ratio in CPU time (`time.cpu`, user + system), which a neighbour on the
+    /// machine moves much less than wall time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Ratio>,
+}
+
+/// A ratio of two commands' means in one metric, with its interval and verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Ratio {
+    /// `mean(benchmark) / mean(reference)`: above 1 is slower.
+    pub ratio: f64,
+    /// Lower bound of the ratio's interval.
+    pub ratio_low: f64,
+    /// Upper bound of the ratio's interval.
+    pub ratio_high: f64,
+    /// Confidence level of the interval.
+    pub confidence: f64,
+    /// The verdict of the comparison behind it.
+    pub verdict: Verdict,
+    /// The method of the comparison behind it.
+    pub method: ComparisonMethod,
+}
+
+impl Ratio {
+    /// Whether its comparison found a difference (past the threshold or within it).
+    pub fn significant(&self) -> bool {
+        verdict_significant(self.verdict)
+    }
+
+    /// "1.033 ± 0.008 times slower" (the inverse ratio for faster).
+    pub fn times(&self) -> String {
+        times(self.ratio, self.ratio_low, self.ratio_high)
+    }
+}
+
+fn verdict_significant(verdict: Verdict) -> bool {
+    matches!(
+        verdict,
+        Verdict::Regressed | Verdict::Improved | Verdict::BelowThreshold
+    )
+}
+
+/// A ratio and its interval as "1.19 ± 0.04 times slower", faster said with the inverse
+/// ratio (0.8 of the time is 1.25 times faster); the `±` is the interval's half-width, with
+/// a third decimal when it is under 0.01.
+fn times(ratio: f64, low: f64, high: f64) -> String {
+    let (factor, low, high, how) = if ratio >= 1.0 {
+        (ratio, low, high, "slower")
+    } else {
+        let inv = |x: f64| if x > 0.0 { 1.0 / x } else { f64::INFINITY };
+        (inv(ratio), inv(high), inv(low), "faster")
+    };
+    let pm = (high - low).abs() / 2.0;
+    if !pm.is_finite() {
+        return format!("{factor:.2} ± ∞ times {how}");
+    }
+    if pm < 0.01 {
+        format!("{factor:.3} ± {pm:.3} times {how}")
+    } else {
+        format!("{factor:.2} ± {pm:.2} times {how}")
+    }
 }
 
 impl SpeedRatio {
-    /// hyperfine's sentence, with the half-width of the interval as the `±`: "`b` ran 1.19
-    /// ± 0.04 times slower than `a`"; faster is said with the inverse ratio.
+    /// The wall-time ratio alone.
+    pub fn wall(&self) -> Ratio {
+        Ratio {
+            ratio: self.ratio,
+            ratio_low: self.ratio_low,
+            ratio_high: self.ratio_high,
+            confidence: self.confidence,
+            verdict: self.verdict,
+            method: self.method.unwrap_or(ComparisonMethod::WelchT),
+        }
+    }
+
+    /// The summary in one line, hyperfine's sentence with the half-width of the interval
+    /// as the `±`: "`b` ran 1.19 ± 0.04 times slower than `a`"; with CPU time beside it,
+    /// and when wall time cannot decide what CPU time does, that said first: "`b` against
+    /// `a`: wall time varies 15% here; CPU time: 1.033 ± 0.008 times slower".
     pub fn sentence(&self) -> String {
-        let (factor, low, high, how) = if self.ratio >= 1.0 {
-            (self.ratio, self.ratio_low, self.ratio_high, "slower")
-        } else {
-            let inv = |x: f64| if x > 0.0 { 1.0 / x } else { f64::INFINITY };
-            (
-                inv(self.ratio),
-                inv(self.ratio_high),
-                inv(self.ratio_low),
-                "faster",
-            )
+        let wall = self.wall();
+        let names = format!(
+            "`{}` ran {} than `{}`",
+            self.benchmark,
+            wall.times(),
+            self.reference
+        );
+        let Some(cpu) = self.cpu else {
+            let verdict = match self.verdict {
+                Verdict::NoChange | Verdict::Inconclusive => " (not a significant difference)",
+                Verdict::BelowThreshold => " (within the threshold)",
+                Verdict::Regressed | Verdict::Improved => "",
+            };
+            return format!("{names}{verdict}");
         };
-        let pm = (high - low).abs() / 2.0;
-        let pm = if pm.is_finite() {
-            format!("{pm:.2}")
-        } else {
-            "∞".to_string()
+        let within = |r: &Ratio| {
+            if r.verdict == Verdict::BelowThreshold {
+                ", within the threshold"
+            } else {
+                ""
+            }
         };
-        let verdict = match self.verdict {
-            Verdict::NoChange | Verdict::Inconclusive => " (not a significant difference)",
-            Verdict::BelowThreshold => " (within the threshold)",
-            Verdict::Regressed | Verdict::Improved => "",
-        };
-        format!(
-            "`{}` ran {factor:.2} ± {pm} times {how} than `{}`{verdict}",
-            self.benchmark, self.reference
-        )
+        match (wall.significant(), cpu.significant()) {
+            (true, _) => format!(
+                "{names} ({}CPU time: {}{})",
+                if within(&wall).is_empty() {
+                    ""
+                } else {
+                    "within the threshold; "
+                },
+                cpu.times(),
+                if cpu.significant() {
+                    within(&cpu)
+                } else {
+                    ", not significant"
+                }
+            ),
+            (false, true) => format!(
+                "`{}` against `{}`: wall time {} here ({}, not significant); CPU time: {}{}",
+                self.benchmark,
+                self.reference,
+                match self.wall_cov {
+                    Some(cov) => format!("varies {:.0}%", cov * 100.0),
+                    None => "does not decide".to_string(),
+                },
+                wall.times(),
+                cpu.times(),
+                within(&cpu)
+            ),
+            (false, false) => format!(
+                "{names} (not a significant difference; CPU time: {}, not significant either)",
+                cpu.times()
+            ),
+        }
     }
 }
 
@@ -542,6 +654,14 @@ pub enum ComparisonMethod {
     /// between sessions: the candidate is judged against the spread of the sessions'
     /// means (prediction interval, Student t with k - 1 degrees of freedom).
     Sessions,
+    /// Runs made in pairs (`compare`'s interleaved runs): Student's t interval of the
+    /// mean per-pair change, the log of the ratio of the two runs (or their difference
+    /// where a value is 0 or less), on `n - 1` degrees of freedom (a paired t test).
+    PairedT,
+    /// Runs made in pairs whose per-pair changes have outliers: the 20% trimmed mean of
+    /// the per-pair changes with the Tukey-McLaughlin interval (winsorized variance,
+    /// `n - 2g - 1` degrees of freedom).
+    PairedTrimmed,
 }
 
 impl ComparisonMethod {
@@ -553,6 +673,8 @@ impl ComparisonMethod {
             ComparisonMethod::Anova => "anova",
             ComparisonMethod::Exact => "exact",
             ComparisonMethod::Sessions => "sessions",
+            ComparisonMethod::PairedT => "paired_t",
+            ComparisonMethod::PairedTrimmed => "paired_trimmed",
         }
     }
 
@@ -564,7 +686,17 @@ impl ComparisonMethod {
             ComparisonMethod::Anova => "anova",
             ComparisonMethod::Exact => "exact",
             ComparisonMethod::Sessions => "sessions",
+            ComparisonMethod::PairedT => "paired-t",
+            ComparisonMethod::PairedTrimmed => "paired-trimmed",
         }
+    }
+
+    /// Whether the runs were compared in pairs.
+    pub fn paired(self) -> bool {
+        matches!(
+            self,
+            ComparisonMethod::PairedT | ComparisonMethod::PairedTrimmed
+        )
     }
 }
 
@@ -638,7 +770,9 @@ pub struct Comparison {
     pub reference_n: usize,
     /// Mean of the reference.
     pub reference_mean: f64,
-    /// `mean(this) - mean(reference)`: positive is worse.
+    /// `mean(this) - mean(reference)`: positive is worse. For runs compared in pairs on
+    /// the log of their ratios ([`ComparisonMethod::PairedT`]), the reference mean times
+    /// the relative change the pairs give, so that it and `relative` agree.
     pub difference: f64,
     /// Lower bound of the interval of the difference; `None` when it cannot be computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -648,7 +782,9 @@ pub struct Comparison {
     pub ci_high: Option<f64>,
     /// Confidence level of the interval (after any multiple-comparison adjustment).
     pub confidence: f64,
-    /// `difference / |reference_mean|`; `None` when the reference mean is 0.
+    /// `difference / |reference_mean|`; `None` when the reference mean is 0. For runs
+    /// compared in pairs on the log of their ratios, the geometric mean of the ratios
+    /// minus 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relative: Option<f64>,
     /// `ci_low / |reference_mean|`.

@@ -127,7 +127,8 @@ pub struct Link {
     /// `(current - previous) / previous`, in percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change_percent: Option<f64>,
-    /// `exact` (no variance: compared exactly) or `welch_t`.
+    /// `exact` (no variance: compared exactly), `paired_t` or `paired_trimmed` (the
+    /// builds' runs in pairs), or `welch_t`.
     pub method: String,
     /// Interval of the change in percent (Welch); absent when exact.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,7 +172,7 @@ impl Link {
             previous,
             current,
             change_percent: comparison.relative.map(|r| r * 100.0),
-            method: if exact { "exact" } else { "welch_t" }.to_string(),
+            method: comparison.method.id().to_string(),
             interval_percent,
             runs,
             previous_interval: None,
@@ -230,7 +231,8 @@ impl Link {
 
     fn interval(&self) -> String {
         match self.interval_percent {
-            Some([lo, hi]) => format!("[{lo:+.1}%, {hi:+.1}%]"),
+            // The method that decided (the builds' runs in pairs, or Welch's).
+            Some([lo, hi]) => format!("[{lo:+.1}%, {hi:+.1}%] {}", self.method),
             None if self.method == "exact" => "exact".to_string(),
             // A measured value compared without an interval (too few runs or samples).
             None => "no interval".to_string(),

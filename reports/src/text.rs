@@ -168,6 +168,15 @@ fn table(b: &BenchmarkResult, time: Option<human::TimeUnit>) -> Vec<String> {
 }
 
 /// A scan's growth section.
+/// The heading of the speed summary: what its sentences measure.
+fn speed_heading(speed: &[crate::model::SpeedRatio]) -> &'static str {
+    if speed.iter().any(|r| r.cpu.is_some()) {
+        "Summary (wall and CPU time)"
+    } else {
+        "Summary (wall time)"
+    }
+}
+
 fn scan_lines(scan: &Scan, out: &mut dyn io::Write) -> io::Result<()> {
     writeln!(
         out,
@@ -225,7 +234,7 @@ impl Render for Text {
             scan_lines(scan, out)?;
         }
         if !report.speed.is_empty() {
-            writeln!(out, "\nSummary (wall time):")?;
+            writeln!(out, "\n{}:", speed_heading(&report.speed))?;
             for r in &report.speed {
                 writeln!(out, "  {}", r.sentence())?;
             }

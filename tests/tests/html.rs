@@ -114,12 +114,13 @@ fn html_report_renders_its_plots_in_chromium() {
     ])
     .success();
     let html = std::fs::read_to_string(&page).unwrap();
-    // One figure per timing metric: a strip plot, or the number when every run gave the
-    // same value (time.sys is often 0 throughout).
+    // One figure per timing metric (time.wall, time.cpu, time.user, time.sys, rss.peak):
+    // a strip plot, or the number when every run gave the same value (time.sys is often
+    // 0 throughout).
     let plots = html.matches("<svg").count();
     let exact = html.matches("<figure class=exact>").count();
     run.check(
-        plots + exact == 4 && plots >= 1,
+        plots + exact == 5 && plots >= 1,
         "one figure per timing metric",
     );
 

@@ -218,11 +218,16 @@ fn the_headline_comes_first_and_compare_ends_with_the_speed_ratio() {
         first.contains("regressed against `") && first.contains("alloc.count +"),
         "{first}"
     );
+    // Wall time decides ("`b` ran 1.2 ± 0.1 times slower than `a` (CPU time: ...)"), or
+    // CPU time does where wall time cannot ("`b` against `a`: wall time varies...").
     let last_lines: Vec<&str> = out.lines().rev().take(4).collect();
     assert!(
         last_lines
             .iter()
-            .any(|l| l.contains(&format!("`{b}` ran ")) && l.contains(&format!(" than `{a}`"))),
+            .any(
+                |l| (l.contains(&format!("`{b}` ran ")) && l.contains(&format!(" than `{a}`")))
+                    || l.contains(&format!("`{b}` against `{a}`: wall time"))
+            ),
         "{out}"
     );
 

@@ -60,8 +60,9 @@ pub struct Cli {
 #[derive(Debug, clap::Subcommand)]
 pub enum Subcommand {
     /// Compare two or more commands: they run interleaved (A B A B ...) so drift hits all
-    /// alike, and every metric of B, C... gets a verdict against A's (Welch for two
-    /// commands, ANOVA for more).
+    /// alike, and every metric of B, C... gets a verdict against A's, judged on the pairs
+    /// of runs of each round (a paired t interval of the log ratios; an ANOVA as context
+    /// for three or more).
     #[command(
         mut_arg("command", |a| a
             .value_name("COMMANDS")

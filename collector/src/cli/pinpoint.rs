@@ -27,7 +27,7 @@ pub enum MetricArg {
     /// Heap bytes allocated, inclusive (valgrind DHAT; exact).
     AllocBytes,
     /// CPU time, inclusive (user call stacks sampled on the cpu-clock software event;
-    /// measured, judged by Welch's test).
+    /// measured, judged on the pairs of runs of the two builds, which run alternately).
     Time,
 }
 
@@ -91,7 +91,7 @@ pub struct PinpointArgs {
     #[arg(long, value_name = "PCT|+N")]
     pub threshold: Vec<String>,
 
-    /// Confidence level of Welch's intervals, as a percentage or a fraction.
+    /// Confidence level of the intervals, as a percentage or a fraction.
     #[arg(long, value_name = "LEVEL", default_value = "95", value_parser = parse_confidence)]
     pub confidence: f64,
 

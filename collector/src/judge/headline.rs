@@ -2,13 +2,14 @@
 //! against ..."), and `compare`'s hyperfine-style speed ratios, both computed here so that
 //! every renderer only prints them.
 
-use sbs_reports::model::{Report, SpeedRatio, Verdict};
+use sbs_reports::model::{BenchmarkResult, Ratio, Report, SpeedRatio, Verdict};
 
 /// At most this many metrics are named per verdict in the headline.
 const NAMED: usize = 4;
 
-/// The headline of a judged report, saying what the comparisons were `against`; `None`
-/// when no metric was compared.
+/// The headline of a judged report, saying what the comparisons were `against`, and in
+/// `compare` the speed summary ([`speed_ratios`], computed first); `None` when no metric
+/// was compared.
 pub fn headline(report: &Report, against: &str) -> Option<String> {
     let several = report.benchmarks.len() > 1;
     let mut compared = 0;
@@ -53,6 +54,11 @@ pub fn headline(report: &Report, against: &str) -> Option<String> {
             list(&improved)
         ));
     }
+    // `compare`: how much slower or faster, in wall and CPU time.
+    for r in report.speed.iter().take(NAMED) {
+        line.push_str("; ");
+        line.push_str(&r.sentence());
+    }
     Some(line)
 }
 
@@ -66,34 +72,62 @@ fn list(items: &[String]) -> String {
 }
 
 /// `compare`: each later benchmark's wall time as a multiple of the first's, from the
-/// comparison already made (so with its interval and its multiple-comparison correction).
+/// comparison already made (so with its interval, its method and its multiple-comparison
+/// correction), with its CPU time (`time.cpu`) beside it where it was measured.
 pub fn speed_ratios(report: &Report) -> Vec<SpeedRatio> {
     let Some(first) = report.benchmarks.first() else {
         return Vec::new();
     };
+    let cov = |b: &BenchmarkResult| {
+        b.metrics
+            .iter()
+            .find(|m| m.id == "time.wall")
+            .and_then(|m| m.summary.cov)
+    };
     report.benchmarks[1..]
         .iter()
         .filter_map(|b| {
-            let m = b.metrics.iter().find(|m| m.id == "time.wall")?;
-            let c = m.comparison.as_ref()?;
-            let rel = c.relative?;
-            let (low, high) = (c.relative_ci_low?, c.relative_ci_high?);
+            let wall = ratio(b, "time.wall")?;
+            let wall_cov = match (cov(first), cov(b)) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            };
             Some(SpeedRatio {
                 benchmark: b.name.clone(),
                 reference: first.name.clone(),
-                ratio: 1.0 + rel,
-                ratio_low: 1.0 + low,
-                ratio_high: 1.0 + high,
-                confidence: c.confidence,
-                verdict: c.verdict,
+                ratio: wall.ratio,
+                ratio_low: wall.ratio_low,
+                ratio_high: wall.ratio_high,
+                confidence: wall.confidence,
+                verdict: wall.verdict,
+                method: Some(wall.method),
+                wall_cov,
+                cpu: ratio(b, "time.cpu"),
             })
         })
         .collect()
 }
 
+/// The ratio of `b`'s metric `id` to the first benchmark's, from its comparison.
+fn ratio(b: &BenchmarkResult, id: &str) -> Option<Ratio> {
+    let m = b.metrics.iter().find(|m| m.id == id)?;
+    let c = m.comparison.as_ref()?;
+    let rel = c.relative?;
+    let (low, high) = (c.relative_ci_low?, c.relative_ci_high?);
+    Some(Ratio {
+        ratio: 1.0 + rel,
+        ratio_low: 1.0 + low,
+        ratio_high: 1.0 + high,
+        confidence: c.confidence,
+        verdict: c.verdict,
+        method: c.method,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sbs_reports::model::ComparisonMethod;
 
     fn ratio(r: f64, low: f64, high: f64, verdict: Verdict) -> String {
         SpeedRatio {
@@ -104,8 +138,67 @@ mod tests {
             ratio_high: high,
             confidence: 0.95,
             verdict,
+            method: None,
+            wall_cov: None,
+            cpu: None,
         }
         .sentence()
+    }
+
+    fn with_cpu(wall: (f64, f64, f64, Verdict), cpu: (f64, f64, f64, Verdict)) -> String {
+        SpeedRatio {
+            benchmark: "b".into(),
+            reference: "a".into(),
+            ratio: wall.0,
+            ratio_low: wall.1,
+            ratio_high: wall.2,
+            confidence: 0.95,
+            verdict: wall.3,
+            method: Some(ComparisonMethod::PairedT),
+            wall_cov: Some(0.153),
+            cpu: Some(Ratio {
+                ratio: cpu.0,
+                ratio_low: cpu.1,
+                ratio_high: cpu.2,
+                confidence: 0.95,
+                verdict: cpu.3,
+                method: ComparisonMethod::PairedT,
+            }),
+        }
+        .sentence()
+    }
+
+    #[test]
+    fn cpu_time_is_said_beside_wall_time_and_first_when_only_it_decides() {
+        use Verdict::*;
+        assert_eq!(
+            with_cpu(
+                (1.04, 0.98, 1.10, NoChange),
+                (1.033, 1.025, 1.041, Regressed)
+            ),
+            "`b` against `a`: wall time varies 15% here (1.04 ± 0.06 times slower, not \
+             significant); CPU time: 1.033 ± 0.008 times slower"
+        );
+        assert_eq!(
+            with_cpu((1.19, 1.15, 1.23, Regressed), (1.18, 1.16, 1.20, Regressed)),
+            "`b` ran 1.19 ± 0.04 times slower than `a` (CPU time: 1.18 ± 0.02 times slower)"
+        );
+        assert_eq!(
+            with_cpu(
+                (1.01, 0.95, 1.07, NoChange),
+                (0.999, 0.997, 1.001, NoChange)
+            ),
+            "`b` ran 1.01 ± 0.06 times slower than `a` (not a significant difference; CPU \
+             time: 1.001 ± 0.002 times faster, not significant either)"
+        );
+        assert_eq!(
+            with_cpu(
+                (1.015, 1.005, 1.025, BelowThreshold),
+                (1.0, 0.98, 1.02, NoChange)
+            ),
+            "`b` ran 1.01 ± 0.01 times slower than `a` (within the threshold; CPU time: 1.00 \
+             ± 0.02 times slower, not significant)"
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   same benchmark (Welch with one entry, ANOVA from two on, the reference being the most
 //!   recent), or with a named baseline (`--baseline NAME`, Welch).
 //! - `sbs-profile compare A B [C...]`: the commands run interleaved, and each metric of B,
-//!   C... is compared with A's (Welch for two commands, ANOVA for more).
+//!   C... is compared with A's, run i with run i (paired; Bonferroni over the later
+//!   commands, an ANOVA as context for more than two).
 //!
 //! Series are compared only when metric id, unit and source all match.
 
@@ -16,11 +17,14 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use sbs_reports::model::{
-    family_of, BenchmarkResult, Comparison, MetricResult, Report, TrendPoint, METRIC_FAMILIES,
+    family_of, BenchmarkResult, Comparison, Conditions, MetricResult, Report, TrendPoint,
+    METRIC_FAMILIES,
 };
 
 use crate::history::{Entry, EntryMeta, History, SavedMetric};
-use crate::judge::compare::{against_sessions, compare, CompareError, Policy, Series, Thresholds};
+use crate::judge::compare::{
+    against_sessions, compare, compare_paired, CompareError, Policy, Series, Thresholds,
+};
 use crate::judge::headline::{headline, speed_ratios};
 use crate::judge::sources::ensure_same_source;
 
@@ -197,12 +201,12 @@ impl Regression {
                     }
                 }
             }
-            Mode::Compare => self.compare_benchmarks(&mut report.benchmarks)?,
+            Mode::Compare => self.compare_benchmarks(&mut report.benchmarks, &report.conditions)?,
         }
-        report.headline = headline(report, &against(self.mode, references, report));
         if self.mode == Mode::Compare {
             report.speed = speed_ratios(report);
         }
+        report.headline = headline(report, &against(self.mode, references, report));
         Ok(regressions(report))
     }
 
@@ -339,7 +343,11 @@ impl Regression {
         Ok(points)
     }
 
-    fn compare_benchmarks(&self, benchmarks: &mut [BenchmarkResult]) -> anyhow::Result<()> {
+    fn compare_benchmarks(
+        &self,
+        benchmarks: &mut [BenchmarkResult],
+        conditions: &Conditions,
+    ) -> anyhow::Result<()> {
         let Some(first) = benchmarks.first() else {
             return Ok(());
         };
@@ -387,9 +395,23 @@ impl Regression {
                     .collect();
                 let (b0, m0) = found[0];
                 let policy = self.policy(&benchmarks[b0].metrics[m0]);
+                // The commands ran interleaved, run i of each in round i: their runs are
+                // compared in pairs, where every run of the group gave one sample. A run
+                // that timed out (--ignore-failure) leaves no time sample, and the runs
+                // after it would pair with the wrong round: Welch then.
+                let group = &benchmarks[b0].metrics[m0].group;
+                let runs = conditions
+                    .group_runs
+                    .iter()
+                    .find(|g| &g.group == group)
+                    .map_or(conditions.runs, |g| g.runs);
+                let one_per_run = found
+                    .iter()
+                    .all(|&(b, m)| benchmarks[b].metrics[m].samples.len() == runs);
+                let judge = if one_per_run { compare_paired } else { compare };
                 (1..found.len())
                     .map(|candidate| {
-                        compare(&series, 0, candidate, &policy)
+                        judge(&series, 0, candidate, &policy)
                             .with_context(|| format!("comparing {id} across the commands"))
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?
@@ -693,7 +715,7 @@ fn gated(metric: &MetricResult) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use sbs_reports::model::{Conditions, Unit, SCHEMA_VERSION};
+    use sbs_reports::model::{ComparisonMethod, Conditions, Unit, SCHEMA_VERSION};
 
     use super::*;
     use crate::judge::summary::metric_result;
@@ -789,6 +811,59 @@ mod tests {
         );
         // Without the ids (a harness), a name in a measured family waits for the runs.
         assert_eq!(thresholds_outside(&t, &families, None).len(), 3);
+    }
+
+    /// A `compare` report of two commands' wall times, `runs` measured runs each.
+    fn compared(a: &[f64], b: &[f64], runs: usize) -> Report {
+        let bench = |name: &str, samples: &[f64]| {
+            let mut m = metric_result(
+                "time.wall".into(),
+                Unit::Seconds,
+                "clock".into(),
+                false,
+                samples.to_vec(),
+                vec![],
+                0.95,
+            );
+            m.group = "timing".into();
+            BenchmarkResult {
+                name: name.into(),
+                command: vec![name.into()],
+                metrics: vec![m],
+                warnings: Vec::new(),
+            }
+        };
+        let mut r = report(&[]);
+        r.conditions.runs = runs;
+        r.benchmarks = vec![bench("a", a), bench("b", b)];
+        r
+    }
+
+    #[test]
+    fn compare_pairs_a_metric_only_where_every_run_gave_a_sample() {
+        let settings = Settings {
+            history: PathBuf::from("/nonexistent"),
+            save: false,
+            save_baseline: None,
+            baseline: None,
+            thresholds: Vec::new(),
+            depth: 5,
+            include_failed: true,
+        };
+        let regression = Regression::new(&settings, 0.95, Mode::Compare).unwrap();
+        let (a, b) = ([1.0, 1.2, 0.9, 1.1], [1.03, 1.23, 0.93, 1.14]);
+        let method = |a: &[f64], b: &[f64], runs| {
+            let mut r = compared(a, b, runs);
+            regression.apply(&[], &mut r).unwrap();
+            r.benchmarks[1].metrics[0]
+                .comparison
+                .as_ref()
+                .map(|c| c.method)
+        };
+        assert_eq!(method(&a, &b, 4), Some(ComparisonMethod::PairedT));
+        // One run of each timed out (--ignore-failure): 3 samples of 4 runs, which need
+        // not be the same rounds.
+        assert_eq!(method(&a[..3], &b[1..], 4), Some(ComparisonMethod::WelchT));
     }
 
     #[test]

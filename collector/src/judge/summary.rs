@@ -90,7 +90,7 @@ pub fn metric_result(
 }
 
 /// A modified z-score (Iglewicz and Hoaglin) above this marks an outlier.
-const OUTLIER_Z: f64 = 3.5;
+pub(crate) const OUTLIER_Z: f64 = 3.5;
 /// Timing runs whose coefficient of variation is above this are too noisy to trust.
 const NOISY_COV: f64 = 0.2;
 

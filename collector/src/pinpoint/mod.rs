@@ -7,7 +7,8 @@
 //! the inclusive time of each. [`builds`] reads each build's call lists from its machine
 //! code; [`search`] digs from the inspected function down, layer by layer, each "got
 //! worse" decided by the judge's comparison (exact with the threshold for counts that do
-//! not vary, Welch's interval for counts that do).
+//! not vary; for counts and times that do, the interval of the change over the pairs of
+//! runs, run i of each build, made one after the other).
 //!
 //! This layer sits below the command layer and the output, above the runner and the
 //! judge: it takes plain values and returns the report model.
@@ -102,14 +103,14 @@ pub struct Request {
     pub thresholds: Thresholds,
     /// How call lists are narrowed.
     pub strategy: Strategy,
-    /// Confidence level of Welch's intervals.
+    /// Confidence level of the intervals.
     pub confidence: f64,
     /// How `--metric time` samples.
     pub sampling: SampleConfig,
 }
 
-/// The fewest runs per build that can decide whether a time got worse: Welch's test
-/// needs the spread of each build's runs, which one run does not have.
+/// The fewest runs per build that can decide whether a time got worse: the interval
+/// needs the spread of the pairs of runs, which one pair does not have.
 pub const MIN_TIME_RUNS: usize = 2;
 
 /// Run both builds, dig, and return the report. A signal caught by `cancel` kills the
@@ -273,13 +274,18 @@ fn report(
 /// mean and the samples behind them.
 fn link(l: &search::Link, confidence: f64) -> Link {
     let runs = l.samples.current.len().min(l.samples.previous.len());
-    let link = Link::new(
+    let mut link = Link::new(
         l.function.clone(),
         l.depth,
         l.external,
         runs,
         l.comparison.clone(),
     );
+    // The current build's mean over its runs: a change judged on the pairs of runs is the
+    // mean of their log ratios, which the difference of the two means need not equal.
+    if let Some(m) = crate::judge::compare::Moments::of(&l.samples.current) {
+        link.current = m.mean;
+    }
     let Some(hits) = l.samples.hits else {
         return link;
     };

@@ -7,7 +7,7 @@ use sbs_reports::model::{Comparison, Verdict};
 
 use sbs_probes as probes;
 
-use crate::judge::compare::{compare, CompareError, Policy, Series};
+use crate::judge::compare::{compare_paired, CompareError, Policy, Series};
 
 /// One call of a function's call list, as the search sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -303,7 +303,9 @@ impl<B: Builds> Search<'_, B> {
 
     fn judge(&mut self, samples: &Samples) -> Result<Comparison, CompareError> {
         self.comparisons += 1;
-        compare(
+        // The builds run alternately (previous, current, previous...): run i of each is
+        // a pair, made under the same load.
+        compare_paired(
             &[
                 Series {
                     label: "previous",
@@ -591,16 +593,18 @@ mod tests {
     }
 
     #[test]
-    fn counts_that_vary_between_runs_are_judged_by_welch() {
+    fn counts_that_vary_between_runs_are_judged_in_pairs() {
         let mut b = program(520.0);
         b.runs = 5;
         let out = dig(&b, &"main", &options(Strategy::Binary, None)).unwrap();
         let names: Vec<&str> = out.chain.iter().map(|l| l.function.as_str()).collect();
         assert_eq!(names, ["main", "outer", "deep"]);
         for link in &out.chain {
-            assert_eq!(
-                link.comparison.method,
-                sbs_reports::model::ComparisonMethod::WelchT
+            // Run i of one build with run i of the other: they ran one after the other.
+            assert!(
+                link.comparison.method.paired(),
+                "{:?}",
+                link.comparison.method
             );
             assert!(link.comparison.ci_low.is_some_and(|lo| lo > 0.0));
         }

@@ -6,6 +6,9 @@
 //! - Two series: the confidence interval of the difference of means (Welch), Student t with
 //!   the Welch-Satterthwaite degrees of freedom at every sample size. A difference is
 //!   significant when the interval excludes zero.
+//! - Two series whose runs were made in pairs (`compare`, `pinpoint --metric time`):
+//!   [`compare_paired`], the interval of the change over the pairs ([`paired_interval`]:
+//!   log ratios, a t interval, the trimmed mean when they have outliers).
 //! - Three or more series (`compare` with several commands): each later command against
 //!   the first, at the level adjusted for the `k - 1` comparisons that decide something
 //!   (Bonferroni); a one-way ANOVA and its post-hoc pairs are reported as context.
@@ -18,6 +21,9 @@
 //!   better.
 
 mod anova;
+mod paired;
+#[cfg(test)]
+mod paired_tests;
 mod sessions;
 #[cfg(test)]
 mod tests;
@@ -29,6 +35,7 @@ use sbs_reports::model::{AnovaSummary, Comparison, ComparisonMethod, PairDiffere
 
 pub use crate::judge::summary::Moments;
 pub use anova::{anova, bonferroni_pairs, Anova, PairTest};
+pub use paired::{has_outliers, paired_interval, per_pair, PairedInterval, Scale};
 pub use sessions::against_sessions;
 pub use thresholds::{ThresholdError, Thresholds};
 pub use verdict::verdict;
@@ -79,6 +86,14 @@ pub enum CompareError {
     /// Welch's interval is undefined when both variances are zero.
     #[error("both series have zero variance: compare them exactly instead")]
     ZeroVariance,
+    /// Paired series of different lengths.
+    #[error("paired series have {reference} and {candidate} samples: runs can be paired only one for one")]
+    Unpaired {
+        /// Samples of the reference.
+        reference: usize,
+        /// Samples of the candidate.
+        candidate: usize,
+    },
     /// An index does not name a series.
     #[error("series index {index} out of range ({len} series)")]
     BadIndex {
@@ -149,6 +164,30 @@ pub fn compare(
     candidate: usize,
     policy: &Policy,
 ) -> Result<Comparison, CompareError> {
+    compare_with(series, reference, candidate, policy, false)
+}
+
+/// [`compare`] for series whose runs were made in pairs, run `i` of every series in the
+/// same round (`compare`'s interleaved runs): the change of the candidate is estimated
+/// from its pairs with the reference ([`paired_interval`]), the method `paired_t` or
+/// `paired_trimmed`. Series of different lengths, or pairs that give no interval (no
+/// variance at all), are compared as [`compare`] does.
+pub fn compare_paired(
+    series: &[Series<'_>],
+    reference: usize,
+    candidate: usize,
+    policy: &Policy,
+) -> Result<Comparison, CompareError> {
+    compare_with(series, reference, candidate, policy, true)
+}
+
+fn compare_with(
+    series: &[Series<'_>],
+    reference: usize,
+    candidate: usize,
+    policy: &Policy,
+    paired: bool,
+) -> Result<Comparison, CompareError> {
     validate(series, reference, candidate, policy)?;
     let ref_m = policy
         .moments(series[reference].samples)
@@ -180,10 +219,12 @@ pub fn compare(
             .moments(s.samples)
             .is_some_and(|m| zero_variance(&m, policy.exact))
     });
+    let pairs = (paired && series[reference].samples.len() == series[candidate].samples.len())
+        .then_some((series[reference].samples, series[candidate].samples));
     if kept.len() >= 3 {
-        return many_series(&kept, (r, c), all_zero, policy, result);
+        return many_series(&kept, (r, c), all_zero, pairs, policy, result);
     }
-    two_series(&ref_m, &cand_m, all_zero, policy, result)
+    two_series(&ref_m, &cand_m, all_zero, pairs, policy, result)
 }
 
 /// Refuse what no comparison can be made of: a bad level, bad indices, non-finite values.
@@ -261,11 +302,13 @@ fn set_interval(result: &mut Comparison, low: f64, high: f64) {
     result.relative_ci_high = relative_to(high, result.reference_mean);
 }
 
-/// Two series: exact when both have zero variance, otherwise Welch.
+/// Two series: exact when both have zero variance, otherwise paired (given `pairs`) or
+/// Welch.
 fn two_series(
     ref_m: &Moments,
     cand_m: &Moments,
     all_zero: bool,
+    pairs: Pairs<'_>,
     policy: &Policy,
     mut result: Comparison,
 ) -> Result<Comparison, CompareError> {
@@ -282,13 +325,66 @@ fn two_series(
         result.verdict = verdict(difference != 0.0, difference, relative, policy);
         return Ok(result);
     }
-    let interval = welch_interval(ref_m, cand_m, policy.confidence)?;
-    result.method = ComparisonMethod::WelchT;
-    set_interval(&mut result, interval.low, interval.high);
+    let significant = test(ref_m, cand_m, pairs, policy, policy.confidence, &mut result)?;
+    result.verdict = verdict(significant, result.difference, result.relative, policy);
+    Ok(result)
+}
+
+/// Run `i` of the reference and run `i` of the candidate, when the runs were made in pairs.
+type Pairs<'a> = Option<(&'a [f64], &'a [f64])>;
+
+/// The interval of the change at `level`, recorded in `result` with its method, degrees
+/// of freedom and p-value: from the pairs when there are pairs that give one, otherwise
+/// Welch's. Returns whether it excludes no change.
+fn test(
+    ref_m: &Moments,
+    cand_m: &Moments,
+    pairs: Pairs<'_>,
+    policy: &Policy,
+    level: f64,
+    result: &mut Comparison,
+) -> Result<bool, CompareError> {
+    let paired = match pairs {
+        Some((r, c)) => match paired_interval(r, c, level, policy.variance_floor()) {
+            Ok(interval) => Some(interval),
+            // No variance in the pairs (nor a floor): Welch's interval decides, or says
+            // why it cannot.
+            Err(CompareError::ZeroVariance | CompareError::TooFewSamples { .. }) => None,
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let Some(interval) = paired else {
+        let interval = welch_interval(ref_m, cand_m, level)?;
+        result.method = ComparisonMethod::WelchT;
+        set_interval(result, interval.low, interval.high);
+        result.df = Some(interval.df);
+        result.p_value = Some(interval.p_value);
+        return Ok(interval.significant());
+    };
+    result.method = if interval.trimmed {
+        ComparisonMethod::PairedTrimmed
+    } else {
+        ComparisonMethod::PairedT
+    };
+    match interval.scale {
+        Scale::LogRatio => {
+            // The change as a ratio, carried to the reference's level so that the
+            // difference and the relative change tell the same story.
+            let level_of = |log: f64| ref_m.mean.abs() * log.exp_m1();
+            result.difference = level_of(interval.estimate);
+            result.relative = Some(interval.estimate.exp_m1());
+            set_interval(result, level_of(interval.low), level_of(interval.high));
+        }
+        Scale::Difference => {
+            result.difference = interval.estimate;
+            result.relative = relative_to(interval.estimate, ref_m.mean);
+            set_interval(result, interval.low, interval.high);
+        }
+    }
     result.df = Some(interval.df);
     result.p_value = Some(interval.p_value);
-    result.verdict = verdict(interval.significant(), difference, relative, policy);
-    Ok(result)
+    Ok(interval.significant())
 }
 
 /// Three or more series (`compare` with several commands): the verdict is the comparison
@@ -300,6 +396,7 @@ fn many_series(
     kept: &[&Series<'_>],
     (r, c): (usize, usize),
     all_zero: bool,
+    pairs: Pairs<'_>,
     policy: &Policy,
     mut result: Comparison,
 ) -> Result<Comparison, CompareError> {
@@ -311,7 +408,7 @@ fn many_series(
         .ok_or(CompareError::TooFewSamples { n: 0, needed: 1 })?;
     if all_zero {
         // Exact values everywhere: an exact comparison, no test and no p-value.
-        return two_series(&ref_m, &cand_m, true, policy, result);
+        return two_series(&ref_m, &cand_m, true, None, policy, result);
     }
     let comparisons = (kept.len() - 1) as f64;
     let level = 1.0 - (1.0 - policy.confidence) / comparisons;
@@ -329,13 +426,10 @@ fn many_series(
         set_interval(&mut result, difference, difference);
         result.verdict = verdict(difference != 0.0, difference, relative, policy);
     } else {
-        let interval = welch_interval(&ref_m, &cand_m, level)?;
-        result.method = ComparisonMethod::WelchT;
+        let significant = test(&ref_m, &cand_m, pairs, policy, level, &mut result)?;
         result.confidence = level;
-        set_interval(&mut result, interval.low, interval.high);
-        result.df = Some(interval.df);
-        result.p_value = Some((interval.p_value * comparisons).min(1.0));
-        result.verdict = verdict(interval.significant(), difference, relative, policy);
+        result.p_value = result.p_value.map(|p| (p * comparisons).min(1.0));
+        result.verdict = verdict(significant, result.difference, result.relative, policy);
     }
     result.anova = Some(anova_summary(kept, c, policy)?);
     Ok(result)

@@ -1,12 +1,13 @@
-//! Timing: wall clock around the child, CPU times and peak RSS from `wait4` rusage.
+//! Timing: wall clock around the child, CPU times and peak RSS from `wait4` rusage;
+//! `time.cpu` is the user and system time together, what the child cost the CPUs.
 //! Nothing is attached to the child, so these runs are undisturbed.
 
 use sbs_reports::model::Unit;
 
 use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 
-/// Records `time.wall`, `time.user`, `time.sys` and, unless the memory group owns it,
-/// `rss.peak` of every run.
+/// Records `time.wall`, `time.cpu` (user + system), `time.user`, `time.sys` and, unless
+/// the memory group owns it, `rss.peak` of every run.
 #[derive(Debug)]
 pub struct Timing {
     /// Also report `rss.peak` (off when a dedicated memory group measures it).
@@ -27,7 +28,7 @@ impl Instrument for Timing {
     }
 
     fn metric_ids(&self) -> Option<Vec<String>> {
-        let mut ids = vec!["time.wall", "time.user", "time.sys"];
+        let mut ids = vec!["time.wall", "time.cpu", "time.user", "time.sys"];
         if self.rss {
             ids.push("rss.peak");
         }
@@ -43,6 +44,10 @@ impl Instrument for Timing {
         out.push(Sample::new(
             metric("time.wall", Unit::Seconds, "clock"),
             outcome.wall.as_secs_f64(),
+        ));
+        out.push(Sample::new(
+            metric("time.cpu", Unit::Seconds, "rusage"),
+            (outcome.user + outcome.sys).as_secs_f64(),
         ));
         out.push(Sample::new(
             metric("time.user", Unit::Seconds, "rusage"),
