@@ -232,6 +232,49 @@ pub struct Conditions {
     pub pinned_cpus: Vec<usize>,
     /// Whether the child started from a clean environment.
     pub clean_env: bool,
+    /// What the machine was like during the runs, where it could be read: what spoils
+    /// timings, so that a reader of a saved report sees why two entries differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Machine>,
+}
+
+/// The machine the runs ran on, as far as it spoils timings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// CPUs online.
+    pub cpus: usize,
+    /// The 1-minute load average when the runs started.
+    pub load_start: f64,
+    /// The 1-minute load average when they ended (the runs' own load included).
+    pub load_end: f64,
+    /// The share of all CPUs' time that other processes (alive before and after the
+    /// runs) took while the runs ran, 0 to 1.
+    pub others: f64,
+    /// The share of all CPUs' time the hypervisor took (steal time), 0 to 1.
+    pub steal: f64,
+    /// The busiest of those processes, as `name (pid) N%` of one CPU, busiest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub busy: Vec<String>,
+    /// The CPU frequency governor(s) (`performance`, `powersave`...), where cpufreq says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governor: Option<String>,
+    /// Whether turbo (boost) is on, where the driver says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turbo: Option<bool>,
+    /// The hypervisor, when this is a virtual machine (`KVM`, `VMware`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_machine: Option<String>,
+}
+
+impl Machine {
+    /// The share of the CPUs' time other processes must take during the runs (half of it
+    /// for steal time) for the machine to count as busy.
+    pub const BUSY_SHARE: f64 = 0.10;
+
+    /// Whether other processes or the hypervisor took enough of the CPUs to blur times.
+    pub fn was_busy(&self) -> bool {
+        self.others >= Self::BUSY_SHARE || self.steal >= Self::BUSY_SHARE / 2.0
+    }
 }
 
 impl Conditions {
@@ -858,6 +901,7 @@ mod tests {
             aslr_disabled: true,
             pinned_cpus: vec![],
             clean_env: false,
+            machine: None,
         };
         assert_eq!(c.measured_runs(), "100 timing runs, 10 alloc runs");
         let one = Conditions {

@@ -142,6 +142,7 @@ pub fn report() -> Report {
             aslr_disabled: true,
             pinned_cpus: vec![1],
             clean_env: false,
+            machine: None,
         },
         benchmarks: vec![BenchmarkResult {
             name: "./bench <fast> & \"quoted\"".into(),

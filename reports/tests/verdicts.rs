@@ -121,6 +121,7 @@ fn report() -> Report {
             aslr_disabled: true,
             pinned_cpus: vec![],
             clean_env: false,
+            machine: None,
         },
         benchmarks: vec![BenchmarkResult {
             name: "bench".into(),

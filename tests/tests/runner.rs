@@ -1331,3 +1331,40 @@ fn runs_start_under_a_low_limit_of_open_files() {
         );
     }
 }
+
+/// Every report says what the machine was like while the runs ran (JSON
+/// `conditions.machine`): its CPUs, the load average, the share of the CPUs' time other
+/// processes took and the busiest of them, a virtual machine; the text footer names a busy
+/// one. A neighbour spinning on enough CPUs to take a third of the machine is named with
+/// its pid (issue 33 item 4).
+#[test]
+fn the_report_says_what_else_the_machine_ran() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cpus.div_ceil(3).to_string();
+    let mut neighbour = std::process::Command::new(fixture!("spin_threads"))
+        .args([threads.as_str(), "100000000000000"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let args = ["--runs", "10", "--", fixture!("work"), "2000000"];
+    let json = sbs(["-f", "json"].iter().chain(&args)).success().json();
+    let text = sbs(args).success().stdout();
+    let _ = neighbour.kill();
+    let _ = neighbour.wait();
+    let m = &json["conditions"]["machine"];
+    assert_eq!(m["cpus"].as_u64(), Some(cpus as u64), "{m:#}");
+    let others = m["others"].as_f64().unwrap_or(-1.0);
+    assert!((0.2..=1.0).contains(&others), "{m:#}");
+    let named = format!("spin_threads ({})", neighbour.id());
+    assert!(m["busy"].to_string().contains(&named), "{m:#}");
+    assert!(m["load_start"].as_f64().is_some_and(|l| l >= 0.0), "{m:#}");
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flagged = cpuinfo
+        .lines()
+        .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"));
+    assert_eq!(m["virtual_machine"].is_string(), flagged, "{m:#}");
+    assert!(
+        text.contains("\nmachine: ") && text.contains("% of the CPUs"),
+        "the footer says the machine was busy: {text}"
+    );
+}

@@ -76,6 +76,7 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
             aslr_disabled: false,
             pinned_cpus: Vec::new(),
             clean_env: false,
+            machine: None,
         },
         benchmarks,
         from_history: Some(args.history.display().to_string()),

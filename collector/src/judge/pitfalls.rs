@@ -867,6 +867,7 @@ mod tests {
                 aslr_disabled: true,
                 pinned_cpus: Vec::new(),
                 clean_env: false,
+                machine: None,
             },
             benchmarks: vec![BenchmarkResult {
                 name: "vec/sum".into(),

@@ -94,6 +94,9 @@ pub(crate) const OUTLIER_Z: f64 = 3.5;
 /// Timing runs whose coefficient of variation is above this are too noisy to trust.
 const NOISY_COV: f64 = 0.2;
 
+/// How every warning of [`timing_warnings`] starts.
+pub const NOISY_TIMES: &str = "time.wall";
+
 /// Warnings about the wall times of a benchmark's timing runs, as hyperfine gives them:
 /// runs far from the others (a modified z-score, `0.6745 · |x − median| / MAD`, above 3.5,
 /// from 5 runs on) or, without them, a spread too wide to trust (CoV above 20%, from 3

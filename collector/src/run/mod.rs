@@ -4,6 +4,7 @@ pub mod hooks;
 pub mod instrument;
 pub mod instruments;
 mod launcher;
+pub mod machine;
 pub mod region_fds;
 pub mod runner;
 pub mod scheduler;

@@ -281,7 +281,22 @@ pub fn execute(
 ) -> anyhow::Result<Report> {
     crate::run::runner::adopt_orphans()
         .context("cannot become the subreaper of the benchmark's processes (prctl)")?;
-    execute_with(benchmarks, schedule, cancel, &mut Processes)
+    let before = crate::run::machine::before();
+    let mut report = execute_with(benchmarks, schedule, cancel, &mut Processes)?;
+    let machine = before.after();
+    if let Some(cause) = crate::run::machine::busy_cause(&machine) {
+        // After each warning about noisy times, which it explains.
+        for b in report.benchmarks.iter_mut() {
+            for w in b.warnings.iter_mut() {
+                if w.starts_with(crate::judge::summary::NOISY_TIMES) {
+                    w.push(' ');
+                    w.push_str(&cause);
+                }
+            }
+        }
+    }
+    report.conditions.machine = Some(machine);
+    Ok(report)
 }
 
 /// Run every benchmark's groups through `executor` and build the report. Every
@@ -671,6 +686,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
             aslr_disabled: first.is_some_and(|r| r.disable_aslr),
             pinned_cpus: first.map(|r| r.cpus.clone()).unwrap_or_default(),
             clean_env: schedule.clean_env,
+            machine: None,
         },
         benchmarks: results,
         from_history: None,

@@ -1,0 +1,237 @@
+//! What the machine was doing while the runs ran: the load average, the CPU time other
+//! processes and the hypervisor took, the frequency governor and turbo, a virtual machine.
+//! Read from `/proc` and `/sys` before the first run and after the last one (two reads of
+//! every process's CPU time, a few milliseconds), so that a report says why its times are
+//! noisy and a saved entry why it differs from another. What cannot be read is left out.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use procfs::{Current, CurrentSI};
+use sbs_reports::model::Machine;
+
+/// A share of one CPU a process must take to be named among the busiest.
+const NAMED_SHARE: f64 = 0.10;
+
+/// The state of the machine before the first run.
+pub struct Before {
+    at: Instant,
+    load: f64,
+    steal: u64,
+    /// CPU ticks of every process, by pid, with its name.
+    ticks: HashMap<i32, (String, u64)>,
+}
+
+/// Read the machine before the first run.
+pub fn before() -> Before {
+    Before {
+        at: Instant::now(),
+        load: load_average(),
+        steal: steal_ticks(),
+        ticks: process_ticks(),
+    }
+}
+
+impl Before {
+    /// Read it again after the last run: what it was like in between.
+    pub fn after(self) -> Machine {
+        let elapsed = self.at.elapsed().as_secs_f64().max(1e-3);
+        let cpus = procfs::CpuInfo::current()
+            .map(|c| c.num_cores())
+            .unwrap_or(1)
+            .max(1);
+        let hz = procfs::ticks_per_second() as f64;
+        let ours = own_tree();
+        let mut busy: Vec<(f64, String)> = Vec::new();
+        let mut others = 0.0;
+        for (pid, (name, now)) in process_ticks() {
+            let Some((_, then)) = self.ticks.get(&pid) else {
+                continue;
+            };
+            if ours.contains(&pid) {
+                continue;
+            }
+            let share = now.saturating_sub(*then) as f64 / hz / elapsed;
+            others += share;
+            if share >= NAMED_SHARE {
+                busy.push((share, format!("{name} ({pid}) {:.0}%", share * 100.0)));
+            }
+        }
+        busy.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let steal = steal_ticks().saturating_sub(self.steal) as f64 / hz / elapsed;
+        Machine {
+            cpus,
+            load_start: self.load,
+            load_end: load_average(),
+            others: others / cpus as f64,
+            steal: steal / cpus as f64,
+            busy: busy.into_iter().take(3).map(|(_, s)| s).collect(),
+            governor: governor(),
+            turbo: turbo(),
+            virtual_machine: virtual_machine(),
+        }
+    }
+}
+
+/// What the machine did to the times, when it was not quiet: said after a warning about
+/// noisy times (outliers, a wide spread), which it explains. A busy machine whose times
+/// stayed steady gets no warning: the footer still shows it.
+pub fn busy_cause(m: &Machine) -> Option<String> {
+    let mut took = Vec::new();
+    if m.others >= Machine::BUSY_SHARE {
+        let names = match m.busy.is_empty() {
+            true => String::new(),
+            false => format!(" (busiest: {})", m.busy.join(", ")),
+        };
+        took.push(format!(
+            "other processes took {:.0}% of the {} CPUs' time during the runs{names}",
+            m.others * 100.0,
+            m.cpus
+        ));
+    }
+    if m.steal >= Machine::BUSY_SHARE / 2.0 {
+        took.push(format!(
+            "the hypervisor took {:.0}% of it (steal time)",
+            m.steal * 100.0
+        ));
+    }
+    (!took.is_empty()).then(|| format!("The machine was busy: {}.", took.join("; ")))
+}
+
+fn load_average() -> f64 {
+    procfs::LoadAverage::current().map_or(0.0, |l| l.one as f64)
+}
+
+fn steal_ticks() -> u64 {
+    procfs::KernelStats::current()
+        .ok()
+        .and_then(|k| k.total.steal)
+        .unwrap_or(0)
+}
+
+/// User and system ticks of every process now, with its name.
+fn process_ticks() -> HashMap<i32, (String, u64)> {
+    let Ok(all) = procfs::process::all_processes() else {
+        return HashMap::new();
+    };
+    all.filter_map(|p| p.ok()?.stat().ok())
+        .map(|s| (s.pid, (s.comm, s.utime + s.stime)))
+        .collect()
+}
+
+/// This process and its launcher: their CPU time is the measurement's own.
+fn own_tree() -> Vec<i32> {
+    let mut ours = vec![std::process::id() as i32];
+    ours.extend(crate::run::launcher::server_pid().map(|p| p.as_raw()));
+    ours
+}
+
+/// The cpufreq governors of the CPUs, joined when they differ.
+fn governor() -> Option<String> {
+    let mut seen: Vec<String> = Vec::new();
+    let cpus = std::fs::read_dir("/sys/devices/system/cpu").ok()?;
+    for entry in cpus.flatten() {
+        let path = entry.path().join("cpufreq/scaling_governor");
+        if let Ok(g) = std::fs::read_to_string(path) {
+            let g = g.trim().to_string();
+            if !seen.contains(&g) {
+                seen.push(g);
+            }
+        }
+    }
+    seen.sort();
+    (!seen.is_empty()).then(|| seen.join("/"))
+}
+
+/// Whether turbo is on: intel_pstate's `no_turbo`, or the generic `boost`.
+fn turbo() -> Option<bool> {
+    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim() == "1");
+    read("/sys/devices/system/cpu/intel_pstate/no_turbo")
+        .map(|no| !no)
+        .or_else(|| read("/sys/devices/system/cpu/cpufreq/boost"))
+}
+
+/// The hypervisor, when the CPU says it runs under one (the `hypervisor` flag), named by
+/// its CPUID signature (leaf 0x40000000), else by the firmware's vendor strings.
+fn virtual_machine() -> Option<String> {
+    let info = procfs::CpuInfo::current().ok()?;
+    let flagged = info.flags(0).is_some_and(|f| f.contains(&"hypervisor"));
+    if !flagged {
+        return None;
+    }
+    let dmi = |f: &str| {
+        std::fs::read_to_string(format!("/sys/class/dmi/id/{f}"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let name = hypervisor_signature()
+        .or_else(|| dmi("sys_vendor"))
+        .unwrap_or_else(|| "a hypervisor".to_string());
+    Some(name)
+}
+
+/// The hypervisor's name from its CPUID signature, for the common ones.
+#[cfg(target_arch = "x86_64")]
+fn hypervisor_signature() -> Option<String> {
+    let r = core::arch::x86_64::__cpuid(0x4000_0000);
+    let mut bytes = Vec::with_capacity(12);
+    for word in [r.ebx, r.ecx, r.edx] {
+        bytes.extend_from_slice(&word.to_le_bytes());
+    }
+    let signature = String::from_utf8_lossy(&bytes);
+    let name = match signature.trim_end_matches('\0') {
+        "KVMKVMKVM" => "KVM",
+        "TCGTCGTCGTCG" => "QEMU",
+        "Microsoft Hv" => "Hyper-V",
+        "VMwareVMware" => "VMware",
+        "XenVMMXenVMM" => "Xen",
+        "VBoxVBoxVBox" => "VirtualBox",
+        "ACRNACRNACRN" => "ACRN",
+        "bhyve bhyve " => "bhyve",
+        " lrpepyh  vr" => "Parallels",
+        _ => return None,
+    };
+    Some(name.to_string())
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn hypervisor_signature() -> Option<String> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quiet_machine_is_no_cause_and_a_busy_one_is() {
+        let quiet = Machine {
+            cpus: 2,
+            ..Machine::default()
+        };
+        assert_eq!(busy_cause(&quiet), None);
+        let busy = Machine {
+            others: 0.45,
+            busy: vec!["rustc (42) 90%".into()],
+            ..quiet.clone()
+        };
+        let w = busy_cause(&busy).unwrap();
+        assert!(
+            w.contains("took 45% of the 2 CPUs") && w.contains("rustc (42) 90%"),
+            "{w}"
+        );
+        let stolen = Machine {
+            steal: 0.2,
+            ..quiet
+        };
+        assert!(busy_cause(&stolen).unwrap().contains("steal"));
+    }
+
+    #[test]
+    fn the_machine_is_read() {
+        let m = before().after();
+        assert!(m.cpus >= 1);
+        assert!(m.others >= 0.0 && m.load_start >= 0.0);
+    }
+}
