@@ -550,9 +550,7 @@ fn leave_out(
 ) -> Vec<(String, String)> {
     let mut notes = Vec::new();
     for p in rows.iter_mut() {
-        let mut all: Vec<usize> = p.rows.iter().flat_map(|(_, i)| i.iter().copied()).collect();
-        all.sort_unstable();
-        all.dedup();
+        let all = p.sites();
         let left = all
             .iter()
             .filter(|&&i| matches!(counted[i], Counted::Uprobe(_)))
@@ -606,9 +604,7 @@ fn label_engines(
     };
     let mut notes = Vec::new();
     for p in rows.iter_mut() {
-        let mut all: Vec<usize> = p.rows.iter().flat_map(|(_, i)| i.iter().copied()).collect();
-        all.sort_unstable();
-        all.dedup();
+        let all = p.sites();
         p.metric.source = engine_of(&all).into();
         if options.detail {
             for (label, indices) in &mut p.rows {
@@ -681,9 +677,7 @@ fn start_up_notes(
 ) -> Vec<(String, String)> {
     let mut notes = Vec::new();
     for p in rows {
-        let mut all: Vec<usize> = p.rows.iter().flat_map(|(_, i)| i.iter().copied()).collect();
-        all.sort_unstable();
-        all.dedup();
+        let all = p.sites();
         let in_libraries = all
             .iter()
             .filter(|&&i| sites[i].image != 0 && matches!(counted[i], Counted::Inproc(_)))
@@ -871,9 +865,7 @@ impl Instrument for Invocations {
                 })
                 .collect();
             if !p.metric.exact {
-                let mut all: Vec<usize> = p.rows.iter().flat_map(|(_, i)| i.clone()).collect();
-                all.sort_unstable();
-                all.dedup();
+                let all = p.sites();
                 let low: u64 = all.iter().map(|&i| count(i)).sum();
                 let high: u64 = all
                     .iter()

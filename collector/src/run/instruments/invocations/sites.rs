@@ -39,6 +39,20 @@ pub(super) struct PatternRows {
     pub rows: Vec<(String, Vec<usize>)>,
 }
 
+impl PatternRows {
+    /// Every site the pattern counts, once each, in index order.
+    pub fn sites(&self) -> Vec<usize> {
+        let mut all: Vec<usize> = self
+            .rows
+            .iter()
+            .flat_map(|(_, i)| i.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+}
+
 /// The sites of every pattern, deduplicated, and each pattern's rows. `detail` gives
 /// each inlined copy its own row (with its caller and call site).
 pub(super) fn sites_and_rows(
