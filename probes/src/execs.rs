@@ -13,11 +13,27 @@
 //! ring that fills up drops records: the watch says so (the count is then a lower bound).
 //! The events also bring fork and exit records (the kernel adds them to `comm` ones), so
 //! a ring of [`RING_BYTES`] holds about a thousand processes or threads per CPU.
+//!
+//! # Execs that end the kernel's following
+//!
+//! At an exec that changes the process's credentials (a program setuid or setgid to
+//! another id, or with file capabilities), the kernel ends every perf event of the
+//! process (`begin_new_exec` calls `perf_event_exit_task` once the new credentials are
+//! committed and the process is no longer dumpable): counters, uprobe counts and sampled
+//! stacks miss all it does from there on, without an error. The exit of its events
+//! writes an exit record at once, right after the exec's comm record; an exec that keeps
+//! the credentials maps the new program's code first (`load_elf_binary` maps it after
+//! the point of no return), which writes a mapping record. A watch opened with
+//! [`ExecWatch::following`] also asks for mapping and time-stamped records, and calls an
+//! exec whose next record for that thread is its exit, with no mapping between, a
+//! program the kernel stopped following ([`ExecCount::unfollowed`]). Those records take
+//! more room (a dynamically linked process writes about 600 bytes): its rings are
+//! [`FOLLOWING_RING_BYTES`] each, and where one fills up the check says so.
 
 use std::io;
 
 use perf_event::events::Software;
-use perf_event::{Builder, Sampler};
+use perf_event::{Builder, Clock, SampleFlag, Sampler};
 
 /// Bytes of records each CPU's ring holds (a power of two). With its control page, the
 /// ring takes 68 KiB of locked memory per CPU, well inside the kernel's unprivileged
@@ -33,6 +49,18 @@ const MISC_COMM_EXEC: u16 = 1 << 13;
 /// No record these events write is larger (fork, exit and comm records are 32 bytes);
 /// with less room than this left, a ring may have dropped one.
 const LARGEST_RECORD: usize = 64;
+
+/// Bytes of records each CPU's ring holds for a watch that also checks that the kernel
+/// kept following every exec'd program. With the control page, 2 CPUs take 264 KiB of the
+/// unprivileged allowance of locked memory (516 KiB per CPU by default).
+pub const FOLLOWING_RING_BYTES: usize = 128 * 1024;
+/// Record type of an exit (of a thread, or of every perf event of a task).
+const PERF_RECORD_EXIT: u32 = 4;
+/// Record type of a new executable mapping.
+const PERF_RECORD_MMAP: u32 = 1;
+/// Bytes the sample id adds at the end of every record of a following watch: pid and
+/// tid (`PERF_SAMPLE_TID`), then the time (`PERF_SAMPLE_TIME`).
+const SAMPLE_ID_BYTES: usize = 16;
 
 /// Where the kernel lists the CPUs that are online.
 pub(crate) const ONLINE_CPUS: &str = "/sys/devices/system/cpu/online";
@@ -98,17 +126,24 @@ impl ExecWatchError {
 }
 
 /// What a watch saw in one run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecCount {
     /// Successful execs by the watched process and its descendants.
     pub execs: u64,
-    /// Whether a ring may have dropped records: `execs` is then a lower bound.
+    /// Whether a ring may have dropped records: `execs` is then a lower bound, and
+    /// `unfollowed` may miss programs.
     pub saturated: bool,
+    /// Programs (the name the kernel keeps: the file name, cut to 15 bytes) whose exec
+    /// ended the kernel's following of the process, in the order seen; empty unless the
+    /// watch was opened with [`ExecWatch::following`].
+    pub unfollowed: Vec<String>,
 }
 
 /// Exec records of one child process and its descendants, one ring per online CPU.
 pub struct ExecWatch {
     rings: Vec<Sampler>,
+    /// Whether the rings also hold mapping records and time stamps.
+    following: bool,
 }
 
 impl std::fmt::Debug for ExecWatch {
@@ -123,6 +158,16 @@ impl ExecWatch {
     /// Watch `pid` (which should not have exec'd yet, so that its own exec counts) and
     /// everything it starts from now on. `pid` 0 is the calling process.
     pub fn open(pid: i32) -> Result<ExecWatch, ExecWatchError> {
+        ExecWatch::open_with(pid, false)
+    }
+
+    /// Like [`ExecWatch::open`], and also find the execs at which the kernel stopped
+    /// following a process (see the module's documentation).
+    pub fn following(pid: i32) -> Result<ExecWatch, ExecWatchError> {
+        ExecWatch::open_with(pid, true)
+    }
+
+    fn open_with(pid: i32, following: bool) -> Result<ExecWatch, ExecWatchError> {
         let cpus = online_cpus().map_err(|cause| ExecWatchError::Cpus { cause })?;
         let _ = crate::sys::raise_nofile_limit(cpus.len() as u64 + 256);
         let mut rings = Vec::with_capacity(cpus.len());
@@ -136,6 +181,13 @@ impl ExecWatch {
                 .comm(true)
                 .comm_exec(true)
                 .enabled(true);
+            if following {
+                builder
+                    .mmap(true)
+                    .sample_id_all(true)
+                    .sample(SampleFlag::TID | SampleFlag::TIME)
+                    .clockid(Clock::MONOTONIC);
+            }
             if pid == 0 {
                 builder.observe_self();
             } else {
@@ -145,35 +197,113 @@ impl ExecWatch {
                 .build()
                 .map_err(|cause| ExecWatchError::Open { cpu, cause })?;
             let ring = counter
-                .sampled(RING_BYTES)
+                .sampled(ExecWatch::ring_bytes(following))
                 .map_err(|cause| ExecWatchError::Map { cpu, cause })?;
             rings.push(ring);
         }
-        Ok(ExecWatch { rings })
+        Ok(ExecWatch { rings, following })
+    }
+
+    fn ring_bytes(following: bool) -> usize {
+        if following {
+            FOLLOWING_RING_BYTES
+        } else {
+            RING_BYTES
+        }
     }
 
     /// Count the exec records. Call after the watched processes are gone: the count is
     /// final then. Reading consumes the records.
     pub fn count(&mut self) -> ExecCount {
         let mut total = ExecCount::default();
+        let mut timeline = Vec::new();
+        let ring_bytes = ExecWatch::ring_bytes(self.following);
         for ring in &mut self.rings {
             let mut used = 0usize;
             while let Some(record) = ring.next_record() {
                 // The header (8 bytes) is not part of `len`.
                 used += record.len() + 8;
+                let exec = record.misc() & MISC_COMM_EXEC != 0;
                 match record.ty() {
-                    PERF_RECORD_COMM if record.misc() & MISC_COMM_EXEC != 0 => total.execs += 1,
+                    PERF_RECORD_COMM if exec => total.execs += 1,
                     PERF_RECORD_LOST => total.saturated = true,
                     _ => {}
                 }
+                if self.following {
+                    timeline.extend(Step::read(record.ty(), exec, &record.to_contiguous()));
+                }
             }
             // Nothing was read while the run went on, so `used` is all the ring took.
-            if used + LARGEST_RECORD > RING_BYTES {
+            if used + LARGEST_RECORD > ring_bytes {
                 total.saturated = true;
             }
         }
+        total.unfollowed = unfollowed(timeline);
         total
     }
+}
+
+/// One record of a following watch, as far as the check needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Step {
+    /// When (`CLOCK_MONOTONIC`, ns): the rings of several CPUs interleave by it.
+    time: u64,
+    /// The thread the record is about.
+    tid: u32,
+    what: What,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum What {
+    /// An exec, and the program's name.
+    Exec(String),
+    /// A new executable mapping.
+    Map,
+    /// The end of the thread's perf events (its exit, or a credential change).
+    Exit,
+}
+
+impl Step {
+    /// The step a record of type `ty` (body `data`, without the header) is, if any.
+    /// Every record of a following watch ends in its sample id (pid, tid, time); a comm
+    /// record's name starts after its pid and tid.
+    fn read(ty: u32, exec: bool, data: &[u8]) -> Option<Step> {
+        let at = data.len().checked_sub(SAMPLE_ID_BYTES)?;
+        let id = &data[at..];
+        let tid = u32::from_le_bytes(id[4..8].try_into().ok()?);
+        let time = u64::from_le_bytes(id[8..16].try_into().ok()?);
+        let what = match ty {
+            PERF_RECORD_COMM if exec => {
+                let name = data.get(8..at)?;
+                let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                What::Exec(String::from_utf8_lossy(&name[..end]).into_owned())
+            }
+            PERF_RECORD_MMAP => What::Map,
+            PERF_RECORD_EXIT => What::Exit,
+            _ => return None,
+        };
+        Some(Step { time, tid, what })
+    }
+}
+
+/// The programs whose exec was followed, for the same thread, by the end of its events
+/// with no mapping between. `steps` come ring by ring; each ring is in time order.
+fn unfollowed(mut steps: Vec<Step>) -> Vec<String> {
+    steps.sort_by_key(|s| s.time);
+    let mut pending: std::collections::HashMap<u32, String> = Default::default();
+    let mut out = Vec::new();
+    for step in steps {
+        match step.what {
+            What::Exec(name) => {
+                pending.insert(step.tid, name);
+            }
+            What::Map => {
+                pending.remove(&step.tid);
+            }
+            What::Exit => out.extend(pending.remove(&step.tid)),
+        }
+    }
+    out
 }
 
 /// Whether execs can be watched here: a watch on the calling process, opened and
@@ -224,6 +354,50 @@ mod tests {
         assert_eq!(parse_cpu_list(""), None);
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("0-x"), None);
+    }
+
+    #[test]
+    fn an_exec_ended_before_its_program_was_mapped_is_unfollowed() {
+        let step = |time, tid, what| Step { time, tid, what };
+        let exec = |name: &str| What::Exec(name.to_string());
+        // Two rings (CPU 0 then CPU 1), each in time order, interleaved by time: thread 7
+        // execs `sh` on CPU 0 and maps it on CPU 1; thread 8 execs `ping` and its events
+        // end at once; thread 9 execs `true`, maps it and exits; thread 10's exec is still
+        // running at the end.
+        let steps = vec![
+            step(10, 7, exec("sh")),
+            step(30, 8, exec("ping")),
+            step(31, 8, What::Exit),
+            step(40, 9, exec("true")),
+            step(60, 9, What::Exit),
+            step(70, 10, exec("sleep")),
+            step(12, 7, What::Map),
+            step(50, 9, What::Map),
+            step(90, 7, What::Exit),
+        ];
+        assert_eq!(unfollowed(steps), vec!["ping".to_string()]);
+    }
+
+    #[test]
+    fn records_of_a_following_watch_are_read_from_their_sample_id() {
+        let mut comm = Vec::new();
+        comm.extend_from_slice(&5u32.to_le_bytes());
+        comm.extend_from_slice(&6u32.to_le_bytes());
+        comm.extend_from_slice(b"ping\0\0\0\0");
+        comm.extend_from_slice(&5u32.to_le_bytes());
+        comm.extend_from_slice(&6u32.to_le_bytes());
+        comm.extend_from_slice(&1234u64.to_le_bytes());
+        assert_eq!(
+            Step::read(PERF_RECORD_COMM, true, &comm),
+            Some(Step {
+                time: 1234,
+                tid: 6,
+                what: What::Exec("ping".into())
+            })
+        );
+        // A rename is no exec; a record shorter than its sample id is skipped.
+        assert_eq!(Step::read(PERF_RECORD_COMM, false, &comm), None);
+        assert_eq!(Step::read(PERF_RECORD_EXIT, false, &comm[..8]), None);
     }
 
     #[test]

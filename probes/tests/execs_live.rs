@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use sbs_probes::execs::{check, ExecWatch};
+use sbs_probes::execs::{check, ExecCount, ExecWatch};
 use sbs_skip::{skip, Need};
 
 /// Skip (with the reason) where the kernel refuses the watch to us.
@@ -21,20 +21,77 @@ fn unavailable() -> bool {
 /// Run `script` in `sh`, held at a `read` until the watch is open on it; the number of
 /// execs the watch saw, and whether it may have missed some.
 fn execs_of(script: &str) -> (u64, bool) {
+    let count = watched(script, ExecWatch::open);
+    (count.execs, count.saturated)
+}
+
+/// Run `script` in `sh` under the watch `open` makes.
+fn watched(
+    script: &str,
+    open: fn(i32) -> Result<ExecWatch, sbs_probes::execs::ExecWatchError>,
+) -> ExecCount {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!("read _; {script}"))
         .stdin(Stdio::piped())
         .spawn()
         .expect("spawn sh");
-    let mut watch = ExecWatch::open(child.id() as i32).expect("open the exec watch");
+    let mut watch = open(child.id() as i32).expect("open the exec watch");
     let mut stdin = child.stdin.take().expect("stdin");
     stdin.write_all(b"go\n").expect("release the child");
     drop(stdin);
     let status = child.wait().expect("wait");
     assert!(status.success(), "{script}: {status}");
-    let count = watch.count();
-    (count.execs, count.saturated)
+    watch.count()
+}
+
+/// A program exec'd by a descendant that is setuid to another user: the kernel ends the
+/// process's perf events at that exec. The following watch names it, and only it: the
+/// same program without the setuid bit, static and dynamic programs, scripts, and
+/// programs that exit at once are followed.
+#[test]
+fn an_exec_that_changes_credentials_is_named_and_no_other() {
+    if unavailable() {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip!(
+            Need::Root,
+            "making a program setuid to another user needs root"
+        );
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let copy = |name: &str, mode: u32| {
+        let path = dir.path().join(name);
+        std::fs::copy("/usr/bin/true", &path).expect("copy /usr/bin/true");
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        path.display().to_string()
+    };
+    let setuid = copy("setuid-true", 0o4755);
+    let plain = copy("plain-true", 0o755);
+    let script = dir.path().join("script");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").expect("write the script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let script = script.display();
+
+    let seen = watched(
+        &format!("{plain}; (exec {plain}); {script}; /bin/true; {setuid}; {plain}"),
+        ExecWatch::following,
+    );
+    assert_eq!(seen.execs, 6, "{seen:?}");
+    assert!(!seen.saturated, "{seen:?}");
+    assert_eq!(seen.unfollowed, vec!["setuid-true".to_string()], "{seen:?}");
+
+    // Without the setuid bit it is followed; the plain watch never looks.
+    let seen = watched(&format!("{plain}; {plain}"), ExecWatch::following);
+    assert_eq!((seen.execs, seen.unfollowed.len()), (2, 0), "{seen:?}");
+    let seen = watched(&setuid, ExecWatch::open);
+    assert_eq!((seen.execs, seen.unfollowed.len()), (1, 0), "{seen:?}");
 }
 
 #[test]

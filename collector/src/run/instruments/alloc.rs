@@ -560,7 +560,7 @@ struct ExecCheck {
 /// loaded the agent at start (the benchmark and every exec'd program that kept it). Images
 /// that found no free slot are subtracted too: they did load the agent (and are reported
 /// by a warning of their own).
-pub fn unmeasured_images(seen: ExecCount, reports: &Reports) -> u64 {
+pub fn unmeasured_images(seen: &ExecCount, reports: &Reports) -> u64 {
     let loaded = reports
         .images
         .iter()
@@ -589,7 +589,7 @@ impl ExecCheck {
         if seen.saturated {
             self.saturated += 1;
         }
-        let missing = unmeasured_images(seen, reports);
+        let missing = unmeasured_images(&seen, reports);
         if missing > 0 {
             self.missing_min = if self.missing_runs == 0 {
                 missing
@@ -629,7 +629,7 @@ impl ExecCheck {
             w.push(format!(
                 "{count} per run {was} not measured (in {} of {all} runs): {they} did not \
                  report to the allocation agent, so {their} allocations are missing from the \
-                 alloc.* and heap.* metrics{counted}; likely causes: LD_PRELOAD replaced or \
+                 alloc.* and heap.* metrics (lower bounds in those runs, not exact){counted}; likely causes: LD_PRELOAD replaced or \
                  cleared, a statically linked or setuid program, a program run as another \
                  user than sbs-profile or in a pid namespace with a /proc of its own (it \
                  cannot open the agent, which it loads from /proc/<sbs-profile's pid>/fd); \
@@ -714,18 +714,27 @@ impl AllocAgent {
     ) {
         let t = reports.totals();
         let source = self.path.source();
-        let m = |id: &str, unit| MetricSpec::new(id, unit, source, true);
+        // A program exec'd without the agent allocated uncounted: the amounts are lower
+        // bounds then, not exact (the counts of images stay exact).
+        let whole = unmeasured.unwrap_or(0) == 0;
+        let m = |id: &str, unit| MetricSpec::new(id, unit, source, whole);
+        let images = |id: &str| MetricSpec::new(id, Unit::Count, source, true);
         // Within the stated bound, not exact, when threads allocated at once.
         let peak = Sample::new(
-            MetricSpec::new("heap.peak", Unit::Bytes, source, t.peak_bound == 0)
+            MetricSpec::new("heap.peak", Unit::Bytes, source, whole && t.peak_bound == 0)
                 .with_bound((t.peak_bound > 0).then_some(t.peak_bound as f64)),
             t.peak as f64,
         );
         // Only for a tree: for one image it is heap.peak.
         let tree_peak = (t.images > 1).then(|| {
             Sample::new(
-                MetricSpec::new("heap.tree_peak", Unit::Bytes, source, t.tree_bound == 0)
-                    .with_bound((t.tree_bound > 0).then_some(t.tree_bound as f64)),
+                MetricSpec::new(
+                    "heap.tree_peak",
+                    Unit::Bytes,
+                    source,
+                    whole && t.tree_bound == 0,
+                )
+                .with_bound((t.tree_bound > 0).then_some(t.tree_bound as f64)),
                 t.tree_peak as f64,
             )
         });
@@ -751,15 +760,9 @@ impl AllocAgent {
             m("heap.live_at_exit", Unit::Bytes),
             t.live_at_exit as f64,
         ));
-        out.push(Sample::new(
-            m("alloc.processes", Unit::Count),
-            t.images as f64,
-        ));
+        out.push(Sample::new(images("alloc.processes"), t.images as f64));
         if let Some(n) = unmeasured {
-            out.push(Sample::new(
-                m("alloc.unmeasured_images", Unit::Count),
-                n as f64,
-            ));
+            out.push(Sample::new(images("alloc.unmeasured_images"), n as f64));
         }
     }
 }
@@ -1084,7 +1087,7 @@ mod tests {
         };
         let seen = |execs| ExecCount {
             execs,
-            saturated: false,
+            ..ExecCount::default()
         };
         // The benchmark, a forked child, and the child's exec'd program.
         let mut r = Reports {
@@ -1096,14 +1099,14 @@ mod tests {
             unreported: 0,
             tree: TreeValues::default(),
         };
-        assert_eq!(unmeasured_images(seen(2), &r), 0);
+        assert_eq!(unmeasured_images(&seen(2), &r), 0);
         // A third exec left no slot; forks are no execs and never make up for one.
-        assert_eq!(unmeasured_images(seen(3), &r), 1);
+        assert_eq!(unmeasured_images(&seen(3), &r), 1);
         // An image that loaded the agent but found no free slot is not unmeasured here.
         r.unreported = 1;
-        assert_eq!(unmeasured_images(seen(3), &r), 0);
+        assert_eq!(unmeasured_images(&seen(3), &r), 0);
         // More slots than execs (a ring that dropped records) is no negative count.
-        assert_eq!(unmeasured_images(seen(0), &r), 0);
+        assert_eq!(unmeasured_images(&seen(0), &r), 0);
     }
 
     #[test]

@@ -107,7 +107,9 @@ impl Instrument for Boxing {
         let mut samples = Vec::new();
         self.inner.collect(outcome, &mut samples)?;
         for mut s in samples {
-            s.metric = MetricSpec::new("boxing.count", Unit::Count, self.inner.source(), true);
+            // Exact unless the kernel stopped following a process of the run.
+            let exact = s.metric.exact;
+            s.metric = MetricSpec::new("boxing.count", Unit::Count, self.inner.source(), exact);
             out.push(s);
         }
         Ok(())

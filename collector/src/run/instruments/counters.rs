@@ -17,6 +17,7 @@ use sbs_probes::counters::{
 use sbs_reports::model::Unit;
 
 use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instruments::following::Following;
 use crate::run::region_fds::RegionSocket;
 
 /// Label of the breakdown line carrying a hardware counter's running fraction.
@@ -32,6 +33,8 @@ pub struct PerfCounters {
     plan_warnings: Vec<String>,
     /// Count only inside a harness's measured region (see [`crate::run::region_fds`]).
     region: Option<RegionSocket>,
+    /// Whether the kernel kept following every process of the runs.
+    following: Following,
 }
 
 impl PerfCounters {
@@ -43,6 +46,7 @@ impl PerfCounters {
             scaled: BTreeMap::new(),
             plan_warnings: Vec::new(),
             region: None,
+            following: Following::default(),
         }
     }
 
@@ -108,6 +112,7 @@ impl Instrument for PerfCounters {
     }
 
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        self.following.attach(pid);
         self.set
             .attach(pid.as_raw())
             .with_context(|| format!("opening perf counters on child {pid}"))?;
@@ -122,6 +127,7 @@ impl Instrument for PerfCounters {
             .set
             .read()
             .context("reading perf counters of the child")?;
+        self.following.lost_one();
         self.runs += 1;
         self.samples(values, out);
         Ok(())
@@ -129,6 +135,7 @@ impl Instrument for PerfCounters {
 
     fn abort_run(&mut self) {
         self.set.abort();
+        self.following.abort();
         if let Some(region) = &mut self.region {
             region.abort();
         }
@@ -150,7 +157,13 @@ impl Instrument for PerfCounters {
                 min * 100.0
             )
         });
-        self.plan_warnings.iter().cloned().chain(scaled).collect()
+        let following = self.following.warnings("the counter.* values");
+        self.plan_warnings
+            .iter()
+            .cloned()
+            .chain(scaled)
+            .chain(following)
+            .collect()
     }
 
     fn finish(&mut self) {

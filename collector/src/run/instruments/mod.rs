@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod boxing;
 pub mod counters;
 pub mod first_ops;
+pub mod following;
 pub mod invocations;
 pub mod memory;
 pub mod per_op;

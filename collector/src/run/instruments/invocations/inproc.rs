@@ -66,6 +66,8 @@ pub(super) struct Inproc {
     unloaded: Option<(u64, u64)>,
     /// Whether a run's exec count may be low (a ring of the watch filled up).
     saturated: bool,
+    /// Whether the last run read had images without the counting library.
+    last_missed: bool,
 }
 
 impl Inproc {
@@ -104,6 +106,7 @@ impl Inproc {
             no_exec_count: None,
             unloaded: None,
             saturated: false,
+            last_missed: false,
         };
         Ok((inproc, counter_of, refused))
     }
@@ -201,12 +204,19 @@ impl Inproc {
         };
         let seen = watch.count();
         self.saturated |= seen.saturated;
+        self.last_missed = seen.execs > images;
         if seen.execs > images {
             let without = seen.execs - images;
             if self.unloaded.is_none_or(|(most, _)| without > most) {
                 self.unloaded = Some((without, seen.execs));
             }
         }
+    }
+
+    /// Whether process images of the run last read ran without the counting library:
+    /// calls they made were not counted in-process.
+    pub fn missed_images(&self) -> bool {
+        self.last_missed
     }
 
     /// What the runs showed about process images without the counting library.
@@ -219,8 +229,9 @@ impl Inproc {
              counting library (a program that clears LD_PRELOAD or the environment, is \
              static or setuid, or runs as another user than sbs-profile or in a pid \
              namespace with a /proc of its own): calls made in them are not counted \
-             in-process; if they run the counted code, count with --invocations-engine \
-             uprobe"
+             in-process, and the counts are lower bounds, not exact; if they run the counted \
+             code, count with --invocations-engine uprobe (which cannot count in setuid \
+             programs either)"
         )]
     }
 
@@ -245,6 +256,7 @@ impl Inproc {
     pub fn abort(&mut self) {
         self.run = None;
         self.execs = None;
+        self.last_missed = false;
     }
 }
 

@@ -32,6 +32,7 @@ use sbs_probes::resolve::{match_patterns, PatternMatch, Target};
 use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
 
 use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunAgain, RunOutcome, Sample};
+use crate::run::instruments::following::Following;
 use crate::run::region_fds::RegionSocket;
 use inproc::Inproc;
 use sites::{PatternRows, Site};
@@ -106,6 +107,8 @@ pub struct Invocations {
     calls_per_pass: Vec<u64>,
     /// Per pattern with such a site: the fewest and most calls its runs may have made.
     bounds: Vec<Option<(f64, f64)>>,
+    /// Whether the kernel kept following every process the uprobes count in.
+    following: Following,
 }
 
 impl Invocations {
@@ -197,6 +200,7 @@ impl Invocations {
             spare,
             runs: 0,
             bounds: vec![None; rows_len],
+            following: Following::default(),
             calls_per_pass,
         })
     }
@@ -825,6 +829,9 @@ impl Instrument for Invocations {
             inproc.attach(pid.as_raw());
         }
         let in_region = self.region.is_some();
+        if !self.targets.is_empty() {
+            self.following.attach(pid);
+        }
         let Some(set) = self.define()? else {
             return Ok(());
         };
@@ -849,6 +856,10 @@ impl Instrument for Invocations {
             }
         };
         let inproc = self.read_inproc(outcome)?;
+        // A process the kernel stopped following made calls no uprobe counted; an image
+        // without the counting library, calls not counted in-process.
+        let lost_uprobe = self.following.lost_one();
+        let lost_inproc = self.inproc.as_ref().is_some_and(Inproc::missed_images);
         self.runs += 1;
         let count = |i: usize| match self.counted[i] {
             Counted::Inproc(k) => inproc[k],
@@ -877,8 +888,15 @@ impl Instrument for Invocations {
                     None => (low, high),
                 });
             }
+            let mut metric = p.metric.clone();
+            let lost = match metric.source.as_str() {
+                "uprobe" => lost_uprobe,
+                "inproc" => lost_inproc,
+                _ => lost_uprobe || lost_inproc,
+            };
+            metric.exact &= !lost;
             out.push(Sample {
-                metric: p.metric.clone(),
+                metric,
                 value: details.iter().map(|(_, v)| v).sum(),
                 details,
             });
@@ -888,6 +906,7 @@ impl Instrument for Invocations {
 
     fn abort_run(&mut self) {
         self.counters = None;
+        self.following.abort();
         if let Some(region) = &mut self.region {
             region.abort();
         }
@@ -901,6 +920,7 @@ impl Instrument for Invocations {
         if let Some(inproc) = &self.inproc {
             out.extend(inproc.warnings());
         }
+        out.extend(self.following.warnings("the counts made with uprobes"));
         out
     }
 
