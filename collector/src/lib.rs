@@ -8,6 +8,7 @@
 //!   against saved history.
 //! - [`history`]: the saved runs and baselines on disk.
 //! - [`output`]: where a finished report goes.
+pub mod check;
 pub mod cli;
 pub mod history;
 pub mod judge;

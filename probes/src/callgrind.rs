@@ -68,6 +68,22 @@ pub struct Profile {
     pub objects: HashMap<String, ObjectCosts>,
     /// The total of the run (`summary:` or `totals:`).
     pub total: u64,
+    /// Calls per arc: from a call site to a function's start, each counted once however
+    /// many contexts callgrind wrote it in.
+    pub arcs: HashMap<Arc, u64>,
+}
+
+/// One caller-callee pair of call site and function.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Arc {
+    /// The object of the call site (`ob=`), and the site's address in it.
+    pub caller_object: String,
+    /// Address of the `call` (or tail-call `jmp`).
+    pub site: u64,
+    /// The callee's object, and its start address in it.
+    pub callee_object: String,
+    /// The callee's start address.
+    pub target: u64,
 }
 
 fn number(text: &str) -> Result<u64, ValgrindError> {
@@ -158,6 +174,13 @@ impl Parser {
             Some(c) => number(c)?,
             None => 0,
         };
+        let arc = Arc {
+            caller_object: self.ob.clone(),
+            site,
+            callee_object: call.callee_ob.clone(),
+            target: call.target,
+        };
+        *self.profile.arcs.entry(arc).or_default() += call.count;
         let here = self.profile.objects.entry(self.ob.clone()).or_default();
         let s = here.sites.entry(site).or_default();
         s.calls += call.count;
@@ -280,6 +303,15 @@ calls=1 0x1390
         assert_eq!(me.entries[&0x1390].inclusive, 48016);
         assert_eq!(me.callees[&0x1380], "helper_b");
         assert_eq!(me.own, 1 + 1 + 10 + 30);
+        let arc = |site, callee_object: &str, target| Arc {
+            caller_object: "/tmp/p".into(),
+            site,
+            callee_object: callee_object.into(),
+            target,
+        };
+        assert_eq!(p.arcs[&arc(0x1408, "/lib/libc.so.6", 0x98930)], 40);
+        assert_eq!(p.arcs[&arc(0x1395, "/tmp/p", 0x1380)], 2);
+        assert_eq!(p.arcs.len(), 4);
         let libc = &p.objects["/lib/libc.so.6"];
         assert_eq!(libc.entries[&0x98930].calls, 40);
         assert_eq!(libc.callees[&0x98930], "malloc");

@@ -301,6 +301,10 @@ pub struct InlinedInstance {
     pub ranges: Vec<(u64, u64)>,
     /// The call site, `file:line` (`DW_AT_call_file`, `DW_AT_call_line`), when known.
     pub call_site: Option<String>,
+    /// The call site with the file's whole path (a relative name joined to the unit's
+    /// compilation directory), when it has a line: the form [`lines_at`] gives, so that
+    /// call lines of two builds compare whatever directory each was compiled in.
+    pub call_line: Option<String>,
     /// No call line (`DW_AT_call_line` 0 or absent): code the optimizer shares between
     /// several calls of the function (a merged tail), no call of its own.
     pub no_call_line: bool,
@@ -356,6 +360,44 @@ fn load_dwarf(data: &[u8]) -> Result<Option<gimli::DwarfSections<Cow<'_, [u8]>>>
         }
     })
     .map(Some)
+}
+
+/// The source position of each of `addresses` in the DWARF of `data`: `file:line` of the
+/// line-table row that covers it (the innermost position: inside inlined code, where the
+/// inlined function's code was written), with the file's whole path, as
+/// [`InlinedInstance::call_line`] names it, so that the two compare. Addresses that no row
+/// covers, or only a row of line 0 (code without a source line), are left out.
+pub fn lines_at(data: &[u8], addresses: &[u64]) -> Result<HashMap<u64, String>, String> {
+    let mut wanted = addresses.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut out = HashMap::new();
+    walk_dwarf(data, |dwarf| {
+        let mut iter = dwarf.units();
+        while let Some(header) = iter.next()? {
+            let unit = dwarf.unit(header)?;
+            let rows = unit_rows(&unit)?;
+            for pair in rows.windows(2) {
+                let ((from, at), (to, _)) = (pair[0], pair[1]);
+                let Some((file, line)) = at.filter(|&(_, line)| line > 0) else {
+                    continue;
+                };
+                let first = wanted.partition_point(|&a| a < from);
+                let last = wanted.partition_point(|&a| a < to);
+                if first == last {
+                    continue;
+                }
+                let Some(name) = file_path(dwarf, &unit, file) else {
+                    continue;
+                };
+                for &a in &wanted[first..last] {
+                    out.insert(a, format!("{name}:{line}"));
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// Whether an ELF file (`data`) carries DWARF (`.debug_info`).
@@ -429,6 +471,12 @@ fn collect_instances(
             };
             let ranges = die_code(dwarf, &unit, entry)?;
             let (call_file, line) = call_position(dwarf, &unit, entry)?;
+            let call_line = (line > 0)
+                .then(|| call_file_index(entry))
+                .transpose()?
+                .flatten()
+                .and_then(|i| file_path(dwarf, &unit, i))
+                .map(|f| format!("{f}:{line}"));
             let split_from = match copies.iter().rev().find(|c| c.origin == origin) {
                 Some(copy)
                     if line > 0
@@ -452,6 +500,7 @@ fn collect_instances(
                 repeated_line: repeated_line(unit_rows_once(&mut rows, &unit)?, &ranges),
                 ranges,
                 call_site,
+                call_line,
                 no_call_line: line == 0,
                 split_from,
             });
@@ -521,16 +570,22 @@ fn call_position(
     unit: &gimli::Unit<Reader<'_>>,
     entry: &gimli::DebuggingInformationEntry<Reader<'_>>,
 ) -> gimli::Result<(Option<String>, u64)> {
-    let file = match entry.attr_value(gimli::DW_AT_call_file)? {
-        Some(AttributeValue::FileIndex(i)) => file_name(dwarf, unit, i),
-        Some(AttributeValue::Udata(i)) => file_name(dwarf, unit, i),
-        _ => None,
-    };
+    let file = call_file_index(entry)?.and_then(|i| file_name(dwarf, unit, i));
     let line = match entry.attr_value(gimli::DW_AT_call_line)? {
         Some(v) => v.udata_value().unwrap_or(0),
         None => 0,
     };
     Ok((file, line))
+}
+
+/// The line-table file index of an inlined instance's `DW_AT_call_file`.
+fn call_file_index(
+    entry: &gimli::DebuggingInformationEntry<Reader<'_>>,
+) -> gimli::Result<Option<u64>> {
+    Ok(match entry.attr_value(gimli::DW_AT_call_file)? {
+        Some(AttributeValue::FileIndex(i)) | Some(AttributeValue::Udata(i)) => Some(i),
+        _ => None,
+    })
 }
 
 /// Pieces of an inlined instance's code that start at the same source line.
@@ -740,6 +795,26 @@ fn collect_copy_origins(
         }
     }
     Ok(())
+}
+
+/// The whole path of file `index` of a unit's line program: [`file_name`], joined to the
+/// unit's compilation directory when still relative.
+fn file_path(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    index: u64,
+) -> Option<String> {
+    let name = file_name(dwarf, unit, index)?;
+    if name.starts_with('/') {
+        return Some(name);
+    }
+    match &unit.comp_dir {
+        Some(dir) => {
+            let dir = dir.to_string_lossy().into_owned();
+            Some(format!("{}/{name}", dir.trim_end_matches('/')))
+        }
+        None => Some(name),
+    }
 }
 
 /// The name of file `index` of a unit's line program: the path as written, joined to its

@@ -123,6 +123,9 @@ pub struct InlinedSite {
     pub caller: String,
     /// The call site, `file:line`, when the DWARF says.
     pub call_site: Option<String>,
+    /// The call site with the file's whole path, when it has a line (see
+    /// [`crate::dwarf::InlinedInstance::call_line`]).
+    pub call_line: Option<String>,
     /// Where to probe (at least one).
     pub points: Vec<EntryPoint>,
     /// Why its count may differ from its calls, if it may.
@@ -147,6 +150,7 @@ impl InlinedSite {
             function: instance.demangled,
             caller: e.caller,
             call_site: instance.call_site,
+            call_line: instance.call_line,
             points: e.points,
             uncertain: e.uncertain,
             calls_per_pass,
@@ -1157,6 +1161,7 @@ mod tests {
             demangled: "f".into(),
             ranges,
             call_site: None,
+            call_line: None,
             split_from,
         };
         let folded = fold_split_parts(vec![

@@ -211,6 +211,69 @@ pub struct BenchmarkResult {
     /// Warnings worth a reader's attention (e.g. inlined instances not counted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// `--invocations-check`: each pattern's counts against a build without
+    /// optimisation, call site by call site.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invocation_checks: Vec<InvocationCheck>,
+}
+
+/// One pattern's counts checked against the calls a build without optimisation makes
+/// (where every call is a real call), by the source line of each call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InvocationCheck {
+    /// The metric checked (`invocations.Vec::push`).
+    pub metric: String,
+    /// The build the calls were counted in.
+    pub debug_program: String,
+    /// Calls counted in the measured program at the sites checked.
+    pub counted: u64,
+    /// Calls the debug build made.
+    pub made: u64,
+    /// The sites and call lines, in groups that must agree: a group joins the counted
+    /// sites of the measured program and the call lines that lead to them.
+    pub groups: Vec<CheckGroup>,
+    /// What the check could not compare, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl InvocationCheck {
+    /// The groups whose counts disagree.
+    pub fn differing(&self) -> impl Iterator<Item = &CheckGroup> {
+        self.groups
+            .iter()
+            .filter(|g| g.verdict == CheckVerdict::Differs)
+    }
+}
+
+/// Counted sites and the call lines that lead to them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckGroup {
+    /// The source lines of the calls (`file:line`).
+    pub lines: Vec<String>,
+    /// The report rows of the counted sites.
+    pub rows: Vec<String>,
+    /// Calls counted at the sites (the fewest, for sites that may count several calls
+    /// per pass).
+    pub counted: u64,
+    /// The most calls the counted passes may stand for.
+    pub counted_high: u64,
+    /// Calls the debug build made at those lines.
+    pub made: u64,
+    /// Whether they agree.
+    pub verdict: CheckVerdict,
+}
+
+/// How a group's counts compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckVerdict {
+    /// Counted exactly the calls made.
+    Equal,
+    /// The calls made lie within the bounds the report states.
+    Bounded,
+    /// Counted more or fewer calls than were made, beyond any stated bound.
+    Differs,
 }
 
 /// Conditions the runs were measured under.

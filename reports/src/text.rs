@@ -3,7 +3,10 @@
 use std::io;
 
 use crate::human;
-use crate::model::{BenchmarkResult, Conditions, MetricResult, Report, Scan, Summary, Unit};
+use crate::model::{
+    BenchmarkResult, CheckVerdict, Conditions, InvocationCheck, MetricResult, Report, Scan,
+    Summary, Unit,
+};
 use crate::Render;
 
 /// Renders an aligned table per benchmark.
@@ -206,6 +209,51 @@ fn speed_heading(speed: &[crate::model::SpeedRatio]) -> &'static str {
     }
 }
 
+/// Groups of a check listed at most, the ones that differ first.
+const CHECK_GROUPS_SHOWN: usize = 8;
+
+/// `--invocations-check`: one line per pattern, then the groups that disagree (the most
+/// calls first) and the notes.
+fn check_lines(c: &InvocationCheck) -> Vec<String> {
+    let of = |v: CheckVerdict| c.groups.iter().filter(|g| g.verdict == v).count();
+    let mut lines = vec![format!(
+        "  check ({}) against {}: {} counted, {} made; {} group(s) of call lines equal, {} \
+         within their bound, {} differ",
+        c.metric,
+        c.debug_program,
+        human::count(c.counted as f64),
+        human::count(c.made as f64),
+        of(CheckVerdict::Equal),
+        of(CheckVerdict::Bounded),
+        of(CheckVerdict::Differs),
+    )];
+    for g in c.differing().take(CHECK_GROUPS_SHOWN) {
+        let at = match g.lines.as_slice() {
+            [] => "no line".to_string(),
+            [a, b, c, rest @ ..] if !rest.is_empty() => {
+                format!("{a}, {b}, {c} and {} more", rest.len())
+            }
+            all => all.join(", "),
+        };
+        let sites = match g.rows.len() {
+            0 => "no counted site".to_string(),
+            1 => "1 row".to_string(),
+            n => format!("{n} rows"),
+        };
+        lines.push(format!(
+            "    differs at {at}: {} counted, {} made ({sites})",
+            human::count(g.counted as f64),
+            human::count(g.made as f64)
+        ));
+    }
+    let more = c.differing().count().saturating_sub(CHECK_GROUPS_SHOWN);
+    if more > 0 {
+        lines.push(format!("    ... and {more} more (all in the JSON report)"));
+    }
+    lines.extend(c.notes.iter().map(|n| format!("    note: {n}")));
+    lines
+}
+
 fn scan_lines(scan: &Scan, out: &mut dyn io::Write) -> io::Result<()> {
     writeln!(
         out,
@@ -251,6 +299,11 @@ impl Render for Text {
             }
             for w in &b.warnings {
                 writeln!(out, "  warning: {w}")?;
+            }
+            for c in &b.invocation_checks {
+                for line in check_lines(c) {
+                    writeln!(out, "{line}")?;
+                }
             }
         }
         let confidence = report

@@ -340,6 +340,7 @@ mod tests {
                 metric("time.user", Unit::Seconds, None),
             ],
             warnings: vec![],
+            invocation_checks: Vec::new(),
         };
         let text = text_lines(&b).join("\n");
         assert!(text.contains("time.wall    +5.00%  [+4.00%, +6.00%]  REGRESSED (> 2.00%)  welch-t p=1.2e-4  baseline main (n=10)"), "{text}");
@@ -375,6 +376,7 @@ mod tests {
             command: vec![],
             metrics: vec![metric("time.wall", Unit::Seconds, Some(c.clone()))],
             warnings: vec![],
+            invocation_checks: Vec::new(),
         };
         let (new, newer) = (bench("new"), bench("newer"));
         let mut written = Written::default();

@@ -166,6 +166,7 @@ pub fn report() -> Report {
                 },
             ],
             warnings: vec!["Vec::push also has 37 inlined instances that were not counted".into()],
+            invocation_checks: Vec::new(),
         }],
         from_history: None,
         headline: None,

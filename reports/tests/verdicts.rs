@@ -206,6 +206,7 @@ fn report() -> Report {
                 metric("invocations.f", Unit::Count, true, &[3.0; 5], None),
             ],
             warnings: vec![],
+            invocation_checks: Vec::new(),
         }],
         from_history: None,
         headline: None,

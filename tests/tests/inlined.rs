@@ -534,3 +534,163 @@ fn an_unrolled_loop_is_a_lower_bound_whose_bounds_hold_the_truth() {
         );
     }
 }
+
+/// `--invocations-check`: `shapes` at opt-level 3 checked against the same source at
+/// opt-level 0 under callgrind. Every call line of `escape` agrees (the merged tail is
+/// part of the calls that enter it), `eight`'s unrolled loop lies within its stated
+/// bound, nothing differs. Against an opt-level-0 build of a changed source (one more
+/// push on line 18 for each `a`), the check finds exactly that line.
+#[test]
+fn the_check_against_the_opt_level_0_build_finds_every_line_and_only_the_changed_one() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    if !Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        sbs_skip::skip!(Need::Valgrind, "valgrind is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Both builds from the same path, so that their call lines name the same file.
+    let src_dir = dir.path().join("src");
+    std::fs::create_dir(&src_dir).unwrap();
+    let src = src_dir.join("shapes.rs");
+    let original = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/shapes.rs"),
+    )
+    .unwrap();
+    let build = |out: &str, level: &str| -> Option<PathBuf> {
+        let exe = dir.path().join(out);
+        build!(
+            Need::Rustc,
+            sbs_skip::rustc_release()
+                .args(["-C", &format!("opt-level={level}"), "-o"])
+                .arg(&exe)
+                .arg(&src)
+        )?;
+        Some(exe)
+    };
+    std::fs::write(&src, &original).unwrap();
+    let Some(release) = build("shapes-O3", "3") else {
+        return;
+    };
+    let Some(debug) = build("shapes-O0", "0") else {
+        return;
+    };
+    let changed = original.replacen(
+        "            out.push(b);",
+        "            out.push(b); if b == b'a' { out.push(b) }",
+        1,
+    );
+    assert_ne!(changed, original, "line 18 of shapes.rs is the plain push");
+    std::fs::write(&src, &changed).unwrap();
+    let Some(changed) = build("shapes-changed-O0", "0") else {
+        return;
+    };
+    let check = |against: &Path| {
+        let run = sbs([
+            "--runs".as_ref(),
+            "1".as_ref(),
+            "-f".as_ref(),
+            "json".as_ref(),
+            "--invocations".as_ref(),
+            "Vec::push".as_ref(),
+            "--invocations-check".as_ref(),
+            against.as_os_str(),
+            "--".as_ref(),
+            release.as_os_str(),
+            "1000".as_ref(),
+        ])
+        .success();
+        let report = run.json();
+        let checks = report["benchmarks"][0]["invocation_checks"].clone();
+        let warnings = report["benchmarks"][0]["warnings"].to_string();
+        (run, checks, warnings)
+    };
+    let line = |n: u32| format!("{}:{n}", src.display());
+    let (run, checks, warnings) = check(&debug);
+    let c = &checks[0];
+    run.check(
+        c["metric"] == "invocations.Vec::push",
+        "the metric is named",
+    );
+    let groups = c["groups"].as_array().unwrap();
+    let verdict = |l: &str| {
+        groups
+            .iter()
+            .find(|g| g["lines"].as_array().unwrap().iter().any(|x| x == l))
+            .map(|g| {
+                (
+                    g["verdict"].as_str().unwrap().to_string(),
+                    g["made"].as_u64().unwrap(),
+                )
+            })
+    };
+    // 1000 bytes: 750 kept (line 18), 250 escaped (lines 21-23), 8 pushes per `eight`.
+    assert_eq!(verdict(&line(18)), Some(("equal".into(), 750)), "{c:#}");
+    for l in [21, 22, 23] {
+        assert_eq!(verdict(&line(l)), Some(("equal".into(), 250)), "{c:#}");
+    }
+    assert_eq!(verdict(&line(33)), Some(("bounded".into(), 8000)), "{c:#}");
+    assert_eq!(c["made"], 9500, "{c:#}");
+    run.check(
+        groups.iter().all(|g| g["verdict"] != "differs") && !warnings.contains("disagree"),
+        "nothing differs",
+    );
+
+    let (run, checks, warnings) = check(&changed);
+    let c = &checks[0];
+    let differing: Vec<&serde_json::Value> = c["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["verdict"] == "differs")
+        .collect();
+    // Byte i is `a` where i is a multiple of 26, kept where i is no multiple of 4: 39
+    // multiples of 26 below 1000, 20 of them multiples of 52, so 19 more pushes.
+    run.check(
+        differing.len() == 1
+            && differing[0]["lines"][0] == line(18).as_str()
+            && differing[0]["counted"] == 750
+            && differing[0]["made"] == 750 + 19,
+        &format!("only line 18 differs: {c:#}"),
+    );
+    run.check(
+        warnings.contains("disagree") && warnings.contains(&line(18)),
+        "the warning names the line",
+    );
+}
+
+/// The check's inputs are checked before the runs, each in one line.
+#[test]
+fn the_check_refuses_what_it_cannot_use_before_the_runs() {
+    let run = sbs([
+        "--runs",
+        "1",
+        "--invocations",
+        "Vec::push",
+        "--invocations-check",
+        "/nonexistent/debug-build",
+        "--",
+        "/bin/true",
+    ]);
+    run.fails_with(
+        2,
+        "--invocations-check /nonexistent/debug-build: cannot read it",
+    );
+    let run = sbs([
+        "--runs",
+        "1",
+        "--invocations-check",
+        "/bin/true",
+        "--",
+        "/bin/true",
+    ]);
+    run.check(
+        run.code() == Some(2),
+        "--invocations-check needs --invocations",
+    );
+}

@@ -393,6 +393,19 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "ENGINE", default_value_t = EngineArg::Auto)]
     pub invocations_engine: EngineArg,
 
+    /// With --invocations: check the counts against DEBUG_PROGRAM, the same source built
+    /// without optimisation (where every call is a real call), run once under callgrind
+    /// with the same arguments. The report lists, per source line of the calls, where the
+    /// counts differ (JSON `invocation_checks`), and warns if any does. Needs valgrind and
+    /// debug info in both builds; not for --bench or --harness.
+    #[arg(
+        long,
+        value_name = "DEBUG_PROGRAM",
+        requires = "invocations",
+        conflicts_with_all = ["bench", "harness"]
+    )]
+    pub invocations_check: Option<PathBuf>,
+
     /// Build cargo bench target NAME (release, with debug info and symbols kept) and
     /// measure each of its sbs-harness benchmarks in its own child processes, per
     /// operation; arguments after `--` are name filters.

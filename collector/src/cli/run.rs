@@ -6,13 +6,15 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::{exit_for, RunArgs};
+use crate::check::{self, CheckRequest};
 use crate::judge::growth::fit_scans;
 use crate::judge::pitfalls;
 use crate::judge::regression::{Mode, Regression};
 use crate::output::{Sinks, Unwritten};
 use crate::plan::{self, Format, Request, Target};
 use crate::run::runner::Cancel;
-use crate::run::scheduler::execute;
+use crate::run::scheduler::{execute, Benchmark};
+use sbs_reports::model::Report;
 
 /// Measure `targets` with the options of `args`, judged as `mode` says.
 pub(super) fn measure(
@@ -20,6 +22,11 @@ pub(super) fn measure(
     targets: Vec<Target>,
     mode: Mode,
 ) -> anyhow::Result<ExitCode> {
+    // A debug build that cannot be read, or no valgrind: before anything else.
+    let check = match &args.invocations_check {
+        Some(debug) => Some((debug, check::preflight(debug)?)),
+        None => None,
+    };
     let plan = plan::build(Request {
         targets,
         measures: args.measures(),
@@ -50,6 +57,19 @@ pub(super) fn measure(
     let cancel = Cancel::install()
         .context("cannot install the handlers of Ctrl-C, SIGTERM, SIGHUP and SIGQUIT")?;
     let mut report = execute(&mut plan.benchmarks, &plan.schedule, &cancel)?;
+    let mut unchecked = None;
+    if let Some((debug, valgrind)) = check {
+        let request = CheckRequest {
+            debug: debug.clone(),
+            patterns: plan::unique(&args.measures().invocations),
+            options: plan::invocation_options(&args.measures(), false),
+        };
+        // A check that cannot be made loses none of the measurements: they are judged,
+        // saved and written, and the error is said at the end.
+        if let Err(e) = check_all(&plan.benchmarks, &request, &valgrind, &cancel, &mut report) {
+            unchecked = Some(e);
+        }
+    }
     // Harnessed benchmarks: raw minus the empty operation, and what that says about them.
     pitfalls::calibrate(&mut report, plan.schedule.confidence);
     pitfalls::dead_work(&mut report);
@@ -66,6 +86,7 @@ pub(super) fn measure(
     if let Err(e) = saved {
         failures.insert(0, e);
     }
+    failures.extend(unchecked);
     // A --threshold that names no metric switched a gate off: an error, once the
     // measurements are safe.
     if let Err(e) = regression.check_threshold_names(&report) {
@@ -89,4 +110,40 @@ pub(super) fn measure(
     } else {
         Err(Unwritten { failures }.into())
     }
+}
+
+/// `--invocations-check`: each benchmark's counts against the debug build, in its report,
+/// with a warning where they differ.
+fn check_all(
+    benchmarks: &[Benchmark],
+    request: &CheckRequest,
+    valgrind: &std::path::Path,
+    cancel: &Cancel,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    for (b, result) in benchmarks.iter().zip(report.benchmarks.iter_mut()) {
+        let checks = check::check(&b.run, request, valgrind, cancel)?;
+        for c in &checks {
+            let differ: Vec<_> = c.differing().collect();
+            if differ.is_empty() {
+                continue;
+            }
+            let lines: usize = differ.iter().map(|g| g.lines.len()).sum();
+            result.warnings.push(format!(
+                "{}: counted {} calls, {} made {}; {} group(s) of call lines ({lines} lines) \
+                 disagree beyond any stated bound, the largest at {} ({} counted, {} made): \
+                 see `invocation_checks` in the JSON report",
+                c.metric,
+                sbs_reports::human::count(c.counted as f64),
+                c.debug_program,
+                sbs_reports::human::count(c.made as f64),
+                differ.len(),
+                differ[0].lines.join(", "),
+                differ[0].counted,
+                differ[0].made,
+            ));
+        }
+        result.invocation_checks = checks;
+    }
+    Ok(())
 }

@@ -287,6 +287,7 @@ mod tests {
                 metric("alloc.count", Unit::Count, "agent", true, &[allocs, allocs]),
             ],
             warnings: Vec::new(),
+            invocation_checks: Vec::new(),
         }
     }
 

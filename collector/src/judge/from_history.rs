@@ -139,6 +139,7 @@ fn latest_result(name: &str, latest: &Entry, confidence: f64) -> BenchmarkResult
         command: vec![latest.command.clone()],
         metrics,
         warnings: Vec::new(),
+        invocation_checks: Vec::new(),
     }
 }
 

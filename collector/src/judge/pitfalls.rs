@@ -874,6 +874,7 @@ mod tests {
                 command: Vec::new(),
                 metrics,
                 warnings: Vec::new(),
+                invocation_checks: Vec::new(),
             }],
             from_history: None,
             headline: None,

@@ -753,6 +753,7 @@ mod tests {
                 command: vec!["b".into()],
                 metrics,
                 warnings: Vec::new(),
+                invocation_checks: Vec::new(),
             }],
             from_history: None,
             headline: None,
@@ -832,6 +833,7 @@ mod tests {
                 command: vec![name.into()],
                 metrics: vec![m],
                 warnings: Vec::new(),
+                invocation_checks: Vec::new(),
             }
         };
         let mut r = report(&[]);

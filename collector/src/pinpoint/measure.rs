@@ -13,19 +13,18 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{Read, Seek};
-use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use anyhow::Context;
-use nix::unistd::Pid;
 use sbs_probes::callgrind::{self, ObjectCosts};
 use sbs_probes::elf::Image;
-use sbs_probes::valgrind::{self, INSTALL_HINT};
+use sbs_probes::valgrind::INSTALL_HINT;
 
 use super::builds::{Build, Costs};
 use super::dhat;
 use super::Metric;
-use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
+use crate::run::instrument::{ExitKind, Instrument};
+use crate::run::instruments::valgrind::ValgrindWrapper;
 use crate::run::runner::{run_once as run_child, Cancel};
 
 /// What a run printed, to compare the builds' outputs.
@@ -41,51 +40,6 @@ pub fn valgrind() -> anyhow::Result<std::path::PathBuf> {
             "valgrind is not installed (not found on PATH); pinpoint measures both builds under it: install it with `{INSTALL_HINT}`"
         )
     })
-}
-
-/// Puts valgrind (callgrind or DHAT, its profile and log written to files) in front of
-/// the build, and sends the build's standard output to a file of the caller's. It
-/// attaches nothing (valgrind measures from its own start) but learns the run's pid at
-/// the gate, to remove what a killed valgrind leaves in TMPDIR.
-struct ValgrindProfile {
-    /// valgrind and its options.
-    wrapper: Vec<OsString>,
-    /// Where the run's standard output goes.
-    stdout: Option<OwnedFd>,
-    /// The run's process: valgrind's.
-    pid: Option<Pid>,
-}
-
-impl Instrument for ValgrindProfile {
-    fn name(&self) -> &str {
-        "valgrind"
-    }
-
-    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
-        self.pid = Some(pid);
-        Ok(())
-    }
-
-    fn abort_run(&mut self) {
-        if let Some(pid) = self.pid.take() {
-            valgrind::remove_leftovers(pid.as_raw(), &std::env::temp_dir());
-        }
-    }
-
-    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
-        setup.wrapper = self.wrapper.clone();
-        let stdout = self
-            .stdout
-            .take()
-            .context("pinpoint's valgrind run was prepared twice")?;
-        setup.pass_fds.push((stdout, 1));
-        Ok(())
-    }
-
-    fn collect(&mut self, _outcome: &RunOutcome, _out: &mut Vec<Sample>) -> anyhow::Result<()> {
-        self.pid = None;
-        Ok(())
-    }
 }
 
 /// Run `build` once under valgrind with `args` and add the run's costs to it. The run's
@@ -109,16 +63,15 @@ pub fn run_once(
     };
     let mut stdout = tempfile::tempfile_in(dir)
         .context("cannot create a file in pinpoint's temporary directory for the output")?;
-    let instrument = ValgrindProfile {
+    let instrument = ValgrindWrapper::new(
         wrapper,
-        pid: None,
-        stdout: Some(
+        Some(
             stdout
                 .try_clone()
                 .context("cannot share the output file")?
                 .into(),
         ),
-    };
+    );
     let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(instrument)];
     let config = build.run_config(args);
     let (outcome, _) = run_child(&config, &mut instruments, cancel).with_context(|| {

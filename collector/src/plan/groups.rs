@@ -243,7 +243,7 @@ fn ld_preload(run: &RunConfig) -> Option<&OsStr> {
         .map(|(_, v)| v.as_os_str())
 }
 
-fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
+pub(crate) fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
     InvocationOptions {
         max_probes: measures.max_probes,
         detail: measures.invocations_detail,
@@ -253,16 +253,22 @@ fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
     }
 }
 
+/// The patterns, each once, in the order first given.
+pub(crate) fn unique(patterns: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(patterns.len());
+    for p in patterns {
+        if !out.contains(p) {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
 /// All `--invocations` patterns share one group of runs. A pattern given twice is counted
 /// once, in the place it was first given: each copy would otherwise add its count to the
 /// same metric as a run of its own (300 copies and `--runs 1` made n = 300).
 fn invocations_group(measures: &Measures, run: &RunConfig, region: bool) -> anyhow::Result<Group> {
-    let mut patterns: Vec<String> = Vec::with_capacity(measures.invocations.len());
-    for p in &measures.invocations {
-        if !patterns.contains(p) {
-            patterns.push(p.clone());
-        }
-    }
+    let patterns = unique(&measures.invocations);
     let instrument = Invocations::new(
         &run.program,
         ld_library_path(run),

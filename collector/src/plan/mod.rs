@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 pub use crate::run::scheduler::{Benchmark, FailurePolicy, Point, Schedule};
 pub use build::{build, resolve_program, CLEAN_PATH};
+pub(crate) use groups::{invocation_options, unique};
 pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, ScanRequest, Target};
 
 /// The format of a report.

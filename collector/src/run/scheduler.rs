@@ -670,6 +670,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
                     .collect(),
                 metrics,
                 warnings,
+                invocation_checks: Vec::new(),
             }
         })
         .collect();

@@ -12,6 +12,7 @@
 //! (`SBS_REGION_CALLGRIND`): the count is then the measured region's (all operations of
 //! the run), and the harness instrument divides it into `counter.instructions/op`.
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
@@ -163,5 +164,60 @@ impl Instrument for ValgrindInstructions {
 
     fn finish(&mut self) {
         self.log = None;
+    }
+}
+
+/// Puts valgrind (callgrind or DHAT, its profile and log written to files of the
+/// caller's) in front of the program for one run, and sends the program's standard
+/// output to a file of the caller's, if given. It attaches nothing (valgrind measures
+/// from its own start) but learns the run's pid at the gate, to remove what a killed
+/// valgrind leaves in TMPDIR. Used by pinpoint and `--invocations-check`.
+pub struct ValgrindWrapper {
+    /// valgrind and its options.
+    wrapper: Vec<OsString>,
+    /// Where the run's standard output goes.
+    stdout: Option<OwnedFd>,
+    /// The run's process: valgrind's.
+    pid: Option<Pid>,
+}
+
+impl ValgrindWrapper {
+    /// One run under `wrapper` (valgrind and its options), its output to `stdout`.
+    pub fn new(wrapper: Vec<OsString>, stdout: Option<OwnedFd>) -> Self {
+        ValgrindWrapper {
+            wrapper,
+            stdout,
+            pid: None,
+        }
+    }
+}
+
+impl Instrument for ValgrindWrapper {
+    fn name(&self) -> &str {
+        "valgrind"
+    }
+
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        self.pid = Some(pid);
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            valgrind::remove_leftovers(pid.as_raw(), &std::env::temp_dir());
+        }
+    }
+
+    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        setup.wrapper = self.wrapper.clone();
+        if let Some(stdout) = self.stdout.take() {
+            setup.pass_fds.push((stdout, 1));
+        }
+        Ok(())
+    }
+
+    fn collect(&mut self, _outcome: &RunOutcome, _out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        self.pid = None;
+        Ok(())
     }
 }

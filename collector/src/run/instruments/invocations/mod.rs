@@ -109,6 +109,35 @@ pub struct Invocations {
     bounds: Vec<Option<(f64, f64)>>,
     /// Whether the kernel kept following every process the uprobes count in.
     following: Following,
+    /// Per site, what a check against a debug build needs, with the last run's count.
+    counted_sites: Vec<CountedSite>,
+}
+
+/// One counted site, as a check against a build without optimisation sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountedSite {
+    /// Index of its file in the target's images (0: the program).
+    pub image: usize,
+    /// The function's address, for a function's entry; `None` inside a function (an
+    /// inlined copy's entry point).
+    pub entry: Option<u64>,
+    /// Where the calls it counts were written (`file:line`), for an inlined copy.
+    pub call_lines: Vec<String>,
+    /// At most this many calls per counted pass (else 1).
+    pub calls_per_pass: u64,
+    /// Its count in the last run.
+    pub count: u64,
+}
+
+/// A report row: its label, and the indices of the sites it sums.
+pub type Row = (String, Vec<usize>);
+
+/// The sites of one run, and each pattern's rows over them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteCounts {
+    pub sites: Vec<CountedSite>,
+    /// Per pattern: its metric id and rows.
+    pub patterns: Vec<(String, Vec<Row>)>,
 }
 
 impl Invocations {
@@ -201,8 +230,30 @@ impl Invocations {
             runs: 0,
             bounds: vec![None; rows_len],
             following: Following::default(),
+            counted_sites: sites
+                .iter()
+                .map(|s| CountedSite {
+                    image: s.image,
+                    entry: (s.kind == sbs_probes::patch::SiteKind::Entry).then_some(s.address),
+                    call_lines: s.call_lines.clone(),
+                    calls_per_pass: s.calls_per_pass,
+                    count: 0,
+                })
+                .collect(),
             calls_per_pass,
         })
+    }
+
+    /// Every site with its count in the last run, and the patterns' rows over them.
+    pub fn site_counts(&self) -> SiteCounts {
+        SiteCounts {
+            sites: self.counted_sites.clone(),
+            patterns: self
+                .patterns
+                .iter()
+                .map(|p| (p.metric.id.clone(), p.rows.clone()))
+                .collect(),
+        }
     }
 
     /// How many distinct locations (functions and inlined entry points) are counted.
@@ -866,6 +917,9 @@ impl Instrument for Invocations {
             Counted::Uprobe(k) => uprobe[k],
             Counted::Skipped => 0,
         };
+        for (i, site) in self.counted_sites.iter_mut().enumerate() {
+            site.count = count(i);
+        }
         for (k, p) in self.patterns.iter().enumerate() {
             let details: Vec<(String, f64)> = p
                 .rows

@@ -30,6 +30,10 @@ pub(super) struct Site {
     pub what: String,
     /// At most this many calls per counted pass (an unrolled loop; else 1).
     pub calls_per_pass: u64,
+    /// Where the calls it counts were written (`file:line`): the call site of an inlined
+    /// copy, several when copies share the entry point; none for a function's entry (its
+    /// callers are anywhere) or a copy whose call line the DWARF does not give.
+    pub call_lines: Vec<String>,
 }
 
 /// One pattern's metric and its rows: (label, indices of the sites summed in it).
@@ -91,10 +95,18 @@ impl Sites {
     /// The index of `site`, added if it is new.
     fn add(&mut self, site: Site) -> usize {
         let key = (site.path.clone(), site.uprobe_offset);
-        *self.index.entry(key).or_insert_with(|| {
-            self.list.push(site);
-            self.list.len() - 1
-        })
+        if let Some(&i) = self.index.get(&key) {
+            let lines = &mut self.list[i].call_lines;
+            for line in site.call_lines {
+                if !lines.contains(&line) {
+                    lines.push(line);
+                }
+            }
+            return i;
+        }
+        self.index.insert(key, self.list.len());
+        self.list.push(site);
+        self.list.len() - 1
     }
 }
 
@@ -122,6 +134,7 @@ fn function_rows(
                 kind: SiteKind::Entry,
                 what: format!("`{}`", f.label),
                 calls_per_pass: 1,
+                call_lines: Vec::new(),
             });
             (f.label.clone(), vec![i])
         })
@@ -144,6 +157,7 @@ fn inlined_rows(
             "an inlined copy of `{}` in `{}`",
             site.function, site.caller
         );
+        let call_lines: Vec<String> = site.call_line.iter().cloned().collect();
         let indices: Vec<usize> = site
             .points
             .iter()
@@ -157,6 +171,7 @@ fn inlined_rows(
                     kind: SiteKind::Inside,
                     what: what.clone(),
                     calls_per_pass: site.calls_per_pass.unwrap_or(1),
+                    call_lines: call_lines.clone(),
                 })
             })
             .collect();

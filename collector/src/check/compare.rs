@@ -1,0 +1,331 @@
+//! Joining the counted sites of an optimised build with the call lines of a build
+//! without optimisation, and comparing their counts group by group.
+//!
+//! A counted site stands for calls written at some source lines: an inlined copy for its
+//! call site's line (several, where copies share their entry point), a function's entry
+//! for the lines of the direct calls to it. A line may lead to several sites (a call the
+//! optimizer duplicated into two paths, or partly inlined). The sites and lines that are
+//! linked, directly or through each other, form a group: within it, the calls counted
+//! must equal the calls the debug build made at those lines, whatever the optimizer did
+//! with them. Most groups are one copy and one line.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use sbs_reports::model::{CheckGroup, CheckVerdict, InvocationCheck};
+
+/// The calls the build without optimisation made to the pattern's functions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Truth {
+    /// Per source line of the calling instruction (`file:line`): calls made there.
+    pub by_line: HashMap<String, u64>,
+    /// Calls from an instruction without a source line (or from another object).
+    pub without_line: u64,
+}
+
+/// One counted site of the optimised build, for one pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Site {
+    /// The report row it is counted in.
+    pub row: String,
+    /// The source lines of the calls it counts (empty: none known).
+    pub lines: Vec<String>,
+    /// Its count, and at most how many calls one counted pass stands for.
+    pub count: u64,
+    pub calls_per_pass: u64,
+}
+
+/// The label of the group of sites and calls without a source line.
+pub const NO_LINE: &str = "(no call line)";
+
+/// Compare the `sites` counted for `metric` with the calls of `truth`. Sites whose
+/// calls are all written at `unknown` lines (where the debug build inlines the function
+/// too: code of the precompiled standard library) are left out, as are groups in which
+/// nothing was counted or made; notes say how many.
+pub fn compare(
+    metric: &str,
+    debug_program: &str,
+    sites: &[Site],
+    truth: &Truth,
+    unknown: &HashSet<String>,
+) -> InvocationCheck {
+    let (sites, inlined_too): (Vec<&Site>, Vec<&Site>) = sites
+        .iter()
+        .partition(|s| s.lines.is_empty() || !s.lines.iter().all(|l| unknown.contains(l)));
+    let mut groups = Groups::default();
+    for (i, site) in sites.iter().enumerate() {
+        let node = groups.node(Key::Site(i));
+        if site.lines.is_empty() {
+            groups.join(node, Key::Line(NO_LINE.to_string()));
+        }
+        for line in &site.lines {
+            groups.join(node, Key::Line(line.clone()));
+        }
+    }
+    for line in truth.by_line.keys() {
+        groups.node(Key::Line(line.clone()));
+    }
+    if truth.without_line > 0 {
+        groups.node(Key::Line(NO_LINE.to_string()));
+    }
+    let made_at = |line: &str| match line {
+        NO_LINE => truth.without_line,
+        _ => truth.by_line.get(line).copied().unwrap_or(0),
+    };
+    let mut out: Vec<CheckGroup> = groups
+        .components()
+        .into_iter()
+        .map(|keys| {
+            let mut g = CheckGroup {
+                lines: Vec::new(),
+                rows: Vec::new(),
+                counted: 0,
+                counted_high: 0,
+                made: 0,
+                verdict: CheckVerdict::Equal,
+            };
+            let mut rows = BTreeSet::new();
+            for key in keys {
+                match key {
+                    Key::Site(i) => {
+                        let s = &sites[i];
+                        g.counted += s.count;
+                        g.counted_high += s.count.saturating_mul(s.calls_per_pass.max(1));
+                        rows.insert(s.row.clone());
+                    }
+                    Key::Line(line) => {
+                        g.made += made_at(&line);
+                        g.lines.push(line);
+                    }
+                }
+            }
+            g.lines.sort();
+            g.rows = rows.into_iter().collect();
+            g.verdict = if g.counted == g.made {
+                CheckVerdict::Equal
+            } else if g.counted <= g.made && g.made <= g.counted_high {
+                CheckVerdict::Bounded
+            } else {
+                CheckVerdict::Differs
+            };
+            g
+        })
+        .collect();
+    let idle = out.len();
+    out.retain(|g| g.counted > 0 || g.made > 0);
+    let idle = idle - out.len();
+    // What disagrees first, the most calls first; then by line.
+    out.sort_by(|a, b| {
+        let rank = |g: &CheckGroup| g.verdict != CheckVerdict::Differs;
+        rank(a)
+            .cmp(&rank(b))
+            .then(b.made.max(b.counted).cmp(&a.made.max(a.counted)))
+            .then(a.lines.cmp(&b.lines))
+    });
+    let mut notes = Vec::new();
+    if !inlined_too.is_empty() {
+        let calls: u64 = inlined_too.iter().map(|s| s.count).sum();
+        notes.push(format!(
+            "{} site(s) ({calls} calls counted) are not checked: {debug_program} inlines the \
+             function at their lines too (code compiled with optimisation, such as the \
+             standard library's), so it does not show those calls",
+            inlined_too.len()
+        ));
+    }
+    if idle > 0 {
+        notes.push(format!(
+            "{idle} group(s) of sites and lines where neither build made a call are not listed"
+        ));
+    }
+    InvocationCheck {
+        metric: metric.to_string(),
+        debug_program: debug_program.to_string(),
+        counted: sites.iter().map(|s| s.count).sum(),
+        made: truth.by_line.values().sum::<u64>() + truth.without_line,
+        groups: out,
+        notes,
+    }
+}
+
+/// A node of the groups: a site (by index) or a source line.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key {
+    Site(usize),
+    Line(String),
+}
+
+/// Union-find over sites and lines.
+#[derive(Default)]
+struct Groups {
+    keys: Vec<Key>,
+    index: HashMap<Key, usize>,
+    parent: Vec<usize>,
+}
+
+impl Groups {
+    fn node(&mut self, key: Key) -> usize {
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        let i = self.keys.len();
+        self.keys.push(key.clone());
+        self.index.insert(key, i);
+        self.parent.push(i);
+        i
+    }
+
+    fn root(&mut self, mut i: usize) -> usize {
+        while self.parent[i] != i {
+            self.parent[i] = self.parent[self.parent[i]];
+            i = self.parent[i];
+        }
+        i
+    }
+
+    fn join(&mut self, a: usize, key: Key) {
+        let b = self.node(key);
+        let (ra, rb) = (self.root(a), self.root(b));
+        if ra != rb {
+            self.parent[ra.max(rb)] = ra.min(rb);
+        }
+    }
+
+    /// The keys of each group, in the order their first key was added.
+    fn components(&mut self) -> Vec<Vec<Key>> {
+        let mut of_root: HashMap<usize, usize> = HashMap::new();
+        let mut out: Vec<Vec<Key>> = Vec::new();
+        for i in 0..self.keys.len() {
+            let r = self.root(i);
+            let g = *of_root.entry(r).or_insert_with(|| {
+                out.push(Vec::new());
+                out.len() - 1
+            });
+            out[g].push(self.keys[i].clone());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(row: &str, lines: &[&str], count: u64, calls_per_pass: u64) -> Site {
+        Site {
+            row: row.into(),
+            lines: lines.iter().map(|l| l.to_string()).collect(),
+            count,
+            calls_per_pass,
+        }
+    }
+
+    fn truth(lines: &[(&str, u64)], without_line: u64) -> Truth {
+        Truth {
+            by_line: lines.iter().map(|(l, n)| (l.to_string(), *n)).collect(),
+            without_line,
+        }
+    }
+
+    #[test]
+    fn each_copy_meets_its_line_and_a_shared_entry_joins_two_lines() {
+        let sites = [
+            // One copy, one line: equal.
+            site("push [a.rs:3]", &["a.rs:3"], 10, 1),
+            // Two copies sharing an entry point (a merged tail) for lines 7 and 9.
+            site("push [a.rs:7]", &["a.rs:7"], 4, 1),
+            site("push [shared]", &["a.rs:7", "a.rs:9"], 6, 1),
+            // An unrolled loop: 1 pass counted, 8 calls made, within the bound.
+            site("push [b.rs:2]", &["b.rs:2"], 1, 8),
+            // The out-of-line copy, called from line 20 only.
+            site("push", &["c.rs:20"], 5, 1),
+            site("push [e.rs:5]", &["e.rs:5"], 0, 1),
+        ];
+        let t = truth(
+            &[
+                ("a.rs:3", 10),
+                ("a.rs:7", 4),
+                ("a.rs:9", 3),
+                ("b.rs:2", 8),
+                ("c.rs:20", 5),
+                ("d.rs:1", 2),
+            ],
+            1,
+        );
+        let check = compare("invocations.push", "dbg", &sites, &t, &HashSet::new());
+        assert_eq!((check.counted, check.made), (26, 33));
+        let by_first_line: HashMap<&str, &CheckGroup> = check
+            .groups
+            .iter()
+            .map(|g| (g.lines[0].as_str(), g))
+            .collect();
+        let g = by_first_line["a.rs:7"];
+        assert_eq!(g.lines, ["a.rs:7", "a.rs:9"]);
+        assert_eq!(
+            (g.counted, g.made, g.verdict),
+            (10, 7, CheckVerdict::Differs)
+        );
+        assert_eq!(by_first_line["a.rs:3"].verdict, CheckVerdict::Equal);
+        assert_eq!(by_first_line["b.rs:2"].verdict, CheckVerdict::Bounded);
+        assert_eq!(by_first_line["c.rs:20"].verdict, CheckVerdict::Equal);
+        // A line no site stands for: calls made, none counted.
+        let d = by_first_line["d.rs:1"];
+        assert_eq!(
+            (d.counted, d.made, d.verdict),
+            (0, 2, CheckVerdict::Differs)
+        );
+        assert!(d.rows.is_empty());
+        let none = by_first_line[NO_LINE];
+        // Nothing counted, nothing made: not listed.
+        assert!(!by_first_line.contains_key("e.rs:5"));
+        assert_eq!((none.made, none.verdict), (1, CheckVerdict::Differs));
+        // What differs comes first, the most calls first.
+        let order: Vec<&str> = check.groups.iter().map(|g| g.lines[0].as_str()).collect();
+        assert_eq!(order[..3], ["a.rs:7", "d.rs:1", NO_LINE]);
+        assert_eq!(check.differing().count(), 3);
+    }
+
+    #[test]
+    fn a_site_without_a_line_meets_the_calls_without_one() {
+        let sites = [site("push [indirect only]", &[], 3, 1)];
+        let check = compare("m", "dbg", &sites, &truth(&[], 3), &HashSet::new());
+        assert_eq!(check.groups.len(), 1);
+        assert_eq!(check.groups[0].verdict, CheckVerdict::Equal);
+        assert_eq!(check.groups[0].lines, [NO_LINE]);
+    }
+}
+
+#[cfg(test)]
+mod unknown_lines {
+    use super::*;
+
+    #[test]
+    fn sites_at_lines_the_debug_build_inlines_too_are_left_out_and_said() {
+        let sites = [
+            Site {
+                row: "push [std]".into(),
+                lines: vec!["std.rs:58".into()],
+                count: 2,
+                calls_per_pass: 1,
+            },
+            Site {
+                row: "push [a.rs:1]".into(),
+                lines: vec!["a.rs:1".into()],
+                count: 4,
+                calls_per_pass: 1,
+            },
+        ];
+        let truth = Truth {
+            by_line: [("a.rs:1".to_string(), 4)].into(),
+            without_line: 0,
+        };
+        let unknown: HashSet<String> = ["std.rs:58".to_string()].into();
+        let check = compare("m", "dbg", &sites, &truth, &unknown);
+        assert_eq!(check.groups.len(), 1);
+        assert_eq!(check.groups[0].verdict, CheckVerdict::Equal);
+        assert_eq!(check.counted, 4);
+        assert!(
+            check.notes[0].starts_with("1 site(s) (2 calls counted)"),
+            "{:?}",
+            check.notes
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! `--invocations-check DEBUG`: the counts of an optimised build checked, call line by
+//! call line, against a build of the same source without optimisation, where every call
+//! is a real call.
+//!
+//! Two runs with the benchmark's arguments, environment and directory:
+//! 1. the measured program, counted once more with the invocations instrument as the
+//!    measured runs were (same engines), keeping each site's count;
+//! 2. `DEBUG` under callgrind, which counts every call per call instruction and callee
+//!    (`calls=` lines). The calls of the functions the patterns match in `DEBUG` are
+//!    summed by the source line of the calling instruction.
+//!
+//! The sites of the measured program are placed on source lines too: an inlined copy
+//! on its call site (DWARF), a function's entry on the lines of the direct calls to it
+//! (its callers' machine code, decoded, and the line table). [`compare`] joins them into
+//! groups that must agree. Sites in shared libraries are not checked (both builds use
+//! the same libraries), nor calls the debug build inlined itself (said in a note).
+
+pub mod compare;
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use anyhow::Context;
+use nix::unistd::Pid;
+use sbs_probes::callgrind;
+use sbs_probes::calls::{call_sites, CallTargets, Callee};
+use sbs_probes::dwarf::lines_at;
+use sbs_probes::elf::Image;
+use sbs_probes::resolve::{match_patterns, Target};
+use sbs_reports::model::InvocationCheck;
+
+use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
+use crate::run::instruments::invocations::{Invocations, Options, SiteCounts};
+use crate::run::instruments::valgrind::ValgrindWrapper;
+use crate::run::runner::{run_once, Cancel, RunConfig};
+use compare::{Site, Truth};
+
+/// What to check: the patterns, counted with `options`, against `debug`.
+#[derive(Debug, Clone)]
+pub struct CheckRequest {
+    /// The build without optimisation.
+    pub debug: PathBuf,
+    /// The `--invocations` patterns, each once.
+    pub patterns: Vec<String>,
+    /// How the measured runs counted them.
+    pub options: Options,
+}
+
+/// Check before any run that `debug` can be used: it exists and valgrind is installed.
+pub fn preflight(debug: &Path) -> anyhow::Result<PathBuf> {
+    let meta = std::fs::metadata(debug).with_context(|| {
+        format!(
+            "--invocations-check {}: cannot read it; give the program built without \
+             optimisation (e.g. target/debug/NAME)",
+            debug.display()
+        )
+    })?;
+    anyhow::ensure!(
+        meta.is_file(),
+        "--invocations-check {}: not a file; give the program built without optimisation",
+        debug.display()
+    );
+    sbs_probes::valgrind::find_valgrind().map_err(|e| {
+        anyhow::anyhow!("--invocations-check counts the debug build's calls under callgrind: {e}")
+    })
+}
+
+/// Check every pattern of `request` for the benchmark `run` starts.
+pub fn check(
+    run: &RunConfig,
+    request: &CheckRequest,
+    valgrind: &Path,
+    cancel: &Cancel,
+) -> anyhow::Result<Vec<InvocationCheck>> {
+    let counts = count_sites(run, request, cancel)?;
+    let release = Image::load(&run.program)?;
+    let entry_lines = entry_lines(&release, &counts)?;
+    let debug_run = RunConfig {
+        program: request.debug.clone(),
+        ..run.clone()
+    };
+    let matched = debug_functions(&debug_run, request)?;
+    let profile = callgrind_profile(&debug_run, valgrind, cancel)?;
+    let debug = Image::load(&request.debug)?;
+    let debug_name = request.debug.display().to_string();
+    let mut out = Vec::new();
+    for (k, (metric, rows)) in counts.patterns.iter().enumerate() {
+        let mut sites = Vec::new();
+        let mut in_libraries = 0usize;
+        for (label, indices) in rows {
+            for &i in indices {
+                let s = &counts.sites[i];
+                if s.image != 0 {
+                    in_libraries += 1;
+                    continue;
+                }
+                let lines = match s.entry {
+                    Some(address) => entry_lines.get(&address).cloned().unwrap_or_default(),
+                    None => s.call_lines.clone(),
+                };
+                sites.push(Site {
+                    row: label.clone(),
+                    lines,
+                    count: s.count,
+                    calls_per_pass: s.calls_per_pass,
+                });
+            }
+        }
+        let truth = truth(&profile, &debug, &matched[k].functions)?;
+        let mut result = compare::compare(metric, &debug_name, &sites, &truth, &matched[k].inlined);
+        if in_libraries > 0 {
+            result.notes.push(format!(
+                "{in_libraries} site(s) in shared libraries are not checked: both builds use \
+                 the same libraries"
+            ));
+        }
+        out.push(result);
+    }
+    Ok(out)
+}
+
+/// Count the measured program's sites once, as the measured runs did.
+fn count_sites(
+    run: &RunConfig,
+    request: &CheckRequest,
+    cancel: &Cancel,
+) -> anyhow::Result<SiteCounts> {
+    let env = |name: &str| {
+        run.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_os_str())
+    };
+    let invocations = Invocations::new(
+        &run.program,
+        env("LD_LIBRARY_PATH"),
+        env("LD_PRELOAD"),
+        &request.patterns,
+        Options {
+            detail: true,
+            ..request.options
+        },
+    )?;
+    let kept = Rc::new(RefCell::new(None));
+    let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(KeepSites {
+        inner: invocations,
+        kept: kept.clone(),
+    })];
+    let (outcome, _) = run_once(run, &mut instruments, cancel)
+        .context("--invocations-check: the counting run of the measured program failed")?;
+    ensure_success(&run.program, outcome.exit, "")?;
+    for i in &mut instruments {
+        i.finish();
+    }
+    let counts = kept.borrow_mut().take();
+    counts.context("internal error: the counting run kept no counts")
+}
+
+fn ensure_success(program: &Path, exit: ExitKind, how: &str) -> anyhow::Result<()> {
+    let ended = match exit {
+        ExitKind::Code(0) => return Ok(()),
+        ExitKind::Code(code) => format!("exited with status {code}"),
+        ExitKind::Signal(sig) => format!("was killed by signal {sig}"),
+        ExitKind::TimedOut => "timed out".to_string(),
+    };
+    anyhow::bail!(
+        "--invocations-check: {} {ended}{how}; both builds must run to completion with the \
+         benchmark's arguments",
+        program.display()
+    )
+}
+
+/// The invocations instrument, keeping its per-site counts after the run.
+struct KeepSites {
+    inner: Invocations,
+    kept: Rc<RefCell<Option<SiteCounts>>>,
+}
+
+impl Instrument for KeepSites {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn needs_start_gate(&self) -> bool {
+        self.inner.needs_start_gate()
+    }
+
+    fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {
+        self.inner.prepare(setup)
+    }
+
+    fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
+        self.inner.attach(pid)
+    }
+
+    fn collect(&mut self, outcome: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        self.inner.collect(outcome, out)?;
+        *self.kept.borrow_mut() = Some(self.inner.site_counts());
+        Ok(())
+    }
+
+    fn abort_run(&mut self) {
+        self.inner.abort_run();
+    }
+
+    fn finish(&mut self) {
+        self.inner.finish();
+    }
+}
+
+/// The source lines of the direct calls (and tail calls) to each function entry counted
+/// in the program: its callers' machine code decoded, and the line table.
+fn entry_lines(image: &Image, counts: &SiteCounts) -> anyhow::Result<HashMap<u64, Vec<String>>> {
+    let entries: HashSet<u64> = counts
+        .sites
+        .iter()
+        .filter(|s| s.image == 0)
+        .filter_map(|s| s.entry)
+        .collect();
+    if entries.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let targets = CallTargets::of(image)?;
+    let mut calls: Vec<(u64, u64)> = Vec::new();
+    for f in &image.functions {
+        // Code that does not decode (data in a text section) has no calls to find.
+        let Ok(sites) = call_sites(image, &targets, f) else {
+            continue;
+        };
+        calls.extend(sites.into_iter().filter_map(|c| match c.callee {
+            Callee::Local { address, .. } if entries.contains(&address) => {
+                Some((c.address, address))
+            }
+            _ => None,
+        }));
+    }
+    let data = image.dwarf_data().with_context(|| {
+        format!(
+            "--invocations-check: {} has no debug info to place its calls on source lines; \
+             build it with debug info",
+            image.path.display()
+        )
+    })?;
+    let addresses: Vec<u64> = calls.iter().map(|c| c.0).collect();
+    let lines = lines_at(data, &addresses)
+        .map_err(|e| anyhow::anyhow!("--invocations-check: {}: {e}", image.path.display()))?;
+    let mut out: HashMap<u64, Vec<String>> = HashMap::new();
+    for (site, entry) in calls {
+        if let Some(line) = lines.get(&site) {
+            let at = out.entry(entry).or_default();
+            if !at.contains(line) {
+                at.push(line.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What the debug build has of one pattern.
+struct DebugMatch {
+    /// The start addresses of the functions it matches in the program.
+    functions: HashSet<u64>,
+    /// The call lines of the copies that build inlined itself (code compiled with
+    /// optimisation: the standard library's), whose calls callgrind cannot see.
+    inlined: HashSet<String>,
+}
+
+/// Per pattern, what the debug build has of it.
+fn debug_functions(debug: &RunConfig, request: &CheckRequest) -> anyhow::Result<Vec<DebugMatch>> {
+    let ld_library_path = debug
+        .env
+        .iter()
+        .find(|(k, _)| k == "LD_LIBRARY_PATH")
+        .map(|(_, v)| v.as_os_str());
+    let mut target = Target::load(&debug.program, ld_library_path)?;
+    let matches = match_patterns(&mut target, &request.patterns, request.options.max_probes)
+        .with_context(|| format!("--invocations-check {}", debug.program.display()))?;
+    let exe = target.exe();
+    Ok(matches
+        .iter()
+        .map(|m| DebugMatch {
+            functions: m
+                .functions
+                .iter()
+                .filter(|f| f.image == 0)
+                .filter_map(|f| exe.functions.iter().find(|g| g.offset == f.offset))
+                .map(|g| g.address)
+                .collect(),
+            inlined: m
+                .sites
+                .iter()
+                .filter(|s| s.image == 0)
+                .filter_map(|s| s.call_line.clone())
+                .collect(),
+        })
+        .collect())
+}
+
+/// One run of the debug build under callgrind, and its profile.
+fn callgrind_profile(
+    debug: &RunConfig,
+    valgrind: &Path,
+    cancel: &Cancel,
+) -> anyhow::Result<callgrind::Profile> {
+    let dir = tempfile::Builder::new()
+        .prefix("sbs-check-")
+        .tempdir()
+        .context("cannot create a temporary directory for callgrind's profile")?;
+    let out_file = dir.path().join("callgrind.out");
+    let log_file = dir.path().join("valgrind.log");
+    let wrapper = callgrind::profile_wrapper(valgrind, &out_file, &log_file);
+    let mut instruments: Vec<Box<dyn Instrument>> =
+        vec![Box::new(ValgrindWrapper::new(wrapper, None))];
+    let (outcome, _) = run_once(debug, &mut instruments, cancel).with_context(|| {
+        format!(
+            "--invocations-check: cannot run {} under callgrind",
+            debug.program.display()
+        )
+    })?;
+    let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+    let hint = log
+        .lines()
+        .filter_map(|l| l.split_once("== ").map(|(_, m)| m.trim()))
+        .find(|m| m.starts_with("Process terminating") || m.contains("valgrind: "))
+        .map(|m| format!(" under callgrind (valgrind: {m})"))
+        .unwrap_or_else(|| " under callgrind".to_string());
+    ensure_success(&debug.program, outcome.exit, &hint)?;
+    let text = std::fs::read_to_string(&out_file).with_context(|| {
+        format!(
+            "--invocations-check: callgrind wrote no profile for {}",
+            debug.program.display()
+        )
+    })?;
+    callgrind::parse(&text).with_context(|| {
+        format!(
+            "--invocations-check: cannot read callgrind's profile {}",
+            out_file.display()
+        )
+    })
+}
+
+/// The calls the debug build made to `functions` (start addresses in its program), by
+/// the source line of the calling instruction.
+fn truth(
+    profile: &callgrind::Profile,
+    debug: &Image,
+    functions: &HashSet<u64>,
+) -> anyhow::Result<Truth> {
+    let is_program = |object: &str| {
+        Path::new(object)
+            .canonicalize()
+            .is_ok_and(|p| p == debug.path)
+    };
+    let mut names: HashMap<String, bool> = HashMap::new();
+    let mut program = |object: &str| match names.get(object) {
+        Some(&is) => is,
+        None => *names
+            .entry(object.to_string())
+            .or_insert(is_program(object)),
+    };
+    let mut calls: Vec<(u64, u64)> = Vec::new();
+    let mut truth = Truth::default();
+    for (arc, &n) in &profile.arcs {
+        if !functions.contains(&arc.target) || !program(&arc.callee_object) {
+            continue;
+        }
+        if program(&arc.caller_object) {
+            calls.push((arc.site, n));
+        } else {
+            truth.without_line += n;
+        }
+    }
+    let data = debug.dwarf_data().with_context(|| {
+        format!(
+            "--invocations-check {}: no debug info to place its calls on source lines; \
+             build it with debug info",
+            debug.path.display()
+        )
+    })?;
+    let addresses: Vec<u64> = calls.iter().map(|c| c.0).collect();
+    let lines = lines_at(data, &addresses)
+        .map_err(|e| anyhow::anyhow!("--invocations-check {}: {e}", debug.path.display()))?;
+    for (site, n) in calls {
+        match lines.get(&site) {
+            Some(line) => *truth.by_line.entry(line.clone()).or_default() += n,
+            None => truth.without_line += n,
+        }
+    }
+    Ok(truth)
+}
