@@ -20,6 +20,10 @@ use crate::error::ProbeError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pattern {
     text: String,
+    /// The library named before the name (`LIBRARY:NAME`), as written: a path or a file
+    /// name. Such a pattern matches in that library only, loaded also when the program
+    /// does not link it (it may `dlopen` it).
+    library: Option<String>,
     /// Every alternative must be a suffix of one of the name's paths (a pattern written
     /// as `<A as B>::f` has two).
     alternatives: Vec<Vec<String>>,
@@ -38,6 +42,12 @@ impl Pattern {
                 "it is empty; give a function name such as `Vec::push` or `malloc`",
             ));
         }
+        let (library, trimmed) = split_library(trimmed);
+        if library.is_some() && trimmed.is_empty() {
+            return Err(bad(
+                "it names a library but no function; write LIBRARY:NAME, e.g. `libz.so.1:inflate`",
+            ));
+        }
         if !balanced(trimmed) {
             return Err(bad("its brackets `<>`, `()` or `[]` are not balanced"));
         }
@@ -52,8 +62,14 @@ impl Pattern {
         }
         Ok(Pattern {
             text: text.to_string(),
+            library: library.map(str::to_string),
             alternatives,
         })
+    }
+
+    /// The library the pattern names (`LIBRARY:NAME`), if it names one.
+    pub fn library(&self) -> Option<&str> {
+        self.library.as_deref()
     }
 
     /// The pattern as the user wrote it.
@@ -475,5 +491,45 @@ mod tests {
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("wrok", "work"), 1);
+    }
+}
+
+/// `LIBRARY:NAME` split at its single colon (never one of a `::`), when what comes before
+/// it names a library: a path (with a `/`) or a shared object's file name (with `.so`).
+fn split_library(text: &str) -> (Option<&str>, &str) {
+    let bytes = text.as_bytes();
+    let single = (0..bytes.len()).find(|&i| {
+        bytes[i] == b':' && bytes.get(i + 1) != Some(&b':') && (i == 0 || bytes[i - 1] != b':')
+    });
+    match single {
+        Some(i) if text[..i].contains('/') || text[..i].contains(".so") => {
+            (Some(&text[..i]), text[i + 1..].trim())
+        }
+        _ => (None, text),
+    }
+}
+
+#[cfg(test)]
+mod library_tests {
+    use super::*;
+
+    #[test]
+    fn a_library_before_a_single_colon_is_split_off() {
+        let p = Pattern::parse("/usr/lib/x.so:scanstring_unicode").unwrap();
+        assert_eq!(p.library(), Some("/usr/lib/x.so"));
+        assert_eq!(p.last_segment(), "scanstring_unicode");
+        assert_eq!(p.as_str(), "/usr/lib/x.so:scanstring_unicode");
+        let p = Pattern::parse("libz.so.1:inflate").unwrap();
+        assert_eq!(p.library(), Some("libz.so.1"));
+        // Paths of names are no libraries.
+        for text in [
+            "Vec::push",
+            "<a::B as c::D>::f",
+            "ns::f(int)",
+            "std::vector<int>::push_back",
+        ] {
+            assert_eq!(Pattern::parse(text).unwrap().library(), None, "{text}");
+        }
+        assert!(Pattern::parse("libz.so.1:").is_err());
     }
 }

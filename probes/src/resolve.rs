@@ -29,6 +29,9 @@ pub struct Target {
     /// Library resolution results.
     pub libraries: Libraries,
     inlined: Vec<Option<Result<InlinedIndex, String>>>,
+    /// How many of `images` the program loads at start; the others were named by a
+    /// pattern (`LIBRARY:NAME`): libraries it may load at run time (`dlopen`).
+    pub linked: usize,
 }
 
 impl Target {
@@ -50,13 +53,89 @@ impl Target {
         let mut images = vec![exe];
         images.extend(libs);
         let inlined = images.iter().map(|_| None).collect();
+        let linked = images.len();
         Ok(Target {
             program: given,
             script,
             images,
             libraries,
             inlined,
+            linked,
         })
+    }
+
+    /// The image of the library a pattern names (`LIBRARY:NAME`): one the program loads at
+    /// start, or else the file loaded now as a library it may load at run time. A name
+    /// without a `/` is looked for among the program's libraries, then in the
+    /// directories they come from and the system's library directories.
+    pub fn library(&mut self, name: &str) -> Result<usize, ProbeError> {
+        let by_name = |img: &Image| img.path.file_name().is_some_and(|f| f == name);
+        let path = if name.contains('/') {
+            let path = Path::new(name)
+                .canonicalize()
+                .map_err(|e| ProbeError::read(Path::new(name), e))?;
+            if let Some(i) = self.images.iter().position(|img| img.path == path) {
+                return Ok(i);
+            }
+            path
+        } else {
+            if let Some(i) = self.images.iter().position(by_name) {
+                return Ok(i);
+            }
+            let mut dirs: Vec<PathBuf> = self
+                .images
+                .iter()
+                .filter_map(|img| img.path.parent().map(Path::to_path_buf))
+                .collect();
+            dirs.extend(
+                [
+                    "/lib/x86_64-linux-gnu",
+                    "/usr/lib/x86_64-linux-gnu",
+                    "/lib64",
+                    "/usr/lib",
+                ]
+                .map(PathBuf::from),
+            );
+            dirs.iter()
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+                .ok_or_else(|| {
+                    ProbeError::read(
+                        Path::new(name),
+                        std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "not among the program's libraries nor in the library \
+                             directories; give the library's path",
+                        ),
+                    )
+                })?
+        };
+        self.images.push(Image::load(&path)?);
+        self.inlined.push(None);
+        Ok(self.images.len() - 1)
+    }
+
+    /// Whether `pattern` looks for functions in image `i`: the library it names, or else
+    /// every image the program loads at start.
+    fn searches(&self, pattern: &Pattern, i: usize) -> bool {
+        match pattern.library() {
+            Some(name) => {
+                let img = &self.images[i];
+                let wanted = Path::new(name);
+                if name.contains('/') {
+                    wanted.canonicalize().is_ok_and(|p| p == img.path)
+                } else {
+                    img.path.file_name().is_some_and(|f| f == name)
+                }
+            }
+            None => i < self.linked,
+        }
+    }
+
+    /// Whether image `i` is a library the program loads at run time (named by a pattern,
+    /// not linked): code that is not there when the program starts.
+    pub fn loaded_at_run_time(&self, i: usize) -> bool {
+        i >= self.linked
     }
 
     /// The ELF executable.
@@ -314,6 +393,11 @@ pub fn match_patterns(
         .iter()
         .map(|p| Pattern::parse(p))
         .collect::<Result<_, _>>()?;
+    for pattern in &parsed {
+        if let Some(library) = pattern.library() {
+            target.library(library)?;
+        }
+    }
     let mut out = Vec::with_capacity(parsed.len());
     let mut references: HashMap<usize, References> = HashMap::new();
     for pattern in parsed {
@@ -323,7 +407,9 @@ pub fn match_patterns(
             ..Inlined::default()
         };
         for i in 0..target.images.len() {
-            found.scan_image(target, i, &pattern);
+            if target.searches(&pattern, i) {
+                found.scan_image(target, i, &pattern);
+            }
         }
         let (functions, pieces) = judge_pieces(target, functions, &found.copies, &mut references);
         let Inlined {
@@ -729,6 +815,9 @@ fn clone_origins(
     let mut out = HashMap::new();
     let mut errors = Vec::new();
     for i in 0..target.images.len() {
+        if !target.searches(pattern, i) {
+            continue;
+        }
         let addresses: std::collections::HashSet<u64> = target.images[i]
             .functions
             .iter()
@@ -780,6 +869,9 @@ fn matching_symbols(
     let mut found: BTreeMap<(usize, u64), MatchedFunction> = BTreeMap::new();
     let mut refused: BTreeMap<(usize, u64), EntryRefusal> = BTreeMap::new();
     for (i, image) in target.images.iter().enumerate() {
+        if !target.searches(pattern, i) {
+            continue;
+        }
         // The dynamic loader's own functions (its memcpy, strlen, minimal malloc: in its
         // separate debug file's symbol table) serve the loader, not the program.
         let loader = is_loader(target, i);
@@ -973,6 +1065,12 @@ fn no_match(
             "; {} is stripped (no .symtab): only its {exported} exported functions and the functions of its shared libraries can be probed; {debug}",
             exe.file_name()
         ));
+    }
+    if pattern.library().is_none() && !exe.is_static {
+        context.push_str(
+            "; a function of a library the program loads at run time (dlopen) is found when \
+             the pattern names the library: LIBRARY:NAME, e.g. `/usr/lib/x86_64-linux-gnu/libz.so.1:inflate`",
+        );
     }
     if exe.is_static {
         context.push_str(&format!(

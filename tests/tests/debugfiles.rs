@@ -398,3 +398,87 @@ fn debian_python_counts_the_inlined_copies_of_py_xdecref() {
         "no copy refused because the interpreter is stripped",
     );
 }
+
+/// `_json`'s `scanstring_unicode` lives in a module python loads at run time (`dlopen`):
+/// named without its library it is no function of the program (exit 2, with how to name
+/// it); named `LIBRARY:NAME` it is counted by uprobes, once per JSON string, equal to
+/// `perf probe` on the same function; the in-process engine, which patches the libraries
+/// loaded at start, refuses it and says why.
+#[test]
+fn a_function_of_a_library_loaded_at_run_time_is_counted_when_its_library_is_named() {
+    const JSON: &str = "/usr/lib/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so";
+    if !python_dbg() || skip_without_uprobes("a library loaded at run time") {
+        return;
+    }
+    if !Path::new(JSON).exists() {
+        skip!(
+            Need::PythonDbg,
+            "{JSON} is missing (apt-get install python3.11)"
+        );
+        return;
+    }
+    // Two strings per document: 2N calls.
+    const N: u64 = 3000;
+    let script = format!("import json\nfor _ in range({N}): json.loads('[\"a\", \"b\"]')\n");
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("json_workload.py");
+    std::fs::write(&workload, script).unwrap();
+    let count = |pattern: &str, engine: &str| {
+        sbs([
+            "--runs",
+            "1",
+            "-w",
+            "0",
+            "-f",
+            "json",
+            "--invocations-engine",
+            engine,
+            "--invocations",
+            pattern,
+            "--",
+            PYTHON,
+            "-I",
+            "-S",
+            workload.to_str().unwrap(),
+        ])
+    };
+    count("scanstring_unicode", "auto").fails_with(2, "LIBRARY:NAME");
+    let named = format!("{JSON}:scanstring_unicode");
+    let run = count(&named, "auto").success();
+    let report = run.json();
+    let m = metric(&report, &format!("invocations.{named}"));
+    assert_eq!(samples(m), vec![2.0 * N as f64], "{m:#}");
+    assert_eq!(m["exact"], true, "{m:#}");
+    assert_eq!(m["source"], "uprobe", "{m:#}");
+    count(&named, "inproc").fails_with(2, "loads at run time (dlopen)");
+
+    if Command::new("perf").arg("--version").output().is_err() {
+        skip!(
+            Need::Perf,
+            "perf is not installed (apt-get install linux-perf): scanstring_unicode not compared with perf probe"
+        );
+        return;
+    }
+    let group = format!("sbsjson{}", std::process::id());
+    let event = format!("{group}:scanstring");
+    let added = Command::new("perf")
+        .args(["probe", "-q", "-x", JSON, "-a"])
+        .arg(format!("{event}=scanstring_unicode"))
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "perf probe: {added:?}");
+    let stat = Command::new("perf")
+        .args(["stat", "-x", ",", "-e", &event, "--", PYTHON, "-I", "-S"])
+        .arg(&workload)
+        .output()
+        .unwrap();
+    let _ = Command::new("perf")
+        .args(["probe", "-q", "-d", &format!("{group}:*")])
+        .output();
+    let text = String::from_utf8_lossy(&stat.stderr);
+    let by_perf: Option<f64> = text
+        .lines()
+        .find(|l| l.contains(&event))
+        .and_then(|l| l.split(',').next()?.trim().parse().ok());
+    assert_eq!(by_perf, Some(2.0 * N as f64), "perf stat: {text}");
+}

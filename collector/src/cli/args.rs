@@ -365,7 +365,9 @@ pub struct RunArgs {
     /// overload of `ns::Widget::draw(...)`. A raw symbol name (`malloc`, `_ZN2ns1fEv`) or
     /// a full demangled name matches exactly. Functions of the shared libraries the
     /// program loads are included (`malloc` finds glibc's); each matched function is its
-    /// own row in the report. Calls inlined into their callers are counted too, from the
+    /// own row in the report. `LIBRARY:NAME` (a path, or a file name with `.so`) looks in
+    /// that library only, also one the program loads at run time with dlopen (counted
+    /// with uprobes, root). Calls inlined into their callers are counted too, from the
     /// debug info (in the file or a separate debug file under /usr/lib/debug): a counter on
     /// each place where control enters an inlined copy; their row is labelled
     /// `[inlined, N sites]`. Inlined copies that cannot be counted are reported in a warning.

@@ -477,6 +477,17 @@ fn patch_sites(
         let which: Vec<usize> = (0..sites.len())
             .filter(|&k| sites[k].image == image)
             .collect();
+        if target.loaded_at_run_time(image) {
+            planned_fallback.extend(which.iter().map(|&k| {
+                (
+                    k,
+                    "it is in a library the program loads at run time (dlopen), and the \
+                     in-process engine patches the libraries loaded at start"
+                        .to_string(),
+                )
+            }));
+            continue;
+        }
         let candidates: Vec<Candidate> = which
             .iter()
             .map(|&k| {
