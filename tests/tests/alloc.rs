@@ -10,8 +10,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use sbs_agent_abi::{Origin, SlotValues};
-use sbs_profile::run::instruments::alloc::{run_with_agent, Reports};
+use sbs_profile::run::instruments::alloc::Reports;
 use sbs_skip::{build, skip, Need};
+use sbs_tests::run_with_agent;
 use util::{metric, samples, sbs};
 
 const TIMEOUT: Duration = Duration::from_secs(120);

@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use sbs_profile::run::instruments::alloc::run_with_agent;
+use sbs_tests::run_with_agent;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -426,39 +426,6 @@ fn allocator_warnings(program: &Path, file: &object::File) -> Vec<String> {
     warnings
 }
 
-/// Run `command` once with the agent loaded, outside the runner, and return its exit
-/// status and the agent's reports. For tests and benchmark scripts that need the
-/// per-process values; the CLI measures through the runner and [`AllocAgent`].
-/// A run longer than `timeout` is killed and reported as an error (a deadlock guard).
-pub fn run_with_agent(
-    mut command: std::process::Command,
-    timeout: std::time::Duration,
-) -> anyhow::Result<(std::process::ExitStatus, Reports)> {
-    let report = ReportFile::new()?;
-    let library = report.agent_library()?;
-    command.env("LD_PRELOAD", library.ld_preload(None));
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start {:?}", command.get_program()))?;
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            anyhow::bail!(
-                "{:?} did not finish within {timeout:?} with the allocation agent loaded (deadlock?)",
-                command.get_program()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    };
-    drop(library);
-    Ok((status, report.read()?))
-}
-
 /// On the harness path the child gets the report file at descriptor [`REPORT_FD`]: make
 /// sure it may have it. A soft `RLIMIT_NOFILE` at or below that is raised (the child
 /// inherits ours); a hard limit that low is an error with the command that fixes it.
