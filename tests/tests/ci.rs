@@ -32,13 +32,19 @@ fn step_script(workflow: &str, name: &str) -> String {
 /// benchmark replaced by `bench` (the debug build of the bundled example); the exit code
 /// the step wrote to `$GITHUB_OUTPUT`.
 fn measure(script: &str, dir: &Path, event: &str, bench: &str) -> String {
-    let output = dir.join("github_output");
-    let _ = std::fs::remove_file(&output);
     // Timing on this shared test machine would make the gate's answer depend on the load;
     // the counts decide alone here.
     let script = script
         .replace("./target/release/wordfreq", bench)
         .replace(" --time ", " ");
+    run_step(&script, dir, event)
+}
+
+/// Run a step's script in `dir` as GitHub would for `event`, with this build of
+/// sbs-profile first in `PATH`; what it wrote to `$GITHUB_OUTPUT`.
+fn run_step(script: &str, dir: &Path, event: &str) -> String {
+    let output = dir.join("github_output");
+    let _ = std::fs::remove_file(&output);
     let sbs_dir = util::sbs_profile();
     let path = format!(
         "{}:{}",
@@ -46,7 +52,7 @@ fn measure(script: &str, dir: &Path, event: &str, bench: &str) -> String {
         std::env::var("PATH").unwrap_or_default()
     );
     let status = Command::new("bash")
-        .args(["-e", "-c", &script])
+        .args(["-e", "-c", script])
         .current_dir(dir)
         .env("PATH", path)
         .env("EVENT", event)
@@ -99,4 +105,52 @@ fn the_workflow_saves_a_baseline_on_main_and_gates_a_pull_request() {
         &format!("{wordfreq} 20000"),
     );
     assert_eq!(out.trim(), "code=0");
+}
+
+/// docs/ci/compare.yml, the relative way: its compare step, run as written, with the base
+/// and the pull request replaced by two commands of the bundled example. 5% more
+/// allocations in the pull request: code 1 and a report that names alloc.count; the same
+/// work on both sides: code 0.
+#[test]
+fn the_relative_workflow_compares_a_pull_request_with_its_base() {
+    let workflow = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ci/compare.yml"),
+    )
+    .unwrap();
+    let script = step_script(&workflow, "Compare");
+    assert!(
+        script.contains("sbs-profile compare --alloc --time ")
+            && script.contains("./wordfreq-base ./wordfreq-pr"),
+        "{script}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // The step as written is accepted (its time thresholds name measured metrics): it
+    // decides (code 0 or 1, on time here) rather than failing (2).
+    let as_written = script
+        .replace("--runs 20", "--runs 2")
+        .replace("./wordfreq-base ./wordfreq-pr", "/bin/true /bin/true");
+    let out = run_step(&as_written, dir.path(), "pull_request");
+    assert!(matches!(out.trim(), "code=0" | "code=1"), "{out}");
+    let wordfreq = fixture!("wordfreq");
+    // Timing on this shared test machine would make the answer depend on the load, and
+    // thresholds of time that is not measured are refused: the counts decide alone here.
+    let script: String = script
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--threshold 'time."))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let compare = |base: &str, pr: &str| {
+        let script = script.replace(
+            "./wordfreq-base ./wordfreq-pr",
+            &format!("'{wordfreq} {base}' '{wordfreq} {pr}'"),
+        );
+        let out = run_step(&script.replace(" --time ", " "), dir.path(), "pull_request");
+        let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+        (out.trim().to_string(), report)
+    };
+    let (code, report) = compare("20000", "21000");
+    assert_eq!(code, "code=1", "{report}");
+    assert!(report.contains("alloc.count"), "{report}");
+    let (code, report) = compare("20000", "20000");
+    assert_eq!(code, "code=0", "{report}");
 }
