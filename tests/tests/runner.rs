@@ -1393,3 +1393,57 @@ fn the_report_says_what_else_the_machine_ran() {
         "the footer and the machine disagree: {m:#} {text}"
     );
 }
+
+/// Runs whose wall time climbs run after run (each sleeps 15 ms longer than the one
+/// before) are named a drift; runs that take one of two times (every third sleeps 150 ms,
+/// the others 30 ms) are named two modes, instead of outliers; runs that all sleep alike
+/// get neither warning.
+#[test]
+fn a_drifting_series_and_a_series_with_two_modes_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = dir.path().join("count");
+    let script = |ms: &str| {
+        format!(
+            "n=$(cat {c} 2>/dev/null || echo 0); echo $((n + 1)) > {c}; \
+             sleep $(awk \"BEGIN {{ print ({ms}) / 1000 }}\")",
+            c = count.display()
+        )
+    };
+    let warnings = |ms: &str| {
+        let _ = std::fs::remove_file(&count);
+        let run = util::sbs([
+            "-r",
+            "12",
+            "-w",
+            "0",
+            "-f",
+            "json",
+            "--",
+            "sh",
+            "-c",
+            &script(ms),
+        ])
+        .success();
+        run.json()["benchmarks"][0]["warnings"].to_string()
+    };
+    let drifting = warnings("20 + 15 * $n");
+    assert!(
+        drifting.contains("time.wall drifts over the runs"),
+        "{drifting}"
+    );
+    assert!(!drifting.contains("two modes"), "{drifting}");
+    let two = warnings("($n % 3 == 0) ? 150 : 30");
+    assert!(
+        two.contains("time.wall has two modes: 8 runs near"),
+        "{two}"
+    );
+    assert!(
+        !two.contains("outliers") && !two.contains("drifts"),
+        "{two}"
+    );
+    let steady = warnings("60");
+    assert!(
+        !steady.contains("drifts") && !steady.contains("two modes"),
+        "{steady}"
+    );
+}

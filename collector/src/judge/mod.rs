@@ -7,5 +7,6 @@ pub mod growth;
 pub mod headline;
 pub mod pitfalls;
 pub mod regression;
+pub mod shape;
 pub mod sources;
 pub mod summary;

@@ -3,6 +3,8 @@
 //! them for the collector.
 
 use sbs_reports::model::{Detail, MetricResult, Summary, Unit};
+
+use super::shape;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use statrs::statistics::{Data, Median, Statistics};
 
@@ -100,7 +102,8 @@ pub const NOISY_TIMES: &str = "time.wall";
 /// Warnings about the wall times of a benchmark's timing runs, as hyperfine gives them:
 /// runs far from the others (a modified z-score, `0.6745 · |x − median| / MAD`, above 3.5,
 /// from 5 runs on) or, without them, a spread too wide to trust (CoV above 20%, from 3
-/// runs on).
+/// runs on); and, from 8 runs on, the series' shape in run order ([`shape`]): a drift, or
+/// two modes (which replace the outlier and spread warnings they explain).
 pub fn timing_warnings(metrics: &[MetricResult]) -> Vec<String> {
     let Some(wall) = metrics.iter().find(|m| m.id == "time.wall") else {
         return Vec::new();
@@ -110,6 +113,31 @@ pub fn timing_warnings(metrics: &[MetricResult]) -> Vec<String> {
     let mut warnings = Vec::new();
     let remedy = "close other programs, pin with --pin, or count instead of timing \
                   (--instructions valgrind, --counters task-clock), which noise does not blur";
+    if let Some(d) = shape::drift(samples) {
+        warnings.push(format!(
+            "time.wall drifts over the runs: the last third took {} (median) against {} in \
+             the first third (Mann-Kendall p = {:.1e}): the machine's state changed while \
+             the runs went on (warming up, throttling, a neighbour starting); add warm-up \
+             runs, compare interleaved (`sbs-profile compare`), or {remedy}",
+            show(d.last),
+            show(d.first),
+            d.p
+        ));
+    }
+    // Two modes explain outliers and a wide spread: said once, as modes.
+    if let Some(m) = shape::modes(samples) {
+        warnings.push(format!(
+            "time.wall has two modes: {} runs near {} and {} near {}: the program or the \
+             machine alternates between two states (CPU frequency, a slower core, an \
+             allocator or cache effect), and the mean describes neither; pin with --pin, \
+             look at the runs one by one (`samples` in the JSON report), or {remedy}",
+            m.low_runs,
+            show(m.low),
+            m.high_runs,
+            show(m.high)
+        ));
+        return warnings;
+    }
     if samples.len() >= 5 {
         let median = Data::new(samples.to_vec()).median();
         let deviations: Vec<f64> = samples.iter().map(|x| (x - median).abs()).collect();
@@ -141,7 +169,7 @@ pub fn timing_warnings(metrics: &[MetricResult]) -> Vec<String> {
         }
     }
     // Outliers alone widen the CoV: the spread is named only when they do not explain it.
-    if warnings.is_empty() && samples.len() >= 3 {
+    if !warnings.iter().any(|w| w.contains("outliers")) && samples.len() >= 3 {
         if let Some(cov) = wall.summary.cov.filter(|c| *c > NOISY_COV) {
             warnings.push(format!(
                 "time.wall varies by {:.0}% (CoV) between runs, too much to trust small \
