@@ -289,6 +289,9 @@ pub fn execute(
         for b in report.benchmarks.iter_mut() {
             for w in b.warnings.iter_mut() {
                 if w.starts_with(crate::judge::summary::NOISY_TIMES) {
+                    if !w.ends_with('.') {
+                        w.push('.');
+                    }
                     w.push(' ');
                     w.push_str(&cause);
                 }
