@@ -213,6 +213,52 @@ fn the_example_criterion_suite_counts_what_its_harness_suite_counts() {
     }
 }
 
+/// The set-up of `iter_batched` runs before every operation, outside the measured region:
+/// `wordfreq/top-batched` makes its input with `count` each time, yet no call of `count`
+/// is in its region, and one of `top` per operation is.
+#[test]
+fn iter_batched_set_ups_stay_outside_the_counted_region() {
+    if util::skip_without_uprobes("invocation counts of the example's functions") {
+        return;
+    }
+    let out = sbs_in(
+        &example(),
+        &example_target(),
+        &[
+            "--bench",
+            "wordfreq_criterion",
+            "--invocations",
+            "wordfreq_bench::count",
+            "--invocations",
+            "wordfreq_bench::top",
+            "--runs",
+            "2",
+            "--ops",
+            "3",
+            "--harness-arg=--max-iterations=40",
+            "-f",
+            "json",
+            "--",
+            "--exact",
+            "wordfreq/count/200000",
+            "wordfreq/top-batched",
+        ],
+    )
+    .success();
+    let report = out.json();
+    for (id, count, top) in [
+        ("wordfreq/count/200000", 1.0, 0.0),
+        ("wordfreq/top-batched", 0.0, 1.0),
+    ] {
+        let counts = per_op(&report, id, "invocations.wordfreq_bench::count/op");
+        let tops = per_op(&report, id, "invocations.wordfreq_bench::top/op");
+        out.check(
+            counts == [count, count] && tops == [top, top],
+            &format!("{id}: count/op {counts:?} (want {count}), top/op {tops:?} (want {top})"),
+        );
+    }
+}
+
 /// Plain `cargo bench` prints criterion's timing line for each benchmark; criterion's
 /// `--list`, filters, `--exact`, `--test` and bad options behave as criterion's do.
 #[test]
