@@ -2,11 +2,13 @@
 //!
 //! [`fetch`] asks cargo for a package at an exact version (`cargo metadata` on a probe
 //! package that depends on it downloads it into cargo's own cache), copies its source
-//! into the test cache, and leaves it there: its later builds stay incremental. The cache
-//! is `/var/tmp/sbs-test-cache`, or the directory `SBS_TEST_CACHE` names; every crate's
-//! builds share one target directory in it ([`target_dir`]), so that their common
-//! dependencies are built once. Without the cache everything is downloaded and built from
-//! scratch (crates.io must then be reachable).
+//! into the test cache, and leaves it there: its later builds stay incremental. Each
+//! checkout of this repository edits a copy of its own ([`RegistryCrate::dir`], under
+//! `work/<a hash of the checkout's path>/`), since the edited manifest names paths in the
+//! checkout. The cache is `/var/tmp/sbs-test-cache`, or the directory `SBS_TEST_CACHE`
+//! names; every crate's builds share one target directory in it ([`target_dir`]), so that
+//! their common dependencies are built once. Without the cache everything is downloaded
+//! and built from scratch (crates.io must then be reachable).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,8 +36,18 @@ pub fn target_dir() -> PathBuf {
 pub struct RegistryCrate {
     pub name: String,
     pub version: String,
-    /// Its source directory (with `Cargo.toml`, as published).
+    /// This checkout's copy of its source directory (the tests may edit its
+    /// `Cargo.toml`; the published manifest stays beside it).
     pub dir: PathBuf,
+}
+
+/// The cache's subdirectory for this checkout of the repository: a hash of its path.
+fn checkout_tag() -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    // `DefaultHasher::new` hashes alike in every run of one build.
+    let mut hasher = DefaultHasher::new();
+    Path::new(env!("CARGO_MANIFEST_DIR")).hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
 }
 
 /// Name of the copy of the published manifest, kept beside the one the tests edit.
@@ -72,8 +84,34 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 /// Package `name` at exactly `version` from the registry, unpacked in the cache (fetched
-/// the first time, kept after).
+/// the first time, kept after), in this checkout's copy.
 pub fn fetch(name: &str, version: &str) -> RegistryCrate {
+    let published = unpack(name, version);
+    let dir = cache_dir()
+        .join("work")
+        .join(checkout_tag())
+        .join(format!("{name}-{version}"));
+    if !dir.join(PRISTINE).exists() {
+        let partial = dir
+            .parent()
+            .expect("the checkout's directory")
+            .join(format!(".{name}-{version}.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&partial);
+        copy_tree(&published, &partial).expect("copy the published package");
+        if std::fs::rename(&partial, &dir).is_err() {
+            // Another test got there first.
+            let _ = std::fs::remove_dir_all(&partial);
+        }
+    }
+    RegistryCrate {
+        name: name.to_string(),
+        version: version.to_string(),
+        dir,
+    }
+}
+
+/// The published package's directory in the cache (downloaded the first time).
+fn unpack(name: &str, version: &str) -> PathBuf {
     let cache = cache_dir();
     let dir = cache.join("crates").join(format!("{name}-{version}"));
     if !dir.join(PRISTINE).exists() {
@@ -117,11 +155,7 @@ pub fn fetch(name: &str, version: &str) -> RegistryCrate {
             let _ = std::fs::remove_dir_all(&partial);
         }
     }
-    RegistryCrate {
-        name: name.to_string(),
-        version: version.to_string(),
-        dir,
-    }
+    dir
 }
 
 /// The dependency `dep` of a manifest renamed to package `package` at `path`, as a user
