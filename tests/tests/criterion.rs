@@ -259,8 +259,9 @@ fn iter_batched_set_ups_stay_outside_the_counted_region() {
     }
 }
 
-/// Plain `cargo bench` prints criterion's timing line for each benchmark; criterion's
-/// `--list`, filters, `--exact`, `--test` and bad options behave as criterion's do.
+/// Plain `cargo bench` prints criterion's timing line for each benchmark (libtest's with
+/// `--output-format bencher`); criterion's `--list`, filters, `--exact`, `--test` and bad
+/// options behave as criterion's do.
 #[test]
 fn the_example_criterion_suite_under_cargo_bench() {
     let target = example_target();
@@ -274,6 +275,31 @@ fn the_example_criterion_suite_under_cargo_bench() {
     out.check(
         out.stdout().contains("                        thrpt:  ["),
         "the count's throughput line",
+    );
+
+    let out = bench(&[
+        "--output-format",
+        "bencher",
+        "--warm-up-time",
+        "0.05",
+        "--measurement-time",
+        "0.1",
+        "--exact",
+        "wordfreq/top",
+    ])
+    .success();
+    let line = out.stdout();
+    let numbers: Vec<&str> = line
+        .strip_prefix("test wordfreq/top ... bench: ")
+        .and_then(|rest| rest.trim_end().strip_suffix(')'))
+        .map(|rest| rest.split(" ns/iter (+/- ").map(str::trim).collect())
+        .unwrap_or_default();
+    out.check(
+        numbers.len() == 2
+            && numbers
+                .iter()
+                .all(|n| n.replace(',', "").parse::<u64>().is_ok()),
+        "--output-format bencher: libtest's line",
     );
 
     let out = bench(&["--list"]).success();
