@@ -79,6 +79,12 @@ impl<'a, M: Measurement> Bencher<'a, M> {
         };
     }
 
+    /// Whether an `iter` method already ran the child run: a second call must not run it
+    /// again (its records would be written twice).
+    fn ran(&self) -> bool {
+        !matches!(self.outcome, Outcome::NotRun)
+    }
+
     fn child_done(&mut self, result: Result<(), sbs_harness::HarnessError>) {
         self.outcome = match result {
             Ok(()) => Outcome::Done,
@@ -92,6 +98,9 @@ impl<'a, M: Measurement> Bencher<'a, M> {
         R: FnMut() -> O,
     {
         if let Job::Child(child) = self.job {
+            if self.ran() {
+                return;
+            }
             let result = child.run(|| (), |_: &mut ()| routine());
             return self.child_done(result);
         }
@@ -112,6 +121,9 @@ impl<'a, M: Measurement> Bencher<'a, M> {
         R: FnMut() -> O,
     {
         if let Job::Child(child) = self.job {
+            if self.ran() {
+                return;
+            }
             let result = child.run(|| (), |_: &mut ()| routine());
             return self.child_done(result);
         }
@@ -148,6 +160,9 @@ impl<'a, M: Measurement> Bencher<'a, M> {
         let setup = RefCell::new(setup);
         let make = || (setup.borrow_mut())();
         if let Job::Child(child) = self.job {
+            if self.ran() {
+                return;
+            }
             let result = child.run_with_reset(
                 || Some(make()),
                 |input: &mut Option<I>| *input = Some(make()),
@@ -190,6 +205,9 @@ impl<'a, M: Measurement> Bencher<'a, M> {
         let setup = RefCell::new(setup);
         let make = || (setup.borrow_mut())();
         if let Job::Child(child) = self.job {
+            if self.ran() {
+                return;
+            }
             let result = child.run_with_reset(
                 make,
                 |input: &mut I| *input = make(),
@@ -226,6 +244,9 @@ impl<'a, M: Measurement> Bencher<'a, M> {
         R: FnMut(u64) -> Duration,
     {
         if let Job::Child(child) = self.job {
+            if self.ran() {
+                return;
+            }
             let result = child.run(|| (), |_: &mut ()| routine(1));
             return self.child_done(result);
         }
