@@ -62,7 +62,8 @@ pub const ENV_REGION_CALLGRIND: &str = "SBS_REGION_CALLGRIND";
 
 /// Command-line flag of a harness binary: list the benchmarks, one per line:
 /// `NAME<TAB>KEY=DEFAULT,...<TAB>SIZE,...`, the last field naming the size parameters
-/// (those the operation's cost must depend on).
+/// (those the operation's cost must depend on). A line without a tab may also be
+/// criterion's `NAME: benchmark` (what `sbs-criterion`'s binaries print, as criterion's do).
 pub const ARG_LIST: &str = "--list";
 /// Command-line flag of a harness binary: run this one benchmark in this process.
 pub const ARG_RUN: &str = "--sbs-run";

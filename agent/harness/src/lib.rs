@@ -34,6 +34,7 @@
 //! The crate also has [`CountingAlloc`], a counting `#[global_allocator]` wrapper for
 //! programs the preload agent cannot see into (`sbs-profile --alloc --alloc-harness`).
 
+pub mod adapter;
 mod child;
 mod counting;
 mod error;
@@ -86,19 +87,21 @@ trait Runnable {
     ) -> Result<u64, HarnessError>;
 }
 
-type Setup<S> = Box<dyn FnMut(&Params) -> S>;
-type Reset<S> = Option<Box<dyn FnMut(&mut S)>>;
+type Setup<'a, S> = Box<dyn FnMut(&Params) -> S + 'a>;
+type Reset<'a, S> = Option<Box<dyn FnMut(&mut S) + 'a>>;
 
-struct Bench<S, R, F: FnMut(&mut S) -> R> {
+/// A benchmark's closures; `'static` when registered in a [`Suite`], borrowed when an
+/// [`adapter`] runs one at once.
+struct Bench<'a, S, R, F: FnMut(&mut S) -> R> {
     name: String,
     defaults: Vec<(String, String)>,
     sizes: Vec<String>,
-    setup: Setup<S>,
-    reset: Reset<S>,
+    setup: Setup<'a, S>,
+    reset: Reset<'a, S>,
     op: F,
 }
 
-impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<S, R, F> {
+impl<S, R, F: FnMut(&mut S) -> R> Runnable for Bench<'_, S, R, F> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -189,8 +192,8 @@ pub struct BenchBuilder<'a, S> {
     name: String,
     defaults: Vec<(String, String)>,
     sizes: Vec<String>,
-    setup: Setup<S>,
-    reset: Reset<S>,
+    setup: Setup<'static, S>,
+    reset: Reset<'static, S>,
 }
 
 impl<S: 'static> BenchBuilder<'_, S> {

@@ -48,13 +48,19 @@ impl Listed {
     }
 }
 
-/// Parse `--list` output: `NAME<TAB>PARAMS<TAB>SIZES` per line (the last two optional).
+/// Parse `--list` output: `NAME<TAB>PARAMS<TAB>SIZES` per line (the last two optional),
+/// or criterion's `NAME: benchmark` (sbs-criterion's bench binaries list as criterion's do).
 pub fn parse_list(text: &str) -> Vec<Listed> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let mut fields = l.split('\t');
             let name = fields.next().unwrap_or_default();
+            let name = if l.contains('\t') {
+                name
+            } else {
+                name.strip_suffix(": benchmark").unwrap_or(name)
+            };
             let params = fields.next().unwrap_or_default();
             let sizes = fields.next().unwrap_or_default();
             Listed {
@@ -232,6 +238,13 @@ mod tests {
 
     #[test]
     fn list_lines() {
+        let c = parse_list("g/f/1: benchmark\nhex_encode: benchmark\n");
+        assert_eq!(
+            c.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+            ["g/f/1", "hex_encode"],
+            "criterion's list"
+        );
+        assert!(c.iter().all(|l| l.params.is_empty() && l.sizes.is_empty()));
         let l = parse_list("a/b\tn=1,k=2\tn\nplain\n\n");
         assert_eq!(l.len(), 2);
         assert_eq!(l[0].name, "a/b");

@@ -1,6 +1,8 @@
 //! Test helper: run `sbs-profile` against fixture programs and explain failures.
 #![allow(dead_code)]
 
+pub mod registry;
+
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::{Command, Output};
