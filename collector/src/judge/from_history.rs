@@ -39,6 +39,7 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
             thresholds: args.thresholds.clone(),
             depth: args.depth,
             include_failed: false,
+            confirm: Some(0),
         },
         args.confidence,
         Mode::Run,
