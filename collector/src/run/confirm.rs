@@ -158,6 +158,12 @@ fn run_more(
         }
     }
     for name in names {
+        if schedule.progress {
+            eprintln!(
+                "sbs-profile: a measured metric of the {name} runs looks regressed: \
+                 {runs} confirmation runs"
+            );
+        }
         let members: Vec<usize> = groups
             .iter()
             .filter(|(b, g)| g == name && *b < benchmarks.len())
