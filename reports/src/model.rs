@@ -275,6 +275,33 @@ impl Machine {
     pub fn was_busy(&self) -> bool {
         self.others >= Self::BUSY_SHARE || self.steal >= Self::BUSY_SHARE / 2.0
     }
+
+    /// `2 CPUs, virtual machine (QEMU), governor performance, load 0.31 to 1.05, other
+    /// processes 3% of the CPUs`.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![format!("{} CPUs", self.cpus)];
+        if let Some(vm) = &self.virtual_machine {
+            parts.push(format!("virtual machine ({vm})"));
+        }
+        if let Some(g) = &self.governor {
+            parts.push(format!("governor {g}"));
+        }
+        if let Some(t) = self.turbo {
+            parts.push(format!("turbo {}", if t { "on" } else { "off" }));
+        }
+        parts.push(format!(
+            "load {:.2} to {:.2}",
+            self.load_start, self.load_end
+        ));
+        parts.push(format!(
+            "other processes {:.0}% of the CPUs",
+            self.others * 100.0
+        ));
+        if self.steal > 0.0 {
+            parts.push(format!("steal {:.0}%", self.steal * 100.0));
+        }
+        parts.join(", ")
+    }
 }
 
 impl Conditions {

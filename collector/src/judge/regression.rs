@@ -536,7 +536,10 @@ impl Regression {
         if !self.save && self.save_baseline.is_none() {
             return Ok(Vec::new());
         }
-        let meta = EntryMeta::now();
+        let meta = EntryMeta {
+            machine: report.conditions.machine.clone(),
+            ..EntryMeta::now()
+        };
         let mut written = Vec::new();
         for bench in &report.benchmarks {
             if self.save {
