@@ -76,6 +76,7 @@ pub(super) fn measure(
         )
         .context("making confirmation runs (--confirm 0 makes none)")?;
         regression.apply_again(&references, &mut report, &groups)?;
+        // The first looks go into the final comparisons, and the regressions say so.
         first.record(&mut report);
         regressions = regressions_of(&report);
     }

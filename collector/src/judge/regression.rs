@@ -234,16 +234,17 @@ impl Regression {
 
     /// After confirmation runs were added to `groups` (benchmark index, group name) of
     /// `report`: judge every metric of those groups again, over all its runs, against the
-    /// same references, and give the report its headline again. Returns the regressions.
+    /// same references, and give the report its headline again ([`regressions`] then
+    /// gives the verdict's regressions).
     pub fn apply_again(
         &self,
         references: &[Reference],
         report: &mut Report,
         groups: &[GroupOf],
-    ) -> anyhow::Result<Vec<Regressed>> {
+    ) -> anyhow::Result<()> {
         self.judge_saved(references, report, Some(groups))?;
         report.headline = headline(report, &against(self.mode, references, report));
-        Ok(regressions(report))
+        Ok(())
     }
 
     /// Compare each gated metric of `report` with its benchmark's saved reference; with
