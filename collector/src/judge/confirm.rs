@@ -17,6 +17,9 @@ use sbs_reports::model::{
     Comparison, ComparisonMethod, Confirmation, MetricResult, Report, Verdict,
 };
 
+/// The prefix of a time profile's metrics (`--profile-time`).
+const PROFILE: &str = "profile.";
+
 /// A group of runs of one benchmark to extend: (benchmark index in the report, group).
 pub type GroupOf = (usize, String);
 
@@ -38,19 +41,20 @@ pub fn asks_confirmation(c: &Comparison, exact: bool) -> bool {
 
 /// The groups of runs to extend: each benchmark's groups that hold a metric that
 /// [`looks_regressed`], except groups with a harness's calibration (`X.empty`), whose
-/// derived metrics are computed once, after the first runs.
+/// derived metrics are computed once, after the first runs, and a time profile's
+/// (`profile.*`), whose functions its first run chose and whose sampler is done.
 pub fn groups_to_confirm(report: &Report) -> Vec<GroupOf> {
     let mut groups: Vec<GroupOf> = Vec::new();
     for (b, bench) in report.benchmarks.iter().enumerate() {
-        let calibrated = |group: &str| {
-            bench
-                .metrics
-                .iter()
-                .any(|m| m.group == group && m.id.ends_with(crate::judge::pitfalls::EMPTY))
+        let made_once = |group: &str| {
+            bench.metrics.iter().any(|m| {
+                m.group == group
+                    && (m.id.ends_with(crate::judge::pitfalls::EMPTY) || m.id.starts_with(PROFILE))
+            })
         };
         for m in bench.metrics.iter().filter(|m| looks_regressed(m)) {
             let key = (b, m.group.clone());
-            if m.group.is_empty() || calibrated(&m.group) || groups.contains(&key) {
+            if m.group.is_empty() || made_once(&m.group) || groups.contains(&key) {
                 continue;
             }
             groups.push(key);

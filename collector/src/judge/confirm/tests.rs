@@ -89,6 +89,14 @@ fn only_groups_with_a_measured_metric_that_looks_regressed_are_extended() {
         // A harness's group with its calibration: its derived metrics are made once.
         judged("time.op", "harness", false, &BASE, &SLOWER),
         judged("time.op.empty", "harness", false, &BASE, &BASE),
+        // A time profile: its functions were chosen by its first run.
+        judged(
+            "profile.inclusive.main",
+            "profile-time",
+            false,
+            &BASE,
+            &SLOWER,
+        ),
     ]);
     let verdicts: Vec<Verdict> = r.benchmarks[0]
         .metrics
