@@ -338,6 +338,33 @@ impl Machine {
     pub fn was_busy(&self) -> bool {
         self.others >= Self::BUSY_SHARE || self.steal >= Self::BUSY_SHARE / 2.0
     }
+
+    /// `2 CPUs, virtual machine (QEMU), governor performance, load 0.31 to 1.05, other
+    /// processes 3% of the CPUs`.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![format!("{} CPUs", self.cpus)];
+        if let Some(vm) = &self.virtual_machine {
+            parts.push(format!("virtual machine ({vm})"));
+        }
+        if let Some(g) = &self.governor {
+            parts.push(format!("governor {g}"));
+        }
+        if let Some(t) = self.turbo {
+            parts.push(format!("turbo {}", if t { "on" } else { "off" }));
+        }
+        parts.push(format!(
+            "load {:.2} to {:.2}",
+            self.load_start, self.load_end
+        ));
+        parts.push(format!(
+            "other processes {:.0}% of the CPUs",
+            self.others * 100.0
+        ));
+        if self.steal > 0.0 {
+            parts.push(format!("steal {:.0}%", self.steal * 100.0));
+        }
+        parts.join(", ")
+    }
 }
 
 impl Conditions {
@@ -916,6 +943,66 @@ pub struct Comparison {
     /// The ANOVA, when three or more series were compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anova: Option<AnovaSummary>,
+    /// When confirmation runs were made (`--confirm`): the first look, before them. The
+    /// rest of this comparison is the final decision, over every run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
+}
+
+/// The first look of a measured metric whose group of runs was extended by confirmation
+/// runs (`--confirm N`) because a measured metric of the group looked regressed: what the
+/// comparison said before them. The comparison that holds it is the final decision, over
+/// the first runs and the confirmation runs together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Confirmation {
+    /// Measured runs of the first look.
+    pub first_runs: usize,
+    /// Confirmation runs added after it.
+    pub added_runs: usize,
+    /// The first look's verdict.
+    pub first_verdict: Verdict,
+    /// The first look's relative change (`None` from a reference mean of 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_relative: Option<f64>,
+    /// Lower bound of the first look's interval of the relative change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_relative_ci_low: Option<f64>,
+    /// Upper bound of the first look's interval of the relative change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_relative_ci_high: Option<f64>,
+    /// The first look's two-sided p-value, if a test was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_p_value: Option<f64>,
+}
+
+impl Confirmation {
+    /// One line for a report: the first look, the runs added and the final verdict
+    /// `last` (the comparison's own), e.g. `confirmation runs: the first look, after 5
+    /// runs, said REGRESSED +19.98% (p = 1.01e-10); 25 confirmation runs made; over all 30
+    /// runs: below threshold +3.33% (p = 0.026)`.
+    pub fn describe(&self, last: &Comparison) -> String {
+        let change =
+            |r: Option<f64>| r.map_or("from 0".to_string(), |r| format!("{:+.2}%", r * 100.0));
+        let p = |p: Option<f64>| match p {
+            Some(p) if p < 0.001 => format!(" (p = {p:.2e})"),
+            Some(p) => format!(" (p = {p:.3})"),
+            None => String::new(),
+        };
+        format!(
+            "confirmation runs: the first look, after {} runs, said {} {}{}; {} \
+             confirmation run{} made; over all {} runs: {} {}{}",
+            self.first_runs,
+            self.first_verdict.as_str(),
+            change(self.first_relative),
+            p(self.first_p_value),
+            self.added_runs,
+            if self.added_runs == 1 { "" } else { "s" },
+            self.first_runs + self.added_runs,
+            last.verdict.as_str(),
+            change(last.relative),
+            p(last.p_value),
+        )
+    }
 }
 
 #[cfg(test)]

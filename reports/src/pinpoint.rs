@@ -465,6 +465,7 @@ mod tests {
             threshold_absolute: None,
             verdict: Verdict::Regressed,
             anova: None,
+            confirmation: None,
         }
     }
 

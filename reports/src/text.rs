@@ -134,32 +134,9 @@ fn conditions_line(c: &Conditions, confidence: Option<f64>) -> String {
     // A quiet machine goes without saying (the JSON report always has it).
     if let Some(m) = c.machine.as_ref().filter(|m| m.was_busy()) {
         line.push('\n');
-        line.push_str(&machine_line(m));
+        line.push_str(&format!("machine: {}", m.describe()));
     }
     line
-}
-
-/// `2 CPUs, virtual machine (QEMU), governor performance, load 0.31 to 1.05, others 3%`.
-fn machine_line(m: &crate::model::Machine) -> String {
-    let mut parts = vec![format!("{} CPUs", m.cpus)];
-    if let Some(vm) = &m.virtual_machine {
-        parts.push(format!("virtual machine ({vm})"));
-    }
-    if let Some(g) = &m.governor {
-        parts.push(format!("governor {g}"));
-    }
-    if let Some(t) = m.turbo {
-        parts.push(format!("turbo {}", if t { "on" } else { "off" }));
-    }
-    parts.push(format!("load {:.2} to {:.2}", m.load_start, m.load_end));
-    parts.push(format!(
-        "other processes {:.0}% of the CPUs",
-        m.others * 100.0
-    ));
-    if m.steal > 0.0 {
-        parts.push(format!("steal {:.0}%", m.steal * 100.0));
-    }
-    format!("machine: {}", parts.join(", "))
 }
 
 fn width(s: &str) -> usize {

@@ -299,6 +299,7 @@ mod tests {
             threshold_absolute: None,
             verdict,
             anova: None,
+            confirmation: None,
         }
     }
 

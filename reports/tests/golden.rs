@@ -110,6 +110,7 @@ pub fn report() -> Report {
         threshold_absolute: None,
         verdict: Verdict::Regressed,
         anova: None,
+        confirmation: None,
     });
     calls.notes =
         vec!["the measured region only: the 3 operations of each run, set-up excluded".into()];
@@ -131,6 +132,7 @@ pub fn report() -> Report {
         threshold_absolute: None,
         verdict: Verdict::NoChange,
         anova: None,
+        confirmation: None,
     });
     Report {
         schema_version: SCHEMA_VERSION,

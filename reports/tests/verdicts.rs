@@ -74,6 +74,7 @@ fn comparison(
         threshold_absolute: None,
         verdict,
         anova: None,
+        confirmation: None,
     }
 }
 

@@ -227,17 +227,29 @@ fn a_saved_time_no_run_can_take_is_corrupt_not_an_infinite_change() {
     run(&h, &["--save"], "50").success();
     let file = entry_files(&h).pop().unwrap();
     let good = std::fs::read_to_string(&file).unwrap();
-    let mut bad = String::new();
-    for line in good.lines() {
-        // `...,metric,detail,unit,source,exact,run,value,failed`
-        let mut fields: Vec<&str> = line.split(',').collect();
-        let n = fields.len();
-        if fields[n - 8] == "time.wall" {
-            fields[n - 2] = "-1e308";
-        }
-        bad.push_str(&fields.join(","));
-        bad.push('\n');
+    // Every `value` of time.wall made -1e308, through a CSV reader and writer (the
+    // `machine` column is JSON, commas and all).
+    let mut reader = csv::Reader::from_reader(good.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    let column = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let (metric_at, value_at) = (column("metric"), column("value"));
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    writer.write_record(&headers).unwrap();
+    for record in reader.records() {
+        let record = record.unwrap();
+        let fields: Vec<&str> = record
+            .iter()
+            .enumerate()
+            .map(
+                |(i, f)| match i == value_at && &record[metric_at] == "time.wall" {
+                    true => "-1e308",
+                    false => f,
+                },
+            )
+            .collect();
+        writer.write_record(&fields).unwrap();
     }
+    let bad = String::from_utf8(writer.into_inner().unwrap()).unwrap();
     assert_ne!(good, bad);
     std::fs::write(&file, &bad).unwrap();
     let out = run(&h, &["--save"], "50").fails_with(2, &file.display().to_string());
@@ -505,8 +517,17 @@ fn failed_runs_are_marked_in_the_history_and_are_no_reference_unless_asked() {
     );
     let files = entry_files(&h);
     let text = std::fs::read_to_string(&files[0]).unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let failed_at = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "failed")
+        .unwrap();
     assert!(
-        text.lines().skip(1).all(|l| l.ends_with(",true")),
+        reader
+            .records()
+            .all(|r| r.is_ok_and(|r| &r[failed_at] == "true")),
         "every row of the crashed runs is marked failed: {text}"
     );
     let normal = [allocate(), "10", SIZE];
@@ -892,4 +913,36 @@ fn every_metric_a_run_reports_is_a_threshold_name_it_accepts_before_running() {
         again.extend(["--", fixture!("work"), "1000"]);
         sbs(&again).success();
     }
+}
+
+#[test]
+fn saved_entries_keep_the_machine_conditions_and_report_gives_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    let saved = run(&h, &["--save"], "200").success();
+    let machine = &saved.json()["conditions"]["machine"];
+    saved.check(
+        machine["cpus"].as_u64().is_some_and(|n| n > 0),
+        "the run read the machine",
+    );
+    let files = entry_files(&h);
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    saved.check(
+        header.starts_with("sbs_history_schema,") && header.ends_with(",failed,machine"),
+        "schema 4 has a machine column",
+    );
+    let cpus = format!(r#"{{""cpus"":{},"#, machine["cpus"]);
+    saved.check(
+        lines.all(|l| l.starts_with("4,") && l.contains(&cpus)),
+        "every row carries the conditions, as JSON",
+    );
+    let history = h.display().to_string();
+    let report = sbs(["report", "--history", &history, "-f", "json"]).success();
+    let json = report.json();
+    report.check(
+        &json["conditions"]["machine"] == machine,
+        "report gives the latest entry's conditions as they were saved",
+    );
 }

@@ -487,6 +487,12 @@ pub struct RegressionArgs {
     /// Compare with at most this many of the latest history entries (ANOVA from 2 on).
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub history_depth: u64,
+
+    /// Before a measured metric (a time, a size; not an exact count) fails against the
+    /// history or a baseline, make N more runs of its group and decide on all of them
+    /// (default: as many as the first runs; 0: fail on the first look, as before).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub confirm: Option<u64>,
 }
 
 impl OutputArgs {
@@ -539,6 +545,9 @@ impl RegressionArgs {
             thresholds: self.threshold.clone(),
             depth: usize::try_from(self.history_depth).unwrap_or(usize::MAX),
             include_failed,
+            confirm: self
+                .confirm
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         }
     }
 }

@@ -7,11 +7,13 @@ use anyhow::Context;
 
 use super::{exit_for, RunArgs};
 use crate::check::{self, CheckRequest};
+use crate::judge::confirm::{groups_to_confirm, FirstLooks};
 use crate::judge::growth::fit_scans;
 use crate::judge::pitfalls;
-use crate::judge::regression::{Mode, Regression};
+use crate::judge::regression::{regressions as regressions_of, Mode, Regression};
 use crate::output::{Sinks, Unwritten};
 use crate::plan::{self, Format, Request, Target};
+use crate::run::confirm::confirm;
 use crate::run::runner::Cancel;
 use crate::run::scheduler::{execute, Benchmark};
 use sbs_reports::model::Report;
@@ -74,7 +76,30 @@ pub(super) fn measure(
     pitfalls::calibrate(&mut report, plan.schedule.confidence);
     pitfalls::dead_work(&mut report);
     pitfalls::constant_inputs(&mut report);
-    let regressions = regression.apply(&references, &mut report)?;
+    let mut regressions = regression.apply(&references, &mut report)?;
+    // A measured metric that looks regressed: more runs of its group, and the gate
+    // decides on all of them (docs/statistics.md, "Confirmation runs").
+    let confirm_runs = regression.confirm_runs(plan.schedule.runs);
+    let groups = match confirm_runs {
+        0 => Vec::new(),
+        _ => groups_to_confirm(&report),
+    };
+    if !groups.is_empty() {
+        let first = FirstLooks::take(&report, &groups);
+        confirm(
+            &mut plan.benchmarks,
+            &plan.schedule,
+            &cancel,
+            &groups,
+            confirm_runs,
+            &mut report,
+        )
+        .context("making confirmation runs (--confirm 0 makes none)")?;
+        regression.apply_again(&references, &mut report, &groups)?;
+        // The first looks go into the final comparisons, and the regressions say so.
+        first.record(&mut report);
+        regressions = regressions_of(&report);
+    }
     fit_scans(&mut report);
     // Save first, then write every report that can be written: a failing destination
     // loses neither the history nor the other reports, and a failing history loses no

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::SystemTime;
 
-use sbs_reports::model::Unit;
+use sbs_reports::model::{Machine, Unit};
 
 /// Who, when and where a saved entry was measured.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EntryMeta {
     /// Unique id, starts with the UTC time so that ids sort by time.
     pub id: String,
@@ -20,6 +20,9 @@ pub struct EntryMeta {
     pub git_commit: Option<String>,
     /// Host name.
     pub host: String,
+    /// What the machine did during the runs (load, other processes, governor...), where
+    /// it was read; `None` in entries saved before history schema 4.
+    pub machine: Option<Machine>,
 }
 
 impl EntryMeta {
@@ -33,6 +36,7 @@ impl EntryMeta {
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
             git_commit: git_commit(),
             host: host_name(),
+            machine: None,
         }
     }
 
@@ -173,6 +177,7 @@ mod tests {
             tool_version: "0".into(),
             git_commit: commit.map(String::from),
             host: "h".into(),
+            machine: None,
         }
     }
 

@@ -38,7 +38,7 @@ pub use entry::{Entry, EntryMeta, SavedMetric};
 pub const DEFAULT_DIR: &str = ".sbs";
 
 /// Version of the history file format; changes only for incompatible changes.
-pub const HISTORY_SCHEMA: u32 = 3;
+pub const HISTORY_SCHEMA: u32 = 4;
 
 /// Name of the first CSV column: marks a file as ours.
 const MARKER: &str = "sbs_history_schema";
@@ -127,6 +127,11 @@ struct Row {
     /// have no such column.
     #[serde(default)]
     failed: bool,
+    /// What the machine did during the entry's runs (the report's `conditions.machine`),
+    /// as compact JSON; empty when it was not read. Files before schema 4 have no such
+    /// column.
+    #[serde(default)]
+    machine: String,
 }
 
 /// The column schema 2 added: a breakdown label, empty on a metric's own rows.
@@ -135,9 +140,12 @@ const DETAIL: &str = "detail";
 /// The column schema 3 added: whether the run's child failed.
 const FAILED: &str = "failed";
 
-/// The columns of schema 3. Schema 2 (still read) had the same without [`FAILED`], and
-/// schema 1 also without [`DETAIL`].
-const COLUMNS: [&str; 16] = [
+/// The column schema 4 added: the machine's conditions during the runs.
+const MACHINE: &str = "machine";
+
+/// The columns of schema 4. Schema 3 (still read) had the same without [`MACHINE`],
+/// schema 2 also without [`FAILED`], and schema 1 also without [`DETAIL`].
+const COLUMNS: [&str; 17] = [
     MARKER,
     "entry",
     "time",
@@ -154,11 +162,17 @@ const COLUMNS: [&str; 16] = [
     "run",
     "value",
     FAILED,
+    MACHINE,
 ];
+
+/// The columns of schema 3.
+fn columns_v3() -> impl Iterator<Item = &'static str> {
+    COLUMNS.into_iter().filter(|c| *c != MACHINE)
+}
 
 /// The columns of schema 2.
 fn columns_v2() -> impl Iterator<Item = &'static str> {
-    COLUMNS.into_iter().filter(|c| *c != FAILED)
+    columns_v3().filter(|c| *c != FAILED)
 }
 
 /// The columns of schema 1.
@@ -298,6 +312,7 @@ mod tests {
             tool_version: "0.1.0".to_string(),
             git_commit: Some("0123456789abcdef".to_string()),
             host: "testhost".to_string(),
+            machine: None,
         }
     }
 
@@ -371,8 +386,8 @@ mod tests {
         assert_eq!(lines[0], COLUMNS.join(","));
         assert_eq!(
             lines[1],
-            "3,id1,2026-11-21T10:00:00.000000000Z,b,./fixture --size 'a b',0.1.0,\
-             0123456789abcdef,testhost,time.wall,,seconds,rusage,false,0,1.5,false"
+            "4,id1,2026-11-21T10:00:00.000000000Z,b,./fixture --size 'a b',0.1.0,\
+             0123456789abcdef,testhost,time.wall,,seconds,rusage,false,0,1.5,false,"
         );
         assert_eq!(lines.len(), 4);
     }
@@ -397,7 +412,7 @@ mod tests {
             .unwrap();
         let text = fs::read_to_string(path).unwrap();
         assert!(
-            text.contains(",alloc.count,Vec<u32>::push,count,agent,true,1,4.0,false\n"),
+            text.contains(",alloc.count,Vec<u32>::push,count,agent,true,1,4.0,false,\n"),
             "{text}"
         );
         let e = &h.entries("b").unwrap()[0];
@@ -521,8 +536,8 @@ mod tests {
             ("z.csv", "sbs_history_schema,entry\n1,id\n", |e| {
                 matches!(e, HistoryError::Corrupt { line: 1, .. })
             }),
-            ("w.csv", "sbs_history_schema,whatever\n4,id\n", |e| {
-                matches!(e, HistoryError::NewerSchema { found: 4, .. })
+            ("w.csv", "sbs_history_schema,whatever\n5,id\n", |e| {
+                matches!(e, HistoryError::NewerSchema { found: 5, .. })
             }),
         ];
         for (name, content, is_expected) in cases {
@@ -542,7 +557,7 @@ mod tests {
         }
         // A valid file with a bad row: corrupt, with its line.
         let good = fs::read_to_string(h.entries_dir("b").join("id1.csv")).unwrap();
-        let bad = good.replacen(",0,1.0,false\n", ",0,not-a-number,false\n", 1);
+        let bad = good.replacen(",0,1.0,false,\n", ",0,not-a-number,false,\n", 1);
         assert_ne!(good, bad);
         fs::write(d.join("v.csv"), &bad).unwrap();
         match h.entries("b").unwrap_err() {
@@ -770,7 +785,7 @@ mod tests {
             .unwrap();
         let text = fs::read_to_string(&path).unwrap();
         assert!(
-            text.contains(",time.wall,,seconds,rusage,false,2,9.0,true\n"),
+            text.contains(",time.wall,,seconds,rusage,false,2,9.0,true,\n"),
             "{text}"
         );
         let e = &h.entries("b").unwrap()[0];
@@ -779,20 +794,76 @@ mod tests {
             (wall.failed.as_slice(), wall.good_samples()),
             (&[2][..], vec![1.5, 2.5])
         );
-        // The same file as schema 2 wrote it: no `failed` column, no failed run.
+        // The same file as schema 2 wrote it: no `failed` column, no failed run (and no
+        // `machine` column, which schema 4 added).
         let v2: String = text
             .lines()
             .map(|l| {
+                let l = l
+                    .strip_suffix(",machine")
+                    .or(l.strip_suffix(','))
+                    .unwrap_or(l);
                 let l = [",failed", ",false", ",true"]
                     .iter()
                     .find_map(|suffix| l.strip_suffix(suffix))
                     .unwrap_or(l);
-                format!("{}\n", l.replacen("3,", "2,", 1))
+                format!("{}\n", l.replacen("4,", "2,", 1))
             })
             .collect();
         fs::write(&path, &v2).unwrap();
         let e = &h.entries("b").unwrap()[0];
         let wall = e.metric("time.wall", Unit::Seconds, "rusage").unwrap();
         assert_eq!((wall.samples.len(), wall.failed.len()), (3, 0));
+    }
+
+    #[test]
+    fn machine_conditions_are_saved_and_read_back_and_schema_3_files_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        let machine = sbs_reports::model::Machine {
+            cpus: 2,
+            load_start: 5.25,
+            load_end: 5.5,
+            others: 0.8,
+            steal: 0.0,
+            busy: vec!["rustc (42) 97%".into()],
+            governor: None,
+            turbo: None,
+            virtual_machine: Some("KVM".into()),
+        };
+        let m = EntryMeta {
+            machine: Some(machine.clone()),
+            ..meta("id1", "2026-11-21T10:00:00.000000000Z")
+        };
+        let path = h.save(&bench("b", &[1.5, 2.5], 7.0), &m).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        // One JSON field, quoted as CSV quotes it.
+        assert!(text.contains(r#",""others"":0.8,"#), "{text}");
+        let e = &h.entries("b").unwrap()[0];
+        assert_eq!(e.meta.machine.as_ref(), Some(&machine));
+        // The same file as schema 3 wrote it: no `machine` column.
+        let v3: String = text
+            .lines()
+            .map(|l| match l.find(",\"{").or_else(|| l.rfind(",machine")) {
+                Some(at) => format!("{}\n", l[..at].replacen("4,", "3,", 1)),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        assert!(
+            !v3.contains("machine") && v3.starts_with(&columns_v3().collect::<Vec<_>>().join(","))
+        );
+        fs::write(&path, &v3).unwrap();
+        let e = &h.entries("b").unwrap()[0];
+        assert_eq!(e.meta.machine, None);
+        assert_eq!(e.metrics[0].samples, [1.5, 2.5]);
+        // A machine column that does not read is a corrupt file, left as it is.
+        let broken = text.replace(r#""others"":0.8"#, r#""others"":"#);
+        fs::write(&path, &broken).unwrap();
+        let err = h.entries("b").unwrap_err().to_string();
+        assert!(
+            err.contains("is corrupt (line 2: the machine column"),
+            "{err}"
+        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), broken);
     }
 }

@@ -8,8 +8,8 @@ use std::path::Path;
 use sbs_reports::model::{never_negative, Unit};
 
 use super::{
-    columns_v1, columns_v2, io_error, Entry, EntryMeta, History, HistoryError, Row, SavedMetric,
-    COLUMNS, HISTORY_SCHEMA, MARKER,
+    columns_v1, columns_v2, columns_v3, io_error, Entry, EntryMeta, History, HistoryError, Row,
+    SavedMetric, COLUMNS, HISTORY_SCHEMA, MARKER,
 };
 
 /// The entries of `dir`; none when it does not exist (a store not written yet).
@@ -202,6 +202,7 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
             }
         }
         if headers.iter().ne(COLUMNS.iter().copied())
+            && headers.iter().ne(columns_v3())
             && headers.iter().ne(columns_v2())
             && headers.iter().ne(columns_v1())
         {
@@ -213,15 +214,25 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
         let row: Row = record
             .deserialize(Some(&headers))
             .map_err(|e| corrupt(line, e.to_string()))?;
-        let e = entry.get_or_insert_with(|| first_row_entry(path, &row));
+        let e = match &mut entry {
+            Some(e) => e,
+            None => entry.insert(first_row_entry(path, &row).map_err(|r| corrupt(line, r))?),
+        };
         add_row(e, row).map_err(|reason| corrupt(line, reason))?;
     }
     entry.ok_or_else(|| corrupt(1, "no samples".to_string()))
 }
 
-/// The entry a file's first row opens.
-fn first_row_entry(path: &Path, row: &Row) -> Entry {
-    Entry {
+/// The entry a file's first row opens, or why its machine conditions do not read.
+fn first_row_entry(path: &Path, row: &Row) -> Result<Entry, String> {
+    let machine = match row.machine.trim() {
+        "" => None,
+        json => Some(
+            serde_json::from_str(json)
+                .map_err(|e| format!("the machine column is not the JSON of one: {e}"))?,
+        ),
+    };
+    Ok(Entry {
         position: 0,
         path: path.to_path_buf(),
         benchmark: row.benchmark.clone(),
@@ -232,9 +243,10 @@ fn first_row_entry(path: &Path, row: &Row) -> Entry {
             tool_version: row.tool_version.clone(),
             git_commit: (!row.git_commit.is_empty()).then(|| row.git_commit.clone()),
             host: row.host.clone(),
+            machine,
         },
         metrics: Vec::new(),
-    }
+    })
 }
 
 /// Add one row to its entry, or say why it does not belong there.

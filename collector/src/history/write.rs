@@ -120,6 +120,13 @@ impl History {
 
 fn rows(result: &BenchmarkResult, meta: &EntryMeta) -> Result<Vec<Row>, HistoryError> {
     let command = shell_words(&result.command);
+    // Serialising plain numbers, strings and options cannot fail; if it did, the entry
+    // is still worth saving without its conditions.
+    let machine = meta
+        .machine
+        .as_ref()
+        .and_then(|m| serde_json::to_string(m).ok())
+        .unwrap_or_default();
     // Each metric's own rows, then its details' rows, label by label.
     let rows: Vec<Row> = result
         .metrics
@@ -151,6 +158,7 @@ fn rows(result: &BenchmarkResult, meta: &EntryMeta) -> Result<Vec<Row>, HistoryE
             run,
             value,
             failed: m.failed_runs.contains(&run),
+            machine: machine.clone(),
         })
         .collect();
     if rows.is_empty() {

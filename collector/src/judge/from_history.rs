@@ -39,6 +39,7 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
             thresholds: args.thresholds.clone(),
             depth: args.depth,
             include_failed: false,
+            confirm: Some(0),
         },
         args.confidence,
         Mode::Run,
@@ -46,12 +47,17 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
     let mut benchmarks = Vec::new();
     let mut references = Vec::new();
     let mut latest_labels = Vec::new();
+    let mut latest_machines = Vec::new();
     for name in &names {
         let mut entries = store.entries(name)?;
         let Some(latest) = entries.pop() else {
             continue;
         };
-        benchmarks.push(latest_result(name, &latest, args.confidence));
+        let mut result = latest_result(name, &latest, args.confidence);
+        let window = entries.len().saturating_sub(args.depth);
+        result.warnings = busy_entries(entries[window..].iter().chain([&latest]));
+        benchmarks.push(result);
+        latest_machines.push(latest.meta.machine.clone());
         references.push(if entries.is_empty() {
             Reference::Nothing
         } else {
@@ -76,7 +82,11 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
             aslr_disabled: false,
             pinned_cpus: Vec::new(),
             clean_env: false,
-            machine: None,
+            // The machine of the latest entry, when the report is of one benchmark.
+            machine: match latest_machines.as_slice() {
+                [one] => one.clone(),
+                _ => None,
+            },
         },
         benchmarks,
         from_history: Some(args.history.display().to_string()),
@@ -141,6 +151,22 @@ fn latest_result(name: &str, latest: &Entry, confidence: f64) -> BenchmarkResult
         warnings: Vec::new(),
         invocation_checks: Vec::new(),
     }
+}
+
+/// A warning for each entry measured while the machine was busy (saved with its
+/// conditions, history schema 4): why its times may differ from the others'.
+fn busy_entries<'a>(entries: impl Iterator<Item = &'a Entry>) -> Vec<String> {
+    entries
+        .filter_map(|e| {
+            let m = e.meta.machine.as_ref().filter(|m| m.was_busy())?;
+            Some(format!(
+                "{} was measured on a busy machine ({}): its times may differ from the \
+                 other entries' for that reason",
+                e.label(),
+                m.describe()
+            ))
+        })
+        .collect()
 }
 
 /// The latest entry is "this run" to the comparison; name it by its time instead.

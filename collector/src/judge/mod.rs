@@ -2,6 +2,7 @@
 //! ANOVA, exact), thresholds and verdicts, and the regression gate that compares a run
 //! with its saved history or a baseline.
 pub mod compare;
+pub mod confirm;
 pub mod from_history;
 pub mod growth;
 pub mod headline;

@@ -25,6 +25,7 @@ use crate::history::{Entry, EntryMeta, History, SavedMetric};
 use crate::judge::compare::{
     against_sessions, compare, compare_paired, CompareError, Policy, Series, Thresholds,
 };
+use crate::judge::confirm::GroupOf;
 use crate::judge::headline::{headline, speed_ratios};
 use crate::judge::sources::ensure_same_source;
 
@@ -48,6 +49,9 @@ pub struct Settings {
     /// Let the saved runs whose child failed serve as references (`--ignore-failure`:
     /// failures are part of what is measured); otherwise they are left out.
     pub include_failed: bool,
+    /// Confirmation runs made before a measured metric fails the gate (`--confirm N`;
+    /// 0: none); `None` when not given (a run then makes as many as its `--runs`).
+    pub confirm: Option<usize>,
 }
 
 /// Whether the benchmarks are compared with saved data or with each other.
@@ -71,6 +75,9 @@ pub struct Regression {
     depth: usize,
     include_failed: bool,
     confidence: f64,
+    /// Confirmation runs per group that looks regressed (0: none; `None`: as many as
+    /// the first look's runs).
+    confirm: Option<usize>,
 }
 
 /// What a benchmark is compared with, loaded before its runs.
@@ -97,6 +104,8 @@ pub struct Regressed {
     pub threshold: f64,
     /// Label of the reference.
     pub reference: String,
+    /// The confirmation runs it regressed after (`--confirm`), and the runs in all.
+    pub confirmed: Option<(usize, usize)>,
 }
 
 impl std::fmt::Display for Regressed {
@@ -104,9 +113,13 @@ impl std::fmt::Display for Regressed {
         let change = self
             .relative
             .map_or("from 0".to_string(), |r| format!("{:+.2}%", r * 100.0));
+        let confirmed = match self.confirmed {
+            Some((added, all)) => format!(", confirmed by {added} more runs, {all} in all"),
+            None => String::new(),
+        };
         write!(
             f,
-            "{} of `{}` regressed {change} against {} (threshold {}%)",
+            "{} of `{}` regressed {change} against {} (threshold {}%{confirmed})",
             self.metric,
             self.benchmark,
             self.reference,
@@ -124,6 +137,13 @@ impl Regression {
             // Checks the name (the benchmark part is irrelevant here).
             history.baseline_path(name, "")?;
         }
+        if mode == Mode::Compare && args.confirm.is_some_and(|n| n > 0) {
+            bail!(
+                "--confirm adds runs before a run fails against its history or a baseline, \
+                 while `compare` judges its commands on their pairs of runs: drop --confirm, \
+                 or raise --runs"
+            );
+        }
         if mode == Mode::Compare && args.baseline.is_some() {
             bail!(
                 "--baseline compares a run with a saved baseline, while `compare` compares its \
@@ -140,6 +160,7 @@ impl Regression {
             depth: args.depth,
             include_failed: args.include_failed,
             confidence,
+            confirm: args.confirm,
         })
     }
 
@@ -191,16 +212,7 @@ impl Regression {
         report: &mut Report,
     ) -> anyhow::Result<Vec<Regressed>> {
         match self.mode {
-            Mode::Run => {
-                for (bench, reference) in report.benchmarks.iter_mut().zip(references) {
-                    for metric in bench.metrics.iter_mut().filter(|m| gated(m)) {
-                        self.compare_with_saved(metric, reference)
-                            .with_context(|| {
-                                format!("comparing {} of `{}`", metric.id, bench.name)
-                            })?;
-                    }
-                }
-            }
+            Mode::Run => self.judge_saved(references, report, None)?,
             Mode::Compare => self.compare_benchmarks(&mut report.benchmarks, &report.conditions)?,
         }
         if self.mode == Mode::Compare {
@@ -208,6 +220,62 @@ impl Regression {
         }
         report.headline = headline(report, &against(self.mode, references, report));
         Ok(regressions(report))
+    }
+
+    /// The confirmation runs to make after a first look of `first_runs` runs whose
+    /// measured metric looked regressed (`--confirm N`; by default as many again): 0 when
+    /// disabled, and always 0 in `compare`, whose commands are judged on their pairs.
+    pub fn confirm_runs(&self, first_runs: usize) -> usize {
+        match self.mode {
+            Mode::Run => self.confirm.unwrap_or(first_runs),
+            Mode::Compare => 0,
+        }
+    }
+
+    /// After confirmation runs were added to `groups` (benchmark index, group name) of
+    /// `report`: judge every metric of those groups again, over all its runs, against the
+    /// same references, and give the report its headline again ([`regressions`] then
+    /// gives the verdict's regressions).
+    pub fn apply_again(
+        &self,
+        references: &[Reference],
+        report: &mut Report,
+        groups: &[GroupOf],
+    ) -> anyhow::Result<()> {
+        self.judge_saved(references, report, Some(groups))?;
+        report.headline = headline(report, &against(self.mode, references, report));
+        Ok(())
+    }
+
+    /// Compare each gated metric of `report` with its benchmark's saved reference; with
+    /// `only`, just the metrics of those groups, judged again (their notes are not
+    /// repeated).
+    fn judge_saved(
+        &self,
+        references: &[Reference],
+        report: &mut Report,
+        only: Option<&[GroupOf]>,
+    ) -> anyhow::Result<()> {
+        for (b, (bench, reference)) in report.benchmarks.iter_mut().zip(references).enumerate() {
+            let chosen = |m: &MetricResult| {
+                only.is_none_or(|groups| groups.iter().any(|(gb, g)| *gb == b && *g == m.group))
+            };
+            for metric in bench.metrics.iter_mut().filter(|m| gated(m) && chosen(m)) {
+                let before = metric.notes.len();
+                metric.comparison = None;
+                metric.trend.clear();
+                self.compare_with_saved(metric, reference)
+                    .with_context(|| format!("comparing {} of `{}`", metric.id, bench.name))?;
+                // Judged again: a note the first judgement made is not made twice.
+                let new: Vec<String> = metric.notes.drain(before..).collect();
+                for note in new {
+                    if !metric.notes.contains(&note) {
+                        metric.notes.push(note);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn policy(&self, metric: &MetricResult) -> Policy {
@@ -469,7 +537,10 @@ impl Regression {
         if !self.save && self.save_baseline.is_none() {
             return Ok(Vec::new());
         }
-        let meta = EntryMeta::now();
+        let meta = EntryMeta {
+            machine: report.conditions.machine.clone(),
+            ..EntryMeta::now()
+        };
         let mut written = Vec::new();
         for bench in &report.benchmarks {
             if self.save {
@@ -646,6 +717,10 @@ pub fn regressions(report: &Report) -> Vec<Regressed> {
                     relative: c.relative,
                     threshold: c.threshold,
                     reference: c.reference.clone(),
+                    confirmed: c
+                        .confirmation
+                        .as_ref()
+                        .map(|k| (k.added_runs, k.first_runs + k.added_runs)),
                 })
             })
         })
@@ -852,6 +927,7 @@ mod tests {
             thresholds: Vec::new(),
             depth: 5,
             include_failed: true,
+            confirm: None,
         };
         let regression = Regression::new(&settings, 0.95, Mode::Compare).unwrap();
         let (a, b) = ([1.0, 1.2, 0.9, 1.1], [1.03, 1.23, 0.93, 1.14]);

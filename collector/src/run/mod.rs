@@ -1,5 +1,6 @@
 //! Running the plan: the scheduler drives groups of runs, the runner starts, holds,
 //! releases and reaps one child per sample, and the instruments measure it.
+pub mod confirm;
 pub mod hooks;
 pub mod instrument;
 pub mod instruments;

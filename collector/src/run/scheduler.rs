@@ -79,23 +79,23 @@ pub struct Target {
 
 /// All values of one metric of one benchmark.
 #[derive(Debug)]
-struct Series {
-    spec: MetricSpec,
+pub(super) struct Series {
+    pub(super) spec: MetricSpec,
     group: String,
-    samples: Vec<f64>,
+    pub(super) samples: Vec<f64>,
     /// Indices into `samples` of failed runs.
-    failed: Vec<usize>,
-    details: Vec<(String, Vec<f64>)>,
+    pub(super) failed: Vec<usize>,
+    pub(super) details: Vec<(String, Vec<f64>)>,
 }
 
 #[derive(Debug, Default)]
-struct Collected {
-    series: Vec<Series>,
+pub(super) struct Collected {
+    pub(super) series: Vec<Series>,
     /// How the measured runs of the current group that failed ended (`--ignore-failure`).
     failed: Vec<ExitKind>,
     /// Processes left behind by the benchmark's runs and killed (`pid (name)`).
-    survivors: Vec<String>,
-    warnings: Vec<String>,
+    pub(super) survivors: Vec<String>,
+    pub(super) warnings: Vec<String>,
     /// `(id prefix, note)` from [`Instrument::metric_notes`].
     notes: Vec<(String, String)>,
     /// The measured runs each group made (`--target-ci` may add to some), in order.
@@ -105,7 +105,7 @@ struct Collected {
 impl Collected {
     /// Remember a failed run (kept by `--ignore-failure`). A run killed at the timeout
     /// measured the timeout, not the program: its time samples are left out.
-    fn note_failure(&mut self, exit: ExitKind, samples: Vec<Sample>) -> Vec<Sample> {
+    pub(super) fn note_failure(&mut self, exit: ExitKind, samples: Vec<Sample>) -> Vec<Sample> {
         if exit.success() {
             return samples;
         }
@@ -120,7 +120,7 @@ impl Collected {
     }
 
     /// The warning for processes the group's runs left behind, if any.
-    fn survivors_warning(&mut self, group: &str) -> Option<String> {
+    pub(super) fn survivors_warning(&mut self, group: &str) -> Option<String> {
         let survivors = std::mem::take(&mut self.survivors);
         let first = survivors.first()?;
         Some(format!(
@@ -132,7 +132,7 @@ impl Collected {
     }
 
     /// The warning for the failed runs of the group just finished, if any.
-    fn failures_warning(&mut self, group: &str, runs: usize) -> Option<String> {
+    pub(super) fn failures_warning(&mut self, group: &str, runs: usize) -> Option<String> {
         if self.failed.is_empty() {
             return None;
         }
@@ -160,7 +160,13 @@ impl Collected {
         ))
     }
 
-    fn add(&mut self, group: &str, run_index: usize, failed: bool, samples: Vec<Sample>) {
+    pub(super) fn add(
+        &mut self,
+        group: &str,
+        run_index: usize,
+        failed: bool,
+        samples: Vec<Sample>,
+    ) {
         for s in samples {
             let pos = match self.series.iter().position(|x| x.spec.id == s.metric.id) {
                 Some(p) => p,
@@ -206,7 +212,7 @@ impl Collected {
     }
 }
 
-fn describe_failure(
+pub(super) fn describe_failure(
     name: &str,
     group: &str,
     outcome: &RunOutcome,
@@ -476,7 +482,7 @@ fn run_groups(
 
 /// One run of `group` for `bench`, after its `--prepare`; made again (with its
 /// `--prepare`) when an instrument answers [`RunAgain`]: it changed how it measures.
-fn run_once_more_if_asked(
+pub(super) fn run_once_more_if_asked(
     executor: &mut dyn Executor,
     name: &str,
     hooks: &Hooks,
@@ -502,7 +508,7 @@ fn run_once_more_if_asked(
 
 /// The runs of a group that checks rather than measures
 /// ([`crate::run::instrument::Instrument::check_runs`]).
-fn check_runs(group: &Group) -> Option<usize> {
+pub(super) fn check_runs(group: &Group) -> Option<usize> {
     group.instruments.iter().find_map(|i| i.check_runs())
 }
 

@@ -291,6 +291,7 @@ pub(super) fn unjudged(
         threshold_absolute: (policy.threshold_absolute > 0.0).then_some(policy.threshold_absolute),
         verdict: Verdict::Inconclusive,
         anova: None,
+        confirmation: None,
     }
 }
 
