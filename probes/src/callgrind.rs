@@ -57,6 +57,10 @@ pub struct ObjectCosts {
     /// The raw (mangled) names callgrind gave the functions called in this object, with
     /// their start address: what lets a caller check addresses against symbols.
     pub callees: HashMap<u64, String>,
+    /// Calls from this object into its own functions, per call edge: (address of the call
+    /// instruction, start of the callee) -> the edge's calls and inclusive cost. What lets
+    /// a caller find recursive cycles and the cost that enters them from outside.
+    pub edges: HashMap<(u64, u64), SiteCost>,
     /// Instructions executed in this object's own code (exclusive costs).
     pub own: u64,
 }
@@ -162,6 +166,11 @@ impl Parser {
         let s = here.sites.entry(site).or_default();
         s.calls += call.count;
         s.inclusive += inclusive;
+        if call.callee_ob == self.ob {
+            let edge = here.edges.entry((site, call.target)).or_default();
+            edge.calls += call.count;
+            edge.inclusive += inclusive;
+        }
         let there = self.profile.objects.entry(call.callee_ob).or_default();
         let e = there.entries.entry(call.target).or_default();
         e.calls += call.count;
@@ -280,6 +289,11 @@ calls=1 0x1390
         assert_eq!(me.entries[&0x1390].inclusive, 48016);
         assert_eq!(me.callees[&0x1380], "helper_b");
         assert_eq!(me.own, 1 + 1 + 10 + 30);
+        // Edges within the object, both recursion levels of helper_b in one; malloc's are
+        // in another object.
+        assert_eq!(me.edges[&(0x1395, 0x1380)].inclusive, 30007);
+        assert_eq!(me.edges[&(0x2000, 0x1390)].inclusive, 48016);
+        assert_eq!(me.edges.len(), 3);
         let libc = &p.objects["/lib/libc.so.6"];
         assert_eq!(libc.entries[&0x98930].calls, 40);
         assert_eq!(libc.callees[&0x98930], "malloc");

@@ -55,6 +55,10 @@ pub struct Pinpoint {
     pub chain: Vec<Link>,
     /// The last function of the chain, or `None` when nothing regressed.
     pub bottleneck: Option<String>,
+    /// The share of the inspected function's change the bottleneck explains, in percent:
+    /// its own code's change when the search ended there, else its link's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck_share_percent: Option<f64>,
     /// Why the search ended, in words.
     pub stopped: String,
     /// Why the search ended, as a code (`own_code`, `call_list_changed`, `depth`,
@@ -147,6 +151,17 @@ pub struct Link {
     pub samples: Option<[u64; 2]>,
     /// The judge's full comparison.
     pub comparison: Comparison,
+    /// A recursive cycle taken as one node: its functions, the entered one first. Its
+    /// cost is counted once over the recursion (what enters the cycle from outside), and
+    /// the search goes on into the calls the cycle makes out of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cycle: Vec<String>,
+    /// This link's change as a share of the inspected function's change, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_percent: Option<f64>,
+    /// Why this link costs more than the one above it, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Link {
@@ -179,6 +194,38 @@ impl Link {
             current_interval: None,
             samples: None,
             comparison,
+            cycle: Vec::new(),
+            share_percent: None,
+            note: None,
+        }
+    }
+
+    /// The same link with its recursive cycle, its share of the change and its note.
+    pub fn with_context(
+        mut self,
+        cycle: Vec<String>,
+        share: Option<f64>,
+        note: Option<String>,
+    ) -> Link {
+        self.cycle = cycle;
+        self.share_percent = share.map(|s| s * 100.0);
+        self.note = note;
+        self
+    }
+
+    /// ` (recursive: a > b, c)` for a cycle.
+    fn cycle_note(&self) -> String {
+        match self.cycle.as_slice() {
+            [] => String::new(),
+            [_] => " (recursive, counted once)".to_string(),
+            [_, others @ ..] => format!(" (recursive with {}, counted once)", others.join(", ")),
+        }
+    }
+
+    fn share_note(&self) -> String {
+        match self.share_percent {
+            Some(p) if self.depth > 0 => format!("  {p:.1}% of the change"),
+            _ => String::new(),
         }
     }
 
@@ -250,7 +297,10 @@ impl Pinpoint {
     /// all-clear.
     fn verdict(&self) -> String {
         match &self.bottleneck {
-            Some(b) => format!("bottleneck: {b}"),
+            Some(b) => match self.bottleneck_share_percent {
+                Some(share) => format!("bottleneck: {b} ({share:.1}% of the change)"),
+                None => format!("bottleneck: {b}"),
+            },
             None if self.is_undecided() => format!(
                 "no verdict: whether {} got worse is undecided",
                 self.function
@@ -292,16 +342,21 @@ pub fn text(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
         let external = if link.external { " (external)" } else { "" };
         let _ = writeln!(
             s,
-            "{indent}{branch}{}{external}  {} -> {} {}  {} {}  n={}{}{mark}",
+            "{indent}{branch}{}{}{external}  {} -> {} {}  {} {}  n={}{}{}{mark}",
             link.function,
+            link.cycle_note(),
             link.previous_value(),
             link.current_value(),
             p.unit,
             link.change(),
             link.interval(),
             link.runs,
-            link.samples_note()
+            link.samples_note(),
+            link.share_note(),
         );
+        if let Some(note) = &link.note {
+            let _ = writeln!(s, "{indent}   ({note})");
+        }
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "{}", p.verdict());
@@ -484,6 +539,7 @@ mod tests {
                 Link::new("deep<T>".into(), 1, false, 3, comparison(400.0, 700.0)),
             ],
             bottleneck: Some("deep<T>".into()),
+            bottleneck_share_percent: None,
             stopped: "no call made by deep got worse".into(),
             stop: "own_code".into(),
             comparisons: 5,

@@ -88,18 +88,36 @@ impl Instrument for ValgrindProfile {
     }
 }
 
-/// Run `build` once under valgrind with `args` and add the run's costs to it. The run's
-/// files go to `dir`; a signal caught by `cancel` kills the run and ends with
+/// Where and how a build runs: valgrind, what it measures, the directory of the run's
+/// files, and the one path both builds are run from (their `argv[0]`).
+pub struct Setup<'a> {
+    /// The valgrind executable.
+    pub valgrind: &'a Path,
+    /// What is counted.
+    pub metric: Metric,
+    /// Where profiles, logs and outputs go.
+    pub dir: &'a Path,
+    /// Where each build is put before its run ([`Build::stage`]).
+    pub staged: &'a Path,
+}
+
+/// Run `build` once under valgrind with `args` and add the run's costs to it. A signal
+/// caught by `cancel` kills the run and ends with
 /// [`crate::run::runner::RunError::Interrupted`].
 pub fn run_once(
-    valgrind: &Path,
-    metric: Metric,
+    setup: &Setup<'_>,
     build: &mut Build,
     args: &[OsString],
-    dir: &Path,
     index: usize,
     cancel: &Cancel,
 ) -> anyhow::Result<Printed> {
+    let Setup {
+        valgrind,
+        metric,
+        dir,
+        staged,
+    } = *setup;
+    build.stage(staged)?;
     let out_file = dir.join(format!("{}-{index}.out", build.side));
     let log_file = dir.join(format!("{}-{index}.log", build.side));
     let wrapper = match metric {
@@ -120,7 +138,7 @@ pub fn run_once(
         ),
     };
     let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(instrument)];
-    let config = build.run_config(args);
+    let config = build.run_config(staged, staged, args);
     let (outcome, _) = run_child(&config, &mut instruments, cancel).with_context(|| {
         format!(
             "cannot run the {} build {} under {}",
@@ -169,7 +187,7 @@ pub fn run_once(
             let profile = callgrind::parse(&text).with_context(|| {
                 format!("cannot read callgrind's profile {}", out_file.display())
             })?;
-            let own = own_object(&profile.objects, &build.image).with_context(|| {
+            let own = own_object(&profile.objects, staged).with_context(|| {
                 format!(
                     "callgrind's profile of {} has no cost in the program itself",
                     build.exe.display()
@@ -187,18 +205,15 @@ pub fn run_once(
     Ok(Printed { stdout: printed })
 }
 
-/// The costs callgrind recorded for `image`'s own object file.
+/// The costs callgrind recorded for the program's own object file, run from `staged`.
 fn own_object<'a>(
     objects: &'a HashMap<String, ObjectCosts>,
-    image: &Image,
+    staged: &Path,
 ) -> Option<&'a ObjectCosts> {
+    let staged = staged.canonicalize().ok()?;
     objects
         .iter()
-        .find(|(name, _)| {
-            Path::new(name)
-                .canonicalize()
-                .is_ok_and(|p| p == image.path)
-        })
+        .find(|(name, _)| Path::new(name).canonicalize().is_ok_and(|p| p == staged))
         .map(|(_, o)| o)
 }
 
@@ -232,6 +247,24 @@ fn instruction_costs(own: &ObjectCosts, image: &Image) -> Costs {
             .iter()
             .map(|(a, c)| (a.wrapping_sub(bias), c.inclusive as f64))
             .collect(),
+        edges: edges(own, image, bias),
         stacks: None,
+        timed: false,
     }
+}
+
+/// The call edges between the image's own functions, by caller and callee start, with
+/// their inclusive cost (an edge at several call sites of one caller summed).
+fn edges(own: &ObjectCosts, image: &Image, bias: u64) -> HashMap<(u64, u64), f64> {
+    let mut edges: HashMap<(u64, u64), f64> = HashMap::new();
+    for (&(site, target), cost) in &own.edges {
+        let site = site.wrapping_sub(bias);
+        let Some(caller) = image.function_at(site) else {
+            continue;
+        };
+        *edges
+            .entry((caller.address, target.wrapping_sub(bias)))
+            .or_default() += cost.inclusive as f64;
+    }
+    edges
 }

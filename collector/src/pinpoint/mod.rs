@@ -14,8 +14,10 @@
 //! judge: it takes plain values and returns the report model.
 
 pub mod builds;
+mod cycles;
 mod dhat;
 mod measure;
+mod names;
 mod sampled;
 pub mod search;
 
@@ -139,7 +141,7 @@ pub fn pinpoint(request: &Request, cancel: &Cancel) -> anyhow::Result<PinpointRe
         .collect::<anyhow::Result<Vec<_>>>()?;
     let f_previous = previous.find(request.function.as_deref())?.clone();
     let f_current = current.find(request.function.as_deref())?.clone();
-    let name = sbs_probes::demangle::demangle(&f_current.name).label;
+    let name = current.label_at(f_current.address);
     let (outputs, sampling) = measure_builds(request, &mut previous, &mut current, cancel)?;
     let mut warnings = Vec::new();
     if outputs[0] != outputs[1] {
@@ -166,7 +168,7 @@ pub fn pinpoint(request: &Request, cancel: &Cancel) -> anyhow::Result<PinpointRe
         strategy: request.strategy,
         policy,
     };
-    let programs = Programs { previous, current };
+    let programs = Programs::new(previous, current);
     let inspected = Pair {
         name: name.clone(),
         previous: f_previous.address,
@@ -210,18 +212,25 @@ fn measure_builds(
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .context("cannot create a temporary directory for valgrind's profiles")?;
+    // Both builds run from one path, so that they see the same argv[0].
+    let staged_dir = dir.path().join("bin");
+    std::fs::create_dir(&staged_dir)
+        .context("cannot create a directory in pinpoint's temporary directory")?;
+    let name = current
+        .exe
+        .file_name()
+        .map_or_else(|| OsString::from("program"), |n| n.to_os_string());
+    let staged = staged_dir.join(name);
+    let setup = measure::Setup {
+        valgrind: &valgrind,
+        metric: request.metric,
+        dir: dir.path(),
+        staged: &staged,
+    };
     let mut outputs: Outputs = [None, None];
     for i in 0..request.runs {
         for (k, build) in [&mut *previous, &mut *current].into_iter().enumerate() {
-            let printed = measure::run_once(
-                &valgrind,
-                request.metric,
-                build,
-                &request.args,
-                dir.path(),
-                i,
-                cancel,
-            )?;
+            let printed = measure::run_once(&setup, build, &request.args, i, cancel)?;
             outputs[k].get_or_insert(printed.stdout);
         }
     }
@@ -261,6 +270,7 @@ fn report(
         .to_string(),
         chain,
         bottleneck: outcome.bottleneck,
+        bottleneck_share_percent: outcome.bottleneck_share.map(|s| s * 100.0),
         stopped: outcome.stopped.to_string(),
         stop: outcome.stopped.code().to_string(),
         comparisons: outcome.comparisons,
@@ -280,7 +290,8 @@ fn link(l: &search::Link, confidence: f64) -> Link {
         l.external,
         runs,
         l.comparison.clone(),
-    );
+    )
+    .with_context(l.cycle.clone(), l.share, l.note.clone());
     // The current build's mean over its runs: a change judged on the pairs of runs is the
     // mean of their log ratios, which the difference of the two means need not equal.
     if let Some(m) = crate::judge::compare::Moments::of(&l.samples.current) {
