@@ -49,6 +49,11 @@ pub struct Pinpoint {
     pub function: String,
     /// Runs per build.
     pub runs: usize,
+    /// Counts without `--runs`: whether a second run of the previous build repeated its
+    /// first's counts exactly (then one run per build was compared), or not (then more
+    /// runs were made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeated: Option<bool>,
     /// `binary` or `linear`.
     pub strategy: String,
     /// From the inspected function to the bottleneck.
@@ -324,6 +329,22 @@ pub fn text(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
         p.comparisons,
         p.strategy
     );
+    match p.repeated {
+        Some(true) => {
+            let _ = writeln!(
+                s,
+                "  runs: one per build: a second run of the previous build repeated its counts exactly"
+            );
+        }
+        Some(false) => {
+            let _ = writeln!(
+                s,
+                "  runs: {} per build: a second run of the previous build did not repeat its counts",
+                p.runs
+            );
+        }
+        None => {}
+    }
     let _ = writeln!(s, "  previous: {}", p.previous);
     let _ = writeln!(s, "  current:  {}", p.current);
     for w in &p.warnings {
@@ -540,6 +561,7 @@ mod tests {
             ],
             bottleneck: Some("deep<T>".into()),
             bottleneck_share_percent: None,
+            repeated: None,
             stopped: "no call made by deep got worse".into(),
             stop: "own_code".into(),
             comparisons: 5,

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{Read, Seek};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::Context;
@@ -24,7 +25,7 @@ use sbs_probes::valgrind::{self, INSTALL_HINT};
 
 use super::builds::{Build, Costs};
 use super::dhat;
-use super::Metric;
+use super::{Metric, Request, Runs};
 use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
 use crate::run::runner::{run_once as run_child, Cancel};
 
@@ -86,6 +87,65 @@ impl Instrument for ValgrindProfile {
         self.pid = None;
         Ok(())
     }
+}
+
+/// Run both builds under valgrind, alternately (previous, current, previous...), as many
+/// times as `request.runs` says, adding each run's costs to its build. Returns what each
+/// build printed on its first run and, for [`Runs::UnlessRepeated`], whether the previous
+/// build's second run repeated its counts.
+pub fn run_builds(
+    request: &Request,
+    [previous, current]: [&mut Build; 2],
+    cancel: &Cancel,
+) -> anyhow::Result<(super::Outputs, Option<bool>)> {
+    let valgrind = valgrind()?;
+    // Private whatever the umask (mkdtemp's 0700): valgrind writes its profiles at names
+    // anyone could guess, and in a directory others can write to, a symlink planted at
+    // one would make it write where the link points, with our rights.
+    let dir = tempfile::Builder::new()
+        .prefix("sbs-pinpoint-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .context("cannot create a temporary directory for valgrind's profiles")?;
+    // Both builds run from one path, so that they see the same argv[0].
+    let staged_dir = dir.path().join("bin");
+    std::fs::create_dir(&staged_dir)
+        .context("cannot create a directory in pinpoint's temporary directory")?;
+    let name = current
+        .exe
+        .file_name()
+        .map_or_else(|| OsString::from("program"), |n| n.to_os_string());
+    let staged = staged_dir.join(name);
+    let setup = Setup {
+        valgrind: &valgrind,
+        metric: request.metric,
+        dir: dir.path(),
+        staged: &staged,
+    };
+    let mut outputs: super::Outputs = [None, None];
+    let mut run = |k: usize, build: &mut Build, i: usize| -> anyhow::Result<()> {
+        let printed = run_once(&setup, build, &request.args, i, cancel)?;
+        outputs[k].get_or_insert(printed.stdout);
+        Ok(())
+    };
+    let (mut from, mut repeated) = (0, None);
+    if let Runs::UnlessRepeated(_) = request.runs {
+        run(0, previous, 0)?;
+        run(1, current, 0)?;
+        run(0, previous, 1)?;
+        if previous.runs[0] == previous.runs[1] {
+            // Counts that repeat exactly: the second run adds nothing.
+            previous.runs.truncate(1);
+            return Ok((outputs, Some(true)));
+        }
+        run(1, current, 1)?;
+        (from, repeated) = (2, Some(false));
+    }
+    for i in from..request.runs.most() {
+        run(0, previous, i)?;
+        run(1, current, i)?;
+    }
+    Ok((outputs, repeated))
 }
 
 /// Where and how a build runs: valgrind, what it measures, the directory of the run's

@@ -449,13 +449,16 @@ impl<B: Builds> Search<'_, B> {
         Ok(Ok(callee))
     }
 
-    /// Why `link`, a call made by `parent`, costs more than the link above it, when it
-    /// does: `parent`'s calls are counted over all its callers.
+    /// Why `link`, a call made by `parent`, costs (or changed) more than the link above
+    /// it, when it does: `parent`'s calls are counted over all its callers.
     fn larger_than_parent(&self, parent: &B::F, chain: &[Link], link: &Link) -> Option<String> {
         let above = chain.last()?;
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        // Its cost or its change: either can only exceed the call above it when more
+        // than that call is counted.
         let larger = mean(&link.samples.current) > mean(&above.samples.current)
-            || mean(&link.samples.previous) > mean(&above.samples.previous);
+            || mean(&link.samples.previous) > mean(&above.samples.previous)
+            || delta(&link.samples) > delta(&above.samples);
         if !larger {
             return None;
         }
