@@ -733,7 +733,16 @@ fn a_recursive_parser_is_pinpointed_to_the_helper_the_recursion_calls() {
     assert_eq!(run.code(), Some(1), "{}", run.stderr());
     let c = chain(&run);
     assert_eq!(c[..3], ["main", "parse_value", "parse_string"], "{c:?}");
-    assert_eq!(run.json()["pinpoint"]["bottleneck"], "parse_string");
+    let v = run.json();
+    assert_eq!(v["pinpoint"]["bottleneck"], "parse_string");
+    // On the call path main -> parse_value -> parse_string: main's 5 parses (1,000
+    // strings each), not check's sixth, which calls parse_value too.
+    let links = &v["pinpoint"]["chain"];
+    for side in ["previous", "current"] {
+        assert_eq!(links[2][side], links[1][side], "{side}: {v}");
+    }
+    assert_eq!(links[2]["previous"], 5000.0, "{v}");
+    assert!(links[2]["note"].is_null(), "{v}");
     // The same build on both sides (A/A): nothing, for both metrics.
     for metric in ["instructions", "alloc"] {
         let run = b.pinpoint(0, 0, &["--metric", metric], &[]).success();

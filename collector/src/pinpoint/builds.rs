@@ -393,7 +393,8 @@ impl Build {
     }
 }
 
-/// A function in both builds: its name and its start address in each.
+/// A function in both builds, as the chain reached it: its name, its start address in
+/// each, and the call path that led to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pair {
     /// Demangled, without Rust's hash.
@@ -402,6 +403,41 @@ pub struct Pair {
     pub previous: u64,
     /// Start in the current build.
     pub current: u64,
+    /// The calling context, per build (`[previous, current]`): for each layer above, the
+    /// call sites through which the chain came down (all the sites that call the next
+    /// link). Costs read from stacks (DHAT, time) count only the stacks that pass through
+    /// one site of every layer: the function's costs on this call path, not summed over
+    /// its other callers. Empty for the inspected function.
+    pub via: [Vec<Vec<u64>>; 2],
+}
+
+impl Pair {
+    /// The inspected function: no calling context.
+    pub fn inspected(name: String, previous: u64, current: u64) -> Pair {
+        Pair {
+            name,
+            previous,
+            current,
+            via: [Vec::new(), Vec::new()],
+        }
+    }
+}
+
+/// Whether `stack` passes through one site of every layer of `via`.
+fn on_path(stack: &SampledStack, via: &[Vec<u64>]) -> bool {
+    via.iter()
+        .all(|layer| layer.iter().any(|s| stack.sites.binary_search(s).is_ok()))
+}
+
+/// The sites of `sites` that call each local callee, by the callee's start.
+fn sites_by_callee(sites: &[CallSite]) -> HashMap<u64, Vec<u64>> {
+    let mut by: HashMap<u64, Vec<u64>> = HashMap::new();
+    for s in sites {
+        if let Callee::Local { address, .. } = s.callee {
+            by.entry(address).or_default().push(s.address);
+        }
+    }
+    by
 }
 
 /// The name two builds are matched on.
@@ -465,6 +501,12 @@ impl Builds for Programs {
     fn calls(&self, f: &Pair) -> anyhow::Result<CallLists<Pair>> {
         let previous = self.previous.node_sites(f.previous)?;
         let current = self.current.node_sites(f.current)?;
+        let callers = [sites_by_callee(&previous), sites_by_callee(&current)];
+        let through = |k: usize, callee: u64| -> Vec<Vec<u64>> {
+            let mut via = f.via[k].clone();
+            via.push(callers[k].get(&callee).cloned().unwrap_or_default());
+            via
+        };
         let pair_at = |i: usize| -> Option<Pair> {
             match (&previous.get(i)?.callee, &current.get(i)?.callee) {
                 (
@@ -482,6 +524,7 @@ impl Builds for Programs {
                         .unwrap_or_else(|| demangle(pn).label),
                     previous: *p,
                     current: *c,
+                    via: [through(0, *p), through(1, *c)],
                 }),
                 _ => None,
             }
@@ -507,18 +550,21 @@ impl Builds for Programs {
     }
 
     fn cost(&self, f: &Pair) -> Samples {
-        let of = |b: &Build, at: u64| {
+        let of = |b: &Build, at: u64, via: &[Vec<u64>]| {
             let members = b.cycle(at);
             b.measure(
                 |c| counted_cost(c, &members),
-                |s| members.iter().any(|m| s.functions.binary_search(m).is_ok()),
+                |s| members.iter().any(|m| s.functions.binary_search(m).is_ok()) && on_path(s, via),
             )
         };
-        Samples::pair(of(&self.previous, f.previous), of(&self.current, f.current))
+        Samples::pair(
+            of(&self.previous, f.previous, &f.via[0]),
+            of(&self.current, f.current, &f.via[1]),
+        )
     }
 
     fn piece(&self, f: &Pair, indices: &[usize]) -> Samples {
-        let of = |b: &Build, at: u64| -> (Vec<f64>, Option<u64>) {
+        let of = |b: &Build, at: u64, via: &[Vec<u64>]| -> (Vec<f64>, Option<u64>) {
             let all = b.node_sites(at).unwrap_or_default();
             let sites: Vec<&CallSite> = indices.iter().filter_map(|&i| all.get(i)).collect();
             b.measure(
@@ -532,9 +578,13 @@ impl Builds for Programs {
                     sites
                         .iter()
                         .any(|s| stack.sites.binary_search(&s.address).is_ok())
+                        && on_path(stack, via)
                 },
             )
         };
-        Samples::pair(of(&self.previous, f.previous), of(&self.current, f.current))
+        Samples::pair(
+            of(&self.previous, f.previous, &f.via[0]),
+            of(&self.current, f.current, &f.via[1]),
+        )
     }
 }

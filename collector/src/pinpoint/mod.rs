@@ -191,11 +191,7 @@ pub fn pinpoint(request: &Request, cancel: &Cancel) -> anyhow::Result<PinpointRe
         policy,
     };
     let programs = Programs::new(previous, current);
-    let inspected = Pair {
-        name: name.clone(),
-        previous: f_previous.address,
-        current: f_current.address,
-    };
+    let inspected = Pair::inspected(name.clone(), f_previous.address, f_current.address);
     let outcome = search::dig(&programs, &inspected, &options)?;
     let measured = Measured {
         sampling,

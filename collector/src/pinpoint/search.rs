@@ -368,7 +368,7 @@ impl<B: Builds> Search<'_, B> {
         &mut self,
         current: &B::F,
         chain: &mut Vec<Link>,
-        visited: &mut Vec<B::F>,
+        visited: &mut Vec<String>,
     ) -> anyhow::Result<Result<B::F, Stop>> {
         let name = self.builds.name(current);
         let lists = self.builds.calls(current)?;
@@ -439,13 +439,15 @@ impl<B: Builds> Search<'_, B> {
         {
             return Ok(Err(Stop::Ignored(call.label.clone())));
         }
-        if visited.contains(&callee) {
+        // By name: the same function reached again on a longer call path is no new node.
+        let callee_name = self.builds.name(&callee);
+        if visited.contains(&callee_name) {
             return Ok(Err(Stop::Recursion(call.label.clone())));
         }
         if options.depth.is_some_and(|d| depth >= d) {
             return Ok(Err(Stop::Depth(depth)));
         }
-        visited.push(callee.clone());
+        visited.push(callee_name);
         Ok(Ok(callee))
     }
 
@@ -621,7 +623,7 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
             undecided: search.undecided,
         });
     }
-    let mut visited = vec![inspected.clone()];
+    let mut visited = vec![builds.name(inspected)];
     let mut current = inspected.clone();
     let stopped = loop {
         match search.step(&current, &mut chain, &mut visited)? {
