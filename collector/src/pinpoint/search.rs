@@ -382,43 +382,11 @@ impl<B: Builds> Search<'_, B> {
                 removed,
             }));
         }
-        // A callee called at several sites (an unrolled loop) is one candidate: its sites
-        // together are what it explains.
-        let groups = by_callee(&lists.current);
-        let labels: Vec<String> = groups
-            .iter()
-            .map(|g| lists.current[g[0]].label.clone())
-            .collect();
-        let all = 0..groups.len();
-        self.layer = Layer {
-            function: name.clone(),
-            labels: labels.clone(),
-            groups,
+        let (site, mut link) = match self.narrow(current, &name, &lists.current, chain)? {
+            Ok(found) => found,
+            Err(stop) => return Ok(Err(stop)),
         };
-        // The function's change over all its callers, as its call list's costs are; the
-        // change of the call that led here when the function itself shows none (a
-        // function that tail-calls leaves no frame on the stacks DHAT records).
-        self.base = delta(&self.builds.cost(current));
-        if self.base <= 0.0 {
-            self.base = chain.last().map_or(0.0, |l| delta(&l.samples));
-        }
-        let found = match self.options.strategy {
-            Strategy::Binary => self.binary(current, all.clone())?,
-            Strategy::Linear => self.linear(current, all.clone())?,
-        };
-        let Some((range, mut link)) = found else {
-            let every: Vec<usize> = (0..lists.current.len()).collect();
-            let calls = delta(&self.builds.piece(current, &every));
-            self.own = Some(self.base - calls);
-            return Ok(Err(Stop::OwnCode(name)));
-        };
-        if range.len() > 1 {
-            return Ok(Err(Stop::Spread {
-                function: name,
-                calls: labels[range].to_vec(),
-            }));
-        }
-        let call = &lists.current[self.layer.groups[range.start][0]];
+        let call = &lists.current[site];
         let depth = chain.len();
         link.function = call.label.clone();
         link.depth = depth;
@@ -449,6 +417,52 @@ impl<B: Builds> Search<'_, B> {
         }
         visited.push(callee_name);
         Ok(Ok(callee))
+    }
+
+    /// The callee of `current` (named `name`, its call list `calls`) whose calls explain
+    /// the largest material share of its change: the index of its first call and its
+    /// link, or why none does (its own code; a spread change).
+    fn narrow(
+        &mut self,
+        current: &B::F,
+        name: &str,
+        calls: &[Call<B::F>],
+        chain: &[Link],
+    ) -> anyhow::Result<Result<(usize, Link), Stop>> {
+        // A callee called at several sites (an unrolled loop) is one candidate: its sites
+        // together are what it explains.
+        let groups = by_callee(calls);
+        let labels: Vec<String> = groups.iter().map(|g| calls[g[0]].label.clone()).collect();
+        let all = 0..groups.len();
+        self.layer = Layer {
+            function: name.to_string(),
+            labels: labels.clone(),
+            groups,
+        };
+        // The function's change over all its callers, as its call list's costs are; the
+        // change of the call that led here when the function itself shows none (a
+        // function that tail-calls leaves no frame on the stacks DHAT records).
+        self.base = delta(&self.builds.cost(current));
+        if self.base <= 0.0 {
+            self.base = chain.last().map_or(0.0, |l| delta(&l.samples));
+        }
+        let found = match self.options.strategy {
+            Strategy::Binary => self.binary(current, all.clone())?,
+            Strategy::Linear => self.linear(current, all.clone())?,
+        };
+        let Some((range, link)) = found else {
+            let every: Vec<usize> = (0..calls.len()).collect();
+            let calls = delta(&self.builds.piece(current, &every));
+            self.own = Some(self.base - calls);
+            return Ok(Err(Stop::OwnCode(name.to_string())));
+        };
+        if range.len() > 1 {
+            return Ok(Err(Stop::Spread {
+                function: name.to_string(),
+                calls: labels[range].to_vec(),
+            }));
+        }
+        Ok(Ok((self.layer.groups[range.start][0], link)))
     }
 
     /// Why `link`, a call made by `parent`, costs (or changed) more than the link above
