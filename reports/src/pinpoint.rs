@@ -638,4 +638,48 @@ mod tests {
             "{m}"
         );
     }
+
+    #[test]
+    fn text_shows_the_cycle_the_shares_the_note_and_how_many_runs_were_made() {
+        let mut r = report();
+        let p = &mut r.pinpoint;
+        p.repeated = Some(true);
+        p.runs = 1;
+        p.bottleneck_share_percent = Some(99.5);
+        p.chain[1] = p.chain[1].clone().with_context(
+            vec!["deep<T>".into(), "deeper".into()],
+            Some(0.75),
+            Some("more than the call above it: why".into()),
+        );
+        let mut out = Vec::new();
+        text(&r, &mut out).unwrap();
+        let t = String::from_utf8(out).unwrap();
+        assert!(
+            t.contains("runs: one per build: a second run of the previous build repeated its counts exactly"),
+            "{t}"
+        );
+        assert!(
+            t.contains("└─ deep<T> (recursive with deeper, counted once)  400 -> 700"),
+            "{t}"
+        );
+        assert!(
+            t.contains("n=3  75.0% of the change  <== bottleneck"),
+            "{t}"
+        );
+        assert!(
+            t.contains("\n      (more than the call above it: why)\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("bottleneck: deep<T> (99.5% of the change)"),
+            "{t}"
+        );
+        let mut out = Vec::new();
+        json(&r, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let link = &v["pinpoint"]["chain"][1];
+        assert_eq!(link["cycle"], serde_json::json!(["deep<T>", "deeper"]));
+        assert_eq!(link["share_percent"], 75.0);
+        assert_eq!(v["pinpoint"]["repeated"], true);
+    }
 }
