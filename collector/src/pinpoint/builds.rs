@@ -484,6 +484,10 @@ impl Builds for Programs {
         names
     }
 
+    fn per_path(&self) -> bool {
+        self.current.runs.iter().any(|r| r.stacks.is_some())
+    }
+
     fn callers(&self, f: &Pair) -> Vec<String> {
         let b = &self.current;
         let members = b.cycle(f.current);

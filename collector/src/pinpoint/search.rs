@@ -88,6 +88,11 @@ pub trait Builds {
     fn callers(&self, _f: &Self::F) -> Vec<String> {
         Vec::new()
     }
+    /// Whether the costs below the inspected function are those of the chain's call path
+    /// (stacks), rather than summed over each function's callers (call edges).
+    fn per_path(&self) -> bool {
+        false
+    }
     /// Its call lists (address order) in both builds.
     fn calls(&self, f: &Self::F) -> anyhow::Result<CallLists<Self::F>>;
     /// The inclusive cost of `f`, per run.
@@ -480,11 +485,17 @@ impl<B: Builds> Search<'_, B> {
         }
         let callers = self.builds.callers(parent);
         let name = self.builds.name(parent);
+        if callers.len() > 1 && !self.builds.per_path() {
+            return Some(format!(
+                "more than the call above it: {name} is called from {} functions ({}), and the costs of its calls are summed over all its callers",
+                callers.len(),
+                callers.join(", ")
+            ));
+        }
+        // Counted on the same calls: only the change can be larger, when the rest of the
+        // function changed the other way.
         Some(format!(
-            "more than the call above it: {name} is called from {} function{} ({}), and the costs of its calls are summed over all its callers",
-            callers.len(),
-            if callers.len() == 1 { "" } else { "s" },
-            callers.join(", ")
+            "changed more than the call above it: the rest of {name} changed the other way (its other calls or its own code cost less)"
         ))
     }
 
