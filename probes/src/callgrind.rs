@@ -63,6 +63,8 @@ pub struct ObjectCosts {
     pub edges: HashMap<(u64, u64), SiteCost>,
     /// Instructions executed in this object's own code (exclusive costs).
     pub own: u64,
+    /// The same per instruction: address -> times it executed (summed over contexts).
+    pub own_at: HashMap<u64, u64>,
 }
 
 /// A parsed callgrind out-file.
@@ -216,7 +218,10 @@ impl Parser {
             let mut fields = line.split_whitespace();
             self.last = position(fields.next().unwrap_or_default(), self.last)?;
             if let Some(c) = fields.next() {
-                self.profile.objects.entry(self.ob.clone()).or_default().own += number(c)?;
+                let cost = number(c)?;
+                let here = self.profile.objects.entry(self.ob.clone()).or_default();
+                here.own += cost;
+                *here.own_at.entry(self.last).or_default() += cost;
             }
         }
         // Other lines (fl=, fi=, fe=, fn=, cfi=, headers, jump lines) carry nothing we use.
@@ -289,6 +294,8 @@ calls=1 0x1390
         assert_eq!(me.entries[&0x1390].inclusive, 48016);
         assert_eq!(me.callees[&0x1380], "helper_b");
         assert_eq!(me.own, 1 + 1 + 10 + 30);
+        assert_eq!(me.own_at[&0x1408], 10 + 30);
+        assert_eq!(me.own_at[&0x1395], 1);
         // Edges within the object, both recursion levels of helper_b in one; malloc's are
         // in another object.
         assert_eq!(me.edges[&(0x1395, 0x1380)].inclusive, 30007);

@@ -60,6 +60,10 @@ pub struct Pinpoint {
     pub chain: Vec<Link>,
     /// The last function of the chain, or `None` when nothing regressed.
     pub bottleneck: Option<String>,
+    /// Inside the bottleneck's own code (when the search ended there, instructions): the
+    /// inlined functions and source lines whose own instructions grew most.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inside: Vec<InsidePlace>,
     /// The share of the inspected function's change the bottleneck explains, in percent:
     /// its own code's change when the search ended there, else its link's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +85,21 @@ pub struct Pinpoint {
     /// How the samples of `--metric time` went, both builds' runs together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<SamplingNote>,
+}
+
+/// A place inside the bottleneck's own code: an inlined function (`inlined NAME`), the
+/// function's own code outside any, or a source line (`file:line`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InsidePlace {
+    /// What it is.
+    pub what: String,
+    /// Its own cost, previous build (mean over the runs).
+    pub previous: f64,
+    /// The same, current build.
+    pub current: f64,
+    /// Its change as a share of the inspected function's change, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_percent: Option<f64>,
 }
 
 /// The samples behind `--metric time`, over every run of both builds.
@@ -382,6 +401,20 @@ pub fn text(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
     let _ = writeln!(s);
     let _ = writeln!(s, "{}", p.verdict());
     let _ = writeln!(s, "stopped: {}", p.stopped);
+    for place in &p.inside {
+        let share = place
+            .share_percent
+            .map(|x| format!(" ({x:.1}% of the change)"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "inside: {}  {} -> {} {}{share}",
+            place.what,
+            human::count(place.previous),
+            human::count(place.current),
+            p.unit
+        );
+    }
     for u in &p.undecided {
         let _ = writeln!(s, "undecided (too few samples): {u}");
     }
@@ -562,6 +595,7 @@ mod tests {
             bottleneck: Some("deep<T>".into()),
             bottleneck_share_percent: None,
             repeated: None,
+            inside: Vec::new(),
             stopped: "no call made by deep got worse".into(),
             stop: "own_code".into(),
             comparisons: 5,

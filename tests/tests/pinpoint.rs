@@ -727,6 +727,25 @@ fn a_recursive_parser_is_pinpointed_to_the_helper_the_recursion_calls() {
         // parse_number explains all of main's change but banner's few instructions.
         let share = p["bottleneck_share_percent"].as_f64().unwrap();
         assert!((99.0..=100.0).contains(&share), "{share}");
+        // Inside it: the inlined mix, and the line of mix's loop body.
+        let inside = p["inside"].as_array().unwrap_or_else(|| panic!("{p}"));
+        assert_eq!(inside[0]["what"], "inlined mix", "{p}");
+        assert!(inside[0]["share_percent"].as_f64().unwrap() > 90.0, "{p}");
+        let source = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/recursive.c"),
+        )
+        .unwrap();
+        let body = 1 + source
+            .lines()
+            .position(|l| l.contains("sink += (unsigned long)(n ^ k);"))
+            .unwrap();
+        let line = format!("recursive.c:{body}");
+        assert!(
+            inside
+                .iter()
+                .any(|i| i["what"].as_str().is_some_and(|w| w.ends_with(&line))),
+            "{line} in {p}"
+        );
     }
     // Allocations: parse_string's extra block, through the same recursion.
     let run = b.pinpoint(0, 2, &["--metric", "alloc"], &[]);

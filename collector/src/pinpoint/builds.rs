@@ -12,7 +12,7 @@ use sbs_probes::pattern::Pattern;
 use sbs_probes::unwind::Unwound;
 
 use super::cycles::{counted_cost, CallGraph};
-use super::search::{Builds, Call, CallLists, Samples};
+use super::search::{Builds, Call, CallLists, Place, Samples};
 
 /// What one run measured in the program's own object: per call site (address of the
 /// call instruction) and per function (start address), the inclusive cost.
@@ -32,6 +32,8 @@ pub struct Costs {
     pub stacks: Option<Vec<SampledStack>>,
     /// The stacks are time samples, whose number decides whether a piece is undecided.
     pub timed: bool,
+    /// Instructions only: each instruction's own (exclusive) count, by address.
+    pub own_at: HashMap<u64, f64>,
 }
 
 /// One stack sample of the program, as pinpoint reads it.
@@ -486,6 +488,23 @@ impl Builds for Programs {
 
     fn per_path(&self) -> bool {
         self.current.runs.iter().any(|r| r.stacks.is_some())
+    }
+
+    fn inside(&self, f: &Pair) -> Vec<Place> {
+        let split = |b: &Build, at: u64| {
+            let mut mean: HashMap<u64, f64> = HashMap::new();
+            let n = b.runs.len().max(1) as f64;
+            for (a, c) in b.runs.iter().flat_map(|r| &r.own_at) {
+                *mean.entry(*a).or_default() += c / n;
+            }
+            super::source::split(&b.image, &b.cycle(at), &mean)
+        };
+        if self.current.runs.iter().all(|r| r.own_at.is_empty()) {
+            return Vec::new();
+        }
+        let previous = split(&self.previous, f.previous);
+        let current = split(&self.current, f.current);
+        super::source::places(&previous, &current, &f.name, 3)
     }
 
     fn callers(&self, f: &Pair) -> Vec<String> {

@@ -310,6 +310,11 @@ fn instruction_costs(own: &ObjectCosts, image: &Image) -> Costs {
         edges: edges(own, image, bias),
         stacks: None,
         timed: false,
+        own_at: own
+            .own_at
+            .iter()
+            .map(|(a, c)| (a.wrapping_sub(bias), *c as f64))
+            .collect(),
     }
 }
 

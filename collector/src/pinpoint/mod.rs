@@ -20,6 +20,7 @@ mod measure;
 mod names;
 mod sampled;
 pub mod search;
+mod source;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use sbs_probes::pattern::Pattern;
 use sbs_probes::sample::SampleConfig;
-use sbs_reports::pinpoint::{Link, Pinpoint, PinpointReport, SamplingNote};
+use sbs_reports::pinpoint::{InsidePlace, Link, Pinpoint, PinpointReport, SamplingNote};
 
 use crate::judge::compare::{Policy, Thresholds};
 use crate::run::runner::Cancel;
@@ -257,6 +258,7 @@ fn report(
     runs: usize,
     measured: Measured,
 ) -> PinpointReport {
+    let total_change = outcome.chain.first().map(|l| search::delta(&l.samples));
     let chain = outcome
         .chain
         .iter()
@@ -284,6 +286,18 @@ fn report(
         chain,
         bottleneck: outcome.bottleneck,
         bottleneck_share_percent: outcome.bottleneck_share.map(|s| s * 100.0),
+        inside: outcome
+            .inside
+            .iter()
+            .map(|p| InsidePlace {
+                what: p.what.clone(),
+                previous: p.previous,
+                current: p.current,
+                share_percent: total_change
+                    .filter(|t| *t != 0.0)
+                    .map(|t| (p.current - p.previous) / t * 100.0),
+            })
+            .collect(),
         stopped: outcome.stopped.to_string(),
         stop: outcome.stopped.code().to_string(),
         comparisons: outcome.comparisons,

@@ -93,6 +93,11 @@ pub trait Builds {
     fn per_path(&self) -> bool {
         false
     }
+    /// Where inside its own code `f`'s own cost grew most (inlined functions, source
+    /// lines), when the builds can say.
+    fn inside(&self, _f: &Self::F) -> Vec<Place> {
+        Vec::new()
+    }
     /// Its call lists (address order) in both builds.
     fn calls(&self, f: &Self::F) -> anyhow::Result<CallLists<Self::F>>;
     /// The inclusive cost of `f`, per run.
@@ -159,6 +164,18 @@ impl Link {
             note: None,
         }
     }
+}
+
+/// A place inside a bottleneck's own code (an inlined function, a source line) and its
+/// own cost in each build (means over the runs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Place {
+    /// `inlined NAME`, `F's own code`, or `file:line`.
+    pub what: String,
+    /// Previous build.
+    pub previous: f64,
+    /// Current build.
+    pub current: f64,
 }
 
 /// The change of the means, current less previous.
@@ -322,6 +339,8 @@ pub struct Outcome {
     pub comparisons: usize,
     /// Pieces with too few samples to decide whether they got worse.
     pub undecided: Vec<String>,
+    /// Where the bottleneck's own code grew (`own_code` only).
+    pub inside: Vec<Place>,
 }
 
 /// The call list being narrowed, one entry per callee.
@@ -363,6 +382,8 @@ struct Search<'a, B: Builds> {
     base: f64,
     /// Where the search ended in a function's own code: that code's change.
     own: Option<f64>,
+    /// And where inside that code it grew.
+    inside: Vec<Place>,
 }
 
 impl<B: Builds> Search<'_, B> {
@@ -459,6 +480,7 @@ impl<B: Builds> Search<'_, B> {
             let every: Vec<usize> = (0..calls.len()).collect();
             let calls = delta(&self.builds.piece(current, &every));
             self.own = Some(self.base - calls);
+            self.inside = self.builds.inside(current);
             return Ok(Err(Stop::OwnCode(name.to_string())));
         };
         if range.len() > 1 {
@@ -626,6 +648,7 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
         layer: Layer::default(),
         base: 0.0,
         own: None,
+        inside: Vec::new(),
     };
     let samples = builds.cost(inspected);
     let comparison = search.decide(&samples, || builds.name(inspected))?;
@@ -646,6 +669,7 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
             bottleneck_share: None,
             comparisons: search.comparisons,
             undecided: search.undecided,
+            inside: Vec::new(),
         });
     }
     let mut visited = vec![builds.name(inspected)];
@@ -672,6 +696,7 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
         stopped,
         comparisons: search.comparisons,
         undecided: search.undecided,
+        inside: search.inside,
     })
 }
 
