@@ -31,27 +31,33 @@ pub struct Split {
 /// at `starts` in `image`.
 pub fn split(image: &Image, starts: &[u64], own_at: &HashMap<u64, f64>) -> Split {
     let data = image.dwarf_data().unwrap_or(image.data());
+    let ranges: Vec<(u64, u64)> = starts
+        .iter()
+        .filter_map(|&s| image.functions.iter().find(|f| f.address == s))
+        .map(|f| (f.address, f.address + f.size))
+        .collect();
+    let mut here: Vec<(u64, f64)> = own_at
+        .iter()
+        .filter(|(a, _)| ranges.iter().any(|(lo, hi)| (lo..hi).contains(a)))
+        .map(|(&a, &c)| (a, c))
+        .collect();
+    here.sort_by_key(|&(a, _)| a);
     let mut out = Split::default();
-    for &start in starts {
-        let Some(f) = image.functions.iter().find(|f| f.address == start) else {
-            continue;
-        };
-        let (low, high) = (f.address, f.address + f.size);
-        let mut here: Vec<(u64, f64)> = own_at
-            .iter()
-            .filter(|(a, _)| (low..high).contains(*a))
-            .map(|(&a, &c)| (a, c))
-            .collect();
-        here.sort_by_key(|&(a, _)| a);
-        let instances = sbs_probes::dwarf::inlined_within(data, low, high).unwrap_or_default();
-        let addresses: Vec<u64> = here.iter().map(|&(a, _)| a).collect();
-        let lines = sbs_probes::dwarf::lines_at(data, &addresses).unwrap_or_default();
-        for (a, c) in here {
-            let inlined = innermost(&instances, a).map(|i| i.demangled.clone());
-            *out.inlined.entry(inlined).or_default() += c;
-            if let Some(line) = lines.get(&a) {
-                *out.lines.entry(line.clone()).or_default() += c;
-            }
+    let (Some(low), Some(high)) = (
+        ranges.iter().map(|r| r.0).min(),
+        ranges.iter().map(|r| r.1).max(),
+    ) else {
+        return out;
+    };
+    // One walk of the DWARF for all the functions (a recursive cycle has several).
+    let instances = sbs_probes::dwarf::inlined_within(data, low, high).unwrap_or_default();
+    let addresses: Vec<u64> = here.iter().map(|&(a, _)| a).collect();
+    let lines = sbs_probes::dwarf::lines_at(data, &addresses).unwrap_or_default();
+    for (a, c) in here {
+        let inlined = innermost(&instances, a).map(|i| i.demangled.clone());
+        *out.inlined.entry(inlined).or_default() += c;
+        if let Some(line) = lines.get(&a) {
+            *out.lines.entry(line.clone()).or_default() += c;
         }
     }
     out
