@@ -4,7 +4,11 @@
 # 1. Wall time of `sbs-profile pinpoint` on tests/fixtures/c/pinpoint.c (previous build
 #    against the one where `deep`, 3 calls below main, does 30% more work) against what a
 #    person does by hand: callgrind on each build, then callgrind_annotate --inclusive on
-#    each; and of `--metric alloc` (against build 2) against DHAT on each build.
+#    each; and of `--metric alloc` (against build 2) against DHAT on each build. The
+#    default (no --runs: one run per build and a second run of the previous build, whose
+#    counts repeat) beside --runs 1 and --runs 3. The same for
+#    tests/fixtures/c/recursive.c (a recursive-descent parser, its helper parse_number
+#    slower in build 1), a longer run (about 3 million instructions against 1).
 #    Invocations alternate for ROUNDS rounds; medians are reported.
 # 2. Comparisons (decisions of the statistics) made by BinaryFind and LinearFind on the
 #    fixture's 18-site main, and on a call list of 32 sites (benches/pinpoint/wide.c) for
@@ -24,6 +28,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 for v in 0 1 2; do
     gcc -O2 -g -Wall -DVARIANT=$v -o "$dir/v$v" tests/fixtures/c/pinpoint.c
+    gcc -O2 -g -Wall -DVARIANT=$v -o "$dir/r$v" tests/fixtures/c/recursive.c
 done
 gcc -O2 -g -Wall -o "$dir/wide" benches/pinpoint/wide.c
 for k in 0 7 15 16 23 31; do
@@ -40,32 +45,42 @@ def timed(cmds):
         assert r.returncode in (0, 1), (c, r.returncode)
     return time.perf_counter() - t
 def pinpoint(runs, prev, cur, *extra):
-    return [sbs, "pinpoint", "--runs", str(runs), "-f", "json", *extra,
-            "--previous", prev, "--", cur]
-by_hand = [["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/h{v}.out",
-            "--log-file=/dev/null", f"{d}/v{v}"] for v in (0, 1)]
-annotate = [["callgrind_annotate", "--inclusive=yes", f"{d}/h{v}.out"] for v in (0, 1)]
-dhat_by_hand = [["valgrind", "--tool=dhat", f"--dhat-out-file={d}/d{v}.json",
-                 "--log-file=/dev/null", f"{d}/v{v}"] for v in (0, 2)]
+    runs = ["--runs", str(runs)] if runs else []
+    return [sbs, "pinpoint", *runs, "-f", "json", *extra, "--previous", prev, "--", cur]
+def by_hand(tool, out, p, c):
+    return [["valgrind", f"--tool={tool}", f"--{tool}-out-file={d}/{out}{v}",
+             "--log-file=/dev/null", f"{d}/{v}"] for v in (p, c)]
+annotate = [["callgrind_annotate", "--inclusive=yes", f"{d}/hv{v}"] for v in (0, 1)]
 cases = {
-    "callgrind x2 (by hand, no reading)": by_hand,
-    "callgrind x2 + callgrind_annotate x2": by_hand + annotate,
+    "callgrind x2 (by hand, no reading)": by_hand("callgrind", "h", "v0", "v1"),
+    "callgrind x2 + callgrind_annotate x2": by_hand("callgrind", "h", "v0", "v1") + annotate,
     "pinpoint --runs 1": [pinpoint(1, f"{d}/v0", f"{d}/v1")],
-    "pinpoint --runs 3 (default)": [pinpoint(3, f"{d}/v0", f"{d}/v1")],
-    "dhat x2 (by hand, no reading)": dhat_by_hand,
+    "pinpoint (default: 1 run per build + 1 repeat)": [pinpoint(None, f"{d}/v0", f"{d}/v1")],
+    "pinpoint --runs 3 (the default before)": [pinpoint(3, f"{d}/v0", f"{d}/v1")],
+    "dhat x2 (by hand, no reading)": by_hand("dhat", "d", "v0", "v2"),
     "pinpoint --metric alloc --runs 1": [pinpoint(1, f"{d}/v0", f"{d}/v2", "--metric", "alloc")],
+    "pinpoint --metric alloc (default)": [pinpoint(None, f"{d}/v0", f"{d}/v2", "--metric", "alloc")],
+    "recursive.c: callgrind x2 (by hand)": by_hand("callgrind", "rh", "r0", "r1"),
+    "recursive.c: pinpoint --runs 1": [pinpoint(1, f"{d}/r0", f"{d}/r1")],
+    "recursive.c: pinpoint (default)": [pinpoint(None, f"{d}/r0", f"{d}/r1")],
 }
 times = {k: [] for k in cases}
 for _ in range(rounds):
     for k, cmds in cases.items():
         times[k].append(timed(cmds))
 base = statistics.median(times["callgrind x2 (by hand, no reading)"])
+rbase = statistics.median(times["recursive.c: callgrind x2 (by hand)"])
 print(f"wall time, median of {rounds} alternating rounds")
 print("| what | median | min | max | / callgrind x2 |")
 print("|---|---:|---:|---:|---:|")
 for k, ts in times.items():
     m = statistics.median(ts)
-    print(f"| {k} | {m*1000:.0f} ms | {min(ts)*1000:.0f} ms | {max(ts)*1000:.0f} ms | {m/base:.2f} |")
+    b = rbase if k.startswith("recursive.c") else base
+    print(f"| {k} | {m*1000:.0f} ms | {min(ts)*1000:.0f} ms | {max(ts)*1000:.0f} ms | {m/b:.2f} |")
+out = subprocess.run(pinpoint(None, f"{d}/r0", f"{d}/r1"), capture_output=True, text=True)
+p = json.loads(out.stdout)["pinpoint"]
+assert [l["function"] for l in p["chain"]] == ["main", "parse_value", "parse_number"], p
+assert p["runs"] == 1 and p["repeated"], p
 
 def comparisons(prev, cur, strategy):
     out = subprocess.run(pinpoint(1, prev, cur, "--strategy", strategy),

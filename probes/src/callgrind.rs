@@ -57,8 +57,14 @@ pub struct ObjectCosts {
     /// The raw (mangled) names callgrind gave the functions called in this object, with
     /// their start address: what lets a caller check addresses against symbols.
     pub callees: HashMap<u64, String>,
+    /// Calls from this object into its own functions, per call edge: (address of the call
+    /// instruction, start of the callee) -> the edge's calls and inclusive cost. What lets
+    /// a caller find recursive cycles and the cost that enters them from outside.
+    pub edges: HashMap<(u64, u64), SiteCost>,
     /// Instructions executed in this object's own code (exclusive costs).
     pub own: u64,
+    /// The same per instruction: address -> times it executed (summed over contexts).
+    pub own_at: HashMap<u64, u64>,
 }
 
 /// A parsed callgrind out-file.
@@ -185,6 +191,11 @@ impl Parser {
         let s = here.sites.entry(site).or_default();
         s.calls += call.count;
         s.inclusive += inclusive;
+        if call.callee_ob == self.ob {
+            let edge = here.edges.entry((site, call.target)).or_default();
+            edge.calls += call.count;
+            edge.inclusive += inclusive;
+        }
         let there = self.profile.objects.entry(call.callee_ob).or_default();
         let e = there.entries.entry(call.target).or_default();
         e.calls += call.count;
@@ -230,7 +241,10 @@ impl Parser {
             let mut fields = line.split_whitespace();
             self.last = position(fields.next().unwrap_or_default(), self.last)?;
             if let Some(c) = fields.next() {
-                self.profile.objects.entry(self.ob.clone()).or_default().own += number(c)?;
+                let cost = number(c)?;
+                let here = self.profile.objects.entry(self.ob.clone()).or_default();
+                here.own += cost;
+                *here.own_at.entry(self.last).or_default() += cost;
             }
         }
         // Other lines (fl=, fi=, fe=, fn=, cfi=, headers, jump lines) carry nothing we use.
@@ -312,6 +326,13 @@ calls=1 0x1390
         assert_eq!(p.arcs[&arc(0x1408, "/lib/libc.so.6", 0x98930)], 40);
         assert_eq!(p.arcs[&arc(0x1395, "/tmp/p", 0x1380)], 2);
         assert_eq!(p.arcs.len(), 4);
+        assert_eq!(me.own_at[&0x1408], 10 + 30);
+        assert_eq!(me.own_at[&0x1395], 1);
+        // Edges within the object, both recursion levels of helper_b in one; malloc's are
+        // in another object.
+        assert_eq!(me.edges[&(0x1395, 0x1380)].inclusive, 30007);
+        assert_eq!(me.edges[&(0x2000, 0x1390)].inclusive, 48016);
+        assert_eq!(me.edges.len(), 3);
         let libc = &p.objects["/lib/libc.so.6"];
         assert_eq!(libc.entries[&0x98930].calls, 40);
         assert_eq!(libc.callees[&0x98930], "malloc");

@@ -410,15 +410,34 @@ pub fn has_dwarf(data: &[u8]) -> bool {
 pub fn inlined_instances(data: &[u8], pattern: &Pattern) -> Result<Vec<InlinedInstance>, String> {
     let mut out = Vec::new();
     walk_dwarf(data, |dwarf| {
-        out = collect_instances(dwarf, pattern)?;
+        out = collect_instances(dwarf, &|raw| named_by(pattern, raw))?;
         Ok(())
     })?;
     Ok(out)
 }
 
+/// Every inlined instance with code in `[low, high)` (a function's code), whatever
+/// function it is of, in the DWARF of `data`. Errors are described in a sentence.
+pub fn inlined_within(data: &[u8], low: u64, high: u64) -> Result<Vec<InlinedInstance>, String> {
+    let mut out = Vec::new();
+    walk_dwarf(data, |dwarf| {
+        out = collect_instances(dwarf, &|raw| {
+            let demangled = demangle(&raw).label;
+            Some((raw, demangled))
+        })?;
+        Ok(())
+    })?;
+    out.retain(|i| i.ranges.iter().any(|&(a, b)| a < high && b > low));
+    Ok(out)
+}
+
+/// Names an inlined function's origin (its raw name) as `(raw, demangled)` when it is
+/// wanted.
+type Namer<'a> = dyn Fn(String) -> Option<(String, String)> + 'a;
+
 fn collect_instances(
     dwarf: &gimli::Dwarf<Reader<'_>>,
-    pattern: &Pattern,
+    wanted: &Namer<'_>,
 ) -> gimli::Result<Vec<InlinedInstance>> {
     let headers = sorted_headers(dwarf)?;
     let mut units: HashMap<usize, gimli::Unit<Reader<'_>>> = HashMap::new();
@@ -456,10 +475,7 @@ fn collect_instances(
             }
             let Some(origin) = origin else { continue };
             if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(origin) {
-                slot.insert(
-                    origin_name(dwarf, &headers, &mut units, origin, 0)?
-                        .and_then(|raw| named_by(pattern, raw)),
-                );
+                slot.insert(origin_name(dwarf, &headers, &mut units, origin, 0)?.and_then(wanted));
             }
             let Some(Some((raw, demangled))) = names.get(&origin) else {
                 copies.push(Enclosing {

@@ -49,12 +49,25 @@ pub struct Pinpoint {
     pub function: String,
     /// Runs per build.
     pub runs: usize,
+    /// Counts without `--runs`: whether a second run of the previous build repeated its
+    /// first's counts exactly (then one run per build was compared), or not (then more
+    /// runs were made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeated: Option<bool>,
     /// `binary` or `linear`.
     pub strategy: String,
     /// From the inspected function to the bottleneck.
     pub chain: Vec<Link>,
     /// The last function of the chain, or `None` when nothing regressed.
     pub bottleneck: Option<String>,
+    /// Inside the bottleneck's own code (when the search ended there, instructions): the
+    /// inlined functions and source lines whose own instructions grew most.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inside: Vec<InsidePlace>,
+    /// The share of the inspected function's change the bottleneck explains, in percent:
+    /// its own code's change when the search ended there, else its link's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck_share_percent: Option<f64>,
     /// Why the search ended, in words.
     pub stopped: String,
     /// Why the search ended, as a code (`own_code`, `call_list_changed`, `depth`,
@@ -72,6 +85,21 @@ pub struct Pinpoint {
     /// How the samples of `--metric time` went, both builds' runs together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<SamplingNote>,
+}
+
+/// A place inside the bottleneck's own code: an inlined function (`inlined NAME`), the
+/// function's own code outside any, or a source line (`file:line`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InsidePlace {
+    /// What it is.
+    pub what: String,
+    /// Its own cost, previous build (mean over the runs).
+    pub previous: f64,
+    /// The same, current build.
+    pub current: f64,
+    /// Its change as a share of the inspected function's change, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_percent: Option<f64>,
 }
 
 /// The samples behind `--metric time`, over every run of both builds.
@@ -147,6 +175,17 @@ pub struct Link {
     pub samples: Option<[u64; 2]>,
     /// The judge's full comparison.
     pub comparison: Comparison,
+    /// A recursive cycle taken as one node: its functions, the entered one first. Its
+    /// cost is counted once over the recursion (what enters the cycle from outside), and
+    /// the search goes on into the calls the cycle makes out of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cycle: Vec<String>,
+    /// This link's change as a share of the inspected function's change, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_percent: Option<f64>,
+    /// Why this link costs more than the one above it, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Link {
@@ -179,6 +218,38 @@ impl Link {
             current_interval: None,
             samples: None,
             comparison,
+            cycle: Vec::new(),
+            share_percent: None,
+            note: None,
+        }
+    }
+
+    /// The same link with its recursive cycle, its share of the change and its note.
+    pub fn with_context(
+        mut self,
+        cycle: Vec<String>,
+        share: Option<f64>,
+        note: Option<String>,
+    ) -> Link {
+        self.cycle = cycle;
+        self.share_percent = share.map(|s| s * 100.0);
+        self.note = note;
+        self
+    }
+
+    /// ` (recursive: a > b, c)` for a cycle.
+    fn cycle_note(&self) -> String {
+        match self.cycle.as_slice() {
+            [] => String::new(),
+            [_] => " (recursive, counted once)".to_string(),
+            [_, others @ ..] => format!(" (recursive with {}, counted once)", others.join(", ")),
+        }
+    }
+
+    fn share_note(&self) -> String {
+        match self.share_percent {
+            Some(p) if self.depth > 0 => format!("  {p:.1}% of the change"),
+            _ => String::new(),
         }
     }
 
@@ -250,7 +321,10 @@ impl Pinpoint {
     /// all-clear.
     fn verdict(&self) -> String {
         match &self.bottleneck {
-            Some(b) => format!("bottleneck: {b}"),
+            Some(b) => match self.bottleneck_share_percent {
+                Some(share) => format!("bottleneck: {b} ({share:.1}% of the change)"),
+                None => format!("bottleneck: {b}"),
+            },
             None if self.is_undecided() => format!(
                 "no verdict: whether {} got worse is undecided",
                 self.function
@@ -274,6 +348,22 @@ pub fn text(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
         p.comparisons,
         p.strategy
     );
+    match p.repeated {
+        Some(true) => {
+            let _ = writeln!(
+                s,
+                "  runs: one per build: a second run of the previous build repeated its counts exactly"
+            );
+        }
+        Some(false) => {
+            let _ = writeln!(
+                s,
+                "  runs: {} per build: a second run of the previous build did not repeat its counts",
+                p.runs
+            );
+        }
+        None => {}
+    }
     let _ = writeln!(s, "  previous: {}", p.previous);
     let _ = writeln!(s, "  current:  {}", p.current);
     for w in &p.warnings {
@@ -292,20 +382,39 @@ pub fn text(report: &PinpointReport, out: &mut dyn io::Write) -> io::Result<()> 
         let external = if link.external { " (external)" } else { "" };
         let _ = writeln!(
             s,
-            "{indent}{branch}{}{external}  {} -> {} {}  {} {}  n={}{}{mark}",
+            "{indent}{branch}{}{}{external}  {} -> {} {}  {} {}  n={}{}{}{mark}",
             link.function,
+            link.cycle_note(),
             link.previous_value(),
             link.current_value(),
             p.unit,
             link.change(),
             link.interval(),
             link.runs,
-            link.samples_note()
+            link.samples_note(),
+            link.share_note(),
         );
+        if let Some(note) = &link.note {
+            let _ = writeln!(s, "{indent}   ({note})");
+        }
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "{}", p.verdict());
     let _ = writeln!(s, "stopped: {}", p.stopped);
+    for place in &p.inside {
+        let share = place
+            .share_percent
+            .map(|x| format!(" ({x:.1}% of the change)"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "inside: {}  {} -> {} {}{share}",
+            place.what,
+            human::count(place.previous),
+            human::count(place.current),
+            p.unit
+        );
+    }
     for u in &p.undecided {
         let _ = writeln!(s, "undecided (too few samples): {u}");
     }
@@ -485,6 +594,9 @@ mod tests {
                 Link::new("deep<T>".into(), 1, false, 3, comparison(400.0, 700.0)),
             ],
             bottleneck: Some("deep<T>".into()),
+            bottleneck_share_percent: None,
+            repeated: None,
+            inside: Vec::new(),
             stopped: "no call made by deep got worse".into(),
             stop: "own_code".into(),
             comparisons: 5,
@@ -560,5 +672,49 @@ mod tests {
             m.contains("| 1 | **`deep<T>`** (bottleneck) | 400 | 700 | +75.0% | exact | 3 |"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn text_shows_the_cycle_the_shares_the_note_and_how_many_runs_were_made() {
+        let mut r = report();
+        let p = &mut r.pinpoint;
+        p.repeated = Some(true);
+        p.runs = 1;
+        p.bottleneck_share_percent = Some(99.5);
+        p.chain[1] = p.chain[1].clone().with_context(
+            vec!["deep<T>".into(), "deeper".into()],
+            Some(0.75),
+            Some("more than the call above it: why".into()),
+        );
+        let mut out = Vec::new();
+        text(&r, &mut out).unwrap();
+        let t = String::from_utf8(out).unwrap();
+        assert!(
+            t.contains("runs: one per build: a second run of the previous build repeated its counts exactly"),
+            "{t}"
+        );
+        assert!(
+            t.contains("└─ deep<T> (recursive with deeper, counted once)  400 -> 700"),
+            "{t}"
+        );
+        assert!(
+            t.contains("n=3  75.0% of the change  <== bottleneck"),
+            "{t}"
+        );
+        assert!(
+            t.contains("\n      (more than the call above it: why)\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("bottleneck: deep<T> (99.5% of the change)"),
+            "{t}"
+        );
+        let mut out = Vec::new();
+        json(&r, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let link = &v["pinpoint"]["chain"][1];
+        assert_eq!(link["cycle"], serde_json::json!(["deep<T>", "deeper"]));
+        assert_eq!(link["share_percent"], 75.0);
+        assert_eq!(v["pinpoint"]["repeated"], true);
     }
 }

@@ -74,7 +74,8 @@ fn instructions_dig_to_the_function_three_calls_below_main() {
     assert_eq!(p["metric"], "instructions");
     for link in p["chain"].as_array().unwrap() {
         assert_eq!(link["method"], "exact", "{link}");
-        assert_eq!(link["runs"], 3, "{link}");
+        // Counts that repeat: one run per build.
+        assert_eq!(link["runs"], 1, "{link}");
         assert!(
             link["current"].as_f64() > link["previous"].as_f64(),
             "{link}"
@@ -446,6 +447,23 @@ fn a_rust_pair_from_one_source_matches_across_mangled_hashes() {
     assert_eq!(v["pinpoint"]["chain"][0]["previous"], 40.0, "{v}");
     assert_eq!(v["pinpoint"]["chain"][0]["current"], 50.0, "{v}");
 
+    // Two monomorphizations of `widen` share a demangled name: the chain tells which one
+    // (DWARF's generic arguments).
+    if let Some(slow_widen) = cargo_fixture(dir.path(), "slow-widen") {
+        let r = run(&slow_widen, &[]);
+        assert_eq!(r.code(), Some(1), "{}", r.stderr());
+        assert_eq!(
+            chain(&r),
+            [
+                "pinpoint_fixture::main",
+                "pinpoint_fixture::outer",
+                "pinpoint_fixture::middle",
+                "pinpoint_fixture::side",
+                "pinpoint_fixture::widen<u32>"
+            ]
+        );
+    }
+
     let r = run(&slow, &["--depth", "2", "--runs", "1"]);
     assert_eq!(chain(&r).len(), 3);
     assert_eq!(r.json()["pinpoint"]["stop"], "depth");
@@ -663,4 +681,230 @@ fn sigint_sigterm_and_sighup_end_pinpoint_like_a_run() {
             .collect();
         assert!(left.is_empty(), "signal {signal}: left in TMPDIR: {left:?}");
     }
+}
+
+/// The three builds of `fixtures/c/recursive.c` (a recursive-descent parser; 1: its
+/// helper `parse_number` does more work, 2: its helper `parse_string` allocates one more
+/// block; `banner` changes a lot relatively and explains little in both), or `None`.
+fn recursive_builds() -> Option<Variants> {
+    if !valgrind_installed() {
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
+        return None;
+    }
+    util::gcc_variants("recursive", 3)
+}
+
+/// The recursion (parse_value -> parse_array -> parse_value, parse_value -> parse_object
+/// -> parse_value) is one node whose cost is counted once, and the search goes on into
+/// the helper it calls. It used to stop at `parse_array` -> `parse_value`, "already on the
+/// chain (recursion)", or (before the share rule) at `banner`.
+#[test]
+fn a_recursive_parser_is_pinpointed_to_the_helper_the_recursion_calls() {
+    let Some(b) = recursive_builds() else { return };
+    for strategy in ["binary", "linear"] {
+        let run = b.pinpoint(0, 1, &["--strategy", strategy], &[]);
+        assert_eq!(run.code(), Some(1), "{strategy}: {}", run.stderr());
+        let v = run.json();
+        let p = &v["pinpoint"];
+        assert_eq!(chain(&run), ["main", "parse_value", "parse_number"], "{p}");
+        assert_eq!(p["stop"], "own_code", "{p}");
+        let cycle = &p["chain"][1]["cycle"];
+        assert_eq!(
+            *cycle,
+            serde_json::json!(["parse_value", "parse_array", "parse_object"]),
+            "{p}"
+        );
+        // Counted once: the cycle costs less than main, which calls it (callgrind's
+        // per-edge inclusive costs, summed over the recursion levels, cost more).
+        for side in ["previous", "current"] {
+            let main = p["chain"][0][side].as_f64().unwrap();
+            let cycle = p["chain"][1][side].as_f64().unwrap();
+            assert!(cycle < main, "{side}: {cycle} >= {main}");
+        }
+        // parse_number explains all of main's change but banner's few instructions.
+        let share = p["bottleneck_share_percent"].as_f64().unwrap();
+        assert!((99.0..=100.0).contains(&share), "{share}");
+        // Inside it: the inlined mix, and the line of mix's loop body.
+        let inside = p["inside"].as_array().unwrap_or_else(|| panic!("{p}"));
+        assert_eq!(inside[0]["what"], "inlined mix", "{p}");
+        assert!(inside[0]["share_percent"].as_f64().unwrap() > 90.0, "{p}");
+        let source = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/recursive.c"),
+        )
+        .unwrap();
+        let body = 1 + source
+            .lines()
+            .position(|l| l.contains("sink += (unsigned long)(n ^ k);"))
+            .unwrap();
+        let line = format!("recursive.c:{body}");
+        assert!(
+            inside
+                .iter()
+                .any(|i| i["what"].as_str().is_some_and(|w| w.ends_with(&line))),
+            "{line} in {p}"
+        );
+    }
+    // Allocations: parse_string's extra block, through the same recursion.
+    let run = b.pinpoint(0, 2, &["--metric", "alloc"], &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    let c = chain(&run);
+    assert_eq!(c[..3], ["main", "parse_value", "parse_string"], "{c:?}");
+    let v = run.json();
+    assert_eq!(v["pinpoint"]["bottleneck"], "parse_string");
+    // On the call path main -> parse_value -> parse_string: main's 5 parses (1,000
+    // strings each), not check's sixth, which calls parse_value too.
+    let links = &v["pinpoint"]["chain"];
+    for side in ["previous", "current"] {
+        assert_eq!(links[2][side], links[1][side], "{side}: {v}");
+    }
+    assert_eq!(links[2]["previous"], 5000.0, "{v}");
+    assert!(links[2]["note"].is_null(), "{v}");
+    // The same build on both sides (A/A): nothing, for both metrics.
+    for metric in ["instructions", "alloc"] {
+        let run = b.pinpoint(0, 0, &["--metric", metric], &[]).success();
+        let v = run.json();
+        assert!(v["pinpoint"]["bottleneck"].is_null(), "{metric}: {v}");
+        assert_eq!(chain(&run), ["main"], "{metric}");
+    }
+}
+
+/// `banner` got worse (+100% of its instructions, one more block) but explains almost
+/// nothing of main's change: neither strategy follows it; inspected alone it did regress.
+#[test]
+fn a_cheap_function_that_changed_much_but_explains_little_is_not_followed() {
+    let Some(b) = recursive_builds() else { return };
+    for (metric, current) in [("instructions", 1), ("alloc", 2)] {
+        let alone = b.pinpoint(
+            0,
+            current,
+            &["--metric", metric, "--function", "banner"],
+            &[],
+        );
+        assert_eq!(
+            alone.code(),
+            Some(1),
+            "banner did get worse: {}",
+            alone.stderr()
+        );
+        for strategy in ["binary", "linear"] {
+            let run = b.pinpoint(
+                0,
+                current,
+                &["--metric", metric, "--strategy", strategy],
+                &[],
+            );
+            let c = chain(&run);
+            assert!(
+                !c.iter().any(|f| f == "banner"),
+                "{metric} {strategy}: {c:?}"
+            );
+            // Each link says its share of the change.
+            for link in run.json()["pinpoint"]["chain"].as_array().unwrap() {
+                assert!(link["share_percent"].as_f64().is_some(), "{link}");
+            }
+        }
+    }
+}
+
+/// The same build run from two paths of different lengths: `banner` reads argv[0], yet
+/// with both builds run from one path the counts are the same to the instruction.
+#[test]
+fn both_builds_see_the_same_argv0() {
+    let Some(b) = recursive_builds() else { return };
+    let far = b
+        .dir()
+        .join("a-much-longer-directory-name/and-a-longer-file-name");
+    std::fs::create_dir_all(far.parent().unwrap()).unwrap();
+    std::fs::copy(b.exe(0), &far).unwrap();
+    for metric in ["instructions", "alloc"] {
+        let run = sbs([
+            "pinpoint",
+            "--format",
+            "json",
+            "--metric",
+            metric,
+            "--threshold",
+            "0",
+            "--previous",
+            b.exe(0).to_str().unwrap(),
+            "--",
+            far.to_str().unwrap(),
+        ]);
+        assert_eq!(run.code(), Some(0), "{metric}: {}", run.stderr());
+        let v = run.json();
+        assert_eq!(
+            v["pinpoint"]["chain"][0]["previous"], v["pinpoint"]["chain"][0]["current"],
+            "{metric}: {v}"
+        );
+    }
+}
+
+/// Readable: a changed call list as what was added and removed; a link that changed more
+/// than the call above it, with why (parse_value has two callers, main and check).
+#[test]
+fn a_changed_call_list_and_a_link_larger_than_its_parent_are_explained() {
+    let Some(b) = recursive_builds() else { return };
+    let run = b.pinpoint(0, 2, &["--metric", "alloc"], &[]);
+    let p = &run.json()["pinpoint"];
+    assert_eq!(p["stop"], "call_list_changed", "{p}");
+    let stopped = p["stopped"].as_str().unwrap();
+    assert!(
+        stopped.contains("(added: ") && stopped.contains("; removed: none)"),
+        "{stopped}"
+    );
+    assert!(!stopped.contains("] -> ["), "two full lists: {stopped}");
+    let run = b.pinpoint(0, 1, &[], &[]);
+    let p = &run.json()["pinpoint"];
+    let note = p["chain"][2]["note"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{p}"));
+    assert!(
+        note.contains("parse_value is called from 2 functions (check, main)"),
+        "{note}"
+    );
+    // The link above changed less, and has no note.
+    assert!(p["chain"][1]["note"].is_null(), "{p}");
+}
+
+/// Counts: one run per build when a second run of the previous build repeats its counts
+/// (3 valgrind runs, where 3 runs per build made 6); 3 per build when it does not
+/// (`vary` does work that depends on the pid).
+#[test]
+fn counts_take_one_run_per_build_unless_two_runs_disagree() {
+    let Some(b) = recursive_builds() else { return };
+    let real = real_valgrind().expect("valgrind runs, so PATH finds it");
+    for (args, runs, repeated, valgrinds) in [(&[][..], 1, true, 3), (&["vary"][..], 3, false, 6)] {
+        let fake = tempfile::tempdir().unwrap();
+        recording_valgrind(fake.path(), &real);
+        let path = std::env::join_paths(
+            std::iter::once(fake.path().to_path_buf())
+                .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+        )
+        .unwrap();
+        let out = Command::new(util::sbs_profile())
+            .args(["pinpoint", "--format", "json", "--previous"])
+            .arg(b.exe(0))
+            .arg("--")
+            .arg(b.exe(1))
+            .args(args)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["pinpoint"]["runs"], runs, "{args:?}: {v}");
+        assert_eq!(v["pinpoint"]["repeated"], repeated, "{args:?}: {v}");
+        assert_eq!(v["pinpoint"]["chain"][0]["runs"], runs, "{args:?}: {v}");
+        let made = std::fs::read_to_string(fake.path().join("args")).unwrap();
+        assert_eq!(made.lines().count(), valgrinds, "{args:?}: {made}");
+    }
+    // --runs is obeyed as given.
+    let run = b.pinpoint(0, 1, &["--runs", "2"], &[]);
+    let v = run.json();
+    assert_eq!(v["pinpoint"]["runs"], 2, "{v}");
+    assert!(v["pinpoint"]["repeated"].is_null(), "{v}");
 }

@@ -13,7 +13,7 @@ use super::args::parse_confidence;
 use crate::judge::compare::Thresholds;
 use crate::output::Output;
 use crate::pinpoint::search::Strategy;
-use crate::pinpoint::{pinpoint, Metric, Request};
+use crate::pinpoint::{pinpoint, Metric, Request, Runs};
 use crate::run::runner::Cancel;
 use sbs_reports::pinpoint as render;
 
@@ -56,7 +56,8 @@ pub enum PinpointFormat {
 #[command(
     after_help = "Both builds run with the same arguments, environment and working directory, \
 alternately, --runs times each: under valgrind (instructions, alloc, alloc-bytes), or under a \
-stack sampler (time).\n\n\
+stack sampler (time). Without --runs, counts are taken from one run per build when a second \
+run of the previous build gives the same counts, from 3 per build when it does not.\n\n\
 Example: sbs-profile pinpoint --previous ./old -- ./new --size 1000\n\n\
 Exit codes: 0 the inspected function did not get worse, 1 it did (a chain was found), 2 error \
 or undecided (time: too few samples to tell), 130 interrupted."
@@ -82,7 +83,8 @@ pub struct PinpointArgs {
     #[arg(long, value_name = "PATTERN")]
     pub ignore: Vec<String>,
 
-    /// Runs per build (default: 10 for time, at least 2; 3 for the counts).
+    /// Runs per build (default: 10 for time, at least 2; for the counts, 1 when a second
+    /// run of the previous build repeats its counts exactly, else 3).
     #[arg(short = 'r', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub runs: Option<u64>,
 
@@ -135,9 +137,9 @@ impl PinpointArgs {
             depth: self.depth,
             ignore: self.ignore.clone(),
             runs: match (self.runs, self.metric) {
-                (Some(n), _) => usize::try_from(n).unwrap_or(usize::MAX),
-                (None, MetricArg::Time) => 10,
-                (None, _) => 3,
+                (Some(n), _) => Runs::Fixed(usize::try_from(n).unwrap_or(usize::MAX)),
+                (None, MetricArg::Time) => Runs::Fixed(10),
+                (None, _) => Runs::UnlessRepeated(3),
             },
             thresholds: Thresholds::from_args(&self.threshold)?,
             strategy: match self.strategy {
@@ -239,7 +241,10 @@ mod tests {
         assert_eq!(request.current, PathBuf::from("./new"));
         assert_eq!(request.args, ["--runs", "9"]);
         assert_eq!(request.ignore, ["a", "b"]);
-        assert_eq!((request.depth, request.runs), (Some(2), 3));
+        assert_eq!(
+            (request.depth, request.runs),
+            (Some(2), Runs::UnlessRepeated(3))
+        );
         assert_eq!(request.metric, Metric::Instructions);
         assert!(Cli::try_parse_from(["sbs-profile", "pinpoint", "--previous", "./old"]).is_err());
         assert!(Cli::try_parse_from([

@@ -2,7 +2,6 @@
 //! lists), and per run, what each call site and each function cost.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -12,7 +11,8 @@ use sbs_probes::elf::{Function, Image};
 use sbs_probes::pattern::Pattern;
 use sbs_probes::unwind::Unwound;
 
-use super::search::{Builds, Call, CallLists, Samples};
+use super::cycles::{counted_cost, CallGraph};
+use super::search::{Builds, Call, CallLists, Place, Samples};
 
 /// What one run measured in the program's own object: per call site (address of the
 /// call instruction) and per function (start address), the inclusive cost.
@@ -22,9 +22,18 @@ pub struct Costs {
     pub sites: HashMap<u64, f64>,
     /// Function start -> inclusive cost of the calls into it.
     pub functions: HashMap<u64, f64>,
-    /// For sampled time: each sample's weight and the functions and call sites on its
-    /// stack (each once), so that a piece of several call sites counts a sample once.
+    /// Calls between the program's own functions, (caller start, callee start) -> the
+    /// inclusive cost of those calls (callgrind), or 0 where stacks only show the call
+    /// was made (DHAT, sampled time): the call graph recursive cycles are found in.
+    pub edges: HashMap<(u64, u64), f64>,
+    /// For stacks (DHAT's program points, sampled time): each stack's weight and the
+    /// functions and call sites on it (each once), so that a piece of several call sites,
+    /// or a cycle of several functions, counts a stack once.
     pub stacks: Option<Vec<SampledStack>>,
+    /// The stacks are time samples, whose number decides whether a piece is undecided.
+    pub timed: bool,
+    /// Instructions only: each instruction's own (exclusive) count, by address.
+    pub own_at: HashMap<u64, f64>,
 }
 
 /// One stack sample of the program, as pinpoint reads it.
@@ -40,9 +49,9 @@ pub struct SampledStack {
 }
 
 impl Costs {
-    /// For sampled time: the cost and the number of samples of the stacks that pass
-    /// through `any` of `sites` (each sample once); `None` for counted metrics.
-    fn sampled(&self, hit: impl Fn(&SampledStack) -> bool) -> Option<(f64, u64)> {
+    /// For stacks: the cost and the number of the stacks `hit` accepts (each once);
+    /// `None` for counts from call edges.
+    fn stack_weight(&self, hit: impl Fn(&SampledStack) -> bool) -> Option<(f64, u64)> {
         let stacks = self.stacks.as_ref()?;
         Some(
             stacks
@@ -50,6 +59,18 @@ impl Costs {
                 .filter(|s| hit(s))
                 .fold((0.0, 0), |(w, n), s| (w + s.weight, n + 1)),
         )
+    }
+
+    /// The call edges of `stacks` (outer frame's function calls the inner's), for the
+    /// call graph.
+    pub fn edges_of_stacks(stacks: &[Vec<u64>]) -> HashMap<(u64, u64), f64> {
+        let mut edges = HashMap::new();
+        for frames in stacks {
+            for pair in frames.windows(2) {
+                edges.insert((pair[1], pair[0]), 0.0);
+            }
+        }
+        edges
     }
 }
 
@@ -82,15 +103,26 @@ pub struct Build {
     targets: CallTargets,
     /// One entry per run.
     pub runs: Vec<Costs>,
+    /// The calls its runs saw between its functions (set once the runs are made).
+    graph: CallGraph,
+    /// The labels of monomorphizations that share a demangled name, by start.
+    labels: HashMap<u64, String>,
 }
 
 impl Build {
-    /// How to run this build once with `args` through the runner: its own executable as
-    /// argv[0], the collector's environment, ASLR as the system has it, no timeout.
-    pub fn run_config(&self, args: &[std::ffi::OsString]) -> crate::run::runner::RunConfig {
+    /// How to run this build once with `args` through the runner: `program` (the
+    /// executable, or a link to it that both builds share, so that both see the same
+    /// `argv[0]`) with `argv0` as argv[0], the collector's environment, ASLR as the system
+    /// has it, no timeout.
+    pub fn run_config(
+        &self,
+        program: &Path,
+        argv0: &Path,
+        args: &[std::ffi::OsString],
+    ) -> crate::run::runner::RunConfig {
         crate::run::runner::RunConfig {
-            program: self.image.path.clone(),
-            args: std::iter::once(self.exe.clone().into_os_string())
+            program: program.to_path_buf(),
+            args: std::iter::once(argv0.as_os_str().to_os_string())
                 .chain(args.iter().cloned())
                 .collect(),
             env: std::env::vars_os().collect(),
@@ -100,6 +132,31 @@ impl Build {
             timeout: None,
             input: None,
         }
+    }
+
+    /// Put this build's executable at `at` (a hard link, or a copy across file systems),
+    /// replacing what was there: both builds run from one path, so that `argv[0]` (which
+    /// valgrind sets to the path it runs) is the same, and a program that reads it does
+    /// the same work in both.
+    pub fn stage(&self, at: &Path) -> anyhow::Result<()> {
+        match std::fs::remove_file(at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot remove {}", at.display()));
+            }
+        }
+        if std::fs::hard_link(&self.image.path, at).is_err() {
+            std::fs::copy(&self.image.path, at).with_context(|| {
+                format!(
+                    "cannot copy the {} build {} to {} (both builds run from one path)",
+                    self.side,
+                    self.exe.display(),
+                    at.display()
+                )
+            })?;
+        }
+        Ok(())
     }
 
     /// Load and check an executable: it exists, can be executed, and has a symbol table.
@@ -133,9 +190,11 @@ impl Build {
         Ok(Build {
             side,
             exe: exe.to_path_buf(),
-            image,
             targets,
             runs: Vec::new(),
+            graph: CallGraph::default(),
+            labels: super::names::monomorph_labels(&image),
+            image,
         })
     }
 
@@ -209,8 +268,8 @@ impl Build {
         Ok(call_sites(&self.image, &self.targets, f)?)
     }
 
-    /// Per run, the cost `pick` reads from the counts, or for sampled time the weight of
-    /// the stacks `hit` accepts; with the number of samples behind it for sampled time.
+    /// Per run, the cost `pick` reads from the counts, or for stacks the weight of the
+    /// stacks `hit` accepts; with the number of samples behind it for sampled time.
     fn measure(
         &self,
         pick: impl Fn(&Costs) -> f64,
@@ -220,9 +279,11 @@ impl Build {
         let values = self
             .runs
             .iter()
-            .map(|c| match c.sampled(hit) {
+            .map(|c| match c.stack_weight(hit) {
                 Some((w, n)) => {
-                    *hits.get_or_insert(0) += n;
+                    if c.timed {
+                        *hits.get_or_insert(0) += n;
+                    }
                     w
                 }
                 None => pick(c),
@@ -231,14 +292,54 @@ impl Build {
         (values, hits)
     }
 
+    /// The functions of `f`'s recursive cycle, `f` first (only `f` when not recursive).
+    fn cycle(&self, f: u64) -> Vec<u64> {
+        self.graph.cycle(f)
+    }
+
+    /// The call list of the node entered at `f`: `f`'s call sites, or for a recursive
+    /// cycle, those of each of its functions (`f` first, then the others by name) that
+    /// call out of the cycle.
+    fn node_sites(&self, f: u64) -> anyhow::Result<Vec<CallSite>> {
+        let members = self.cycle(f);
+        if !self.graph.recursive(f) {
+            return self.sites(f);
+        }
+        let mut ordered: Vec<(String, u64)> = members[1..]
+            .iter()
+            .map(|&m| (self.label_at(m), m))
+            .collect();
+        ordered.sort();
+        let mut sites = Vec::new();
+        for m in std::iter::once(f).chain(ordered.into_iter().map(|(_, m)| m)) {
+            sites.extend(self.sites(m)?.into_iter().filter(|s| {
+                !matches!(s.callee, Callee::Local { address, .. } if members.contains(&address))
+            }));
+        }
+        Ok(sites)
+    }
+
+    /// The name of the function at `address` for people: demangled, with its generic
+    /// arguments (or hash) when it is one of several monomorphizations of one name.
+    pub fn label_at(&self, address: u64) -> String {
+        if let Some(l) = self.labels.get(&address) {
+            return l.clone();
+        }
+        self.function_at(address)
+            .map(|f| demangle(&f.name).label)
+            .unwrap_or_else(|_| format!("{address:#x}"))
+    }
+
     /// One run's sampled stacks as costs of this build's functions and call sites, and
     /// how many samples had their innermost frame outside the program's functions.
     pub fn time_costs(&self, unwound: &Unwound, weight: impl Fn(u64) -> f64) -> (Costs, u64) {
         let object = unwound.object_index(&self.image.path);
         let mut site_lists: HashMap<u64, Vec<u64>> = HashMap::new();
         let mut stacks = Vec::with_capacity(unwound.stacks.len());
+        let mut frames = Vec::with_capacity(unwound.stacks.len());
         let mut outside = 0;
         for stack in &unwound.stacks {
+            let mut order = Vec::new();
             let mut sampled = SampledStack {
                 weight: weight(stack.period),
                 ..SampledStack::default()
@@ -253,6 +354,7 @@ impl Build {
                 };
                 inside |= i == 0;
                 sampled.functions.push(f.address);
+                order.push(f.address);
                 if i == 0 {
                     // The sampled instruction, not a return address: no call site.
                     continue;
@@ -270,6 +372,7 @@ impl Build {
                 }
             }
             outside += u64::from(!inside);
+            frames.push(std::mem::take(&mut order));
             for v in [&mut sampled.functions, &mut sampled.sites] {
                 v.sort_unstable();
                 v.dedup();
@@ -286,11 +389,14 @@ impl Build {
             }
         }
         costs.stacks = Some(stacks);
+        costs.timed = true;
+        costs.edges = Costs::edges_of_stacks(&frames);
         (costs, outside)
     }
 }
 
-/// A function in both builds: its name and its start address in each.
+/// A function in both builds, as the chain reached it: its name, its start address in
+/// each, and the call path that led to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pair {
     /// Demangled, without Rust's hash.
@@ -299,6 +405,41 @@ pub struct Pair {
     pub previous: u64,
     /// Start in the current build.
     pub current: u64,
+    /// The calling context, per build (`[previous, current]`): for each layer above, the
+    /// call sites through which the chain came down (all the sites that call the next
+    /// link). Costs read from stacks (DHAT, time) count only the stacks that pass through
+    /// one site of every layer: the function's costs on this call path, not summed over
+    /// its other callers. Empty for the inspected function.
+    pub via: [Vec<Vec<u64>>; 2],
+}
+
+impl Pair {
+    /// The inspected function: no calling context.
+    pub fn inspected(name: String, previous: u64, current: u64) -> Pair {
+        Pair {
+            name,
+            previous,
+            current,
+            via: [Vec::new(), Vec::new()],
+        }
+    }
+}
+
+/// Whether `stack` passes through one site of every layer of `via`.
+fn on_path(stack: &SampledStack, via: &[Vec<u64>]) -> bool {
+    via.iter()
+        .all(|layer| layer.iter().any(|s| stack.sites.binary_search(s).is_ok()))
+}
+
+/// The sites of `sites` that call each local callee, by the callee's start.
+fn sites_by_callee(sites: &[CallSite]) -> HashMap<u64, Vec<u64>> {
+    let mut by: HashMap<u64, Vec<u64>> = HashMap::new();
+    for s in sites {
+        if let Callee::Local { address, .. } = s.callee {
+            by.entry(address).or_default().push(s.address);
+        }
+    }
+    by
 }
 
 /// The name two builds are matched on.
@@ -318,6 +459,16 @@ pub struct Programs {
     pub current: Build,
 }
 
+impl Programs {
+    /// Both builds, once their runs are made: each one's call graph is read from them.
+    pub fn new(mut previous: Build, mut current: Build) -> Programs {
+        for b in [&mut previous, &mut current] {
+            b.graph = CallGraph::of(&b.runs);
+        }
+        Programs { previous, current }
+    }
+}
+
 impl Builds for Programs {
     type F = Pair;
 
@@ -325,9 +476,60 @@ impl Builds for Programs {
         f.name.clone()
     }
 
+    fn cycle(&self, f: &Pair) -> Vec<String> {
+        let b = &self.current;
+        if !b.graph.recursive(f.current) {
+            return Vec::new();
+        }
+        let mut names: Vec<String> = b.cycle(f.current).iter().map(|&m| b.label_at(m)).collect();
+        names[1..].sort();
+        names
+    }
+
+    fn per_path(&self) -> bool {
+        self.current.runs.iter().any(|r| r.stacks.is_some())
+    }
+
+    fn inside(&self, f: &Pair) -> Vec<Place> {
+        let split = |b: &Build, at: u64| {
+            let mut mean: HashMap<u64, f64> = HashMap::new();
+            let n = b.runs.len().max(1) as f64;
+            for (a, c) in b.runs.iter().flat_map(|r| &r.own_at) {
+                *mean.entry(*a).or_default() += c / n;
+            }
+            super::source::split(&b.image, &b.cycle(at), &mean)
+        };
+        if self.current.runs.iter().all(|r| r.own_at.is_empty()) {
+            return Vec::new();
+        }
+        let previous = split(&self.previous, f.previous);
+        let current = split(&self.current, f.current);
+        super::source::places(&previous, &current, &f.name, 3)
+    }
+
+    fn callers(&self, f: &Pair) -> Vec<String> {
+        let b = &self.current;
+        let members = b.cycle(f.current);
+        let mut names: Vec<String> = members
+            .iter()
+            .flat_map(|&m| b.graph.callers(m))
+            .filter(|c| !members.contains(c))
+            .map(|c| b.label_at(c))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     fn calls(&self, f: &Pair) -> anyhow::Result<CallLists<Pair>> {
-        let previous = self.previous.sites(f.previous)?;
-        let current = self.current.sites(f.current)?;
+        let previous = self.previous.node_sites(f.previous)?;
+        let current = self.current.node_sites(f.current)?;
+        let callers = [sites_by_callee(&previous), sites_by_callee(&current)];
+        let through = |k: usize, callee: u64| -> Vec<Vec<u64>> {
+            let mut via = f.via[k].clone();
+            via.push(callers[k].get(&callee).cloned().unwrap_or_default());
+            via
+        };
         let pair_at = |i: usize| -> Option<Pair> {
             match (&previous.get(i)?.callee, &current.get(i)?.callee) {
                 (
@@ -337,9 +539,15 @@ impl Builds for Programs {
                     },
                     Callee::Local { address: c, .. },
                 ) => Some(Pair {
-                    name: demangle(pn).label,
+                    name: self
+                        .current
+                        .labels
+                        .get(c)
+                        .cloned()
+                        .unwrap_or_else(|| demangle(pn).label),
                     previous: *p,
                     current: *c,
+                    via: [through(0, *p), through(1, *c)],
                 }),
                 _ => None,
             }
@@ -350,6 +558,10 @@ impl Builds for Programs {
                 .enumerate()
                 .map(|(i, s)| Call {
                     name: callee_name(&s.callee),
+                    label: match &s.callee {
+                        Callee::Local { address, .. } => self.current.label_at(*address),
+                        other => callee_name(other),
+                    },
                     callee: pair_at(i),
                 })
                 .collect()
@@ -361,19 +573,23 @@ impl Builds for Programs {
     }
 
     fn cost(&self, f: &Pair) -> Samples {
-        let of = |b: &Build, at: u64| {
+        let of = |b: &Build, at: u64, via: &[Vec<u64>]| {
+            let members = b.cycle(at);
             b.measure(
-                |c| c.functions.get(&at).copied().unwrap_or(0.0),
-                |s| s.functions.binary_search(&at).is_ok(),
+                |c| counted_cost(c, &members),
+                |s| members.iter().any(|m| s.functions.binary_search(m).is_ok()) && on_path(s, via),
             )
         };
-        Samples::pair(of(&self.previous, f.previous), of(&self.current, f.current))
+        Samples::pair(
+            of(&self.previous, f.previous, &f.via[0]),
+            of(&self.current, f.current, &f.via[1]),
+        )
     }
 
-    fn piece(&self, f: &Pair, range: Range<usize>) -> Samples {
-        let of = |b: &Build, at: u64| -> (Vec<f64>, Option<u64>) {
-            let sites = b.sites(at).unwrap_or_default();
-            let sites = sites.get(range.clone()).unwrap_or_default();
+    fn piece(&self, f: &Pair, indices: &[usize]) -> Samples {
+        let of = |b: &Build, at: u64, via: &[Vec<u64>]| -> (Vec<f64>, Option<u64>) {
+            let all = b.node_sites(at).unwrap_or_default();
+            let sites: Vec<&CallSite> = indices.iter().filter_map(|&i| all.get(i)).collect();
             b.measure(
                 |c| {
                     sites
@@ -385,9 +601,13 @@ impl Builds for Programs {
                     sites
                         .iter()
                         .any(|s| stack.sites.binary_search(&s.address).is_ok())
+                        && on_path(stack, via)
                 },
             )
         };
-        Samples::pair(of(&self.previous, f.previous), of(&self.current, f.current))
+        Samples::pair(
+            of(&self.previous, f.previous, &f.via[0]),
+            of(&self.current, f.current, &f.via[1]),
+        )
     }
 }

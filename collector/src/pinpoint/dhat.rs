@@ -2,9 +2,11 @@
 //!
 //! A program point (one stack) adds its blocks (or bytes) once to every function of the
 //! program that is on its stack and once to every call site the stack passes through: the
-//! inclusive allocation count, as DHAT attributes it, with recursion counted once.
+//! inclusive allocation count, as DHAT attributes it, with recursion counted once. The
+//! stacks are kept too, so that a piece of several call sites, or a recursive cycle of
+//! several functions, counts each stack once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use sbs_probes::calls::{call_sites, CallTargets};
 use sbs_probes::dhat::Point;
@@ -12,7 +14,7 @@ use sbs_probes::elf::Image;
 
 pub use sbs_probes::dhat::{parse, wrapper};
 
-use super::builds::Costs;
+use super::builds::{Costs, SampledStack};
 
 /// The load offset of the program under valgrind: for frames valgrind named after one of
 /// its symbols, the page-aligned offset that puts the frame inside that symbol.
@@ -50,10 +52,13 @@ pub fn costs(points: &[Point], image: &Image, bytes: bool) -> Costs {
     let targets = CallTargets::of(image).unwrap_or_default();
     let mut sites_of: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut costs = Costs::default();
+    let mut stacks = Vec::with_capacity(points.len());
+    let mut frames = Vec::with_capacity(points.len());
     for point in points {
         let value = if bytes { point.bytes } else { point.blocks } as f64;
-        let mut functions = HashSet::new();
-        let mut sites = HashSet::new();
+        let mut order = Vec::new();
+        let mut functions = Vec::new();
+        let mut sites = Vec::new();
         for frame in &point.frames {
             let at = frame.address.wrapping_sub(offset);
             let Some(f) = image.function_at(at) else {
@@ -64,7 +69,8 @@ pub fn costs(points: &[Point], image: &Image, bytes: bool) -> Costs {
             if frame.name.as_deref() != Some(f.name.as_str()) {
                 continue;
             }
-            functions.insert(f.address);
+            functions.push(f.address);
+            order.push(f.address);
             let list = sites_of.entry(f.address).or_insert_with(|| {
                 call_sites(image, &targets, f)
                     .map(|s| s.iter().map(|c| c.address).collect())
@@ -73,15 +79,27 @@ pub fn costs(points: &[Point], image: &Image, bytes: bool) -> Costs {
             // The frame lies inside its call instruction: the last site at or before it.
             let i = list.partition_point(|&s| s <= at);
             if i > 0 {
-                sites.insert(list[i - 1]);
+                sites.push(list[i - 1]);
             }
         }
-        for f in functions {
-            *costs.functions.entry(f).or_default() += value;
+        for v in [&mut functions, &mut sites] {
+            v.sort_unstable();
+            v.dedup();
         }
-        for s in sites {
-            *costs.sites.entry(s).or_default() += value;
+        for f in &functions {
+            *costs.functions.entry(*f).or_default() += value;
         }
+        for s in &sites {
+            *costs.sites.entry(*s).or_default() += value;
+        }
+        frames.push(order);
+        stacks.push(SampledStack {
+            weight: value,
+            functions,
+            sites,
+        });
     }
+    costs.edges = Costs::edges_of_stacks(&frames);
+    costs.stacks = Some(stacks);
     costs
 }

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{Read, Seek};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::Context;
@@ -22,7 +23,7 @@ use sbs_probes::valgrind::INSTALL_HINT;
 
 use super::builds::{Build, Costs};
 use super::dhat;
-use super::Metric;
+use super::{Metric, Request, Runs};
 use crate::run::instrument::{ExitKind, Instrument};
 use crate::run::instruments::valgrind::ValgrindWrapper;
 use crate::run::runner::{run_once as run_child, Cancel};
@@ -42,18 +43,95 @@ pub fn valgrind() -> anyhow::Result<std::path::PathBuf> {
     })
 }
 
-/// Run `build` once under valgrind with `args` and add the run's costs to it. The run's
-/// files go to `dir`; a signal caught by `cancel` kills the run and ends with
+/// Run both builds under valgrind, alternately (previous, current, previous...), as many
+/// times as `request.runs` says, adding each run's costs to its build. Returns what each
+/// build printed on its first run and, for [`Runs::UnlessRepeated`], whether the previous
+/// build's second run repeated its counts.
+pub fn run_builds(
+    request: &Request,
+    [previous, current]: [&mut Build; 2],
+    cancel: &Cancel,
+) -> anyhow::Result<(super::Outputs, Option<bool>)> {
+    let valgrind = valgrind()?;
+    // Private whatever the umask (mkdtemp's 0700): valgrind writes its profiles at names
+    // anyone could guess, and in a directory others can write to, a symlink planted at
+    // one would make it write where the link points, with our rights.
+    let dir = tempfile::Builder::new()
+        .prefix("sbs-pinpoint-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .context("cannot create a temporary directory for valgrind's profiles")?;
+    // Both builds run from one path, so that they see the same argv[0].
+    let staged_dir = dir.path().join("bin");
+    std::fs::create_dir(&staged_dir)
+        .context("cannot create a directory in pinpoint's temporary directory")?;
+    let name = current
+        .exe
+        .file_name()
+        .map_or_else(|| OsString::from("program"), |n| n.to_os_string());
+    let staged = staged_dir.join(name);
+    let setup = Setup {
+        valgrind: &valgrind,
+        metric: request.metric,
+        dir: dir.path(),
+        staged: &staged,
+    };
+    let mut outputs: super::Outputs = [None, None];
+    let mut run = |k: usize, build: &mut Build, i: usize| -> anyhow::Result<()> {
+        let printed = run_once(&setup, build, &request.args, i, cancel)?;
+        outputs[k].get_or_insert(printed.stdout);
+        Ok(())
+    };
+    let (mut from, mut repeated) = (0, None);
+    if let Runs::UnlessRepeated(_) = request.runs {
+        run(0, previous, 0)?;
+        run(1, current, 0)?;
+        run(0, previous, 1)?;
+        if previous.runs[0] == previous.runs[1] {
+            // Counts that repeat exactly: the second run adds nothing.
+            previous.runs.truncate(1);
+            return Ok((outputs, Some(true)));
+        }
+        run(1, current, 1)?;
+        (from, repeated) = (2, Some(false));
+    }
+    for i in from..request.runs.most() {
+        run(0, previous, i)?;
+        run(1, current, i)?;
+    }
+    Ok((outputs, repeated))
+}
+
+/// Where and how a build runs: valgrind, what it measures, the directory of the run's
+/// files, and the one path both builds are run from (their `argv[0]`).
+pub struct Setup<'a> {
+    /// The valgrind executable.
+    pub valgrind: &'a Path,
+    /// What is counted.
+    pub metric: Metric,
+    /// Where profiles, logs and outputs go.
+    pub dir: &'a Path,
+    /// Where each build is put before its run ([`Build::stage`]).
+    pub staged: &'a Path,
+}
+
+/// Run `build` once under valgrind with `args` and add the run's costs to it. A signal
+/// caught by `cancel` kills the run and ends with
 /// [`crate::run::runner::RunError::Interrupted`].
 pub fn run_once(
-    valgrind: &Path,
-    metric: Metric,
+    setup: &Setup<'_>,
     build: &mut Build,
     args: &[OsString],
-    dir: &Path,
     index: usize,
     cancel: &Cancel,
 ) -> anyhow::Result<Printed> {
+    let Setup {
+        valgrind,
+        metric,
+        dir,
+        staged,
+    } = *setup;
+    build.stage(staged)?;
     let out_file = dir.join(format!("{}-{index}.out", build.side));
     let log_file = dir.join(format!("{}-{index}.log", build.side));
     let wrapper = match metric {
@@ -73,7 +151,7 @@ pub fn run_once(
         ),
     );
     let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(instrument)];
-    let config = build.run_config(args);
+    let config = build.run_config(staged, staged, args);
     let (outcome, _) = run_child(&config, &mut instruments, cancel).with_context(|| {
         format!(
             "cannot run the {} build {} under {}",
@@ -122,7 +200,7 @@ pub fn run_once(
             let profile = callgrind::parse(&text).with_context(|| {
                 format!("cannot read callgrind's profile {}", out_file.display())
             })?;
-            let own = own_object(&profile.objects, &build.image).with_context(|| {
+            let own = own_object(&profile.objects, staged).with_context(|| {
                 format!(
                     "callgrind's profile of {} has no cost in the program itself",
                     build.exe.display()
@@ -140,18 +218,15 @@ pub fn run_once(
     Ok(Printed { stdout: printed })
 }
 
-/// The costs callgrind recorded for `image`'s own object file.
+/// The costs callgrind recorded for the program's own object file, run from `staged`.
 fn own_object<'a>(
     objects: &'a HashMap<String, ObjectCosts>,
-    image: &Image,
+    staged: &Path,
 ) -> Option<&'a ObjectCosts> {
+    let staged = staged.canonicalize().ok()?;
     objects
         .iter()
-        .find(|(name, _)| {
-            Path::new(name)
-                .canonicalize()
-                .is_ok_and(|p| p == image.path)
-        })
+        .find(|(name, _)| Path::new(name).canonicalize().is_ok_and(|p| p == staged))
         .map(|(_, o)| o)
 }
 
@@ -185,6 +260,29 @@ fn instruction_costs(own: &ObjectCosts, image: &Image) -> Costs {
             .iter()
             .map(|(a, c)| (a.wrapping_sub(bias), c.inclusive as f64))
             .collect(),
+        edges: edges(own, image, bias),
         stacks: None,
+        timed: false,
+        own_at: own
+            .own_at
+            .iter()
+            .map(|(a, c)| (a.wrapping_sub(bias), *c as f64))
+            .collect(),
     }
+}
+
+/// The call edges between the image's own functions, by caller and callee start, with
+/// their inclusive cost (an edge at several call sites of one caller summed).
+fn edges(own: &ObjectCosts, image: &Image, bias: u64) -> HashMap<(u64, u64), f64> {
+    let mut edges: HashMap<(u64, u64), f64> = HashMap::new();
+    for (&(site, target), cost) in &own.edges {
+        let site = site.wrapping_sub(bias);
+        let Some(caller) = image.function_at(site) else {
+            continue;
+        };
+        *edges
+            .entry((caller.address, target.wrapping_sub(bias)))
+            .or_default() += cost.inclusive as f64;
+    }
+    edges
 }

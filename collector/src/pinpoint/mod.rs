@@ -14,19 +14,21 @@
 //! judge: it takes plain values and returns the report model.
 
 pub mod builds;
+mod cycles;
 mod dhat;
 mod measure;
+mod names;
 mod sampled;
 pub mod search;
+mod source;
 
 use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use sbs_probes::pattern::Pattern;
 use sbs_probes::sample::SampleConfig;
-use sbs_reports::pinpoint::{Link, Pinpoint, PinpointReport, SamplingNote};
+use sbs_reports::pinpoint::{InsidePlace, Link, Pinpoint, PinpointReport, SamplingNote};
 
 use crate::judge::compare::{Policy, Thresholds};
 use crate::run::runner::Cancel;
@@ -98,7 +100,7 @@ pub struct Request {
     /// `--ignore` patterns.
     pub ignore: Vec<String>,
     /// Runs per build.
-    pub runs: usize,
+    pub runs: Runs,
     /// `--threshold` arguments.
     pub thresholds: Thresholds,
     /// How call lists are narrowed.
@@ -109,6 +111,27 @@ pub struct Request {
     pub sampling: SampleConfig,
 }
 
+/// How many runs each build gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// Exactly this many (`--runs`, or the default for time).
+    Fixed(usize),
+    /// For counts, by default: one run of each build, then a second run of the previous
+    /// build. When it repeats the first's counts exactly, the counts do not vary between
+    /// runs and one run per build is compared (exactly); when it does not, this many runs
+    /// per build are made and compared in pairs.
+    UnlessRepeated(usize),
+}
+
+impl Runs {
+    /// The most runs per build this can make.
+    pub fn most(self) -> usize {
+        match self {
+            Runs::Fixed(n) | Runs::UnlessRepeated(n) => n,
+        }
+    }
+}
+
 /// The fewest runs per build that can decide whether a time got worse: the interval
 /// needs the spread of the pairs of runs, which one pair does not have.
 pub const MIN_TIME_RUNS: usize = 2;
@@ -117,17 +140,17 @@ pub const MIN_TIME_RUNS: usize = 2;
 /// run under way and ends with [`crate::run::runner::RunError::Interrupted`], once every
 /// child is gone and the temporary files are removed.
 pub fn pinpoint(request: &Request, cancel: &Cancel) -> anyhow::Result<PinpointReport> {
-    if request.runs == 0 {
+    if request.runs.most() == 0 {
         anyhow::bail!("--runs must be at least 1");
     }
     // Refused before any work: with one run a build, every comparison of a time would be
     // inconclusive, and the search could only end undecided.
-    if !request.metric.exact() && request.runs < MIN_TIME_RUNS {
+    if !request.metric.exact() && request.runs.most() < MIN_TIME_RUNS {
         anyhow::bail!(
             "--metric time needs at least {MIN_TIME_RUNS} runs per build to decide whether a \
              time got worse (one run has no spread to judge a change by), got --runs {}: give \
              --runs {MIN_TIME_RUNS} or more (10 by default)",
-            request.runs
+            request.runs.most()
         );
     }
     let mut previous = Build::load(Side::Previous, &request.previous)?;
@@ -139,8 +162,10 @@ pub fn pinpoint(request: &Request, cancel: &Cancel) -> anyhow::Result<PinpointRe
         .collect::<anyhow::Result<Vec<_>>>()?;
     let f_previous = previous.find(request.function.as_deref())?.clone();
     let f_current = current.find(request.function.as_deref())?.clone();
-    let name = sbs_probes::demangle::demangle(&f_current.name).label;
-    let (outputs, sampling) = measure_builds(request, &mut previous, &mut current, cancel)?;
+    let name = current.label_at(f_current.address);
+    let measured = measure_builds(request, &mut previous, &mut current, cancel)?;
+    let (outputs, sampling) = (&measured.outputs, measured.sampling.clone());
+    let runs = previous.runs.len();
     let mut warnings = Vec::new();
     if outputs[0] != outputs[1] {
         warnings.push(
@@ -166,27 +191,38 @@ pub fn pinpoint(request: &Request, cancel: &Cancel) -> anyhow::Result<PinpointRe
         strategy: request.strategy,
         policy,
     };
-    let programs = Programs { previous, current };
-    let inspected = Pair {
-        name: name.clone(),
-        previous: f_previous.address,
-        current: f_current.address,
-    };
+    let programs = Programs::new(previous, current);
+    let inspected = Pair::inspected(name.clone(), f_previous.address, f_current.address);
     let outcome = search::dig(&programs, &inspected, &options)?;
-    Ok(report(request, name, outcome, warnings, sampling))
+    let measured = Measured {
+        sampling,
+        ..measured
+    };
+    Ok(report(request, name, outcome, warnings, runs, measured))
 }
 
 /// What each build printed on its first run.
 type Outputs = [Option<Vec<u8>>; 2];
 
-/// Run both builds `runs` times, alternately, and give each its runs' costs. Returns
-/// each build's output (of its first run) and, for sampled time, what the sampling saw.
+/// What running the builds gave besides their costs.
+struct Measured {
+    /// Each build's output (of its first run).
+    outputs: Outputs,
+    /// For sampled time, what the sampling saw.
+    sampling: Option<SamplingNote>,
+    /// For [`Runs::UnlessRepeated`]: whether the second run of the previous build
+    /// repeated its first's counts exactly.
+    repeated: Option<bool>,
+}
+
+/// Run both builds alternately, as many times as `request.runs` says, and give each its
+/// runs' costs.
 fn measure_builds(
     request: &Request,
     previous: &mut Build,
     current: &mut Build,
     cancel: &Cancel,
-) -> anyhow::Result<(Outputs, Option<SamplingNote>)> {
+) -> anyhow::Result<Measured> {
     // As for a run: what a build leaves behind out of its process group comes back to us,
     // to be killed after its run.
     crate::run::runner::adopt_orphans()
@@ -195,37 +231,22 @@ fn measure_builds(
         let (note, outputs) = sampled::run_builds(
             [previous, current],
             &request.args,
-            request.runs,
+            request.runs.most(),
             request.sampling,
             cancel,
         )?;
-        return Ok((outputs, Some(note)));
+        return Ok(Measured {
+            outputs,
+            sampling: Some(note),
+            repeated: None,
+        });
     }
-    let valgrind = measure::valgrind()?;
-    // Private whatever the umask (mkdtemp's 0700): valgrind writes its profiles at names
-    // anyone could guess, and in a directory others can write to, a symlink planted at
-    // one would make it write where the link points, with our rights.
-    let dir = tempfile::Builder::new()
-        .prefix("sbs-pinpoint-")
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
-        .context("cannot create a temporary directory for valgrind's profiles")?;
-    let mut outputs: Outputs = [None, None];
-    for i in 0..request.runs {
-        for (k, build) in [&mut *previous, &mut *current].into_iter().enumerate() {
-            let printed = measure::run_once(
-                &valgrind,
-                request.metric,
-                build,
-                &request.args,
-                dir.path(),
-                i,
-                cancel,
-            )?;
-            outputs[k].get_or_insert(printed.stdout);
-        }
-    }
-    Ok((outputs, None))
+    let (outputs, repeated) = measure::run_builds(request, [previous, current], cancel)?;
+    Ok(Measured {
+        outputs,
+        sampling: None,
+        repeated,
+    })
 }
 
 /// The report of a search.
@@ -234,8 +255,10 @@ fn report(
     name: String,
     outcome: search::Outcome,
     warnings: Vec<String>,
-    sampling: Option<SamplingNote>,
+    runs: usize,
+    measured: Measured,
 ) -> PinpointReport {
+    let total_change = outcome.chain.first().map(|l| search::delta(&l.samples));
     let chain = outcome
         .chain
         .iter()
@@ -253,7 +276,8 @@ fn report(
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
         function: name,
-        runs: request.runs,
+        runs,
+        repeated: measured.repeated,
         strategy: match request.strategy {
             Strategy::Binary => "binary",
             Strategy::Linear => "linear",
@@ -261,12 +285,25 @@ fn report(
         .to_string(),
         chain,
         bottleneck: outcome.bottleneck,
+        bottleneck_share_percent: outcome.bottleneck_share.map(|s| s * 100.0),
+        inside: outcome
+            .inside
+            .iter()
+            .map(|p| InsidePlace {
+                what: p.what.clone(),
+                previous: p.previous,
+                current: p.current,
+                share_percent: total_change
+                    .filter(|t| *t != 0.0)
+                    .map(|t| (p.current - p.previous) / t * 100.0),
+            })
+            .collect(),
         stopped: outcome.stopped.to_string(),
         stop: outcome.stopped.code().to_string(),
         comparisons: outcome.comparisons,
         warnings,
         undecided: outcome.undecided,
-        sampling,
+        sampling: measured.sampling,
     })
 }
 
@@ -280,7 +317,8 @@ fn link(l: &search::Link, confidence: f64) -> Link {
         l.external,
         runs,
         l.comparison.clone(),
-    );
+    )
+    .with_context(l.cycle.clone(), l.share, l.note.clone());
     // The current build's mean over its runs: a change judged on the pairs of runs is the
     // mean of their log ratios, which the difference of the two means need not equal.
     if let Some(m) = crate::judge::compare::Moments::of(&l.samples.current) {

@@ -33,9 +33,11 @@ pub fn run_builds(
     };
     let mut outputs: [Option<Vec<u8>>; 2] = [None, None];
     let [previous, current] = builds;
+    // Both builds see one argv[0]: the current build's path as given.
+    let argv0 = current.exe.clone();
     for _ in 0..runs {
         for (k, build) in [&mut *previous, &mut *current].into_iter().enumerate() {
-            let printed = run_build(build, args, config, cancel, &mut note)?;
+            let printed = run_build(build, &argv0, args, config, cancel, &mut note)?;
             if outputs[k].is_none() {
                 outputs[k] = printed;
             }
@@ -46,6 +48,7 @@ pub fn run_builds(
 
 fn run_build(
     build: &mut Build,
+    argv0: &std::path::Path,
     args: &[OsString],
     config: SampleConfig,
     cancel: &Cancel,
@@ -54,7 +57,7 @@ fn run_build(
     let sampler = StackSampler::new(config, true);
     let runs = sampler.runs();
     let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(sampler)];
-    let run_config = build.run_config(args);
+    let run_config = build.run_config(&build.image.path, argv0, args);
     let (outcome, _) = run_once(&run_config, &mut instruments, cancel).with_context(|| {
         format!(
             "cannot sample the {} build {}",

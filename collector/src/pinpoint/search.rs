@@ -14,6 +14,9 @@ use crate::judge::compare::{compare_paired, CompareError, Policy, Series};
 pub struct Call<F> {
     /// The callee's name as both builds are matched on it (demangled, no Rust hash).
     pub name: String,
+    /// Its name for people: a monomorphization's generic arguments added where several
+    /// share `name`.
+    pub label: String,
     /// The callee, when its code is in the program; `None` for an external function or
     /// an indirect call.
     pub callee: Option<F>,
@@ -75,12 +78,32 @@ pub trait Builds {
     type F: Clone + PartialEq;
     /// Its name (demangled, without Rust's hash).
     fn name(&self, f: &Self::F) -> String;
+    /// The functions of its recursive cycle, itself first, when it is recursive: the
+    /// search takes them as one node (empty when it is not).
+    fn cycle(&self, _f: &Self::F) -> Vec<String> {
+        Vec::new()
+    }
+    /// The functions that call it (current build), for a reader asking why a call below
+    /// it costs more than the call that led to it.
+    fn callers(&self, _f: &Self::F) -> Vec<String> {
+        Vec::new()
+    }
+    /// Whether the costs below the inspected function are those of the chain's call path
+    /// (stacks), rather than summed over each function's callers (call edges).
+    fn per_path(&self) -> bool {
+        false
+    }
+    /// Where inside its own code `f`'s own cost grew most (inlined functions, source
+    /// lines), when the builds can say.
+    fn inside(&self, _f: &Self::F) -> Vec<Place> {
+        Vec::new()
+    }
     /// Its call lists (address order) in both builds.
     fn calls(&self, f: &Self::F) -> anyhow::Result<CallLists<Self::F>>;
     /// The inclusive cost of `f`, per run.
     fn cost(&self, f: &Self::F) -> Samples;
-    /// The inclusive cost of the calls `range` of `f`'s call list, per run.
-    fn piece(&self, f: &Self::F, range: std::ops::Range<usize>) -> Samples;
+    /// The inclusive cost of the calls `sites` (indices into `f`'s call list), per run.
+    fn piece(&self, f: &Self::F, sites: &[usize]) -> Samples;
 }
 
 /// How a call list is narrowed.
@@ -120,7 +143,58 @@ pub struct Link {
     pub samples: Samples,
     /// The judge's comparison of them.
     pub comparison: Comparison,
+    /// For a recursive cycle taken as one node: its functions, the entered one first.
+    pub cycle: Vec<String>,
+    /// The share of the inspected function's change this link's change is (1.0: all).
+    pub share: Option<f64>,
+    /// Why the link costs more than the one above it, when it does.
+    pub note: Option<String>,
 }
+
+impl Link {
+    fn new(function: String, samples: Samples, comparison: Comparison) -> Link {
+        Link {
+            function,
+            depth: 0,
+            external: false,
+            samples,
+            comparison,
+            cycle: Vec::new(),
+            share: None,
+            note: None,
+        }
+    }
+}
+
+/// A place inside a bottleneck's own code (an inlined function, a source line) and its
+/// own cost in each build (means over the runs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Place {
+    /// `inlined NAME`, `F's own code`, or `file:line`.
+    pub what: String,
+    /// Previous build.
+    pub previous: f64,
+    /// Current build.
+    pub current: f64,
+}
+
+/// The change of the means, current less previous.
+pub fn delta(samples: &Samples) -> f64 {
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    mean(&samples.current) - mean(&samples.previous)
+}
+
+/// A call (or piece of a call list) is followed only when its change is at least this
+/// share of the change of the function it is in: a tiny change in a cheap function
+/// (a few instructions more in reading a longer `argv[0]`) cannot capture the search
+/// while the function's change is elsewhere.
+pub const MATERIAL_SHARE: f64 = 0.25;
 
 /// Why the search ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,10 +205,11 @@ pub enum Stop {
     CallListChanged {
         /// The function.
         function: String,
-        /// Its callees in the previous build.
-        previous: Vec<String>,
-        /// Its callees in the current build.
-        current: Vec<String>,
+        /// Calls the current build makes that the previous did not (a name as often as it
+        /// was added).
+        added: Vec<String>,
+        /// Calls the previous build made that the current does not.
+        removed: Vec<String>,
     },
     /// No call of the function got worse: its own code did.
     OwnCode(String),
@@ -181,14 +256,26 @@ impl std::fmt::Display for Stop {
             Stop::NoRegression => write!(f, "the inspected function did not get worse"),
             Stop::CallListChanged {
                 function,
-                previous,
-                current,
-            } => write!(
-                f,
-                "the call list of {function} changed between the builds ([{}] -> [{}]): the change is in {function} itself",
-                previous.join(", "),
-                current.join(", ")
-            ),
+                added,
+                removed,
+            } => {
+                let what = if added.is_empty() && removed.is_empty() {
+                    "the same calls in another order".to_string()
+                } else {
+                    let list = |v: &[String]| {
+                        if v.is_empty() {
+                            "none".to_string()
+                        } else {
+                            v.join(", ")
+                        }
+                    };
+                    format!("added: {}; removed: {}", list(added), list(removed))
+                };
+                write!(
+                    f,
+                    "the call list of {function} changed between the builds ({what}): the change is in {function} itself"
+                )
+            }
             Stop::OwnCode(function) => write!(
                 f,
                 "no call made by {function} got worse: the extra cost is in its own code (or in what was inlined into it)"
@@ -214,6 +301,28 @@ impl std::fmt::Display for Stop {
     }
 }
 
+/// What the current call list has more of (`added`) and less of (`removed`) than the
+/// previous, each name as many times as its count changed, in the order of the lists.
+pub fn list_change(previous: &[String], current: &[String]) -> (Vec<String>, Vec<String>) {
+    let more = |a: &[String], b: &[String]| {
+        let mut left: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for n in b {
+            *left.entry(n).or_default() += 1;
+        }
+        a.iter()
+            .filter(|n| match left.get_mut(n.as_str()) {
+                Some(k) if *k > 0 => {
+                    *k -= 1;
+                    false
+                }
+                _ => true,
+            })
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    (more(current, previous), more(previous, current))
+}
+
 /// The result of a search.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -221,12 +330,45 @@ pub struct Outcome {
     pub chain: Vec<Link>,
     /// The last function of the chain, when something regressed.
     pub bottleneck: Option<String>,
+    /// The share of the inspected function's change the bottleneck explains: its own
+    /// code's change when the search ended there (`own_code`), else its link's.
+    pub bottleneck_share: Option<f64>,
     /// Why the search ended.
     pub stopped: Stop,
     /// How many comparisons the search made (each one a decision of the judge).
     pub comparisons: usize,
     /// Pieces with too few samples to decide whether they got worse.
     pub undecided: Vec<String>,
+    /// Where the bottleneck's own code grew (`own_code` only).
+    pub inside: Vec<Place>,
+}
+
+/// The call list being narrowed, one entry per callee.
+#[derive(Default)]
+struct Layer {
+    /// The function whose call list it is.
+    function: String,
+    /// Each callee's label.
+    labels: Vec<String>,
+    /// Each callee's call sites (indices into the call list).
+    groups: Vec<Vec<usize>>,
+}
+
+/// The call sites of `calls`, grouped by callee (its label), in the order of each
+/// callee's first call.
+fn by_callee<F>(calls: &[Call<F>]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, c) in calls.iter().enumerate() {
+        match at.get(c.label.as_str()) {
+            Some(&g) => groups[g].push(i),
+            None => {
+                at.insert(&c.label, groups.len());
+                groups.push(vec![i]);
+            }
+        }
+    }
+    groups
 }
 
 struct Search<'a, B: Builds> {
@@ -234,54 +376,54 @@ struct Search<'a, B: Builds> {
     options: &'a Options,
     comparisons: usize,
     undecided: Vec<String>,
-    /// The function whose call list is being narrowed, and the callees' names.
-    layer: (String, Vec<String>),
+    /// The function whose call list is being narrowed, and its callees.
+    layer: Layer,
+    /// The change of that function's inclusive cost: what a piece's share is of.
+    base: f64,
+    /// Where the search ended in a function's own code: that code's change.
+    own: Option<f64>,
+    /// And where inside that code it grew.
+    inside: Vec<Place>,
 }
 
 impl<B: Builds> Search<'_, B> {
     /// One layer of the dig below `current` (a regressed function, last in `chain`): the
-    /// call the regression lies in joins `chain`, and the answer is its callee to dig
-    /// into next, or why the dig stops here.
+    /// call that explains the largest material share of its change joins `chain`, and
+    /// the answer is its callee to dig into next, or why the dig stops here.
     fn step(
         &mut self,
         current: &B::F,
         chain: &mut Vec<Link>,
-        visited: &mut Vec<B::F>,
+        visited: &mut Vec<String>,
     ) -> anyhow::Result<Result<B::F, Stop>> {
         let name = self.builds.name(current);
         let lists = self.builds.calls(current)?;
         let names = |l: &[Call<B::F>]| l.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
         let (previous, now) = (names(&lists.previous), names(&lists.current));
         if previous != now {
+            let (added, removed) = list_change(&previous, &now);
             return Ok(Err(Stop::CallListChanged {
                 function: name,
-                previous,
-                current: now,
+                added,
+                removed,
             }));
         }
-        let all = 0..lists.current.len();
-        self.layer = (name.clone(), now.clone());
-        let found = match self.options.strategy {
-            Strategy::Binary => self.binary(current, all)?,
-            Strategy::Linear => self.linear(current, all)?,
+        let (site, mut link) = match self.narrow(current, &name, &lists.current, chain)? {
+            Ok(found) => found,
+            Err(stop) => return Ok(Err(stop)),
         };
-        let Some((range, mut link)) = found else {
-            return Ok(Err(Stop::OwnCode(name)));
-        };
-        if range.len() > 1 {
-            return Ok(Err(Stop::Spread {
-                function: name,
-                calls: now[range].to_vec(),
-            }));
-        }
-        let call = &lists.current[range.start];
+        let call = &lists.current[site];
         let depth = chain.len();
-        link.function = call.name.clone();
+        link.function = call.label.clone();
         link.depth = depth;
         link.external = call.callee.is_none();
+        if let Some(callee) = &call.callee {
+            link.cycle = self.builds.cycle(callee);
+        }
+        link.note = self.larger_than_parent(current, chain, &link);
         chain.push(link);
         let Some(callee) = call.callee.clone() else {
-            return Ok(Err(Stop::External(call.name.clone())));
+            return Ok(Err(Stop::External(call.label.clone())));
         };
         let options = self.options;
         if options
@@ -289,16 +431,94 @@ impl<B: Builds> Search<'_, B> {
             .iter()
             .any(|p| p.matches(&call.name, &call.name))
         {
-            return Ok(Err(Stop::Ignored(call.name.clone())));
+            return Ok(Err(Stop::Ignored(call.label.clone())));
         }
-        if visited.contains(&callee) {
-            return Ok(Err(Stop::Recursion(call.name.clone())));
+        // By name: the same function reached again on a longer call path is no new node.
+        let callee_name = self.builds.name(&callee);
+        if visited.contains(&callee_name) {
+            return Ok(Err(Stop::Recursion(call.label.clone())));
         }
         if options.depth.is_some_and(|d| depth >= d) {
             return Ok(Err(Stop::Depth(depth)));
         }
-        visited.push(callee.clone());
+        visited.push(callee_name);
         Ok(Ok(callee))
+    }
+
+    /// The callee of `current` (named `name`, its call list `calls`) whose calls explain
+    /// the largest material share of its change: the index of its first call and its
+    /// link, or why none does (its own code; a spread change).
+    fn narrow(
+        &mut self,
+        current: &B::F,
+        name: &str,
+        calls: &[Call<B::F>],
+        chain: &[Link],
+    ) -> anyhow::Result<Result<(usize, Link), Stop>> {
+        // A callee called at several sites (an unrolled loop) is one candidate: its sites
+        // together are what it explains.
+        let groups = by_callee(calls);
+        let labels: Vec<String> = groups.iter().map(|g| calls[g[0]].label.clone()).collect();
+        let all = 0..groups.len();
+        self.layer = Layer {
+            function: name.to_string(),
+            labels: labels.clone(),
+            groups,
+        };
+        // The function's change over all its callers, as its call list's costs are; the
+        // change of the call that led here when the function itself shows none (a
+        // function that tail-calls leaves no frame on the stacks DHAT records).
+        self.base = delta(&self.builds.cost(current));
+        if self.base <= 0.0 {
+            self.base = chain.last().map_or(0.0, |l| delta(&l.samples));
+        }
+        let found = match self.options.strategy {
+            Strategy::Binary => self.binary(current, all.clone())?,
+            Strategy::Linear => self.linear(current, all.clone())?,
+        };
+        let Some((range, link)) = found else {
+            let every: Vec<usize> = (0..calls.len()).collect();
+            let calls = delta(&self.builds.piece(current, &every));
+            self.own = Some(self.base - calls);
+            self.inside = self.builds.inside(current);
+            return Ok(Err(Stop::OwnCode(name.to_string())));
+        };
+        if range.len() > 1 {
+            return Ok(Err(Stop::Spread {
+                function: name.to_string(),
+                calls: labels[range].to_vec(),
+            }));
+        }
+        Ok(Ok((self.layer.groups[range.start][0], link)))
+    }
+
+    /// Why `link`, a call made by `parent`, costs (or changed) more than the link above
+    /// it, when it does: `parent`'s calls are counted over all its callers.
+    fn larger_than_parent(&self, parent: &B::F, chain: &[Link], link: &Link) -> Option<String> {
+        let above = chain.last()?;
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        // Its cost or its change: either can only exceed the call above it when more
+        // than that call is counted.
+        let larger = mean(&link.samples.current) > mean(&above.samples.current)
+            || mean(&link.samples.previous) > mean(&above.samples.previous)
+            || delta(&link.samples) > delta(&above.samples);
+        if !larger {
+            return None;
+        }
+        let callers = self.builds.callers(parent);
+        let name = self.builds.name(parent);
+        if callers.len() > 1 && !self.builds.per_path() {
+            return Some(format!(
+                "more than the call above it: {name} is called from {} functions ({}), and the costs of its calls are summed over all its callers",
+                callers.len(),
+                callers.join(", ")
+            ));
+        }
+        // Counted on the same calls: only the change can be larger, when the rest of the
+        // function changed the other way.
+        Some(format!(
+            "changed more than the call above it: the rest of {name} changed the other way (its other calls or its own code cost less)"
+        ))
     }
 
     fn judge(&mut self, samples: &Samples) -> Result<Comparison, CompareError> {
@@ -340,25 +560,26 @@ impl<B: Builds> Search<'_, B> {
         Ok(comparison)
     }
 
+    /// The piece `range` of `f`'s call list as a link, when it got worse and its change
+    /// is a material share ([`MATERIAL_SHARE`]) of `f`'s.
     fn worse(&mut self, f: &B::F, range: std::ops::Range<usize>) -> anyhow::Result<Option<Link>> {
-        let samples = self.builds.piece(f, range.clone());
-        let (function, names) = &self.layer;
+        let sites: Vec<usize> = self.layer.groups[range.clone()].concat();
+        let samples = self.builds.piece(f, &sites);
         let what = format!(
-            "in {function}, the call{} {}",
-            if range.len() == 1 { "" } else { "s" },
-            names.get(range).unwrap_or_default().join(", ")
+            "in {}, the call{} {}",
+            self.layer.function,
+            if sites.len() == 1 { "" } else { "s" },
+            self.layer.labels[range].join(", ")
         );
         let comparison = self.decide(&samples, || what)?;
-        Ok((comparison.verdict == Verdict::Regressed).then(|| Link {
-            function: String::new(),
-            depth: 0,
-            external: false,
-            samples,
-            comparison,
-        }))
+        let material = self.base <= 0.0 || delta(&samples) >= MATERIAL_SHARE * self.base;
+        Ok((comparison.verdict == Verdict::Regressed && material)
+            .then(|| Link::new(String::new(), samples, comparison)))
     }
 
-    /// BinaryFind: the narrowest piece of `range` that got worse, with its comparison.
+    /// BinaryFind: from the whole list, into the half whose change is the larger of
+    /// those that got worse by a material share, down to one call; a piece neither of
+    /// whose halves qualifies is the answer (the change is spread).
     fn binary(
         &mut self,
         f: &B::F,
@@ -367,35 +588,53 @@ impl<B: Builds> Search<'_, B> {
         if range.is_empty() {
             return Ok(None);
         }
-        let Some(link) = self.worse(f, range.clone())? else {
+        let Some(mut link) = self.worse(f, range.clone())? else {
             return Ok(None);
         };
-        if range.len() == 1 {
-            return Ok(Some((range, link)));
+        let mut range = range;
+        while range.len() > 1 {
+            let middle = range.start + range.len() / 2;
+            let mut best: Option<(std::ops::Range<usize>, Link)> = None;
+            for half in [range.start..middle, middle..range.end] {
+                if let Some(l) = self.worse(f, half.clone())? {
+                    if best
+                        .as_ref()
+                        .is_none_or(|(_, b)| delta(&l.samples) > delta(&b.samples))
+                    {
+                        best = Some((half, l));
+                    }
+                }
+            }
+            // Worse as a whole, neither half alone: the piece is the answer.
+            let Some((half, l)) = best else { break };
+            (range, link) = (half, l);
         }
-        let middle = range.start + range.len() / 2;
-        if let Some(found) = self.binary(f, range.start..middle)? {
-            return Ok(Some(found));
-        }
-        if let Some(found) = self.binary(f, middle..range.end)? {
-            return Ok(Some(found));
-        }
-        // Worse as a whole, neither half alone: the piece is the answer.
         Ok(Some((range, link)))
     }
 
-    /// LinearFind: the first call of `range` that got worse.
+    /// LinearFind: each call in order; of those that got worse by a material share, the
+    /// one whose change is the largest.
     fn linear(
         &mut self,
         f: &B::F,
         range: std::ops::Range<usize>,
     ) -> anyhow::Result<Option<(std::ops::Range<usize>, Link)>> {
-        for i in range {
+        let mut best: Option<(std::ops::Range<usize>, Link)> = None;
+        for i in range.clone() {
             if let Some(link) = self.worse(f, i..i + 1)? {
-                return Ok(Some((i..i + 1, link)));
+                if best
+                    .as_ref()
+                    .is_none_or(|(_, b)| delta(&link.samples) > delta(&b.samples))
+                {
+                    best = Some((i..i + 1, link));
+                }
             }
         }
-        Ok(None)
+        if best.is_none() && range.len() > 1 {
+            // No call alone: the calls together may still be (the change is spread).
+            return Ok(self.worse(f, range.clone())?.map(|link| (range, link)));
+        }
+        Ok(best)
     }
 }
 
@@ -406,19 +645,18 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
         options,
         comparisons: 0,
         undecided: Vec::new(),
-        layer: (String::new(), Vec::new()),
+        layer: Layer::default(),
+        base: 0.0,
+        own: None,
+        inside: Vec::new(),
     };
     let samples = builds.cost(inspected);
     let comparison = search.decide(&samples, || builds.name(inspected))?;
     let regressed = comparison.verdict == Verdict::Regressed;
     let undecided = comparison.verdict == Verdict::Inconclusive;
-    let mut chain = vec![Link {
-        function: builds.name(inspected),
-        depth: 0,
-        external: false,
-        samples,
-        comparison,
-    }];
+    let mut first = Link::new(builds.name(inspected), samples, comparison);
+    first.cycle = builds.cycle(inspected);
+    let mut chain = vec![first];
     if !regressed {
         return Ok(Outcome {
             stopped: if undecided {
@@ -428,11 +666,13 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
             },
             chain,
             bottleneck: None,
+            bottleneck_share: None,
             comparisons: search.comparisons,
             undecided: search.undecided,
+            inside: Vec::new(),
         });
     }
-    let mut visited = vec![inspected.clone()];
+    let mut visited = vec![builds.name(inspected)];
     let mut current = inspected.clone();
     let stopped = loop {
         match search.step(&current, &mut chain, &mut visited)? {
@@ -440,12 +680,23 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
             Err(stop) => break stop,
         }
     };
+    let total = delta(&chain[0].samples);
+    let share = |d: f64| (total != 0.0).then(|| d / total);
+    for link in &mut chain {
+        link.share = share(delta(&link.samples));
+    }
+    let bottleneck_share = match (&stopped, search.own) {
+        (Stop::OwnCode(_), Some(own)) => share(own),
+        _ => chain.last().and_then(|l| l.share),
+    };
     Ok(Outcome {
         bottleneck: chain.last().map(|l| l.function.clone()),
+        bottleneck_share,
         chain,
         stopped,
         comparisons: search.comparisons,
         undecided: search.undecided,
+        inside: search.inside,
     })
 }
 
@@ -509,6 +760,7 @@ mod tests {
                     c.iter()
                         .map(|&(name, _, _)| Call {
                             name: name.to_string(),
+                            label: name.to_string(),
                             callee: (name != "malloc").then_some(name),
                         })
                         .collect()
@@ -526,12 +778,10 @@ mod tests {
         fn cost(&self, f: &&'static str) -> Samples {
             self.samples(self.total(f, false), self.total(f, true))
         }
-        fn piece(&self, f: &&'static str, range: std::ops::Range<usize>) -> Samples {
-            let c = &self.calls[f][range];
-            self.samples(
-                c.iter().map(|&(_, p, _)| p).sum(),
-                c.iter().map(|&(_, _, n)| n).sum(),
-            )
+        fn piece(&self, f: &&'static str, sites: &[usize]) -> Samples {
+            let c = self.calls.get(f).map_or(&[][..], |c| &c[..]);
+            let sum = |k: fn(&(&str, f64, f64)) -> f64| sites.iter().map(|&i| k(&c[i])).sum();
+            self.samples(sum(|c| c.1), sum(|c| c.2))
         }
     }
 
@@ -550,10 +800,15 @@ mod tests {
         }
     }
 
+    const WORKERS: [&str; 16] = [
+        "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12", "w13",
+        "w14", "w15",
+    ];
+
     /// main calls 16 workers and `outer` 14th; outer -> deep, whose own code grew 30%.
     fn program(deep_current: f64) -> Scripted {
         let mut main: Vec<(&'static str, f64, f64)> =
-            (0..16).map(|i| (["w"; 16][i], 100.0, 100.0)).collect();
+            (0..16).map(|i| (WORKERS[i], 100.0, 100.0)).collect();
         main.insert(13, ("outer", 700.0, 300.0 + deep_current));
         let mut calls = HashMap::new();
         calls.insert("main", main);
@@ -671,11 +926,15 @@ mod tests {
             }
         );
         assert_eq!(out.bottleneck.as_deref(), Some("main"));
-        // LinearFind looks at one call at a time and finds none worse: it can only blame
-        // main's own code.
+        // LinearFind looks at one call at a time and finds none worse, then at all of
+        // them together.
         o.strategy = Strategy::Linear;
         let out = dig(&b, &"main", &o).unwrap();
-        assert_eq!(out.stopped, Stop::OwnCode("main".into()));
+        assert!(
+            matches!(out.stopped, Stop::Spread { .. }),
+            "{:?}",
+            out.stopped
+        );
     }
 
     #[test]
@@ -710,5 +969,128 @@ mod tests {
         b.hits = Some([50, 65]);
         let out = dig(&b, &"main", &o).unwrap();
         assert_eq!(out.bottleneck.as_deref(), Some("deep"));
+    }
+
+    #[test]
+    fn the_call_that_explains_the_change_is_followed_not_a_cheap_one_that_changed_more() {
+        // main: banner (10 -> 20, +100%, 10 of the change), parse (1000 -> 1500, +50%,
+        // 500 of it). Both got worse; only parse explains a material share.
+        let mut calls = HashMap::new();
+        calls.insert(
+            "main",
+            vec![("banner", 10.0, 20.0), ("parse", 1000.0, 1500.0)],
+        );
+        let b = Scripted {
+            calls,
+            changed: Vec::new(),
+            own: HashMap::new(),
+            runs: 1,
+            hits: None,
+        };
+        for strategy in [Strategy::Binary, Strategy::Linear] {
+            let out = dig(&b, &"main", &options(strategy, None)).unwrap();
+            assert_eq!(out.bottleneck.as_deref(), Some("parse"), "{strategy:?}");
+            let share = out.chain[1].share.unwrap();
+            assert!((share - 500.0 / 510.0).abs() < 1e-9, "{share}");
+        }
+    }
+
+    #[test]
+    fn a_call_below_the_material_share_is_not_followed() {
+        // main's own code grew by 300, its one call by 90 (+90%): 90 / 390 is 23%, under
+        // the 25% that a call must explain. At 110 (110 / 410 = 27%) it is followed.
+        for (extra, followed) in [(90.0, false), (110.0, true)] {
+            let mut calls = HashMap::new();
+            calls.insert("main", vec![("cheap", 100.0, 100.0 + extra)]);
+            let mut own = HashMap::new();
+            own.insert("main", (1000.0, 1300.0));
+            let b = Scripted {
+                calls,
+                changed: Vec::new(),
+                own,
+                runs: 1,
+                hits: None,
+            };
+            for strategy in [Strategy::Binary, Strategy::Linear] {
+                let out = dig(&b, &"main", &options(strategy, None)).unwrap();
+                if followed {
+                    assert_eq!(out.bottleneck.as_deref(), Some("cheap"), "{strategy:?}");
+                } else {
+                    assert_eq!(out.stopped, Stop::OwnCode("main".into()), "{strategy:?}");
+                    // main's own code: 300 of the 390.
+                    let share = out.bottleneck_share.unwrap();
+                    assert!((share - 300.0 / 390.0).abs() < 1e-9, "{share}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn binary_find_takes_the_half_with_the_larger_change() {
+        // Two calls got worse, a by 100 (first half), b by 400 (second half): the older
+        // BinaryFind took the first half that got worse.
+        let mut calls = HashMap::new();
+        calls.insert("main", vec![("a", 100.0, 200.0), ("b", 100.0, 500.0)]);
+        let b = Scripted {
+            calls,
+            changed: Vec::new(),
+            own: HashMap::new(),
+            runs: 1,
+            hits: None,
+        };
+        let out = dig(&b, &"main", &options(Strategy::Binary, None)).unwrap();
+        assert_eq!(out.bottleneck.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_changed_call_list_is_told_as_what_was_added_and_removed() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (added, removed) = list_change(
+            &names(&["a", "malloc", "free", "b"]),
+            &names(&["a", "malloc", "free", "malloc", "free", "c"]),
+        );
+        assert_eq!(added, ["malloc", "free", "c"]);
+        assert_eq!(removed, ["b"]);
+        let stop = Stop::CallListChanged {
+            function: "f".into(),
+            added,
+            removed,
+        };
+        assert_eq!(
+            stop.to_string(),
+            "the call list of f changed between the builds (added: malloc, free, c; removed: b): the change is in f itself"
+        );
+        let (added, removed) = list_change(&names(&["a", "b"]), &names(&["b", "a"]));
+        assert!(added.is_empty() && removed.is_empty());
+        let stop = Stop::CallListChanged {
+            function: "f".into(),
+            added,
+            removed,
+        };
+        assert!(stop
+            .to_string()
+            .contains("(the same calls in another order)"));
+    }
+
+    #[test]
+    fn a_callee_called_at_many_sites_is_judged_on_all_of_them() {
+        // An unrolled loop: ten calls of grow, each 10% of main's change, none material
+        // alone; together all of it.
+        let mut calls = HashMap::new();
+        let mut list = vec![("grow", 4.0, 5.0); 10];
+        list.push(("middle", 100.0, 100.0));
+        calls.insert("main", list);
+        let b = Scripted {
+            calls,
+            changed: Vec::new(),
+            own: HashMap::new(),
+            runs: 1,
+            hits: None,
+        };
+        for strategy in [Strategy::Binary, Strategy::Linear] {
+            let out = dig(&b, &"main", &options(strategy, None)).unwrap();
+            assert_eq!(out.bottleneck.as_deref(), Some("grow"), "{strategy:?}");
+            assert_eq!(out.chain[1].samples.current, [50.0], "{strategy:?}");
+        }
     }
 }
