@@ -324,29 +324,41 @@ fn debian_python_counts_list_append_and_inlined_copies_from_python3_11_dbg() {
         );
         return;
     }
+    let workload = dir.path().join("workload.py");
+    let (by_perf, text) = perf_probe_count(
+        PYTHON,
+        "list_append",
+        &[workload.as_os_str(), N.to_string().as_ref()],
+    );
+    assert_eq!(by_perf, Some(totals[0].1), "perf stat: {text}");
+}
+
+/// Calls of `function` (a symbol of `file`, found by `perf probe` as it finds it) in one
+/// run of `python3.11 -I -S ARGS`, counted by a `perf probe` event and `perf stat`; and
+/// what `perf stat` printed.
+fn perf_probe_count(file: &str, function: &str, args: &[&OsStr]) -> (Option<f64>, String) {
     let group = format!("sbsdbg{}", std::process::id());
-    let event = format!("{group}:list_append");
+    let event = format!("{group}:{function}");
     let added = Command::new("perf")
-        .args(["probe", "-q", "-x", PYTHON, "-a"])
-        .arg(format!("{event}=list_append"))
+        .args(["probe", "-q", "-x", file, "-a"])
+        .arg(format!("{event}={function}"))
         .output()
         .unwrap();
     assert!(added.status.success(), "perf probe: {added:?}");
     let stat = Command::new("perf")
         .args(["stat", "-x", ",", "-e", &event, "--", PYTHON, "-I", "-S"])
-        .arg(dir.path().join("workload.py"))
-        .arg(N.to_string())
+        .args(args)
         .output()
         .unwrap();
     let _ = Command::new("perf")
         .args(["probe", "-q", "-d", &format!("{group}:*")])
         .output();
-    let text = String::from_utf8_lossy(&stat.stderr);
-    let by_perf: Option<f64> = text
+    let text = String::from_utf8_lossy(&stat.stderr).into_owned();
+    let count = text
         .lines()
         .find(|l| l.contains(&event))
         .and_then(|l| l.split(',').next()?.trim().parse().ok());
-    assert_eq!(by_perf, Some(totals[0].1), "perf stat: {text}");
+    (count, text)
 }
 
 /// `Py_XDECREF`, inlined 1,300 times into the stripped interpreter: its copies are found
@@ -459,26 +471,6 @@ fn a_function_of_a_library_loaded_at_run_time_is_counted_when_its_library_is_nam
         );
         return;
     }
-    let group = format!("sbsjson{}", std::process::id());
-    let event = format!("{group}:scanstring");
-    let added = Command::new("perf")
-        .args(["probe", "-q", "-x", JSON, "-a"])
-        .arg(format!("{event}=scanstring_unicode"))
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "perf probe: {added:?}");
-    let stat = Command::new("perf")
-        .args(["stat", "-x", ",", "-e", &event, "--", PYTHON, "-I", "-S"])
-        .arg(&workload)
-        .output()
-        .unwrap();
-    let _ = Command::new("perf")
-        .args(["probe", "-q", "-d", &format!("{group}:*")])
-        .output();
-    let text = String::from_utf8_lossy(&stat.stderr);
-    let by_perf: Option<f64> = text
-        .lines()
-        .find(|l| l.contains(&event))
-        .and_then(|l| l.split(',').next()?.trim().parse().ok());
+    let (by_perf, text) = perf_probe_count(JSON, "scanstring_unicode", &[workload.as_os_str()]);
     assert_eq!(by_perf, Some(2.0 * N as f64), "perf stat: {text}");
 }

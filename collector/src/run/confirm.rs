@@ -9,8 +9,8 @@ use crate::judge::confirm::GroupOf;
 use crate::judge::summary::summarize_metric;
 use crate::run::runner::Cancel;
 use crate::run::scheduler::{
-    check_runs, describe_failure, run_once_more_if_asked, Benchmark, Collected, Executor,
-    FailurePolicy, Processes, Schedule,
+    check_runs, describe_failure, run_once_more_if_asked, with_hooks, Benchmark, Collected,
+    Executor, FailurePolicy, Processes, Schedule,
 };
 
 /// Make `runs` more measured runs of each group of `groups` (benchmark index, group name),
@@ -50,9 +50,13 @@ pub fn confirm_with(
     involved.sort_unstable();
     involved.dedup();
     involved.retain(|&b| b < benchmarks.len());
-    let result = with_hooks(benchmarks, &involved, executor, |benchmarks, executor| {
-        run_more(benchmarks, schedule, cancel, groups, runs, executor)
-    });
+    let result = with_hooks(
+        benchmarks,
+        &involved,
+        executor,
+        " again",
+        |benchmarks, executor| run_more(benchmarks, schedule, cancel, groups, runs, executor),
+    );
     for (b, name) in groups {
         let Some(bench) = benchmarks.get_mut(*b) else {
             continue;
@@ -96,48 +100,6 @@ fn count_runs(report: &mut Report, groups: &[GroupOf], runs: usize) {
     let (most, group_runs) = Conditions::runs_made(made, conditions.runs);
     report.conditions.runs = most;
     report.conditions.group_runs = group_runs;
-}
-
-/// `body` between the `--setup` and the `--cleanup` of the benchmarks `involved`, as the
-/// first runs had them (a cleanup runs for every setup that began, also after an error).
-fn with_hooks<T>(
-    benchmarks: &mut [Benchmark],
-    involved: &[usize],
-    executor: &mut dyn Executor,
-    body: impl FnOnce(&mut [Benchmark], &mut dyn Executor) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    let mut set_up = 0;
-    let mut result = Err(anyhow::anyhow!("no confirmation runs were made"));
-    let mut setup_failed = false;
-    for &b in involved {
-        set_up += 1;
-        let bench = &benchmarks[b];
-        if let Some(setup) = &bench.hooks.setup {
-            if let Err(e) = executor.hook(setup, &bench.run) {
-                result = Err(e.context(format!("setting up `{}` again", bench.name)));
-                setup_failed = true;
-                break;
-            }
-        }
-    }
-    if !setup_failed {
-        result = body(benchmarks, executor);
-    }
-    for &b in &involved[..set_up] {
-        let bench = &benchmarks[b];
-        let Some(cleanup) = &bench.hooks.cleanup else {
-            continue;
-        };
-        if let Err(e) = executor.hook(cleanup, &bench.run) {
-            let e = e.context(format!("cleaning up after `{}`", bench.name));
-            if result.is_ok() {
-                result = Err(e);
-            } else {
-                eprintln!("warning: {e:#}");
-            }
-        }
-    }
-    result
 }
 
 /// The confirmation runs themselves: for each group, its warm-up runs and `runs`

@@ -345,30 +345,49 @@ fn progress_bar(total: u64, show: bool) -> ProgressBar {
 }
 
 /// Every benchmark's `--setup`, then every run, then every `--cleanup` of a benchmark
-/// whose setup began (also after a failure, its setup's included: a setup that failed
-/// halfway may have made what the cleanup removes; a cleanup that fails then is a warning
-/// on stderr, the first error stands).
+/// whose setup began (see [`with_hooks`]).
 fn run_all(
     benchmarks: &mut [Benchmark],
     schedule: &Schedule,
     cancel: &Cancel,
     executor: &mut dyn Executor,
 ) -> anyhow::Result<Vec<Collected>> {
-    let mut result = Ok(Vec::new());
+    let all: Vec<usize> = (0..benchmarks.len()).collect();
+    with_hooks(benchmarks, &all, executor, "", |benchmarks, executor| {
+        run_groups(benchmarks, schedule, cancel, executor)
+    })
+}
+
+/// `body` between the `--setup` and the `--cleanup` of the benchmarks `involved`: a
+/// cleanup runs for every benchmark whose setup began, also after a failure, its setup's
+/// included (a setup that failed halfway may have made what the cleanup removes; a
+/// cleanup that fails then is a warning on stderr, the first error stands). `again` ends
+/// the name of a failed setup in its error (` again` for the confirmation runs).
+pub(super) fn with_hooks<T>(
+    benchmarks: &mut [Benchmark],
+    involved: &[usize],
+    executor: &mut dyn Executor,
+    again: &str,
+    body: impl FnOnce(&mut [Benchmark], &mut dyn Executor) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let mut set_up = 0;
-    for bench in benchmarks.iter() {
+    let mut setup_error = None;
+    for &b in involved {
         set_up += 1;
+        let bench = &benchmarks[b];
         if let Some(setup) = &bench.hooks.setup {
             if let Err(e) = executor.hook(setup, &bench.run) {
-                result = Err(e.context(format!("setting up `{}`", bench.name)));
+                setup_error = Some(e.context(format!("setting up `{}`{again}", bench.name)));
                 break;
             }
         }
     }
-    if result.is_ok() {
-        result = run_groups(benchmarks, schedule, cancel, executor);
-    }
-    for bench in &benchmarks[..set_up] {
+    let mut result = match setup_error {
+        Some(e) => Err(e),
+        None => body(benchmarks, executor),
+    };
+    for &b in &involved[..set_up] {
+        let bench = &benchmarks[b];
         let Some(cleanup) = &bench.hooks.cleanup else {
             continue;
         };
