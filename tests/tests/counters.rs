@@ -579,6 +579,18 @@ fn counts_from_different_mechanisms_are_never_compared() {
     );
 }
 
+/// A copy of the `calls` fixture in `dir` named `name`, owned by uid 65534 (nobody) with
+/// `mode` (0o4755: setuid to nobody); `dir` is made reachable for that user.
+fn nobodys_calls(dir: &std::path::Path, name: &str, mode: u32) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = dir.join(name);
+    std::fs::copy(fixture!("calls"), &program).unwrap();
+    std::os::unix::fs::chown(&program, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(mode)).unwrap();
+    program.display().to_string()
+}
+
 /// A program setuid to another user: at its exec the kernel ends every perf event of the
 /// process, so uprobe counts and counters would read an exact-looking 0 (they did: 0 calls
 /// of a function called once, 0 page faults). The run is refused before it starts,
@@ -592,15 +604,9 @@ fn a_program_setuid_to_another_user_is_refused_where_perf_events_would_read_0() 
         );
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let program = dir.path().join("calls");
-    std::fs::copy(fixture!("calls"), &program).unwrap();
-    std::os::unix::fs::chown(&program, Some(65534), Some(65534)).unwrap();
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
-    // The directory must let uid 65534 reach the program.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = program.to_str().unwrap();
+    let program = nobodys_calls(dir.path(), "calls", 0o4755);
+    let path = program.as_str();
     for measure in [
         &["--invocations", "calls::work_more"][..],
         &["--counters", "page-faults"][..],
@@ -636,18 +642,9 @@ fn a_descendant_that_execs_a_setuid_program_is_named_and_its_counts_not_called_e
     if util::skip_without_uprobes("a descendant's setuid exec") {
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let copy = |name: &str, mode: u32| {
-        let program = dir.path().join(name);
-        std::fs::copy(fixture!("calls"), &program).unwrap();
-        std::os::unix::fs::chown(&program, Some(65534), Some(65534)).unwrap();
-        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(mode)).unwrap();
-        program.display().to_string()
-    };
-    let plain = copy("plain-calls", 0o755);
-    let setuid = copy("setuid-calls", 0o4755);
+    let plain = nobodys_calls(dir.path(), "plain-calls", 0o755);
+    let setuid = nobodys_calls(dir.path(), "setuid-calls", 0o4755);
     let run = |program: &str, engine: &str| {
         let script = format!("{program} 7 1 >/dev/null");
         let run = sbs([
