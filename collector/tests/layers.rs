@@ -1,12 +1,12 @@
 //! The collector's layers import only downwards, and only the command layer knows clap:
-//! `cli` > `output` > `plan` > `pinpoint` > `run` > `judge` > `history`. A file that imports a layer
+//! `cli` > `output` > `plan` > `check` > `pinpoint` > `run` > `judge` > `history`. A file that imports a layer
 //! above its own, or names clap outside `cli/` and `main.rs`, fails here with its path.
 
 use std::path::{Path, PathBuf};
 
 /// Layers from the top; a file may import its own layer and those after it.
-const LAYERS: [&str; 7] = [
-    "cli", "output", "plan", "pinpoint", "run", "judge", "history",
+const LAYERS: [&str; 8] = [
+    "cli", "output", "plan", "check", "pinpoint", "run", "judge", "history",
 ];
 
 fn layer_of(relative: &Path) -> Option<usize> {
@@ -76,8 +76,8 @@ fn layers_import_only_downwards_and_only_the_command_layer_knows_clap() {
 #[test]
 fn the_check_sees_a_violation() {
     // The scan itself: a file under judge/ that imports the plan is caught.
-    assert_eq!(layer_of(Path::new("judge/compare/mod.rs")), Some(5));
-    assert_eq!(layer_of(Path::new("pinpoint/search.rs")), Some(3));
+    assert_eq!(layer_of(Path::new("judge/compare/mod.rs")), Some(6));
+    assert_eq!(layer_of(Path::new("pinpoint/search.rs")), Some(4));
     assert_eq!(layer_of(Path::new("output.rs")), Some(1));
     assert_eq!(layer_of(Path::new("lib.rs")), None);
 }

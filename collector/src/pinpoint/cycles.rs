@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::builds::Costs;
+use super::costs::Costs;
 
 /// The calls between a build's own functions that its runs saw (caller start -> callee
 /// starts).

@@ -14,7 +14,7 @@ use sbs_probes::elf::Image;
 
 pub use sbs_probes::dhat::{parse, wrapper};
 
-use super::builds::{Costs, SampledStack};
+use super::costs::{Costs, SampledStack};
 
 /// The load offset of the program under valgrind: for frames valgrind named after one of
 /// its symbols, the page-aligned offset that puts the frame inside that symbol.

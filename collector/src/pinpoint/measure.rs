@@ -21,7 +21,8 @@ use sbs_probes::callgrind::{self, ObjectCosts};
 use sbs_probes::elf::Image;
 use sbs_probes::valgrind::INSTALL_HINT;
 
-use super::builds::{Build, Costs};
+use super::builds::Build;
+use super::costs::Costs;
 use super::dhat;
 use super::{Metric, Request, Runs};
 use crate::run::instrument::{ExitKind, Instrument};

@@ -14,6 +14,7 @@
 //! judge: it takes plain values and returns the report model.
 
 pub mod builds;
+pub mod costs;
 mod cycles;
 mod dhat;
 mod measure;
