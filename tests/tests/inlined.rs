@@ -694,3 +694,125 @@ fn the_check_refuses_what_it_cannot_use_before_the_runs() {
         "--invocations-check needs --invocations",
     );
 }
+
+/// A real crate's code: serde_json 1.0.145, from the registry, parsing and printing a
+/// 200-object document (the driver is a dozen lines; the pushes are serde_json's), built
+/// by cargo in release with debug info and at opt-level 0, in the test cache outside the
+/// clone (util::registry). `--invocations-check` finds every group of call lines equal
+/// to the opt-level-0 build's calls or within its bound: the 800 pushes of
+/// `Value::deserialize` and the 200 of `parse_escape`, whose merged copy has no call line
+/// and meets the line of its function that no other copy stands for.
+#[test]
+fn serde_json_from_the_registry_counts_the_pushes_its_opt_level_0_build_makes() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    if !Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        sbs_skip::skip!(Need::Valgrind, "valgrind is not installed");
+        return;
+    }
+    let dir = util::registry::cache_dir().join("drivers/sjdriver");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    let write_if_changed = |path: PathBuf, text: &str| {
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+            std::fs::write(&path, text).unwrap();
+        }
+    };
+    write_if_changed(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"sjdriver\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [dependencies]\nserde_json = \"=1.0.145\"\n\n\
+         [profile.release]\ndebug = true\n\n[profile.dev]\nopt-level = 0\ndebug = true\n\n\
+         [workspace]\n",
+    );
+    write_if_changed(
+        dir.join("src/main.rs"),
+        r#"use serde_json::Value;
+fn main() {
+    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
+    let mut doc = String::from("[");
+    for i in 0..n {
+        if i > 0 {
+            doc.push(',');
+        }
+        doc.push_str(&format!(
+            "{{\"id\":{i},\"name\":\"item{i}\",\"tags\":[\"a\",\"b\\n\",{i}],\"score\":{}.5}}",
+            i * 3
+        ));
+    }
+    doc.push(']');
+    let v: Value = serde_json::from_str(&doc).expect("valid JSON");
+    let out = serde_json::to_string(&v).expect("serialize");
+    println!("{} {}", v.as_array().map_or(0, |a| a.len()), out.len());
+}
+"#,
+    );
+    let target = util::registry::target_dir();
+    for profile in [&["--release"][..], &[][..]] {
+        let built = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .args(["build", "-q"])
+            .args(profile)
+            .arg("--manifest-path")
+            .arg(dir.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .expect("run cargo");
+        assert!(
+            built.status.success(),
+            "cargo build {profile:?} of the serde_json driver (crates.io must be reachable \
+             the first time): {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+    }
+    let (release, debug) = (
+        target.join("release/sjdriver"),
+        target.join("debug/sjdriver"),
+    );
+    let run = sbs([
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "-f".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        "Vec::push".as_ref(),
+        "--invocations-check".as_ref(),
+        debug.as_os_str(),
+        "--".as_ref(),
+        release.as_os_str(),
+        "200".as_ref(),
+    ])
+    .success();
+    let report = run.json();
+    let c = &report["benchmarks"][0]["invocation_checks"][0];
+    let groups = c["groups"].as_array().unwrap();
+    run.check(
+        groups.iter().all(|g| g["verdict"] != "differs") && c["made"] == 1000,
+        &format!("every group equal or bounded, 1,000 pushes made: {c:#}"),
+    );
+    let made_at = |suffix: &str| {
+        groups
+            .iter()
+            .find(|g| {
+                g["lines"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|l| l.as_str().is_some_and(|l| l.ends_with(suffix)))
+            })
+            .map(|g| (g["counted"].as_u64(), g["made"].as_u64()))
+    };
+    assert_eq!(
+        made_at("src/value/de.rs:114"),
+        Some((Some(800), Some(800))),
+        "{c:#}"
+    );
+    assert_eq!(
+        made_at("src/read.rs:887"),
+        Some((Some(200), Some(200))),
+        "{c:#}"
+    );
+}

@@ -3,7 +3,8 @@
 //!
 //! A counted site stands for calls written at some source lines: an inlined copy for its
 //! call site's line (several, where copies share their entry point), a function's entry
-//! for the lines of the direct calls to it. A line may lead to several sites (a call the
+//! for the lines of the direct calls to it, a copy without a call line (calls merged into
+//! one) for the lines of its function that no other site stands for. A line may lead to several sites (a call the
 //! optimizer duplicated into two paths, or partly inlined). The sites and lines that are
 //! linked, directly or through each other, form a group: within it, the calls counted
 //! must equal the calls the debug build made at those lines, whatever the optimizer did
@@ -20,6 +21,8 @@ pub struct Truth {
     pub by_line: HashMap<String, u64>,
     /// Calls from an instruction without a source line (or from another object).
     pub without_line: u64,
+    /// The function each line's calls are made in (its demangled name).
+    pub function_of: HashMap<String, String>,
 }
 
 /// One counted site of the optimised build, for one pattern.
@@ -29,6 +32,9 @@ pub struct Site {
     pub row: String,
     /// The source lines of the calls it counts (empty: none known).
     pub lines: Vec<String>,
+    /// The function it lies in (demangled), for a site without lines: the calls it counts
+    /// were made at the lines of that function that no other site stands for.
+    pub function: Option<String>,
     /// Its count, and at most how many calls one counted pass stands for.
     pub count: u64,
     pub calls_per_pass: u64,
@@ -51,13 +57,25 @@ pub fn compare(
     let (sites, inlined_too): (Vec<&Site>, Vec<&Site>) = sites
         .iter()
         .partition(|s| s.lines.is_empty() || !s.lines.iter().all(|l| unknown.contains(l)));
+    let claimed: HashSet<&String> = sites.iter().flat_map(|s| &s.lines).collect();
     let mut groups = Groups::default();
     for (i, site) in sites.iter().enumerate() {
         let node = groups.node(Key::Site(i));
-        if site.lines.is_empty() {
+        let mut lines: Vec<&String> = site.lines.iter().collect();
+        if lines.is_empty() {
+            // A copy DWARF gives no call line (calls the optimizer merged into one): the
+            // lines of its function that no other site stands for.
+            lines = truth
+                .function_of
+                .iter()
+                .filter(|(line, f)| Some(*f) == site.function.as_ref() && !claimed.contains(line))
+                .map(|(line, _)| line)
+                .collect();
+        }
+        if lines.is_empty() {
             groups.join(node, Key::Line(NO_LINE.to_string()));
         }
-        for line in &site.lines {
+        for line in lines {
             groups.join(node, Key::Line(line.clone()));
         }
     }
@@ -213,6 +231,7 @@ mod tests {
         Site {
             row: row.into(),
             lines: lines.iter().map(|l| l.to_string()).collect(),
+            function: None,
             count,
             calls_per_pass,
         }
@@ -222,6 +241,7 @@ mod tests {
         Truth {
             by_line: lines.iter().map(|(l, n)| (l.to_string(), *n)).collect(),
             without_line,
+            function_of: HashMap::new(),
         }
     }
 
@@ -303,12 +323,14 @@ mod unknown_lines {
             Site {
                 row: "push [std]".into(),
                 lines: vec!["std.rs:58".into()],
+                function: None,
                 count: 2,
                 calls_per_pass: 1,
             },
             Site {
                 row: "push [a.rs:1]".into(),
                 lines: vec!["a.rs:1".into()],
+                function: None,
                 count: 4,
                 calls_per_pass: 1,
             },
@@ -316,6 +338,7 @@ mod unknown_lines {
         let truth = Truth {
             by_line: [("a.rs:1".to_string(), 4)].into(),
             without_line: 0,
+            function_of: HashMap::new(),
         };
         let unknown: HashSet<String> = ["std.rs:58".to_string()].into();
         let check = compare("m", "dbg", &sites, &truth, &unknown);
@@ -326,6 +349,64 @@ mod unknown_lines {
             check.notes[0].starts_with("1 site(s) (2 calls counted)"),
             "{:?}",
             check.notes
+        );
+    }
+}
+
+#[cfg(test)]
+mod merged_calls {
+    use super::*;
+
+    #[test]
+    fn a_copy_without_a_call_line_meets_the_unclaimed_lines_of_its_function() {
+        // parse_escape's pushes merged into one copy without a call line: its calls were
+        // written at lines 887 and 890; line 880 has a copy of its own, and another
+        // function's line is not taken.
+        let site = |row: &str, lines: &[&str], count| Site {
+            row: row.into(),
+            lines: lines.iter().map(|l| l.to_string()).collect(),
+            function: Some("parse_escape".into()),
+            count,
+            calls_per_pass: 1,
+        };
+        let sites = [
+            site("push [merged]", &[], 7),
+            site("push [880]", &["r.rs:880"], 3),
+        ];
+        let truth = Truth {
+            by_line: [
+                ("r.rs:880", 3),
+                ("r.rs:887", 5),
+                ("r.rs:890", 2),
+                ("s.rs:9", 4),
+            ]
+            .map(|(l, n)| (l.to_string(), n))
+            .into(),
+            without_line: 0,
+            function_of: [
+                ("r.rs:880", "parse_escape"),
+                ("r.rs:887", "parse_escape"),
+                ("r.rs:890", "parse_escape"),
+                ("s.rs:9", "other"),
+            ]
+            .map(|(l, f)| (l.to_string(), f.to_string()))
+            .into(),
+        };
+        let check = compare("m", "dbg", &sites, &truth, &HashSet::new());
+        let merged = check
+            .groups
+            .iter()
+            .find(|g| g.rows == ["push [merged]"])
+            .expect("the merged copy's group");
+        assert_eq!(merged.lines, ["r.rs:887", "r.rs:890"]);
+        assert_eq!(
+            (merged.counted, merged.made, merged.verdict),
+            (7, 7, CheckVerdict::Equal)
+        );
+        assert_eq!(
+            check.differing().count(),
+            1,
+            "only s.rs:9, no site: {check:?}"
         );
     }
 }

@@ -100,9 +100,13 @@ pub fn check(
                     Some(address) => entry_lines.get(&address).cloned().unwrap_or_default(),
                     None => s.call_lines.clone(),
                 };
+                let function = release
+                    .function_at(s.function)
+                    .map(|f| sbs_probes::demangle::demangle(&f.name).label);
                 sites.push(Site {
                     row: label.clone(),
                     lines,
+                    function,
                     count: s.count,
                     calls_per_pass: s.calls_per_pass,
                 });
@@ -384,7 +388,15 @@ fn truth(
         .map_err(|e| anyhow::anyhow!("--invocations-check {}: {e}", debug.path.display()))?;
     for (site, n) in calls {
         match lines.get(&site) {
-            Some(line) => *truth.by_line.entry(line.clone()).or_default() += n,
+            Some(line) => {
+                *truth.by_line.entry(line.clone()).or_default() += n;
+                if let Some(f) = debug.function_at(site) {
+                    truth
+                        .function_of
+                        .entry(line.clone())
+                        .or_insert_with(|| sbs_probes::demangle::demangle(&f.name).label);
+                }
+            }
             None => truth.without_line += n,
         }
     }

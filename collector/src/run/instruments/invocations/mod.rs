@@ -121,6 +121,8 @@ pub struct CountedSite {
     /// The function's address, for a function's entry; `None` inside a function (an
     /// inlined copy's entry point).
     pub entry: Option<u64>,
+    /// The address of the function holding it.
+    pub function: u64,
     /// Where the calls it counts were written (`file:line`), for an inlined copy.
     pub call_lines: Vec<String>,
     /// At most this many calls per counted pass (else 1).
@@ -235,6 +237,7 @@ impl Invocations {
                 .map(|s| CountedSite {
                     image: s.image,
                     entry: (s.kind == sbs_probes::patch::SiteKind::Entry).then_some(s.address),
+                    function: s.function,
                     call_lines: s.call_lines.clone(),
                     calls_per_pass: s.calls_per_pass,
                     count: 0,
