@@ -535,6 +535,43 @@ fn an_unrolled_loop_is_a_lower_bound_whose_bounds_hold_the_truth() {
     }
 }
 
+/// Whether `--invocations-check` cannot run here (it needs uprobes for some sites and
+/// valgrind for the truth); the skip is recorded.
+fn cannot_check() -> bool {
+    if skip_without_uprobes("uprobes") {
+        return true;
+    }
+    let valgrind = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !valgrind {
+        sbs_skip::skip!(Need::Valgrind, "valgrind is not installed");
+    }
+    !valgrind
+}
+
+/// One run of `release N` counting `Vec::push`, checked against `debug`; the run and its
+/// JSON report.
+fn checked_push(release: &Path, debug: &Path, n: &str) -> (util::Finished, serde_json::Value) {
+    let run = sbs([
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "-f".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        "Vec::push".as_ref(),
+        "--invocations-check".as_ref(),
+        debug.as_os_str(),
+        "--".as_ref(),
+        release.as_os_str(),
+        n.as_ref(),
+    ])
+    .success();
+    let report = run.json();
+    (run, report)
+}
+
 /// `--invocations-check`: `shapes` at opt-level 3 checked against the same source at
 /// opt-level 0 under callgrind. Every call line of `escape` agrees (the merged tail is
 /// part of the calls that enter it), `eight`'s unrolled loop lies within its stated
@@ -542,15 +579,7 @@ fn an_unrolled_loop_is_a_lower_bound_whose_bounds_hold_the_truth() {
 /// push on line 18 for each `a`), the check finds exactly that line.
 #[test]
 fn the_check_against_the_opt_level_0_build_finds_every_line_and_only_the_changed_one() {
-    if skip_without_uprobes("uprobes") {
-        return;
-    }
-    if !Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        sbs_skip::skip!(Need::Valgrind, "valgrind is not installed");
+    if cannot_check() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -591,21 +620,7 @@ fn the_check_against_the_opt_level_0_build_finds_every_line_and_only_the_changed
         return;
     };
     let check = |against: &Path| {
-        let run = sbs([
-            "--runs".as_ref(),
-            "1".as_ref(),
-            "-f".as_ref(),
-            "json".as_ref(),
-            "--invocations".as_ref(),
-            "Vec::push".as_ref(),
-            "--invocations-check".as_ref(),
-            against.as_os_str(),
-            "--".as_ref(),
-            release.as_os_str(),
-            "1000".as_ref(),
-        ])
-        .success();
-        let report = run.json();
+        let (run, report) = checked_push(&release, against, "1000");
         let checks = report["benchmarks"][0]["invocation_checks"].clone();
         let warnings = report["benchmarks"][0]["warnings"].to_string();
         (run, checks, warnings)
@@ -704,15 +719,7 @@ fn the_check_refuses_what_it_cannot_use_before_the_runs() {
 /// and meets the line of its function that no other copy stands for.
 #[test]
 fn serde_json_from_the_registry_counts_the_pushes_its_opt_level_0_build_makes() {
-    if skip_without_uprobes("uprobes") {
-        return;
-    }
-    if !Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        sbs_skip::skip!(Need::Valgrind, "valgrind is not installed");
+    if cannot_check() {
         return;
     }
     let dir = util::registry::cache_dir().join("drivers/sjdriver");
@@ -772,21 +779,7 @@ fn main() {
         target.join("release/sjdriver"),
         target.join("debug/sjdriver"),
     );
-    let run = sbs([
-        "--runs".as_ref(),
-        "1".as_ref(),
-        "-f".as_ref(),
-        "json".as_ref(),
-        "--invocations".as_ref(),
-        "Vec::push".as_ref(),
-        "--invocations-check".as_ref(),
-        debug.as_os_str(),
-        "--".as_ref(),
-        release.as_os_str(),
-        "200".as_ref(),
-    ])
-    .success();
-    let report = run.json();
+    let (run, report) = checked_push(&release, &debug, "200");
     let c = &report["benchmarks"][0]["invocation_checks"][0];
     let groups = c["groups"].as_array().unwrap();
     run.check(
