@@ -708,6 +708,23 @@ fn the_check_refuses_what_it_cannot_use_before_the_runs() {
         run.code() == Some(2),
         "--invocations-check needs --invocations",
     );
+    // `compare` of two programs: which one would the debug build stand for?
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("calls-copy");
+    std::fs::copy(fixture!("calls"), &copy).unwrap();
+    let calls = fixture!("calls");
+    sbs([
+        "compare",
+        "--runs",
+        "1",
+        "--invocations",
+        "calls::work",
+        "--invocations-check",
+        calls,
+        &format!("{calls} 10 0"),
+        &format!("{} 10 0", copy.display()),
+    ])
+    .fails_with(2, "these benchmarks run 2 programs");
 }
 
 /// A real crate's code: serde_json 1.0.145, from the registry, parsing and printing a

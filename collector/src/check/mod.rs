@@ -35,6 +35,7 @@ use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sampl
 use crate::run::instruments::invocations::{Invocations, Options, SiteCounts};
 use crate::run::instruments::valgrind::ValgrindWrapper;
 use crate::run::runner::{run_once, Cancel, RunConfig};
+use crate::run::scheduler::Benchmark;
 use compare::{Site, Truth};
 
 /// What to check: the patterns, counted with `options`, against `debug`.
@@ -65,6 +66,26 @@ pub fn preflight(debug: &Path) -> anyhow::Result<PathBuf> {
     sbs_probes::valgrind::find_valgrind().map_err(|e| {
         anyhow::anyhow!("--invocations-check counts the debug build's calls under callgrind: {e}")
     })
+}
+
+/// The check compares one program with its debug build: refuse benchmarks that run
+/// several programs (`compare A B`), before the runs.
+pub fn one_program(benchmarks: &[Benchmark]) -> anyhow::Result<()> {
+    let mut programs: Vec<&Path> = benchmarks.iter().map(|b| b.run.program.as_path()).collect();
+    programs.sort_unstable();
+    programs.dedup();
+    anyhow::ensure!(
+        programs.len() <= 1,
+        "--invocations-check compares one program with its build without optimisation, but \
+         these benchmarks run {} programs ({}); check each program in a run of its own",
+        programs.len(),
+        programs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
 }
 
 /// Check every pattern of `request` for the benchmark `run` starts.

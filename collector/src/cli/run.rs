@@ -54,6 +54,9 @@ pub(super) fn measure(
     let references = regression.load(&names)?;
     // Thresholds of no measured family, a history that cannot be written: before the runs.
     regression.check_before_runs(&names, &plan.metric_families(), plan.metric_ids().as_ref())?;
+    if check.is_some() {
+        check::one_program(&plan.benchmarks)?;
+    }
     // Open the destinations first: an unwritable path fails before minutes of runs.
     let sinks = Sinks::open(&plan.destinations)?;
     let cancel = Cancel::install()
