@@ -199,6 +199,7 @@ impl Inproc {
 
     /// Compare the run's `exec`s with the `images` that read the site table.
     fn compare_execs(&mut self, images: u64) {
+        self.last_missed = false;
         let Some(mut watch) = self.execs.take() else {
             return;
         };
