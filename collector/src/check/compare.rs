@@ -57,76 +57,10 @@ pub fn compare(
     let (sites, inlined_too): (Vec<&Site>, Vec<&Site>) = sites
         .iter()
         .partition(|s| s.lines.is_empty() || !s.lines.iter().all(|l| unknown.contains(l)));
-    let claimed: HashSet<&String> = sites.iter().flat_map(|s| &s.lines).collect();
-    let mut groups = Groups::default();
-    for (i, site) in sites.iter().enumerate() {
-        let node = groups.node(Key::Site(i));
-        let mut lines: Vec<&String> = site.lines.iter().collect();
-        if lines.is_empty() {
-            // A copy DWARF gives no call line (calls the optimizer merged into one): the
-            // lines of its function that no other site stands for.
-            lines = truth
-                .function_of
-                .iter()
-                .filter(|(line, f)| Some(*f) == site.function.as_ref() && !claimed.contains(line))
-                .map(|(line, _)| line)
-                .collect();
-        }
-        if lines.is_empty() {
-            groups.join(node, Key::Line(NO_LINE.to_string()));
-        }
-        for line in lines {
-            groups.join(node, Key::Line(line.clone()));
-        }
-    }
-    for line in truth.by_line.keys() {
-        groups.node(Key::Line(line.clone()));
-    }
-    if truth.without_line > 0 {
-        groups.node(Key::Line(NO_LINE.to_string()));
-    }
-    let made_at = |line: &str| match line {
-        NO_LINE => truth.without_line,
-        _ => truth.by_line.get(line).copied().unwrap_or(0),
-    };
-    let mut out: Vec<CheckGroup> = groups
+    let mut out: Vec<CheckGroup> = link(&sites, truth)
         .components()
         .into_iter()
-        .map(|keys| {
-            let mut g = CheckGroup {
-                lines: Vec::new(),
-                rows: Vec::new(),
-                counted: 0,
-                counted_high: 0,
-                made: 0,
-                verdict: CheckVerdict::Equal,
-            };
-            let mut rows = BTreeSet::new();
-            for key in keys {
-                match key {
-                    Key::Site(i) => {
-                        let s = &sites[i];
-                        g.counted += s.count;
-                        g.counted_high += s.count.saturating_mul(s.calls_per_pass.max(1));
-                        rows.insert(s.row.clone());
-                    }
-                    Key::Line(line) => {
-                        g.made += made_at(&line);
-                        g.lines.push(line);
-                    }
-                }
-            }
-            g.lines.sort();
-            g.rows = rows.into_iter().collect();
-            g.verdict = if g.counted == g.made {
-                CheckVerdict::Equal
-            } else if g.counted <= g.made && g.made <= g.counted_high {
-                CheckVerdict::Bounded
-            } else {
-                CheckVerdict::Differs
-            };
-            g
-        })
+        .map(|keys| group(&keys, &sites, truth))
         .collect();
     let idle = out.len();
     out.retain(|g| g.counted > 0 || g.made > 0);
@@ -162,6 +96,79 @@ pub fn compare(
         groups: out,
         notes,
     }
+}
+
+/// Every site linked to the lines it stands for, and every line of the truth.
+fn link(sites: &[&Site], truth: &Truth) -> Groups {
+    let claimed: HashSet<&String> = sites.iter().flat_map(|s| &s.lines).collect();
+    let mut groups = Groups::default();
+    for (i, site) in sites.iter().enumerate() {
+        let node = groups.node(Key::Site(i));
+        let mut lines: Vec<&String> = site.lines.iter().collect();
+        if lines.is_empty() {
+            // A copy DWARF gives no call line (calls the optimizer merged into one): the
+            // lines of its function that no other site stands for.
+            lines = truth
+                .function_of
+                .iter()
+                .filter(|(line, f)| Some(*f) == site.function.as_ref() && !claimed.contains(line))
+                .map(|(line, _)| line)
+                .collect();
+        }
+        if lines.is_empty() {
+            groups.join(node, Key::Line(NO_LINE.to_string()));
+        }
+        for line in lines {
+            groups.join(node, Key::Line(line.clone()));
+        }
+    }
+    for line in truth.by_line.keys() {
+        groups.node(Key::Line(line.clone()));
+    }
+    if truth.without_line > 0 {
+        groups.node(Key::Line(NO_LINE.to_string()));
+    }
+    groups
+}
+
+/// The group of `keys`: its sites' counts against its lines' calls.
+fn group(keys: &[Key], sites: &[&Site], truth: &Truth) -> CheckGroup {
+    let mut g = CheckGroup {
+        lines: Vec::new(),
+        rows: Vec::new(),
+        counted: 0,
+        counted_high: 0,
+        made: 0,
+        verdict: CheckVerdict::Equal,
+    };
+    let mut rows = BTreeSet::new();
+    for key in keys {
+        match key {
+            Key::Site(i) => {
+                let s = sites[*i];
+                g.counted += s.count;
+                g.counted_high += s.count.saturating_mul(s.calls_per_pass.max(1));
+                rows.insert(s.row.clone());
+            }
+            Key::Line(line) => {
+                g.made += match line.as_str() {
+                    NO_LINE => truth.without_line,
+                    _ => truth.by_line.get(line).copied().unwrap_or(0),
+                };
+                g.lines.push(line.clone());
+            }
+        }
+    }
+    g.lines.sort();
+    g.rows = rows.into_iter().collect();
+    g.verdict = if g.counted == g.made {
+        CheckVerdict::Equal
+    } else if g.counted <= g.made && g.made <= g.counted_high {
+        CheckVerdict::Bounded
+    } else {
+        CheckVerdict::Differs
+    };
+    g
 }
 
 /// A node of the groups: a site (by index) or a source line.

@@ -10,7 +10,7 @@ use crate::check::{self, CheckRequest};
 use crate::judge::confirm::{groups_to_confirm, FirstLooks};
 use crate::judge::growth::fit_scans;
 use crate::judge::pitfalls;
-use crate::judge::regression::{regressions as regressions_of, Mode, Regression};
+use crate::judge::regression::{regressions as regressions_of, Mode, Reference, Regression};
 use crate::output::{Sinks, Unwritten};
 use crate::plan::{self, Format, Request, Target};
 use crate::run::confirm::confirm;
@@ -29,21 +29,7 @@ pub(super) fn measure(
         Some(debug) => Some((debug, check::preflight(debug)?)),
         None => None,
     };
-    let plan = plan::build(Request {
-        targets,
-        measures: args.measures(),
-        controls: args.controls(),
-        destinations: args.report.destinations(),
-        scan: args.scan()?,
-    });
-    // Said whether or not the plan could be built: the mount stays either way.
-    if let Some(at) = sbs_probes::tracefs::Tracefs::mounted_by_this_process() {
-        eprintln!(
-            "sbs-profile: note: tracefs was not mounted; mounted it at {} for the uprobes (it stays mounted)",
-            at.display()
-        );
-    }
-    let mut plan = plan?;
+    let mut plan = build_plan(args, targets)?;
     let regression = Regression::new(
         &args.regression.settings(args.ignore_failure),
         plan.schedule.confidence,
@@ -62,45 +48,22 @@ pub(super) fn measure(
     let cancel = Cancel::install()
         .context("cannot install the handlers of Ctrl-C, SIGTERM, SIGHUP and SIGQUIT")?;
     let mut report = execute(&mut plan.benchmarks, &plan.schedule, &cancel)?;
-    let mut unchecked = None;
-    if let Some((debug, valgrind)) = check {
+    // A check that cannot be made loses none of the measurements: they are judged, saved
+    // and written, and the error is said at the end.
+    let unchecked = check.and_then(|(debug, valgrind)| {
         let request = CheckRequest {
             debug: debug.clone(),
             patterns: plan::unique(&args.measures().invocations),
             options: plan::invocation_options(&args.measures(), false),
         };
-        // A check that cannot be made loses none of the measurements: they are judged,
-        // saved and written, and the error is said at the end.
-        if let Err(e) = check_all(&plan.benchmarks, &request, &valgrind, &cancel, &mut report) {
-            unchecked = Some(e);
-        }
-    }
+        check_all(&plan.benchmarks, &request, &valgrind, &cancel, &mut report).err()
+    });
     // Harnessed benchmarks: raw minus the empty operation, and what that says about them.
     pitfalls::calibrate(&mut report, plan.schedule.confidence);
     pitfalls::dead_work(&mut report);
     pitfalls::constant_inputs(&mut report);
     let mut regressions = regression.apply(&references, &mut report)?;
-    // A measured metric that looks regressed: more runs of its group, and the gate
-    // decides on all of them (docs/statistics.md, "Confirmation runs").
-    let confirm_runs = regression.confirm_runs(plan.schedule.runs);
-    let groups = match confirm_runs {
-        0 => Vec::new(),
-        _ => groups_to_confirm(&report),
-    };
-    if !groups.is_empty() {
-        let first = FirstLooks::take(&report, &groups);
-        confirm(
-            &mut plan.benchmarks,
-            &plan.schedule,
-            &cancel,
-            &groups,
-            confirm_runs,
-            &mut report,
-        )
-        .context("making confirmation runs (--confirm 0 makes none)")?;
-        regression.apply_again(&references, &mut report, &groups)?;
-        // The first looks go into the final comparisons, and the regressions say so.
-        first.record(&mut report);
+    if confirm_regressions(&regression, &references, &mut plan, &cancel, &mut report)? {
         regressions = regressions_of(&report);
     }
     fit_scans(&mut report);
@@ -138,6 +101,60 @@ pub(super) fn measure(
     } else {
         Err(Unwritten { failures }.into())
     }
+}
+
+/// The plan of `targets` with the options of `args`, and a note when its uprobes made
+/// sbs-profile mount tracefs (said whether or not the plan could be built: the mount
+/// stays either way).
+fn build_plan(args: &RunArgs, targets: Vec<Target>) -> anyhow::Result<plan::Plan> {
+    let plan = plan::build(Request {
+        targets,
+        measures: args.measures(),
+        controls: args.controls(),
+        destinations: args.report.destinations(),
+        scan: args.scan()?,
+    });
+    if let Some(at) = sbs_probes::tracefs::Tracefs::mounted_by_this_process() {
+        eprintln!(
+            "sbs-profile: note: tracefs was not mounted; mounted it at {} for the uprobes (it stays mounted)",
+            at.display()
+        );
+    }
+    plan
+}
+
+/// A measured metric that looks regressed: more runs of its group, and the gate decides
+/// on all of them (docs/statistics.md, "Confirmation runs"). Whether any were made (the
+/// regressions must then be read again).
+fn confirm_regressions(
+    regression: &Regression,
+    references: &[Reference],
+    plan: &mut plan::Plan,
+    cancel: &Cancel,
+    report: &mut Report,
+) -> anyhow::Result<bool> {
+    let confirm_runs = regression.confirm_runs(plan.schedule.runs);
+    let groups = match confirm_runs {
+        0 => Vec::new(),
+        _ => groups_to_confirm(report),
+    };
+    if groups.is_empty() {
+        return Ok(false);
+    }
+    let first = FirstLooks::take(report, &groups);
+    confirm(
+        &mut plan.benchmarks,
+        &plan.schedule,
+        cancel,
+        &groups,
+        confirm_runs,
+        report,
+    )
+    .context("making confirmation runs (--confirm 0 makes none)")?;
+    regression.apply_again(references, report, &groups)?;
+    // The first looks go into the final comparisons, and the regressions say so.
+    first.record(report);
+    Ok(true)
 }
 
 /// `--invocations-check`: each benchmark's counts against the debug build, in its report,

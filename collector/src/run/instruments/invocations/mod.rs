@@ -134,6 +134,20 @@ pub struct CountedSite {
 /// A report row: its label, and the indices of the sites it sums.
 pub type Row = (String, Vec<usize>);
 
+impl CountedSite {
+    /// A site as resolved, not counted yet.
+    fn of(s: &Site) -> CountedSite {
+        CountedSite {
+            image: s.image,
+            entry: (s.kind == sbs_probes::patch::SiteKind::Entry).then_some(s.address),
+            function: s.function,
+            call_lines: s.call_lines.clone(),
+            calls_per_pass: s.calls_per_pass,
+            count: 0,
+        }
+    }
+}
+
 /// The sites of one run, and each pattern's rows over them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SiteCounts {
@@ -232,17 +246,7 @@ impl Invocations {
             runs: 0,
             bounds: vec![None; rows_len],
             following: Following::default(),
-            counted_sites: sites
-                .iter()
-                .map(|s| CountedSite {
-                    image: s.image,
-                    entry: (s.kind == sbs_probes::patch::SiteKind::Entry).then_some(s.address),
-                    function: s.function,
-                    call_lines: s.call_lines.clone(),
-                    calls_per_pass: s.calls_per_pass,
-                    count: 0,
-                })
-                .collect(),
+            counted_sites: sites.iter().map(CountedSite::of).collect(),
             calls_per_pass,
         })
     }
@@ -460,6 +464,10 @@ fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
 /// counts it), each other one's reason in `fallback`. Sites closer together than a patch
 /// are planned together (`sbs_probes::overlap`): no two patches overlap, and no uprobe
 /// lies inside a patch. `None` when no site could be patched.
+/// Why the sites of a library loaded at run time are left to uprobes.
+const LOADED_LATER: &str = "it is in a library the program loads at run time (dlopen), and \
+                            the in-process engine patches the libraries loaded at start";
+
 fn patch_sites(
     target: &Target,
     sites: &[Site],
@@ -481,14 +489,7 @@ fn patch_sites(
             .filter(|&k| sites[k].image == image)
             .collect();
         if target.loaded_at_run_time(image) {
-            planned_fallback.extend(which.iter().map(|&k| {
-                (
-                    k,
-                    "it is in a library the program loads at run time (dlopen), and the \
-                     in-process engine patches the libraries loaded at start"
-                        .to_string(),
-                )
-            }));
+            planned_fallback.extend(which.iter().map(|&k| (k, LOADED_LATER.to_string())));
             continue;
         }
         let candidates: Vec<Candidate> = which
