@@ -199,6 +199,18 @@ pub fn parse_out_file_summary(text: &str) -> Result<u64, ValgrindError> {
         })
 }
 
+/// The message of a valgrind log that says why the program did not finish under it
+/// (`Process terminating ...`, a `valgrind: ` error, a bad option), if the log has one.
+pub fn log_hint(log: &str) -> Option<&str> {
+    log.lines()
+        .filter_map(|l| l.split_once("== ").map(|(_, m)| m.trim()))
+        .find(|m| {
+            m.starts_with("Process terminating")
+                || m.contains("valgrind: ")
+                || m.starts_with("Bad option")
+        })
+}
+
 /// Remove the temporary files valgrind's process `pid` left in `dir` (its `TMPDIR`).
 /// Valgrind creates `valgrind_proc_<pid>_cmdline_*` and `..._auxv_*` there at start-up and
 /// unlinks each right after writing it; a valgrind killed in between (a timeout, Ctrl-C)

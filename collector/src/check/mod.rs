@@ -184,17 +184,14 @@ fn count_sites(
 }
 
 fn ensure_success(program: &Path, exit: ExitKind, how: &str) -> anyhow::Result<()> {
-    let ended = match exit {
-        ExitKind::Code(0) => return Ok(()),
-        ExitKind::Code(code) => format!("exited with status {code}"),
-        ExitKind::Signal(sig) => format!("was killed by signal {sig}"),
-        ExitKind::TimedOut => "timed out".to_string(),
-    };
-    anyhow::bail!(
-        "--invocations-check: {} {ended}{how}; both builds must run to completion with the \
+    anyhow::ensure!(
+        exit.success(),
+        "--invocations-check: {} {}{how}; both builds must run to completion with the \
          benchmark's arguments",
-        program.display()
-    )
+        program.display(),
+        exit.ended()
+    );
+    Ok(())
 }
 
 /// The invocations instrument, keeping its per-site counts after the run.
@@ -345,10 +342,7 @@ fn callgrind_profile(
         )
     })?;
     let log = std::fs::read_to_string(&log_file).unwrap_or_default();
-    let hint = log
-        .lines()
-        .filter_map(|l| l.split_once("== ").map(|(_, m)| m.trim()))
-        .find(|m| m.starts_with("Process terminating") || m.contains("valgrind: "))
+    let hint = sbs_probes::valgrind::log_hint(&log)
         .map(|m| format!(" under callgrind (valgrind: {m})"))
         .unwrap_or_else(|| " under callgrind".to_string());
     ensure_success(&debug.program, outcome.exit, &hint)?;

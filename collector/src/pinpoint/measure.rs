@@ -25,7 +25,7 @@ use super::builds::Build;
 use super::costs::Costs;
 use super::dhat;
 use super::{Metric, Request, Runs};
-use crate::run::instrument::{ExitKind, Instrument};
+use crate::run::instrument::Instrument;
 use crate::run::instruments::valgrind::ValgrindWrapper;
 use crate::run::runner::{run_once as run_child, Cancel};
 
@@ -162,26 +162,15 @@ pub fn run_once(
         )
     })?;
     if !outcome.exit.success() {
-        let how = match outcome.exit {
-            ExitKind::Code(code) => format!("exited with status {code}"),
-            ExitKind::Signal(sig) => format!("was killed by signal {sig}"),
-            ExitKind::TimedOut => "timed out".to_string(),
-        };
         let log = std::fs::read_to_string(&log_file).unwrap_or_default();
-        let hint = log
-            .lines()
-            .filter_map(|l| l.split_once("== ").map(|(_, m)| m.trim()))
-            .find(|m| {
-                m.starts_with("Process terminating")
-                    || m.contains("valgrind: ")
-                    || m.starts_with("Bad option")
-            })
+        let hint = sbs_probes::valgrind::log_hint(&log)
             .map(|m| format!(" (valgrind: {m})"))
             .unwrap_or_default();
         anyhow::bail!(
-            "the {} build {} {how} under valgrind{hint}; pinpoint needs both builds to run to completion with these arguments",
+            "the {} build {} {} under valgrind{hint}; pinpoint needs both builds to run to completion with these arguments",
             build.side,
-            build.exe.display()
+            build.exe.display(),
+            outcome.exit.ended()
         );
     }
     let mut printed = Vec::new();

@@ -111,6 +111,16 @@ impl ExitKind {
     pub fn success(self) -> bool {
         self == ExitKind::Code(0)
     }
+
+    /// How the child ended, after its name: `exited with status 3`, `was killed by
+    /// signal 9`, `timed out`.
+    pub fn ended(self) -> String {
+        match self {
+            ExitKind::Code(code) => format!("exited with status {code}"),
+            ExitKind::Signal(sig) => format!("was killed by signal {sig}"),
+            ExitKind::TimedOut => "timed out".to_string(),
+        }
+    }
 }
 
 /// What the runner observed about one child run.
