@@ -487,12 +487,7 @@ fn collect_instances(
             };
             let ranges = die_code(dwarf, &unit, entry)?;
             let (call_file, line) = call_position(dwarf, &unit, entry)?;
-            let call_line = (line > 0)
-                .then(|| call_file_index(entry))
-                .transpose()?
-                .flatten()
-                .and_then(|i| file_path(dwarf, &unit, i))
-                .map(|f| format!("{f}:{line}"));
+            let call_line = whole_call_line(dwarf, &unit, entry, line)?;
             let split_from = match copies.iter().rev().find(|c| c.origin == origin) {
                 Some(copy)
                     if line > 0
@@ -592,6 +587,22 @@ fn call_position(
         None => 0,
     };
     Ok((file, line))
+}
+
+/// An inlined instance's call site with the file's whole path, when it has a `line`
+/// ([`InlinedInstance::call_line`]).
+fn whole_call_line(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    entry: &gimli::DebuggingInformationEntry<Reader<'_>>,
+    line: u64,
+) -> gimli::Result<Option<String>> {
+    if line == 0 {
+        return Ok(None);
+    }
+    Ok(call_file_index(entry)?
+        .and_then(|i| file_path(dwarf, unit, i))
+        .map(|f| format!("{f}:{line}")))
 }
 
 /// The line-table file index of an inlined instance's `DW_AT_call_file`.

@@ -118,6 +118,45 @@ fn seconds(flag: &str, text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// `--sample-size`'s value: a whole number, at least criterion's minimum of 10.
+fn sample_size(v: &str) -> Result<usize, String> {
+    let n: usize = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("--sample-size {v}: expected a whole number of samples"))?;
+    if n < 10 {
+        return Err(format!(
+            "--sample-size {v}: must be at least 10 (criterion's minimum)"
+        ));
+    }
+    Ok(n)
+}
+
+/// `--confidence-level`'s value: a fraction strictly between 0 and 1.
+fn confidence(v: &str) -> Result<f64, String> {
+    let c: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("--confidence-level {v}: expected a fraction such as 0.95"))?;
+    if !(c > 0.0 && c < 1.0) {
+        return Err(format!(
+            "--confidence-level {v}: must be between 0 and 1, e.g. 0.95"
+        ));
+    }
+    Ok(c)
+}
+
+/// `--output-format`'s value.
+fn output_format(v: &str) -> Result<OutputFormat, String> {
+    match v {
+        "criterion" => Ok(OutputFormat::Criterion),
+        "bencher" => Ok(OutputFormat::Bencher),
+        _ => Err(format!(
+            "--output-format {v}: expected `criterion` or `bencher`"
+        )),
+    }
+}
+
 /// Parse the arguments after the program name. An error is one line saying what to do.
 pub(crate) fn parse(args: &[String]) -> Result<Cli, String> {
     let child = ChildRun::from_args(args).map_err(|e| e.to_string())?;
@@ -156,45 +195,12 @@ pub(crate) fn parse(args: &[String]) -> Result<Cli, String> {
             "--list" => list = true,
             "--exact" => cli.exact = true,
             "-h" | "--help" => help = true,
-            "--sample-size" => {
-                let v = value()?;
-                let n: usize = v.trim().parse().map_err(|_| {
-                    format!("--sample-size {v}: expected a whole number of samples")
-                })?;
-                if n < 10 {
-                    return Err(format!(
-                        "--sample-size {v}: must be at least 10 (criterion's minimum)"
-                    ));
-                }
-                cli.sample_size = Some(n);
-            }
+            "--sample-size" => cli.sample_size = Some(sample_size(&value()?)?),
             "--warm-up-time" => cli.warm_up_time = Some(seconds(flag, &value()?)?),
             "--measurement-time" => cli.measurement_time = Some(seconds(flag, &value()?)?),
             "--profile-time" => profile = Some(seconds(flag, &value()?)?),
-            "--confidence-level" => {
-                let v = value()?;
-                let c: f64 = v.trim().parse().map_err(|_| {
-                    format!("--confidence-level {v}: expected a fraction such as 0.95")
-                })?;
-                if !(c > 0.0 && c < 1.0) {
-                    return Err(format!(
-                        "--confidence-level {v}: must be between 0 and 1, e.g. 0.95"
-                    ));
-                }
-                cli.confidence_level = Some(c);
-            }
-            "--output-format" => {
-                let v = value()?;
-                cli.format = match v.as_str() {
-                    "criterion" => OutputFormat::Criterion,
-                    "bencher" => OutputFormat::Bencher,
-                    _ => {
-                        return Err(format!(
-                            "--output-format {v}: expected `criterion` or `bencher`"
-                        ))
-                    }
-                };
-            }
+            "--confidence-level" => cli.confidence_level = Some(confidence(&value()?)?),
+            "--output-format" => cli.format = output_format(&value()?)?,
             f if IGNORED_WITH_VALUE.contains(&f) => {
                 value()?;
             }

@@ -193,16 +193,7 @@ impl Invocations {
         let mut warnings = target_warnings(&target);
         warnings.extend(match_warnings);
         let calls_per_pass: Vec<u64> = sites.iter().map(|s| s.calls_per_pass).collect();
-        for p in rows.iter_mut() {
-            // A lower bound: never compared as an exact count.
-            if p.rows
-                .iter()
-                .flat_map(|(_, i)| i)
-                .any(|&i| calls_per_pass[i] > 1)
-            {
-                p.metric.exact = false;
-            }
-        }
+        not_exact_where_unrolled(&mut rows, &calls_per_pass);
         let Engines {
             mut counted,
             inproc,
@@ -464,6 +455,16 @@ fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
 /// counts it), each other one's reason in `fallback`. Sites closer together than a patch
 /// are planned together (`sbs_probes::overlap`): no two patches overlap, and no uprobe
 /// lies inside a patch. `None` when no site could be patched.
+/// A pattern with a site that may stand for several calls per counted pass (an unrolled
+/// loop) counts a lower bound: never compared as an exact count.
+fn not_exact_where_unrolled(rows: &mut [PatternRows], calls_per_pass: &[u64]) {
+    for p in rows.iter_mut() {
+        if p.sites().iter().any(|&i| calls_per_pass[i] > 1) {
+            p.metric.exact = false;
+        }
+    }
+}
+
 /// Why the sites of a library loaded at run time are left to uprobes.
 const LOADED_LATER: &str = "it is in a library the program loads at run time (dlopen), and \
                             the in-process engine patches the libraries loaded at start";
