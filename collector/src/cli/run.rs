@@ -7,10 +7,8 @@ use anyhow::Context;
 
 use super::{exit_for, RunArgs};
 use crate::check::{self, CheckRequest};
-use crate::judge::confirm::{groups_to_confirm, FirstLooks};
-use crate::judge::growth::fit_scans;
-use crate::judge::pitfalls;
-use crate::judge::regression::{regressions as regressions_of, Mode, Reference, Regression};
+use crate::judge::judge;
+use crate::judge::regression::{Mode, Regression};
 use crate::output::{Sinks, Unwritten};
 use crate::plan::{self, Format, Request, Target};
 use crate::run::confirm::confirm;
@@ -58,15 +56,18 @@ pub(super) fn measure(
         };
         check_all(&plan.benchmarks, &request, &valgrind, &cancel, &mut report).err()
     });
-    // Harnessed benchmarks: raw minus the empty operation, and what that says about them.
-    pitfalls::calibrate(&mut report, plan.schedule.confidence);
-    pitfalls::dead_work(&mut report);
-    pitfalls::constant_inputs(&mut report);
-    let mut regressions = regression.apply(&references, &mut report)?;
-    if confirm_regressions(&regression, &references, &mut plan, &cancel, &mut report)? {
-        regressions = regressions_of(&report);
-    }
-    fit_scans(&mut report);
+    let (benchmarks, schedule) = (&mut plan.benchmarks, &plan.schedule);
+    let regressions = judge(
+        &mut report,
+        &regression,
+        &references,
+        schedule.confidence,
+        schedule.runs,
+        |groups, runs, report| {
+            confirm(benchmarks, schedule, &cancel, groups, runs, report)
+                .context("making confirmation runs (--confirm 0 makes none)")
+        },
+    )?;
     // Save first, then write every report that can be written: a failing destination
     // loses neither the history nor the other reports, and a failing history loses no
     // report. Neither depends on stdout having a reader.
@@ -121,40 +122,6 @@ fn build_plan(args: &RunArgs, targets: Vec<Target>) -> anyhow::Result<plan::Plan
         );
     }
     plan
-}
-
-/// A measured metric that looks regressed: more runs of its group, and the gate decides
-/// on all of them (docs/statistics.md, "Confirmation runs"). Whether any were made (the
-/// regressions must then be read again).
-fn confirm_regressions(
-    regression: &Regression,
-    references: &[Reference],
-    plan: &mut plan::Plan,
-    cancel: &Cancel,
-    report: &mut Report,
-) -> anyhow::Result<bool> {
-    let confirm_runs = regression.confirm_runs(plan.schedule.runs);
-    let groups = match confirm_runs {
-        0 => Vec::new(),
-        _ => groups_to_confirm(report),
-    };
-    if groups.is_empty() {
-        return Ok(false);
-    }
-    let first = FirstLooks::take(report, &groups);
-    confirm(
-        &mut plan.benchmarks,
-        &plan.schedule,
-        cancel,
-        &groups,
-        confirm_runs,
-        report,
-    )
-    .context("making confirmation runs (--confirm 0 makes none)")?;
-    regression.apply_again(references, report, &groups)?;
-    // The first looks go into the final comparisons, and the regressions say so.
-    first.record(report);
-    Ok(true)
 }
 
 /// `--invocations-check`: each benchmark's counts against the debug build, in its report,
