@@ -12,6 +12,7 @@ pub mod human;
 pub mod json;
 pub mod markdown;
 mod markup;
+pub mod metric_id;
 pub mod model;
 pub mod pinpoint;
 pub mod text;

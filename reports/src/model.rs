@@ -32,49 +32,7 @@ impl Unit {
     }
 }
 
-/// The first segment of every metric id the collector measures: each instrument reports
-/// metrics of one or more of these families.
-pub const METRIC_FAMILIES: [&str; 8] = [
-    "time.",
-    "rss.",
-    "alloc.",
-    "heap.",
-    "invocations.",
-    "boxing.",
-    "counter.",
-    "profile.",
-];
-
-/// The family of a metric id or id pattern (`alloc.count` -> `alloc.`), if it has one.
-pub fn family_of(id: &str) -> Option<&'static str> {
-    METRIC_FAMILIES.into_iter().find(|f| id.starts_with(f))
-}
-
-/// Suffix of a calibrated per-operation metric: the raw one minus the empty one, run by
-/// run (see the collector's `judge/pitfalls.rs`).
-pub const CALIBRATED: &str = ".calibrated";
-
-/// Whether a metric measures a quantity that cannot be negative (a duration, a size, a
-/// count), so that the lower bound of its interval is cut at 0 and a saved negative value
-/// is corruption. `heap.live_at_exit` is not one (a process may free more than the agent
-/// saw it allocate), nor a calibrated value.
-pub fn never_negative(id: &str) -> bool {
-    const PREFIXES: [&str; 9] = [
-        "time.",
-        "rss.",
-        "alloc.",
-        "heap.peak",
-        "heap.tree_peak",
-        "counter.",
-        "invocations.",
-        "boxing.",
-        // Sampled CPU times (`--profile-time`).
-        "profile.",
-    ];
-    // A calibrated value (raw minus the empty operation's) is a difference: it can be
-    // below 0, and an interval across 0 is what "indistinguishable from zero" means.
-    PREFIXES.iter().any(|p| id.starts_with(p)) && !id.ends_with(CALIBRATED)
-}
+pub use crate::metric_id::{Family, MetricId, Variant};
 
 /// Summary statistics of one metric's samples.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1008,21 +966,6 @@ impl Confirmation {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn peaks_and_counts_are_never_negative_a_difference_may_be() {
-        for id in [
-            "heap.peak",
-            "heap.tree_peak",
-            "rss.tree_peak",
-            "alloc.count/op",
-        ] {
-            assert!(never_negative(id), "{id}");
-        }
-        for id in ["heap.live_at_exit", "alloc.count/op.calibrated"] {
-            assert!(!never_negative(id), "{id}");
-        }
-    }
 
     #[test]
     fn the_runs_made_are_listed_per_group_only_when_groups_differ() {

@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::io;
 use std::path::Path;
 
-use sbs_reports::model::{never_negative, Unit};
+use sbs_reports::model::{MetricId, Unit};
 
 use super::{
     columns_v1, columns_v2, columns_v3, io_error, Entry, EntryMeta, History, HistoryError, Row,
@@ -287,7 +287,7 @@ fn check_value(row: &Row) -> Result<(), String> {
     if !value.is_finite() {
         return Err(format!("value {value} of {what} is not finite"));
     }
-    if value < 0.0 && never_negative(&row.metric) {
+    if value < 0.0 && MetricId::parse(&row.metric).is_ok_and(|id| id.never_negative()) {
         return Err(format!(
             "value {value:e} of {what} is negative, which a {} cannot be",
             match row.unit {

@@ -14,11 +14,9 @@
 //! never ask for confirmation.
 
 use sbs_reports::model::{
-    Comparison, ComparisonMethod, Confirmation, MetricResult, Report, Verdict,
+    Comparison, ComparisonMethod, Confirmation, Family, MetricId, MetricResult, Report, Variant,
+    Verdict,
 };
-
-/// The prefix of a time profile's metrics (`--profile-time`).
-const PROFILE: &str = "profile.";
 
 /// A group of runs of one benchmark to extend: (benchmark index in the report, group).
 pub type GroupOf = (usize, String);
@@ -49,7 +47,9 @@ pub fn groups_to_confirm(report: &Report) -> Vec<GroupOf> {
         let made_once = |group: &str| {
             bench.metrics.iter().any(|m| {
                 m.group == group
-                    && (m.id.ends_with(crate::judge::pitfalls::EMPTY) || m.id.starts_with(PROFILE))
+                    && MetricId::parse(&m.id).is_ok_and(|id| {
+                        id.variant() == Variant::Empty || id.family() == Family::Profile
+                    })
             })
         };
         for m in bench.metrics.iter().filter(|m| looks_regressed(m)) {

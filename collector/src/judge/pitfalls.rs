@@ -5,21 +5,16 @@
 //! input). Pure functions over numbers and the report model; see `docs/harness.md`.
 
 use sbs_reports::human;
-use sbs_reports::model::{BenchmarkResult, MetricResult, Report, Unit};
+use sbs_reports::model::{BenchmarkResult, Family, MetricId, MetricResult, Report, Unit, Variant};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::summary::{metric_result, summarize};
 
-/// Suffix of the empty operation's cost of a per-operation metric (`time.op.empty`,
-/// `counter.instructions/op.empty`).
-pub const EMPTY: &str = ".empty";
-pub use crate::judge::sources::CALIBRATED;
-
-/// Separates a metric id from the size probe it was counted at
+/// The per-operation instruction count, the one metric counted at each size probe
 /// (`counter.instructions/op@n=20000`).
-pub const AT: &str = "@";
-/// The per-operation instruction count, the one metric counted at each size probe.
-pub const INSTRUCTIONS_PER_OP: &str = "counter.instructions/op";
+pub fn instructions_per_op() -> MetricId {
+    MetricId::new(Family::Counter, "instructions").per_op()
+}
 
 /// An exact per-operation count (instructions under valgrind) this close to the empty
 /// operation's is the same cost: the two closures compile to loops that differ by a few
@@ -48,11 +43,14 @@ pub fn calibrate(report: &mut Report, confidence: f64) {
     for bench in &mut report.benchmarks {
         let mut added = Vec::new();
         for raw in &bench.metrics {
-            let Some(empty) = bench
-                .metrics
-                .iter()
-                .find(|m| m.id == format!("{}{EMPTY}", raw.id))
+            let Some(id) = MetricId::parse(&raw.id)
+                .ok()
+                .filter(|id| id.is_per_operation() && id.variant() == Variant::Raw)
             else {
+                continue;
+            };
+            let twin = id.clone().with_variant(Variant::Empty).to_string();
+            let Some(empty) = bench.metrics.iter().find(|m| m.id == twin) else {
                 continue;
             };
             if raw.samples.len() != empty.samples.len() || raw.samples.is_empty() {
@@ -66,7 +64,7 @@ pub fn calibrate(report: &mut Report, confidence: f64) {
                 .collect();
             let exact = raw.exact && empty.exact;
             let mut m = metric_result(
-                format!("{}{CALIBRATED}", raw.id),
+                id.with_variant(Variant::Calibrated).to_string(),
                 raw.unit,
                 raw.source.clone(),
                 exact,
@@ -158,11 +156,11 @@ pub fn dead_work(report: &mut Report) {
 
 fn dead_work_warning(bench: &BenchmarkResult) -> Option<String> {
     let find = |id: &str| bench.metrics.iter().find(|m| m.id == id);
-    let instructions = format!("counter.instructions/op{CALIBRATED}");
-    let time = format!("time.op{CALIBRATED}");
-    let (calibrated, raw) = match find(&instructions) {
-        Some(c) => (c, find("counter.instructions/op")?),
-        None => (find(&time)?, find("time.op")?),
+    let calibrated = |id: &MetricId| id.clone().with_variant(Variant::Calibrated).to_string();
+    let (instructions, time) = (instructions_per_op(), MetricId::new(Family::Time, "op"));
+    let (calibrated, raw) = match find(&calibrated(&instructions)) {
+        Some(c) => (c, find(&instructions.to_string())?),
+        None => (find(&calibrated(&time))?, find(&time.to_string())?),
     };
     if calibrated.distinguishable != Some(false) {
         return None;
@@ -187,13 +185,16 @@ pub fn constant_inputs(report: &mut Report) {
         if dead_work_warning(bench).is_some() {
             continue;
         }
-        let Some(base) = bench.metrics.iter().find(|m| m.id == INSTRUCTIONS_PER_OP) else {
+        let per_op = instructions_per_op();
+        let Some(base) = bench.metrics.iter().find(|m| m.id == per_op.to_string()) else {
             continue;
         };
-        let prefix = format!("{INSTRUCTIONS_PER_OP}{AT}");
         let mut warnings = Vec::new();
         for probe in &bench.metrics {
-            let Some(at) = probe.id.strip_prefix(&prefix) else {
+            let Ok(id) = MetricId::parse(&probe.id) else {
+                continue;
+            };
+            let Some(at) = id.probe().filter(|_| id.base() == per_op) else {
                 continue;
             };
             let (a, b) = (base.summary.mean, probe.summary.mean);

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use sbs_reports::model::{
-    family_of, BenchmarkResult, Comparison, Conditions, MetricResult, Report, TrendPoint,
-    METRIC_FAMILIES,
+    BenchmarkResult, Comparison, Conditions, Family, MetricId, MetricResult, Report, TrendPoint,
+    Variant,
 };
 
 use crate::history::{Entry, EntryMeta, History, SavedMetric};
@@ -500,7 +500,7 @@ impl Regression {
     pub fn check_before_runs(
         &self,
         benchmarks: &[String],
-        families: &BTreeSet<&str>,
+        families: &BTreeSet<Family>,
         ids: Option<&BTreeSet<String>>,
     ) -> anyhow::Result<()> {
         let refused = thresholds_outside(&self.thresholds, families, ids);
@@ -555,18 +555,26 @@ impl Regression {
 }
 
 /// The option that measures a family of metrics, for messages.
-fn measured_by(family: &str) -> &'static str {
+fn measured_by(family: Family) -> &'static str {
     match family {
-        "time." => "--time",
-        "rss." => "--memory",
-        "alloc." => "--alloc",
-        "heap." => "--alloc or --memory",
-        "invocations." => "--invocations",
-        "boxing." => "--boxing",
-        "counter." => "--counters or --instructions",
-        "profile." => "--profile-time",
-        _ => "another option",
+        Family::Time => "--time",
+        Family::Rss => "--memory",
+        Family::Alloc => "--alloc",
+        Family::Heap => "--alloc or --memory",
+        Family::Invocations => "--invocations",
+        Family::Boxing => "--boxing",
+        Family::Counter => "--counters or --instructions",
+        Family::Profile => "--profile-time",
     }
+}
+
+/// Whether a pattern's prefix (`alloc.c` of `alloc.c*`, or `al`) is of a family or may
+/// become one.
+fn prefix_of_a_family(prefix: &str) -> bool {
+    Family::ALL
+        .map(Family::prefix)
+        .iter()
+        .any(|f| prefix.starts_with(f) || f.starts_with(prefix))
 }
 
 /// The candidate closest to `name`, if one is close (Jaro-Winkler above 0.8).
@@ -596,7 +604,7 @@ fn names_one_of(name: &str, ids: &BTreeSet<String>) -> bool {
 /// of thresholds can serve several CI jobs.
 pub fn thresholds_outside(
     thresholds: &Thresholds,
-    families: &BTreeSet<&str>,
+    families: &BTreeSet<Family>,
     ids: Option<&BTreeSet<String>>,
 ) -> Vec<String> {
     let patterns: BTreeSet<&str> = thresholds.patterns().collect();
@@ -604,18 +612,12 @@ pub fn thresholds_outside(
         .into_iter()
         .filter_map(|pattern| {
             let family = match pattern.strip_suffix('*') {
-                Some(prefix)
-                    if METRIC_FAMILIES
-                        .iter()
-                        .any(|f| prefix.starts_with(f) || f.starts_with(prefix)) =>
-                {
-                    return None
-                }
+                Some(prefix) if prefix_of_a_family(prefix) => return None,
                 Some(_) => None,
-                None => family_of(pattern),
+                None => Family::of(pattern),
             };
             match family {
-                Some(f) if families.contains(f) => match ids {
+                Some(f) if families.contains(&f) => match ids {
                     Some(ids) if !pattern.ends_with('*') && !names_one_of(pattern, ids) => Some(
                         match closest(
                             pattern,
@@ -628,7 +630,8 @@ pub fn thresholds_outside(
                     _ => None,
                 },
                 Some(f) => Some(format!(
-                    "`{pattern}` ({f}* metrics are measured with {})",
+                    "`{pattern}` ({}* metrics are measured with {})",
+                    f.prefix(),
                     measured_by(f)
                 )),
                 None => {
@@ -637,11 +640,12 @@ pub fn thresholds_outside(
                         Some(dot) => pattern.split_at(dot + 1),
                         None => (pattern, ""),
                     };
-                    Some(match closest(head, METRIC_FAMILIES.into_iter()) {
+                    let prefixes = Family::ALL.map(Family::prefix);
+                    Some(match closest(head, prefixes.into_iter()) {
                         Some(f) => format!("`{pattern}` (did you mean `{f}{rest}`?)"),
                         None => format!(
                             "`{pattern}` (metric ids start with {})",
-                            METRIC_FAMILIES.join(", ")
+                            prefixes.join(", ")
                         ),
                     })
                 }
@@ -668,10 +672,7 @@ pub fn unknown_threshold_names(thresholds: &Thresholds, report: &Report) -> Vec<
             // A family this run did not measure (`time.*` in an --alloc run) is fine; a
             // prefix of no family at all is a typo.
             Some(prefix) => {
-                !ids.iter().any(|id| id.starts_with(prefix))
-                    && !METRIC_FAMILIES
-                        .iter()
-                        .any(|f| prefix.starts_with(f) || f.starts_with(prefix))
+                !ids.iter().any(|id| id.starts_with(prefix)) && !prefix_of_a_family(prefix)
             }
             None => !ids.contains(pattern),
         })
@@ -785,7 +786,7 @@ fn not_compared(metric: &MetricResult, reference: &Reference) -> String {
 /// (`X.empty`, the calibration), which measures the harness, not the benchmark; its
 /// changes show in `X.calibrated`, which is.
 fn gated(metric: &MetricResult) -> bool {
-    !metric.id.ends_with(crate::judge::pitfalls::EMPTY)
+    MetricId::parse(&metric.id).map_or(true, |id| id.variant() != Variant::Empty)
 }
 
 #[cfg(test)]
@@ -859,7 +860,8 @@ mod tests {
 
     #[test]
     fn before_the_runs_a_threshold_must_name_a_measured_family_and_a_known_id() {
-        let families: BTreeSet<&str> = ["time.", "rss.", "alloc.", "heap."].into();
+        let families: BTreeSet<Family> =
+            [Family::Time, Family::Rss, Family::Alloc, Family::Heap].into();
         let ids: BTreeSet<String> = ["time.wall", "alloc.count", "heap.peak"]
             .map(String::from)
             .into();

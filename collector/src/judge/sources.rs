@@ -71,10 +71,6 @@ pub fn resolution(source: &str, unit: Unit) -> f64 {
     }
 }
 
-// What a metric id says about its values is defined with the result model, where the
-// history reader (a layer below this one) finds it too.
-pub use sbs_reports::model::{never_negative, CALIBRATED};
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! (mean, variance) and the median come from `statrs`; this is the one place that computes
 //! them for the collector.
 
-use sbs_reports::model::{Detail, MetricResult, Summary, Unit};
+use sbs_reports::model::{Detail, MetricId, MetricResult, Summary, Unit};
 
 use super::shape;
 use statrs::distribution::{ContinuousCDF, StudentsT};
@@ -204,13 +204,13 @@ fn exact_but_varied(exact: bool, unit: Unit, samples: &[f64]) -> Option<String> 
 }
 
 /// [`summarize`] for metric `id`: the interval of a quantity that cannot be negative
-/// ([`crate::judge::sources::never_negative`]) is cut at 0. The t interval is symmetric,
+/// ([`MetricId::never_negative`]) is cut at 0. The t interval is symmetric,
 /// and for a few skewed samples near 0 (`time.sys`) it reaches below 0; cutting off values
 /// the mean cannot take keeps every value it can, so the coverage stays at least
 /// `confidence`.
 pub fn summarize_metric(id: &str, samples: &[f64], confidence: f64) -> Summary {
     let mut s = summarize(samples, confidence);
-    if crate::judge::sources::never_negative(id) {
+    if MetricId::parse(id).is_ok_and(|id| id.never_negative()) {
         s.ci_low = s.ci_low.map(|low| low.max(0.0));
     }
     s

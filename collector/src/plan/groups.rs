@@ -5,6 +5,7 @@
 use std::ffi::OsStr;
 
 use anyhow::bail;
+use sbs_reports::model::Family;
 
 use super::counters::{self, CounterOptions};
 use super::Measures;
@@ -346,9 +347,9 @@ fn per_op_records(benchmark: &str, group: &str, measures: &Measures) -> PerOpRec
     let count = PerOpMode::Count { ops: measures.ops };
     let (mode, prefixes) = match group {
         "timing" => (PerOpMode::Time, Vec::new()),
-        "invocations" => (count, vec!["invocations.".to_string()]),
-        "boxing" => (count, vec!["boxing.".to_string()]),
-        n if n.starts_with("counters") || n == "valgrind" => (count, vec!["counter.".to_string()]),
+        "invocations" => (count, vec![Family::Invocations]),
+        "boxing" => (count, vec![Family::Boxing]),
+        n if n.starts_with("counters") || n == "valgrind" => (count, vec![Family::Counter]),
         _ => (count, Vec::new()),
     };
     PerOpRecords::new(benchmark, mode, prefixes).counting_alloc(measures.alloc_harness)

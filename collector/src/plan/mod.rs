@@ -10,6 +10,8 @@ mod request;
 
 use std::path::PathBuf;
 
+use sbs_reports::model::{Family, MetricId, Variant};
+
 pub use crate::run::scheduler::{Benchmark, FailurePolicy, Point, Schedule};
 pub use build::{build, resolve_program, CLEAN_PATH};
 pub(crate) use groups::{invocation_options, unique};
@@ -73,7 +75,7 @@ pub struct Plan {
 impl Plan {
     /// The families of metric ids (`time.`, `alloc.`...) its runs may report, known
     /// before any run from its instruments.
-    pub fn metric_families(&self) -> std::collections::BTreeSet<&'static str> {
+    pub fn metric_families(&self) -> std::collections::BTreeSet<Family> {
         self.benchmarks
             .iter()
             .flat_map(|b| &b.groups)
@@ -97,8 +99,9 @@ impl Plan {
         // The judge calibrates every metric measured on an empty operation too.
         let calibrated: Vec<String> = ids
             .iter()
-            .filter_map(|id| id.strip_suffix(crate::judge::pitfalls::EMPTY))
-            .map(|base| format!("{base}{}", crate::judge::sources::CALIBRATED))
+            .filter_map(|id| MetricId::parse(id).ok())
+            .filter(|id| id.variant() == Variant::Empty)
+            .map(|id| id.with_variant(Variant::Calibrated).to_string())
             .collect();
         ids.extend(calibrated);
         Some(ids)

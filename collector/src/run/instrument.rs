@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::unistd::Pid;
-use sbs_reports::model::{MetricResult, Unit, METRIC_FAMILIES};
+use sbs_reports::model::{Family, MetricResult, Unit};
 
 /// What a metric is: its id, unit, mechanism and kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -212,12 +212,12 @@ pub trait Instrument {
         Vec::new()
     }
 
-    /// The families of metric ids ([`METRIC_FAMILIES`]: `time.`, `alloc.`...) this
+    /// The families of metric ids ([`Family`]: `time.`, `alloc.`...) this
     /// instrument may report, known before any run: a `--threshold` naming a metric of a
     /// family no instrument of the plan reports is refused then. The default, every
     /// family, refuses nothing.
-    fn families(&self) -> Vec<&'static str> {
-        METRIC_FAMILIES.to_vec()
+    fn families(&self) -> Vec<Family> {
+        Family::ALL.to_vec()
     }
 
     /// The id of every metric this instrument may report, when known before any run (all

@@ -4,7 +4,8 @@
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use sbs_reports::model::{
-    BenchmarkResult, Conditions, GroupRuns, MetricResult, Report, Scan, ScanPoint, SCHEMA_VERSION,
+    BenchmarkResult, Conditions, Family, GroupRuns, MetricId, MetricResult, Report, Scan,
+    ScanPoint, Variant, SCHEMA_VERSION,
 };
 
 use crate::judge::summary::timing_warnings;
@@ -115,7 +116,7 @@ impl Collected {
         }
         samples
             .into_iter()
-            .filter(|s| !s.metric.id.starts_with("time."))
+            .filter(|s| Family::of(&s.metric.id) != Some(Family::Time))
             .collect()
     }
 
@@ -651,6 +652,14 @@ fn scans(benchmarks: &[Benchmark]) -> Vec<Scan> {
 
 /// The report of the collected series: each metric summarized, with the notes that
 /// instruments attached to its id prefix.
+/// Whether an instrument's note (`(prefix, note)`, see [`Instrument::metric_notes`]) is
+/// for metric `id`: a per-run total whose id starts with `prefix`, not a `/op` metric nor
+/// a calibration twin (`time.op.empty` does not get the notes of `time.op`).
+fn note_applies(prefix: &str, id: &str) -> bool {
+    id.starts_with(prefix)
+        && MetricId::parse(id).is_ok_and(|id| !id.is_per_op() && id.variant() == Variant::Raw)
+}
+
 fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedule) -> Report {
     let collected_runs: Vec<GroupRuns> = collected
         .iter()
@@ -667,12 +676,7 @@ fn report(benchmarks: &[Benchmark], collected: Vec<Collected>, schedule: &Schedu
                     let notes: Vec<String> = c
                         .notes
                         .iter()
-                        .filter(|(prefix, _)| {
-                            s.spec.id.strip_prefix(prefix.as_str()).is_some_and(|rest| {
-                                !rest.contains('/')
-                                    && !rest.ends_with(crate::judge::pitfalls::EMPTY)
-                            })
-                        })
+                        .filter(|(prefix, _)| note_applies(prefix, &s.spec.id))
                         .map(|(_, note)| note.clone())
                         .collect();
                     let mut result =

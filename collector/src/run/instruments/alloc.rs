@@ -31,7 +31,7 @@ use sbs_agent_abi::{
     HEADER_SIZE, REPORT_FD, REPORT_SIZE, SLOT_COUNT, SLOT_SIZE,
 };
 use sbs_probes::execs::{ExecCount, ExecWatch};
-use sbs_reports::model::Unit;
+use sbs_reports::model::{Family, Unit};
 
 use super::preload::StampedLibrary;
 use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
@@ -739,10 +739,10 @@ impl Instrument for AllocAgent {
         "alloc-agent"
     }
 
-    fn families(&self) -> Vec<&'static str> {
+    fn families(&self) -> Vec<Family> {
         match self.metrics {
-            AllocMetrics::All => vec!["alloc.", "heap."],
-            AllocMetrics::HeapPeak => vec!["heap."],
+            AllocMetrics::All => vec![Family::Alloc, Family::Heap],
+            AllocMetrics::HeapPeak => vec![Family::Heap],
         }
     }
 

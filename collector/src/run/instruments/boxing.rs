@@ -21,7 +21,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use nix::unistd::Pid;
-use sbs_reports::model::Unit;
+use sbs_reports::model::{Family, Unit};
 
 use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
 use crate::run::instruments::invocations::{Invocations, Options};
@@ -83,8 +83,8 @@ impl Instrument for Boxing {
         "boxing"
     }
 
-    fn families(&self) -> Vec<&'static str> {
-        vec!["boxing."]
+    fn families(&self) -> Vec<Family> {
+        vec![Family::Boxing]
     }
 
     fn metric_ids(&self) -> Option<Vec<String>> {

@@ -14,7 +14,7 @@ use nix::unistd::Pid;
 use sbs_probes::counters::{
     CounterBackend, CounterSet, CounterValue, EventClass, EventUnit, SeriesPlan,
 };
-use sbs_reports::model::Unit;
+use sbs_reports::model::{Family, Unit};
 
 use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 use crate::run::instruments::following::Following;
@@ -96,8 +96,8 @@ impl Instrument for PerfCounters {
         "counters"
     }
 
-    fn families(&self) -> Vec<&'static str> {
-        vec!["counter."]
+    fn families(&self) -> Vec<Family> {
+        vec![Family::Counter]
     }
 
     fn metric_ids(&self) -> Option<Vec<String>> {

@@ -11,6 +11,7 @@
 //! metric: it hands the counts to the drift check ([`crate::judge::pitfalls::drift_warnings`])
 //! with the timing runs' times, and gives its warnings and its note.
 
+use sbs_reports::model::Family;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
@@ -132,7 +133,7 @@ impl Instrument for FirstOps {
         "first operations"
     }
 
-    fn families(&self) -> Vec<&'static str> {
+    fn families(&self) -> Vec<Family> {
         Vec::new()
     }
 

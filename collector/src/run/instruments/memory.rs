@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use nix::unistd::Pid;
-use sbs_reports::model::Unit;
+use sbs_reports::model::{Family, Unit};
 
 use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 
@@ -109,8 +109,8 @@ impl Instrument for Memory {
         "memory"
     }
 
-    fn families(&self) -> Vec<&'static str> {
-        vec!["rss."]
+    fn families(&self) -> Vec<Family> {
+        vec![Family::Rss]
     }
 
     fn metric_ids(&self) -> Option<Vec<String>> {

@@ -12,14 +12,25 @@ use std::os::fd::OwnedFd;
 use anyhow::Context;
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use sbs_agent_abi::harness as proto;
-use sbs_reports::model::Unit;
+use sbs_reports::model::{Family, MetricId, Unit, Variant};
 
 use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
 
-/// Suffix of per-operation metric ids.
-pub const PER_OP: &str = "/op";
-use crate::judge::pitfalls::FirstCheck;
-pub use crate::judge::pitfalls::{AT, EMPTY, INSTRUCTIONS_PER_OP};
+use crate::judge::pitfalls::{instructions_per_op, FirstCheck};
+
+/// The harness's time per operation, `time.op`.
+fn time_op() -> MetricId {
+    MetricId::new(Family::Time, "op")
+}
+
+/// The empty operation's twin of a per-operation id (`alloc.count/op.empty`).
+fn empty(id: &str) -> String {
+    match MetricId::parse(id) {
+        Ok(id) => id.with_variant(Variant::Empty).to_string(),
+        // Every id here was built from a parsed one; keep the grammar's form regardless.
+        Err(_) => format!("{id}.empty"),
+    }
+}
 
 /// Why a drift check is on times alone when no count of the first operations is planned.
 pub const NOT_COUNTED: &str = "valgrind is not installed, so the instructions of the first \
@@ -43,9 +54,9 @@ pub enum PerOpMode {
 pub struct PerOpRecords {
     benchmark: String,
     mode: PerOpMode,
-    /// Metric id prefixes of the instruments before this one that counted inside the
+    /// Metric families of the instruments before this one that counted inside the
     /// region only (`invocations.`): they get a `/op` metric too.
-    region_prefixes: Vec<String>,
+    region: Vec<Family>,
     file: Option<File>,
     runs: usize,
     not_steady: usize,
@@ -96,11 +107,11 @@ pub type DriftCell = std::sync::Arc<std::sync::Mutex<DriftEvidence>>;
 
 impl PerOpRecords {
     /// The instrument for `benchmark`'s runs in `mode`.
-    pub fn new(benchmark: &str, mode: PerOpMode, region_prefixes: Vec<String>) -> Self {
+    pub fn new(benchmark: &str, mode: PerOpMode, region: Vec<Family>) -> Self {
         PerOpRecords {
             benchmark: benchmark.to_string(),
             mode,
-            region_prefixes,
+            region,
             file: None,
             runs: 0,
             not_steady: 0,
@@ -153,6 +164,14 @@ impl PerOpRecords {
         )
     }
 
+    /// The id of a metric an instrument before this one counted inside the region, if it
+    /// is one.
+    fn in_region(&self, id: &str) -> Option<MetricId> {
+        MetricId::parse(id)
+            .ok()
+            .filter(|id| self.region.contains(&id.family()))
+    }
+
     /// A timing run: seconds per operation.
     fn time_samples(
         &mut self,
@@ -163,7 +182,10 @@ impl PerOpRecords {
         let seconds = |id: &str| MetricSpec::new(id, Unit::Seconds, "harness", false);
         out.push(Sample::new(seconds("time.op"), t));
         if let Some(e) = get(records, proto::REC_TIME_EMPTY) {
-            out.push(Sample::new(seconds(&format!("time.op{EMPTY}")), e));
+            out.push(Sample::new(
+                seconds(&time_op().with_variant(Variant::Empty).to_string()),
+                e,
+            ));
         }
         if get(records, proto::REC_NOT_STEADY).unwrap_or(0.0) != 0.0 {
             self.not_steady += 1;
@@ -202,16 +224,12 @@ impl PerOpRecords {
         }
         let mut per_op = Vec::new();
         for s in out.iter() {
-            if !self
-                .region_prefixes
-                .iter()
-                .any(|p| s.metric.id.starts_with(p))
-            {
+            let Some(id) = self.in_region(&s.metric.id) else {
                 continue;
-            }
+            };
             self.check_region_count(records, s)?;
             let mut metric = s.metric.clone();
-            metric.id.push_str(PER_OP);
+            metric.id = id.per_op().to_string();
             per_op.push(Sample {
                 metric,
                 value: s.value / ops,
@@ -227,9 +245,9 @@ impl PerOpRecords {
             out.extend(
                 per_op
                     .into_iter()
-                    .filter(|s| s.metric.id == INSTRUCTIONS_PER_OP)
+                    .filter(|s| s.metric.id == instructions_per_op().to_string())
                     .map(|mut s| {
-                        s.metric.id = format!("{INSTRUCTIONS_PER_OP}{AT}{probe}");
+                        s.metric.id = instructions_per_op().at(probe.as_str()).to_string();
                         s
                     }),
             );
@@ -239,7 +257,7 @@ impl PerOpRecords {
             // Only what the empty operation costs per operation; its totals mean nothing.
             out.clear();
             out.extend(per_op.into_iter().map(|mut s| {
-                s.metric.id.push_str(EMPTY);
+                s.metric.id = empty(&s.metric.id);
                 s
             }));
             return Ok(());
@@ -327,18 +345,13 @@ impl Instrument for PerOpRecords {
 
     /// Time per operation in a timing group; in a counting group, the `/op` metrics of
     /// the instruments before it and the harness's own allocation counts.
-    fn families(&self) -> Vec<&'static str> {
+    fn families(&self) -> Vec<Family> {
         match self.mode {
-            PerOpMode::Time => vec!["time."],
-            PerOpMode::Count { .. } => {
-                let mut families = vec!["alloc.", "heap."];
-                families.extend(
-                    self.region_prefixes
-                        .iter()
-                        .filter_map(|p| sbs_reports::model::family_of(p)),
-                );
-                families
-            }
+            PerOpMode::Time => vec![Family::Time],
+            PerOpMode::Count { .. } => [Family::Alloc, Family::Heap]
+                .into_iter()
+                .chain(self.region.iter().copied())
+                .collect(),
         }
     }
 
@@ -347,17 +360,20 @@ impl Instrument for PerOpRecords {
     /// size probe, or `X/op.empty` in a calibration group), and the harness's own.
     fn metric_ids_after(&self, before: &[String]) -> Option<Vec<String>> {
         if let PerOpMode::Time = self.mode {
-            return Some(vec!["time.op".to_string(), format!("time.op{EMPTY}")]);
+            return Some(vec![
+                "time.op".to_string(),
+                time_op().with_variant(Variant::Empty).to_string(),
+            ]);
         }
         let per_op = before
             .iter()
-            .filter(|id| self.region_prefixes.iter().any(|p| id.starts_with(p)))
-            .map(|id| format!("{id}{PER_OP}"));
+            .filter_map(|id| self.in_region(id))
+            .map(|id| id.per_op().to_string());
         if let Some(probe) = &self.size {
-            return Some(vec![format!("{INSTRUCTIONS_PER_OP}{AT}{probe}")]);
+            return Some(vec![instructions_per_op().at(probe.as_str()).to_string()]);
         }
         if self.empty {
-            return Some(per_op.map(|id| format!("{id}{EMPTY}")).collect());
+            return Some(per_op.map(|id| empty(&id)).collect());
         }
         let mut ids: Vec<String> = per_op.collect();
         ids.extend(["alloc.count/op", "alloc.bytes/op", "heap.retained"].map(String::from));
@@ -452,11 +468,11 @@ impl Instrument for PerOpRecords {
             return Vec::new();
         }
         let mut notes: Vec<(String, String)> = self
-            .region_prefixes
+            .region
             .iter()
-            .map(|p| {
+            .map(|family| {
                 (
-                    p.clone(),
+                    family.prefix().to_string(),
                     format!(
                         "the measured region only: the {ops} operations of each run, set-up excluded"
                     ),
@@ -579,11 +595,8 @@ mod tests {
 
     #[test]
     fn counting_runs_divide_region_counts_and_report_allocations() {
-        let mut inst = PerOpRecords::new(
-            "b",
-            PerOpMode::Count { ops: 4 },
-            vec!["invocations.".into()],
-        );
+        let mut inst =
+            PerOpRecords::new("b", PerOpMode::Count { ops: 4 }, vec![Family::Invocations]);
         let mut probe = Sample::new(
             MetricSpec::new("invocations.f", Unit::Count, "uprobe", true),
             4000.0,
@@ -621,7 +634,7 @@ mod tests {
         assert!(run(&mut inst, "", vec![], ExitKind::Code(2))
             .unwrap()
             .is_empty());
-        let mut inst = PerOpRecords::new("b", PerOpMode::Count { ops: 1 }, vec!["counter.".into()]);
+        let mut inst = PerOpRecords::new("b", PerOpMode::Count { ops: 1 }, vec![Family::Counter]);
         let c = Sample::new(
             MetricSpec::new("counter.page-faults", Unit::Count, "perf-sw", false),
             80.0,
@@ -647,7 +660,7 @@ mod tests {
                 3000.0,
             )
         };
-        let mut inst = PerOpRecords::new("b", PerOpMode::Count { ops: 3 }, vec!["counter.".into()]);
+        let mut inst = PerOpRecords::new("b", PerOpMode::Count { ops: 3 }, vec![Family::Counter]);
         // No descriptors (valgrind has none), but the harness ran under valgrind.
         let out = run(
             &mut inst,
@@ -689,9 +702,8 @@ mod tests {
             )
         };
         let records = "ops 3\nregion.events 0\nregion.valgrind 1\n";
-        let mut empty =
-            PerOpRecords::new("b", PerOpMode::Count { ops: 3 }, vec!["counter.".into()])
-                .empty_operation();
+        let mut empty = PerOpRecords::new("b", PerOpMode::Count { ops: 3 }, vec![Family::Counter])
+            .empty_operation();
         let mut setup = ChildSetup::default();
         empty.prepare(&mut setup).unwrap();
         assert!(setup
@@ -704,7 +716,7 @@ mod tests {
         assert_eq!(ids, ["counter.instructions/op.empty"]);
         assert_eq!(out[0].value, 10.0);
         assert!(empty.metric_notes().is_empty());
-        let mut size = PerOpRecords::new("b", PerOpMode::Count { ops: 3 }, vec!["counter.".into()])
+        let mut size = PerOpRecords::new("b", PerOpMode::Count { ops: 3 }, vec![Family::Counter])
             .at_size("n=20000");
         let mut setup = ChildSetup::default();
         size.prepare(&mut setup).unwrap();

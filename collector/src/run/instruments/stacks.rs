@@ -6,6 +6,7 @@
 //! Sampling copies part of the stack on every sample: it slows the program down, so, like
 //! every instrument, it runs in runs of its own and never in a timing run.
 
+use sbs_reports::model::Family;
 use std::fs::File;
 use std::io::{Read, Seek};
 use std::os::fd::OwnedFd;
@@ -212,8 +213,8 @@ impl Instrument for TimeProfile {
         "time profile"
     }
 
-    fn families(&self) -> Vec<&'static str> {
-        vec!["profile."]
+    fn families(&self) -> Vec<Family> {
+        vec![Family::Profile]
     }
 
     /// The functions are chosen by the first run: any `profile.inclusive.` id may come.

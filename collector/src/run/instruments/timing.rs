@@ -2,7 +2,7 @@
 //! `time.cpu` is the user and system time together, what the child cost the CPUs.
 //! Nothing is attached to the child, so these runs are undisturbed.
 
-use sbs_reports::model::Unit;
+use sbs_reports::model::{Family, Unit};
 
 use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 
@@ -19,11 +19,11 @@ impl Instrument for Timing {
         "timing"
     }
 
-    fn families(&self) -> Vec<&'static str> {
+    fn families(&self) -> Vec<Family> {
         if self.rss {
-            vec!["time.", "rss."]
+            vec![Family::Time, Family::Rss]
         } else {
-            vec!["time."]
+            vec![Family::Time]
         }
     }
 

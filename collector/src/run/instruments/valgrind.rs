@@ -22,7 +22,7 @@ use anyhow::Context;
 use nix::unistd::Pid;
 use sbs_agent_abi::harness::ENV_REGION_CALLGRIND;
 use sbs_probes::valgrind;
-use sbs_reports::model::Unit;
+use sbs_reports::model::{Family, Unit};
 
 use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
 
@@ -85,8 +85,8 @@ impl Instrument for ValgrindInstructions {
         "valgrind"
     }
 
-    fn families(&self) -> Vec<&'static str> {
-        vec!["counter."]
+    fn families(&self) -> Vec<Family> {
+        vec![Family::Counter]
     }
 
     fn metric_ids(&self) -> Option<Vec<String>> {

@@ -20,6 +20,7 @@ mod cache;
 mod inproc;
 mod sites;
 
+use sbs_reports::model::Family;
 use std::ffi::OsStr;
 use std::path::Path;
 
@@ -864,8 +865,8 @@ impl Instrument for Invocations {
         "invocations"
     }
 
-    fn families(&self) -> Vec<&'static str> {
-        vec!["invocations."]
+    fn families(&self) -> Vec<Family> {
+        vec![Family::Invocations]
     }
 
     fn metric_ids(&self) -> Option<Vec<String>> {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use sbs_probes::patch::SiteKind;
 use sbs_probes::resolve::{InlinedSite, PatternMatch, Target};
-use sbs_reports::model::Unit;
+use sbs_reports::model::{Family, MetricId, Unit};
 
 use crate::run::instrument::MetricSpec;
 
@@ -72,7 +72,7 @@ pub(super) fn sites_and_rows(
             rows.extend(inlined_rows(target, m, detail, &mut sites));
             PatternRows {
                 metric: MetricSpec::new(
-                    format!("invocations.{}", m.pattern.as_str()),
+                    MetricId::new(Family::Invocations, m.pattern.as_str()).to_string(),
                     Unit::Count,
                     "uprobe",
                     true,
