@@ -10,7 +10,7 @@ mod util;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use util::{metric, sbs};
+use util::{metric, sbs, sbs_env};
 
 const SIZE: &str = "262144";
 const IGNORE_TIME: &str = "time.*=1000";
@@ -848,6 +848,45 @@ fn an_unusable_history_or_report_path_fails_before_any_run() {
         "1",
     ])
     .fails_with(2, &under.display().to_string());
+}
+
+#[test]
+fn flags_are_checked_before_any_build_probe_or_run() {
+    // A misspelt threshold, an unwritable history or report path were found only after
+    // the plan was built: `cargo bench --no-run` had built the bench target, the debug
+    // info had been read and every pattern resolved. A typo cost a build. Here cargo is a
+    // script that leaves a mark, and a pattern that matches nothing would fail the plan
+    // with another message.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("cargo-ran");
+    let cargo = dir.path().join("cargo");
+    std::fs::write(
+        &cargo,
+        format!("#!/bin/sh\ntouch '{}'\nexit 1\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ro = util::ReadOnlyDir::new();
+    let inside = |name: &str| ro.dir.join(name).to_str().unwrap().to_string();
+    let cases: [(&[&str], &str); 4] = [
+        (&["--threshold", "tme.wall=5"], "did you mean `time.wall`?"),
+        (&["--threshold", "alloc.count=x"], "alloc.count=x"),
+        (
+            &["--history", &inside("h"), "--save"],
+            "cannot create a file in",
+        ),
+        (&["-o", &inside("r.json")], "cannot write in"),
+    ];
+    for (args, needle) in cases {
+        let mut bench = vec!["--bench", "wordfreq", "--alloc", "--runs", "1"];
+        bench.extend(args);
+        sbs_env(&bench, &[("CARGO", cargo.as_os_str())]).fails_with(2, needle);
+        assert!(!marker.exists(), "{args:?}: cargo ran before the check");
+        let mut command = vec!["--invocations", "no_such_function_anywhere", "--runs", "1"];
+        command.extend(args);
+        command.extend(["--", fixture!("exit_with"), "1"]);
+        sbs(&command).fails_with(2, needle);
+    }
 }
 
 #[test]

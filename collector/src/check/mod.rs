@@ -35,7 +35,6 @@ use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sampl
 use crate::run::instruments::invocations::{Invocations, Options, SiteCounts};
 use crate::run::instruments::valgrind::ValgrindWrapper;
 use crate::run::runner::{run_once, Cancel, RunConfig};
-use crate::run::scheduler::Benchmark;
 use compare::{Site, Truth};
 
 /// What to check: the patterns, counted with `options`, against `debug`.
@@ -70,8 +69,8 @@ pub fn preflight(debug: &Path) -> anyhow::Result<PathBuf> {
 
 /// The check compares one program with its debug build: refuse benchmarks that run
 /// several programs (`compare A B`), before the runs.
-pub fn one_program(benchmarks: &[Benchmark]) -> anyhow::Result<()> {
-    let mut programs: Vec<&Path> = benchmarks.iter().map(|b| b.run.program.as_path()).collect();
+pub fn one_program<'a>(runs: impl Iterator<Item = &'a RunConfig>) -> anyhow::Result<()> {
+    let mut programs: Vec<&Path> = runs.map(|r| r.program.as_path()).collect();
     programs.sort_unstable();
     programs.dedup();
     anyhow::ensure!(

@@ -14,6 +14,7 @@ use crate::plan::{self, Format, Request, Target};
 use crate::run::confirm::confirm;
 use crate::run::runner::Cancel;
 use crate::run::scheduler::{execute, Benchmark};
+use crate::run::spec;
 use sbs_reports::model::Report;
 
 /// Measure `targets` with the options of `args`, judged as `mode` says.
@@ -27,25 +28,40 @@ pub(super) fn measure(
         Some(debug) => Some((debug, check::preflight(debug)?)),
         None => None,
     };
-    let mut plan = build_plan(args, targets)?;
+    let request = Request {
+        targets,
+        measures: args.measures(),
+        controls: args.controls(),
+        destinations: args.report.destinations(),
+        scan: args.scan()?,
+    };
+    // Every flag before anything heavy (a cargo build, debug info read, a probe, a child):
+    // the thresholds against what the planned groups will report, the history's
+    // directory, the report's destinations. A typo costs no build and no run.
     let regression = Regression::new(
         &args.regression.settings(args.ignore_failure),
-        plan.schedule.confidence,
+        request.controls.confidence,
         mode,
     )?;
-    // Read the history first: a missing baseline or a corrupt file fails before the runs.
+    let planned = plan::planned_groups(&request)?;
+    regression.check_thresholds(
+        &plan::families(planned.iter()),
+        Some(&plan::metric_ids(planned.iter())),
+    )?;
+    regression.check_writable(&[])?;
+    let sinks = Sinks::open(&request.destinations)?;
+    let plan = plan::build(request)?;
+    // Read the history: a missing baseline or a corrupt file fails before the runs.
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;
-    // Thresholds of no measured family, a history that cannot be written: before the runs.
-    regression.check_before_runs(&names, &plan.metric_families(), plan.metric_ids().as_ref())?;
+    regression.check_writable(&names)?;
     if check.is_some() {
-        check::one_program(&plan.benchmarks)?;
+        check::one_program(plan.benchmarks.iter().map(|b| &b.run))?;
     }
-    // Open the destinations first: an unwritable path fails before minutes of runs.
-    let sinks = Sinks::open(&plan.destinations)?;
+    let mut benchmarks = instantiate(&plan)?;
     let cancel = Cancel::install()
         .context("cannot install the handlers of Ctrl-C, SIGTERM, SIGHUP and SIGQUIT")?;
-    let mut report = execute(&mut plan.benchmarks, &plan.schedule, &cancel)?;
+    let mut report = execute(&mut benchmarks, &plan.schedule, &cancel)?;
     // A check that cannot be made loses none of the measurements: they are judged, saved
     // and written, and the error is said at the end.
     let unchecked = check.and_then(|(debug, valgrind)| {
@@ -54,9 +70,9 @@ pub(super) fn measure(
             patterns: plan::unique(&args.measures().invocations),
             options: plan::invocation_options(&args.measures(), false),
         };
-        check_all(&plan.benchmarks, &request, &valgrind, &cancel, &mut report).err()
+        check_all(&benchmarks, &request, &valgrind, &cancel, &mut report).err()
     });
-    let (benchmarks, schedule) = (&mut plan.benchmarks, &plan.schedule);
+    let (benchmarks, schedule) = (&mut benchmarks, &plan.schedule);
     let regressions = judge(
         &mut report,
         &regression,
@@ -104,24 +120,18 @@ pub(super) fn measure(
     }
 }
 
-/// The plan of `targets` with the options of `args`, and a note when its uprobes made
-/// sbs-profile mount tracefs (said whether or not the plan could be built: the mount
+/// The live benchmarks of `plan`, every instrument made, and a note when its uprobes
+/// made sbs-profile mount tracefs (said whether or not they could be made: the mount
 /// stays either way).
-fn build_plan(args: &RunArgs, targets: Vec<Target>) -> anyhow::Result<plan::Plan> {
-    let plan = plan::build(Request {
-        targets,
-        measures: args.measures(),
-        controls: args.controls(),
-        destinations: args.report.destinations(),
-        scan: args.scan()?,
-    });
+fn instantiate(plan: &plan::Plan) -> anyhow::Result<Vec<Benchmark>> {
+    let benchmarks = plan.benchmarks.iter().map(spec::instantiate).collect();
     if let Some(at) = sbs_probes::tracefs::Tracefs::mounted_by_this_process() {
         eprintln!(
             "sbs-profile: note: tracefs was not mounted; mounted it at {} for the uprobes (it stays mounted)",
             at.display()
         );
     }
-    plan
+    benchmarks
 }
 
 /// `--invocations-check`: each benchmark's counts against the debug build, in its report,

@@ -14,15 +14,16 @@ use super::{io_error, EntryMeta, History, HistoryError, Row, HISTORY_SCHEMA};
 impl History {
     /// Check, before any run, that saving `benchmarks` (as new entries with `entries`,
     /// as baseline `baseline`) will be able to create its files: the nearest existing
-    /// directory on the way to each must be a directory that takes a new file (a
-    /// temporary one, deleted at once). Creates nothing that stays.
+    /// directory on the way to each, and to the history's own directory, must be a
+    /// directory that takes a new file (a temporary one, deleted at once). Creates nothing
+    /// that stays.
     pub fn check_writable(
         &self,
         benchmarks: &[String],
         entries: bool,
         baseline: Option<&str>,
     ) -> Result<(), HistoryError> {
-        let mut dirs = Vec::new();
+        let mut dirs = vec![self.root.clone()];
         for name in benchmarks {
             if entries {
                 dirs.push(self.entries_dir(name));

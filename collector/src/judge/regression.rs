@@ -491,15 +491,12 @@ impl Regression {
         Ok(())
     }
 
-    /// Check, before any run, what can be known then: that every `--threshold` names a
-    /// metric the plan will measure (`families` and, when its instruments know them,
-    /// `ids`), and that `--save` or `--save-baseline` can write the history, so that
-    /// neither fails after minutes of runs. Where the ids are known only from the runs
-    /// (a harness), a misspelt name inside a measured family is caught after them, by
-    /// [`Regression::check_threshold_names`].
-    pub fn check_before_runs(
+    /// Check, before anything heavy, that every `--threshold` names a metric the plan will
+    /// measure (`families` and, when known, `ids`), so that a typo fails before minutes of
+    /// runs. A misspelt name the plan cannot tell from a real one (a harness's metrics
+    /// named by its runs) is caught after them, by [`Regression::check_threshold_names`].
+    pub fn check_thresholds(
         &self,
-        benchmarks: &[String],
         families: &BTreeSet<Family>,
         ids: Option<&BTreeSet<String>>,
     ) -> anyhow::Result<()> {
@@ -511,6 +508,13 @@ impl Regression {
                 refused.join(", ")
             );
         }
+        Ok(())
+    }
+
+    /// Check, before any run, that `--save` or `--save-baseline` can write the history of
+    /// `benchmarks` (with none given, its directory), so that saving does not fail after
+    /// the runs.
+    pub fn check_writable(&self, benchmarks: &[String]) -> anyhow::Result<()> {
         if self.save || self.save_baseline.is_some() {
             self.history
                 .check_writable(benchmarks, self.save, self.save_baseline.as_deref())?;

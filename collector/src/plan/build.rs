@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
-use super::groups::benchmark_groups;
+use super::groups::{benchmark_groups, refuse_credential_change};
 use super::{
-    bench_binary, Benchmark, Controls, HarnessTarget, Plan, Point, Request, Schedule, Target,
+    bench_binary, BenchmarkSpec, Controls, GroupSpec, HarnessTarget, Plan, Point, Request,
+    Schedule, Target,
 };
 use crate::run::hooks::{Hook, Hooks};
 use crate::run::runner::RunConfig;
@@ -110,6 +111,34 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
     })
 }
 
+/// Stands for every size probe of a harnessed benchmark in [`planned_groups`]: the id
+/// of its instruction count, `counter.instructions/op@*`, is a prefix pattern.
+const ANY_SIZE: &str = "*";
+
+/// The groups the plan of `request` will give its benchmarks, known before anything heavy
+/// (no cargo build, no listing of a harness binary, no program read): what the
+/// `--threshold` names are checked against first. A harness's size probes, known only from
+/// its listing, stand as one probe of any size.
+pub fn planned_groups(request: &Request) -> anyhow::Result<Vec<GroupSpec>> {
+    let mut groups = Vec::new();
+    let commands = request
+        .targets
+        .iter()
+        .any(|t| matches!(t, Target::Command { .. }));
+    if commands {
+        groups.extend(benchmark_groups(&request.measures, None)?);
+    }
+    if request
+        .targets
+        .iter()
+        .any(|t| matches!(t, Target::Harness(_)))
+    {
+        let any_size = [ANY_SIZE.to_string()];
+        groups.extend(benchmark_groups(&request.measures, Some(("", &any_size)))?);
+    }
+    Ok(groups)
+}
+
 /// The hooks of a scan point: `{NAME}` replaced by its value in each command.
 fn hooks_at(hooks: &Hooks, point: Option<&Point>) -> Hooks {
     let Some(point) = point else {
@@ -159,7 +188,7 @@ fn command_benchmark(
     template: &[OsString],
     name: Option<&str>,
     point: Option<(&str, &str)>,
-) -> anyhow::Result<Benchmark> {
+) -> anyhow::Result<BenchmarkSpec> {
     let text = |argv: &[OsString]| {
         argv.iter()
             .map(|a| a.to_string_lossy())
@@ -204,8 +233,9 @@ fn command_benchmark(
             .join(" ")
     });
     let run = run_config(&request.controls, resolved, argv.to_vec(), env)?;
-    let groups = benchmark_groups(&request.measures, &run, None)?;
-    Ok(Benchmark {
+    refuse_credential_change(&request.measures, &run)?;
+    let groups = benchmark_groups(&request.measures, None)?;
+    Ok(BenchmarkSpec {
         name,
         run,
         groups,
@@ -221,7 +251,7 @@ fn harness_benchmarks(
     request: &Request,
     h: &HarnessTarget,
     point: Option<(&str, &str)>,
-) -> anyhow::Result<Vec<Benchmark>> {
+) -> anyhow::Result<Vec<BenchmarkSpec>> {
     let mut params = h.params.clone();
     if let Some((parameter, value)) = point {
         if params
@@ -252,7 +282,8 @@ fn harness_benchmarks(
             bench_binary::child_args(&exe, &l.name, &h.params, h.samples, &h.harness_args);
         let run = run_config(&request.controls, exe.clone(), child_args, env.clone())?;
         let probes = l.size_probes(&h.params);
-        let groups = benchmark_groups(&request.measures, &run, Some((&l.name, &probes)))?;
+        refuse_credential_change(&request.measures, &run)?;
+        let groups = benchmark_groups(&request.measures, Some((&l.name, &probes)))?;
         let (name, point) = match point {
             Some((parameter, value)) => (
                 format!("{} [{parameter}={value}]", l.name),
@@ -264,7 +295,7 @@ fn harness_benchmarks(
             ),
             None => (l.name, None),
         };
-        benchmarks.push(Benchmark {
+        benchmarks.push(BenchmarkSpec {
             name,
             run,
             groups,

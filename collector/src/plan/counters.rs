@@ -12,14 +12,11 @@ use std::fmt::Write as _;
 use anyhow::bail;
 use sbs_probes::capability::{self, MachineFacts, Support};
 use sbs_probes::counters::{
-    find_event, parse_counter_list, plan_series, CounterBackend, CounterRequest, PerfBackend,
-    PlanOptions,
+    find_event, parse_counter_list, plan_series, CounterRequest, PlanOptions,
 };
 use sbs_probes::valgrind;
 
-use crate::run::instrument::Group;
-use crate::run::instruments::counters::PerfCounters;
-use crate::run::instruments::valgrind::ValgrindInstructions;
+use crate::run::spec::{GroupSpec, InstrumentSpec};
 
 /// How instruction counts are obtained (`--instructions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +50,7 @@ pub struct CounterOptions {
 #[derive(Debug, Default)]
 pub struct CounterGroups {
     /// `counters`, `counters-2`... then `valgrind`.
-    pub groups: Vec<Group>,
+    pub groups: Vec<GroupSpec>,
     /// Dropped events (best effort), the mechanism `auto` chose...
     pub warnings: Vec<String>,
 }
@@ -145,7 +142,7 @@ pub fn resolve(
 /// counter instrument into the report.
 /// For a harnessed benchmark (`opts.region`), perf counters and valgrind count inside its
 /// measured region.
-pub fn groups(opts: &CounterOptions) -> anyhow::Result<Vec<Group>> {
+pub fn groups(opts: &CounterOptions) -> anyhow::Result<Vec<GroupSpec>> {
     if opts.counters.is_none() && opts.instructions.is_none() {
         if opts.no_multiplex || opts.best_effort {
             bail!("--no-multiplex and --counters-best-effort apply to --counters: add --counters LIST");
@@ -174,23 +171,18 @@ pub fn probed_groups(opts: &CounterOptions) -> anyhow::Result<CounterGroups> {
         installed,
         &mut warnings,
     )?;
-    let region = opts.region;
-    let groups = counter_groups(opts, &reqs, instructions, &warnings, &mut || {
-        Box::new(PerfBackend { region })
-    })?;
+    let groups = counter_groups(opts, &reqs, instructions, &warnings);
     Ok(CounterGroups { groups, warnings })
 }
 
 /// The groups of runs for resolved events: `counters`, `counters-2`... (one per series of
-/// the plan; several only with `--no-multiplex`), then `valgrind`. `backend` makes the
-/// kernel interface of each counter group (scripted in tests).
+/// the plan; several only with `--no-multiplex`), then `valgrind`.
 pub fn counter_groups(
     opts: &CounterOptions,
     reqs: &[CounterRequest],
     instructions: Option<InstructionSource>,
     warnings: &[String],
-    backend: &mut dyn FnMut() -> Box<dyn CounterBackend>,
-) -> anyhow::Result<Vec<Group>> {
+) -> Vec<GroupSpec> {
     let mut groups = Vec::new();
     let series = plan_series(
         reqs,
@@ -207,28 +199,25 @@ pub fn counter_groups(
         } else {
             format!("counters-{}", i + 1)
         };
-        let mut inst =
-            PerfCounters::new(s, backend()).with_plan_warnings(notes.take().unwrap_or_default());
-        if opts.region {
-            inst = inst.in_region();
-        }
-        groups.push(Group {
+        groups.push(GroupSpec {
             name,
-            instruments: vec![Box::new(inst)],
+            instruments: vec![InstrumentSpec::Counters {
+                series: s,
+                notes: notes.take().unwrap_or_default(),
+                region: opts.region,
+            }],
         });
     }
     if instructions == Some(InstructionSource::Valgrind) {
-        let mut inst =
-            ValgrindInstructions::new()?.with_plan_warnings(notes.take().unwrap_or_default());
-        if opts.region {
-            inst = inst.in_region();
-        }
-        groups.push(Group {
+        groups.push(GroupSpec {
             name: "valgrind".into(),
-            instruments: vec![Box::new(inst)],
+            instruments: vec![InstrumentSpec::ValgrindInstructions {
+                notes: notes.take().unwrap_or_default(),
+                region: opts.region,
+            }],
         });
     }
-    Ok(groups)
+    groups
 }
 
 /// The `--list-counters` table: every event, whether it opens here, and if not, why and
@@ -314,9 +303,10 @@ mod tests {
     use std::time::Duration;
 
     use nix::unistd::Pid;
-    use sbs_probes::counters::{EventClass, GroupReading, ScriptedBackend};
+    use sbs_probes::counters::{CounterBackend, EventClass, GroupReading, ScriptedBackend};
 
-    use crate::run::instrument::{ExitKind, RunOutcome, Sample};
+    use crate::run::instrument::{ExitKind, Instrument, RunOutcome, Sample};
+    use crate::run::spec::perf_counters;
 
     fn no_pmu(r: &CounterRequest) -> Support {
         match r.event.class() {
@@ -411,7 +401,11 @@ mod tests {
         }))
     }
 
-    fn drive(groups: &mut [Group]) -> Vec<(String, Vec<Sample>, Vec<String>)> {
+    /// Each counter group's instrument, counting through the scripted PMU, after one run.
+    fn drive(
+        groups: &[GroupSpec],
+        hw_groups_this_run: usize,
+    ) -> Vec<(String, Vec<Sample>, Vec<String>)> {
         let outcome = RunOutcome {
             pid: Pid::from_raw(1),
             wall: Duration::from_millis(1),
@@ -422,15 +416,21 @@ mod tests {
             survivors: Vec::new(),
         };
         groups
-            .iter_mut()
+            .iter()
             .map(|g| {
+                let InstrumentSpec::Counters {
+                    series,
+                    notes,
+                    region,
+                } = &g.instruments[0]
+                else {
+                    panic!("{} counts no perf events", g.name);
+                };
+                let mut i = perf_counters(series, notes, *region, pmu(hw_groups_this_run));
                 let mut out = Vec::new();
-                for i in g.instruments.iter_mut() {
-                    i.attach(Pid::from_raw(5)).unwrap();
-                    i.collect(&outcome, &mut out).unwrap();
-                }
-                let w = g.instruments.iter().flat_map(|i| i.warnings()).collect();
-                (g.name.clone(), out, w)
+                i.attach(Pid::from_raw(5)).unwrap();
+                i.collect(&outcome, &mut out).unwrap();
+                (g.name.clone(), out, i.warnings())
             })
             .collect()
     }
@@ -444,10 +444,10 @@ mod tests {
         o.no_multiplex = true;
         let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
         // Each series opens one hardware group: it has the PMU to itself.
-        let mut groups = counter_groups(&o, &reqs, ins, &[], &mut || pmu(1)).unwrap();
+        let groups = counter_groups(&o, &reqs, ins, &[]);
         let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
         assert_eq!(names, ["counters", "counters-2"]);
-        let results = drive(&mut groups);
+        let results = drive(&groups, 1);
         let ids = |i: usize| -> Vec<String> {
             results[i].1.iter().map(|s| s.metric.id.clone()).collect()
         };
@@ -473,10 +473,9 @@ mod tests {
         let o = opts(Some(SEVEN));
         let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
         // Two hardware groups in one run: the PMU rotates them, each counts half the time.
-        let mut groups =
-            counter_groups(&o, &reqs, ins, &["planned".into()], &mut || pmu(2)).unwrap();
+        let groups = counter_groups(&o, &reqs, ins, &["planned".into()]);
         assert_eq!(groups.len(), 1);
-        let results = drive(&mut groups);
+        let results = drive(&groups, 2);
         let (_, samples, warnings) = &results[0];
         let get = |id: &str| samples.iter().find(|s| s.metric.id == id).unwrap().value;
         assert_eq!(

@@ -2,25 +2,16 @@
 //! Every benchmark of a plan gets the same list, in the same order (interleaved runs rely
 //! on it), except that a harnessed benchmark's size probes come last, as groups of its own.
 
-use std::ffi::OsStr;
-
 use anyhow::bail;
 use sbs_reports::model::Family;
 
 use super::counters::{self, CounterOptions};
 use super::Measures;
-use crate::run::instrument::{Group, Instrument};
-use crate::run::instruments::alloc::{AgentError, AllocAgent, AllocMetrics, AllocPath};
-use crate::run::instruments::boxing::Boxing;
-use crate::run::instruments::first_ops::FirstOps;
-use crate::run::instruments::invocations::{Invocations, Options as InvocationOptions};
-use crate::run::instruments::memory::Memory;
-use crate::run::instruments::per_op::{
-    DriftCell, DriftJudge, PerOpMode, PerOpRecords, NOT_COUNTED,
-};
-use crate::run::instruments::stacks::TimeProfile;
-use crate::run::instruments::timing::Timing;
+use crate::run::instruments::alloc::{AllocMetrics, AllocPath};
+use crate::run::instruments::invocations::Options as InvocationOptions;
+use crate::run::instruments::per_op::{PerOpMode, NOT_COUNTED};
 use crate::run::runner::RunConfig;
+use crate::run::spec::{Drift, GroupSpec, InstrumentSpec, PerOpSpec};
 
 /// Name of the group that counts a harnessed benchmark's first operations (the drift
 /// check), one run under callgrind.
@@ -38,28 +29,26 @@ pub const EMPTY_GROUP: &str = " (empty op)";
 /// `--instructions` each size probe a group that counts the instructions at that size.
 pub(super) fn benchmark_groups(
     measures: &Measures,
-    run: &RunConfig,
     harness: Option<(&str, &[String])>,
-) -> anyhow::Result<Vec<Group>> {
+) -> anyhow::Result<Vec<GroupSpec>> {
     let region = harness.is_some();
-    refuse_credential_change(measures, run)?;
     let counter_options = CounterOptions {
         region,
         ..measures.counters.clone()
     };
-    let mut groups = instrument_groups(measures, run, region)?;
+    let mut groups = instrument_groups(measures, region)?;
     groups.extend(counters::groups(&counter_options)?);
     let others_requested = !groups.is_empty();
     // A harnessed benchmark is always timed: time.op is what it is for.
     if measures.time || !others_requested || region {
         groups.insert(
             0,
-            Group {
-                name: "timing".into(),
-                instruments: vec![Box::new(Timing {
+            group(
+                "timing",
+                InstrumentSpec::Timing {
                     rss: !measures.memory,
-                })],
-            },
+                },
+            ),
         );
     }
     if let Some((name, probes)) = harness {
@@ -68,10 +57,18 @@ pub(super) fn benchmark_groups(
     Ok(groups)
 }
 
+/// A group of one instrument.
+fn group(name: &str, instrument: InstrumentSpec) -> GroupSpec {
+    GroupSpec {
+        name: name.into(),
+        instruments: vec![instrument],
+    }
+}
+
 /// Refuse, before anything heavy, a program whose exec changes credentials when a group
 /// counts through perf events attached to the process: the kernel ends them at that exec
 /// and every count would read an exact-looking 0.
-fn refuse_credential_change(measures: &Measures, run: &RunConfig) -> anyhow::Result<()> {
+pub(super) fn refuse_credential_change(measures: &Measures, run: &RunConfig) -> anyhow::Result<()> {
     let mut perf = Vec::new();
     if !measures.invocations.is_empty() {
         perf.push("--invocations");
@@ -110,14 +107,19 @@ fn refuse_credential_change(measures: &Measures, run: &RunConfig) -> anyhow::Res
 
 /// The groups of every instrument but the counters and timing: invocations, allocations,
 /// boxing, memory, the time profile, in that order.
-fn instrument_groups(
-    measures: &Measures,
-    run: &RunConfig,
-    region: bool,
-) -> anyhow::Result<Vec<Group>> {
+fn instrument_groups(measures: &Measures, region: bool) -> anyhow::Result<Vec<GroupSpec>> {
     let mut groups = Vec::new();
     if !measures.invocations.is_empty() {
-        groups.push(invocations_group(measures, run, region)?);
+        // All patterns share one group of runs. A pattern given twice is counted once, in
+        // the place it was first given: each copy would otherwise add its count to the
+        // same metric as a run of its own (300 copies and `--runs 1` made n = 300).
+        groups.push(group(
+            "invocations",
+            InstrumentSpec::Invocations {
+                patterns: unique(&measures.invocations),
+                options: invocation_options(measures, region),
+            },
+        ));
     } else if measures.invocations_detail {
         bail!("--invocations-detail details the rows of --invocations; add --invocations PATTERN");
     }
@@ -132,30 +134,27 @@ fn instrument_groups(
         );
     }
     if measures.alloc {
-        groups.push(Group {
-            name: "alloc".into(),
-            instruments: vec![Box::new(AllocAgent::new(
-                AllocMetrics::All,
-                alloc_path,
-                &run.program,
-                &run.env,
-            )?)],
-        });
+        groups.push(group(
+            "alloc",
+            InstrumentSpec::Alloc {
+                metrics: AllocMetrics::All,
+                path: alloc_path,
+            },
+        ));
     }
     if measures.boxing {
-        groups.push(boxing_group(measures, run, region)?);
+        groups.push(group(
+            "boxing",
+            InstrumentSpec::Boxing {
+                options: invocation_options(measures, region),
+            },
+        ));
     }
     if measures.memory {
-        groups.extend(memory_groups(measures, run, alloc_path)?);
+        groups.extend(memory_groups(measures, alloc_path));
     }
     if measures.profile_time {
-        groups.push(Group {
-            name: "profile-time".into(),
-            instruments: vec![Box::new(TimeProfile::new(
-                &run.program,
-                sbs_probes::sample::SampleConfig::default(),
-            )?)],
-        });
+        groups.push(group("profile-time", InstrumentSpec::TimeProfile));
     }
     Ok(groups)
 }
@@ -166,7 +165,7 @@ fn instrument_groups(
 /// each size probe a group that counts the instructions alone at that size (the
 /// constant-input check), at the end.
 fn add_harness_records(
-    groups: &mut Vec<Group>,
+    groups: &mut Vec<GroupSpec>,
     measures: &Measures,
     counter_options: &CounterOptions,
     name: &str,
@@ -174,36 +173,34 @@ fn add_harness_records(
 ) -> anyhow::Result<()> {
     // The drift check counts the first operations under callgrind where valgrind is
     // installed, and judges on the timing runs' times alone where it is not.
-    let (judge, first_ops) = match sbs_probes::valgrind::find_valgrind() {
-        Ok(valgrind) => {
-            let cell = DriftCell::default();
-            let group = Group {
-                name: FIRST_OPS_GROUP.into(),
-                instruments: vec![Box::new(FirstOps::new(name, valgrind, cell.clone()))],
-            };
-            (DriftJudge::Counted(cell), Some(group))
-        }
-        Err(_) => (DriftJudge::TimingOnly(NOT_COUNTED.into()), None),
-    };
+    let counted = sbs_probes::valgrind::find_valgrind().is_ok();
     for g in groups.iter_mut() {
         let mut records = per_op_records(name, &g.name, measures);
         if g.name == "timing" {
-            records = records.drift(judge.clone());
+            records.drift = Some(match counted {
+                true => Drift::Counted,
+                false => Drift::TimingOnly(NOT_COUNTED.into()),
+            });
         }
-        g.instruments.push(Box::new(records));
+        g.instruments.push(InstrumentSpec::PerOp(records));
     }
-    if let Some(group) = first_ops {
+    if counted {
         // Right after the timing group, whose times it judges with its counts: in the same
         // place for every benchmark of the plan.
         let at = groups
             .iter()
             .position(|g| g.name == "timing")
             .map_or(0, |i| i + 1);
-        groups.insert(at, group);
+        let benchmark = name.to_string();
+        groups.insert(
+            at,
+            group(FIRST_OPS_GROUP, InstrumentSpec::FirstOps { benchmark }),
+        );
     }
     for mut twin in counters::groups(counter_options)? {
-        let records = per_op_records(name, &twin.name, measures).empty_operation();
-        twin.instruments.push(Box::new(records));
+        let mut records = per_op_records(name, &twin.name, measures);
+        records.empty = true;
+        twin.instruments.push(InstrumentSpec::PerOp(records));
         let at = groups
             .iter()
             .position(|g| g.name == twin.name)
@@ -218,30 +215,15 @@ fn add_harness_records(
         };
         for probe in probes {
             for mut g in counters::groups(&instructions_only)? {
-                let records = per_op_records(name, &g.name, measures).at_size(probe);
-                g.instruments.push(Box::new(records));
+                let mut records = per_op_records(name, &g.name, measures);
+                records.size = Some(probe.clone());
+                g.instruments.push(InstrumentSpec::PerOp(records));
                 g.name = format!("{} @{probe}", g.name);
                 groups.push(g);
             }
         }
     }
     Ok(())
-}
-
-/// The child's `LD_LIBRARY_PATH`, where probes look for the libraries it loads.
-fn ld_library_path(run: &RunConfig) -> Option<&OsStr> {
-    run.env
-        .iter()
-        .find(|(k, _)| k == "LD_LIBRARY_PATH")
-        .map(|(_, v)| v.as_os_str())
-}
-
-/// The child's own `LD_PRELOAD`, kept after a preloaded library of ours.
-fn ld_preload(run: &RunConfig) -> Option<&OsStr> {
-    run.env
-        .iter()
-        .find(|(k, _)| k == "LD_PRELOAD")
-        .map(|(_, v)| v.as_os_str())
 }
 
 pub(crate) fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
@@ -265,92 +247,127 @@ pub(crate) fn unique(patterns: &[String]) -> Vec<String> {
     out
 }
 
-/// All `--invocations` patterns share one group of runs. A pattern given twice is counted
-/// once, in the place it was first given: each copy would otherwise add its count to the
-/// same metric as a run of its own (300 copies and `--runs 1` made n = 300).
-fn invocations_group(measures: &Measures, run: &RunConfig, region: bool) -> anyhow::Result<Group> {
-    let patterns = unique(&measures.invocations);
-    let instrument = Invocations::new(
-        &run.program,
-        ld_library_path(run),
-        ld_preload(run),
-        &patterns,
-        invocation_options(measures, region),
-    )?;
-    Ok(Group {
-        name: "invocations".into(),
-        instruments: vec![Box::new(instrument)],
-    })
-}
-
-fn boxing_group(measures: &Measures, run: &RunConfig, region: bool) -> anyhow::Result<Group> {
-    let boxing = Boxing::new(
-        &run.program,
-        ld_library_path(run),
-        ld_preload(run),
-        invocation_options(measures, region),
-    )?;
-    Ok(Group {
-        name: "boxing".into(),
-        instruments: vec![Box::new(boxing)],
-    })
-}
-
 /// The `memory` group, and the `heap` group when heap.peak needs agent runs of its own.
 ///
 /// RSS is measured in runs without the agent (its bookkeeping adds to the resident size it
 /// would measure). heap.peak comes from the alloc runs with --alloc, else from agent runs
 /// of their own (group `heap`), or, with --alloc-harness, from the program's own counting
 /// allocator in the memory runs (it adds nothing to RSS). A program the agent cannot load
-/// into (static, setuid) still gets its RSS, and a warning instead of heap.peak.
-fn memory_groups(
-    measures: &Measures,
-    run: &RunConfig,
-    alloc_path: AllocPath,
-) -> anyhow::Result<Vec<Group>> {
-    let mut memory = Memory::default();
-    let mut heap = None;
-    if !measures.alloc {
-        match AllocAgent::new(AllocMetrics::HeapPeak, alloc_path, &run.program, &run.env) {
-            Ok(agent) => heap = Some(agent),
-            Err(e) => match e.downcast_ref::<AgentError>() {
-                Some(AgentError::Unsupported { .. }) => {
-                    memory.note(format!("heap.peak not measured: {e}"));
-                }
-                _ => return Err(e),
-            },
-        }
+/// into (static, setuid) still gets its RSS, and a warning instead of heap.peak (see
+/// [`crate::run::spec::instantiate`]).
+fn memory_groups(measures: &Measures, alloc_path: AllocPath) -> Vec<GroupSpec> {
+    let mut memory = group("memory", InstrumentSpec::Memory);
+    if measures.alloc {
+        return vec![memory];
     }
-    let mut instruments: Vec<Box<dyn Instrument>> = vec![Box::new(memory)];
-    let mut heap_group = None;
-    match heap {
-        Some(counting) if alloc_path == AllocPath::Harness => instruments.push(Box::new(counting)),
-        Some(agent) => {
-            heap_group = Some(Group {
-                name: "heap".into(),
-                instruments: vec![Box::new(agent)],
-            })
+    let heap = InstrumentSpec::Alloc {
+        metrics: AllocMetrics::HeapPeak,
+        path: alloc_path,
+    };
+    match alloc_path {
+        AllocPath::Harness => {
+            memory.instruments.push(heap);
+            vec![memory]
         }
-        None => {}
+        AllocPath::Agent => vec![memory, group("heap", heap)],
     }
-    let mut groups = vec![Group {
-        name: "memory".into(),
-        instruments,
-    }];
-    groups.extend(heap_group);
-    Ok(groups)
 }
 
 /// The last instrument of each group of a harnessed benchmark: what the group's runs are
 /// for (timing, or counting inside the region) and which metrics it turns per operation.
-fn per_op_records(benchmark: &str, group: &str, measures: &Measures) -> PerOpRecords {
+fn per_op_records(benchmark: &str, group: &str, measures: &Measures) -> PerOpSpec {
     let count = PerOpMode::Count { ops: measures.ops };
-    let (mode, prefixes) = match group {
+    let (mode, region) = match group {
         "timing" => (PerOpMode::Time, Vec::new()),
         "invocations" => (count, vec![Family::Invocations]),
         "boxing" => (count, vec![Family::Boxing]),
         n if n.starts_with("counters") || n == "valgrind" => (count, vec![Family::Counter]),
         _ => (count, Vec::new()),
     };
-    PerOpRecords::new(benchmark, mode, prefixes).counting_alloc(measures.alloc_harness)
+    PerOpSpec {
+        benchmark: benchmark.to_string(),
+        mode,
+        region,
+        alloc_harness: measures.alloc_harness,
+        empty: false,
+        size: None,
+        drift: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(groups: &[GroupSpec]) -> Vec<&str> {
+        groups.iter().map(|g| g.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_groups_are_data_known_from_the_measures_alone() {
+        let measures = Measures {
+            memory: true,
+            invocations: vec!["push".into(), "pop".into(), "push".into()],
+            ..Measures::default()
+        };
+        let groups = benchmark_groups(&measures, None).unwrap();
+        assert_eq!(names(&groups), ["invocations", "memory", "heap"]);
+        assert_eq!(
+            groups[0].instruments,
+            [InstrumentSpec::Invocations {
+                patterns: vec!["push".into(), "pop".into()],
+                options: invocation_options(&measures, false),
+            }]
+        );
+        assert_eq!(groups, benchmark_groups(&measures, None).unwrap());
+        let ids = crate::plan::metric_ids(groups.iter());
+        for id in [
+            "invocations.push",
+            "invocations.pop",
+            "rss.tree_peak",
+            "heap.peak",
+        ] {
+            assert!(ids.contains(id), "{id}: {ids:?}");
+        }
+        assert!(!ids.iter().any(|id| id.starts_with("time.")), "{ids:?}");
+        // With the counting allocator, heap.peak comes from the memory runs themselves.
+        let harness_alloc = Measures {
+            alloc_harness: true,
+            ..measures
+        };
+        let groups = benchmark_groups(&harness_alloc, None).unwrap();
+        assert_eq!(names(&groups), ["invocations", "memory"]);
+    }
+
+    #[test]
+    fn every_group_of_a_harnessed_benchmark_ends_with_its_records() {
+        let measures = Measures {
+            alloc: true,
+            ops: 10,
+            ..Measures::default()
+        };
+        let groups = benchmark_groups(&measures, Some(("sort", &[]))).unwrap();
+        let counted = sbs_probes::valgrind::find_valgrind().is_ok();
+        let expected: &[&str] = match counted {
+            true => &["timing", FIRST_OPS_GROUP, "alloc"],
+            false => &["timing", "alloc"],
+        };
+        assert_eq!(names(&groups), expected);
+        for g in groups.iter().filter(|g| g.name != FIRST_OPS_GROUP) {
+            let Some(InstrumentSpec::PerOp(records)) = g.instruments.last() else {
+                panic!("{} does not end with the harness's records", g.name);
+            };
+            assert_eq!(records.benchmark, "sort");
+            assert_eq!(records.drift.is_some(), g.name == "timing", "{}", g.name);
+        }
+        let ids = crate::plan::metric_ids(groups.iter());
+        for id in [
+            "time.op",
+            "time.op.empty",
+            "alloc.count/op",
+            "heap.retained",
+        ] {
+            assert!(ids.contains(id), "{id}: {ids:?}");
+        }
+    }
 }

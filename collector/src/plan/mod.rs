@@ -8,12 +8,14 @@ pub mod counters;
 mod groups;
 mod request;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use sbs_reports::model::{Family, MetricId, Variant};
 
-pub use crate::run::scheduler::{Benchmark, FailurePolicy, Point, Schedule};
-pub use build::{build, resolve_program, CLEAN_PATH};
+pub use crate::run::scheduler::{FailurePolicy, Point, Schedule};
+pub use crate::run::spec::{BenchmarkSpec, GroupSpec, InstrumentSpec};
+pub use build::{build, planned_groups, resolve_program, CLEAN_PATH};
 pub(crate) use groups::{invocation_options, unique};
 pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, ScanRequest, Target};
 
@@ -61,11 +63,12 @@ pub struct Export {
     pub path: PathBuf,
 }
 
-/// The whole validated request.
-#[derive(Debug)]
+/// The whole validated request, as data: what each benchmark's runs will carry, not the
+/// instruments themselves ([`crate::run::spec::instantiate`] makes them).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// The benchmarks; several are run interleaved (A B A B ...).
-    pub benchmarks: Vec<Benchmark>,
+    pub benchmarks: Vec<BenchmarkSpec>,
     /// How often each group runs, and what a failing child means.
     pub schedule: Schedule,
     /// Report format and destinations.
@@ -73,37 +76,44 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The families of metric ids (`time.`, `alloc.`...) its runs may report, known
-    /// before any run from its instruments.
-    pub fn metric_families(&self) -> std::collections::BTreeSet<Family> {
-        self.benchmarks
-            .iter()
-            .flat_map(|b| &b.groups)
-            .flat_map(|g| &g.instruments)
-            .flat_map(|i| i.families())
-            .collect()
+    /// The families of metric ids (`time.`, `alloc.`...) its runs may report.
+    pub fn metric_families(&self) -> BTreeSet<Family> {
+        families(self.benchmarks.iter().flat_map(|b| &b.groups))
     }
 
-    /// The id of every metric its runs may report, when every instrument knows its own
-    /// before any run (`None` when one does not: a harness, a time profile).
-    pub fn metric_ids(&self) -> Option<std::collections::BTreeSet<String>> {
-        let mut ids = std::collections::BTreeSet::new();
-        for g in self.benchmarks.iter().flat_map(|b| &b.groups) {
-            let mut group: Vec<String> = Vec::new();
-            for i in &g.instruments {
-                let more = i.metric_ids_after(&group)?;
-                group.extend(more);
-            }
-            ids.extend(group);
-        }
-        // The judge calibrates every metric measured on an empty operation too.
-        let calibrated: Vec<String> = ids
-            .iter()
-            .filter_map(|id| MetricId::parse(id).ok())
-            .filter(|id| id.variant() == Variant::Empty)
-            .map(|id| id.with_variant(Variant::Calibrated).to_string())
-            .collect();
-        ids.extend(calibrated);
-        Some(ids)
+    /// The id of every metric its runs may report (`PREFIX*` for ids the runs name, such
+    /// as the functions of a time profile), with the calibrated twin of every empty one.
+    pub fn metric_ids(&self) -> BTreeSet<String> {
+        metric_ids(self.benchmarks.iter().flat_map(|b| &b.groups))
     }
+}
+
+/// The families of metric ids `groups` may report.
+pub fn families<'a>(groups: impl Iterator<Item = &'a GroupSpec>) -> BTreeSet<Family> {
+    groups
+        .flat_map(|g| &g.instruments)
+        .flat_map(InstrumentSpec::families)
+        .collect()
+}
+
+/// The id of every metric `groups` may report, and the calibrated twin the judge adds for
+/// every metric measured on an empty operation.
+pub fn metric_ids<'a>(groups: impl Iterator<Item = &'a GroupSpec>) -> BTreeSet<String> {
+    let mut ids = BTreeSet::new();
+    for g in groups {
+        let mut group: Vec<String> = Vec::new();
+        for i in &g.instruments {
+            let more = i.metric_ids_after(&group);
+            group.extend(more);
+        }
+        ids.extend(group);
+    }
+    let calibrated: Vec<String> = ids
+        .iter()
+        .filter_map(|id| MetricId::parse(id).ok())
+        .filter(|id| id.variant() == Variant::Empty)
+        .map(|id| id.with_variant(Variant::Calibrated).to_string())
+        .collect();
+    ids.extend(calibrated);
+    ids
 }

@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::unistd::Pid;
-use sbs_reports::model::{Family, MetricResult, Unit};
+use sbs_reports::model::{MetricResult, Unit};
 
 /// What a metric is: its id, unit, mechanism and kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -210,30 +210,6 @@ pub trait Instrument {
     /// the run.
     fn metric_notes(&self) -> Vec<(String, String)> {
         Vec::new()
-    }
-
-    /// The families of metric ids ([`Family`]: `time.`, `alloc.`...) this
-    /// instrument may report, known before any run: a `--threshold` naming a metric of a
-    /// family no instrument of the plan reports is refused then. The default, every
-    /// family, refuses nothing.
-    fn families(&self) -> Vec<Family> {
-        Family::ALL.to_vec()
-    }
-
-    /// The id of every metric this instrument may report, when known before any run (all
-    /// of them, also those only some runs report; `PREFIX*` for ids the runs name, such as
-    /// the functions of a time profile). `None`, the default, when the runs
-    /// decide them: a `--threshold` name inside its families is then checked only after
-    /// the runs, against the metrics reported.
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        None
-    }
-
-    /// [`Instrument::metric_ids`] for an instrument whose metrics follow from those of the
-    /// instruments before it in its group (`before`, their ids): the harness reports a
-    /// `/op` metric of theirs. The default is [`Instrument::metric_ids`].
-    fn metric_ids_after(&self, _before: &[String]) -> Option<Vec<String>> {
-        self.metric_ids()
     }
 
     /// `Some(n)` for an instrument that checks rather than measures (the drift check's

@@ -9,4 +9,5 @@ pub mod machine;
 pub mod region_fds;
 pub mod runner;
 pub mod scheduler;
+pub mod spec;
 mod sys;

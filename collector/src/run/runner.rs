@@ -17,7 +17,7 @@ use crate::run::launcher::{self, Message};
 use crate::run::sys;
 
 /// Everything about how to start the child, the same for every run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
     /// Absolute or relative path of the resolved program.
     pub program: PathBuf,

@@ -447,6 +447,33 @@ fn ensure_fd_limit() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The families of the allocation metrics `metrics` asks for.
+pub fn families(metrics: AllocMetrics) -> Vec<Family> {
+    match metrics {
+        AllocMetrics::All => vec![Family::Alloc, Family::Heap],
+        AllocMetrics::HeapPeak => vec![Family::Heap],
+    }
+}
+
+/// The ids of the allocation metrics `metrics` asks for (all of them, also those only
+/// some runs report).
+pub fn metric_ids(metrics: AllocMetrics) -> &'static [&'static str] {
+    match metrics {
+        AllocMetrics::All => &[
+            "alloc.count",
+            "alloc.bytes",
+            "alloc.frees",
+            "alloc.reallocs",
+            "heap.peak",
+            "heap.tree_peak",
+            "heap.live_at_exit",
+            "alloc.processes",
+            "alloc.unmeasured_images",
+        ],
+        AllocMetrics::HeapPeak => &["heap.peak", "heap.tree_peak"],
+    }
+}
+
 /// Which metrics the instrument reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AllocMetrics {
@@ -737,31 +764,6 @@ impl AllocAgent {
 impl Instrument for AllocAgent {
     fn name(&self) -> &str {
         "alloc-agent"
-    }
-
-    fn families(&self) -> Vec<Family> {
-        match self.metrics {
-            AllocMetrics::All => vec![Family::Alloc, Family::Heap],
-            AllocMetrics::HeapPeak => vec![Family::Heap],
-        }
-    }
-
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        let ids: &[&str] = match self.metrics {
-            AllocMetrics::All => &[
-                "alloc.count",
-                "alloc.bytes",
-                "alloc.frees",
-                "alloc.reallocs",
-                "heap.peak",
-                "heap.tree_peak",
-                "heap.live_at_exit",
-                "alloc.processes",
-                "alloc.unmeasured_images",
-            ],
-            AllocMetrics::HeapPeak => &["heap.peak", "heap.tree_peak"],
-        };
-        Some(ids.iter().map(|id| id.to_string()).collect())
     }
 
     fn needs_start_gate(&self) -> bool {

@@ -21,10 +21,13 @@ use std::path::Path;
 
 use anyhow::Context;
 use nix::unistd::Pid;
-use sbs_reports::model::{Family, Unit};
+use sbs_reports::model::Unit;
 
 use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
 use crate::run::instruments::invocations::{Invocations, Options};
+
+/// The id of the metric: calls of `Box::new`.
+pub const METRIC: &str = "boxing.count";
 
 /// The functions every `Box::new` goes through (current and older compilers).
 pub const BOX_ENTRY_POINTS: &[&str] = &[
@@ -83,14 +86,6 @@ impl Instrument for Boxing {
         "boxing"
     }
 
-    fn families(&self) -> Vec<Family> {
-        vec![Family::Boxing]
-    }
-
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        Some(vec!["boxing.count".to_string()])
-    }
-
     fn needs_start_gate(&self) -> bool {
         self.inner.needs_start_gate()
     }
@@ -109,7 +104,7 @@ impl Instrument for Boxing {
         for mut s in samples {
             // Exact unless the kernel stopped following a process of the run.
             let exact = s.metric.exact;
-            s.metric = MetricSpec::new("boxing.count", Unit::Count, self.inner.source(), exact);
+            s.metric = MetricSpec::new(METRIC, Unit::Count, self.inner.source(), exact);
             out.push(s);
         }
         Ok(())
@@ -127,7 +122,7 @@ impl Instrument for Boxing {
         self.inner
             .metric_notes()
             .into_iter()
-            .map(|(_, note)| ("boxing.count".to_string(), note))
+            .map(|(_, note)| (METRIC.to_string(), note))
             .collect()
     }
 

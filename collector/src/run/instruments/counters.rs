@@ -14,7 +14,7 @@ use nix::unistd::Pid;
 use sbs_probes::counters::{
     CounterBackend, CounterSet, CounterValue, EventClass, EventUnit, SeriesPlan,
 };
-use sbs_reports::model::{Family, Unit};
+use sbs_reports::model::Unit;
 
 use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 use crate::run::instruments::following::Following;
@@ -94,14 +94,6 @@ impl PerfCounters {
 impl Instrument for PerfCounters {
     fn name(&self) -> &str {
         "counters"
-    }
-
-    fn families(&self) -> Vec<Family> {
-        vec![Family::Counter]
-    }
-
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        Some(self.set.plan().events().map(|e| e.metric_id()).collect())
     }
 
     fn prepare(&mut self, setup: &mut crate::run::instrument::ChildSetup) -> anyhow::Result<()> {

@@ -11,7 +11,6 @@
 //! metric: it hands the counts to the drift check ([`crate::judge::pitfalls::drift_warnings`])
 //! with the timing runs' times, and gives its warnings and its note.
 
-use sbs_reports::model::Family;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
@@ -131,14 +130,6 @@ fn last_line(log: &str) -> String {
 impl Instrument for FirstOps {
     fn name(&self) -> &str {
         "first operations"
-    }
-
-    fn families(&self) -> Vec<Family> {
-        Vec::new()
-    }
-
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        Some(Vec::new())
     }
 
     fn needs_start_gate(&self) -> bool {

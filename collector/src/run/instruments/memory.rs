@@ -15,12 +15,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 use nix::unistd::Pid;
-use sbs_reports::model::{Family, Unit};
+use sbs_reports::model::Unit;
 
 use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 
 /// How often the process tree's resident size is sampled.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
+
+/// The ids of a memory run's metrics.
+pub const METRIC_IDS: &[&str] = &["rss.peak", "rss.tree_peak"];
 
 /// Peak RSS of the main process (rusage) and of the process tree (procfs sampling).
 #[derive(Debug, Default)]
@@ -107,14 +110,6 @@ fn group_rss(pgrp: i32, page: u64) -> u64 {
 impl Instrument for Memory {
     fn name(&self) -> &str {
         "memory"
-    }
-
-    fn families(&self) -> Vec<Family> {
-        vec![Family::Rss]
-    }
-
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        Some(vec!["rss.peak".into(), "rss.tree_peak".into()])
     }
 
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {

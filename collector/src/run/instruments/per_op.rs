@@ -343,43 +343,6 @@ impl Instrument for PerOpRecords {
         "harness"
     }
 
-    /// Time per operation in a timing group; in a counting group, the `/op` metrics of
-    /// the instruments before it and the harness's own allocation counts.
-    fn families(&self) -> Vec<Family> {
-        match self.mode {
-            PerOpMode::Time => vec![Family::Time],
-            PerOpMode::Count { .. } => [Family::Alloc, Family::Heap]
-                .into_iter()
-                .chain(self.region.iter().copied())
-                .collect(),
-        }
-    }
-
-    /// Known from the instruments before it: the `/op` metric of each of their metrics
-    /// that counts inside the region (or only `counter.instructions/op@KEY=VALUE` in a
-    /// size probe, or `X/op.empty` in a calibration group), and the harness's own.
-    fn metric_ids_after(&self, before: &[String]) -> Option<Vec<String>> {
-        if let PerOpMode::Time = self.mode {
-            return Some(vec![
-                "time.op".to_string(),
-                time_op().with_variant(Variant::Empty).to_string(),
-            ]);
-        }
-        let per_op = before
-            .iter()
-            .filter_map(|id| self.in_region(id))
-            .map(|id| id.per_op().to_string());
-        if let Some(probe) = &self.size {
-            return Some(vec![instructions_per_op().at(probe.as_str()).to_string()]);
-        }
-        if self.empty {
-            return Some(per_op.map(|id| empty(&id)).collect());
-        }
-        let mut ids: Vec<String> = per_op.collect();
-        ids.extend(["alloc.count/op", "alloc.bytes/op", "heap.retained"].map(String::from));
-        Some(ids)
-    }
-
     fn needs_start_gate(&self) -> bool {
         false
     }

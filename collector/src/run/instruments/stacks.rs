@@ -6,7 +6,6 @@
 //! Sampling copies part of the stack on every sample: it slows the program down, so, like
 //! every instrument, it runs in runs of its own and never in a timing run.
 
-use sbs_reports::model::Family;
 use std::fs::File;
 use std::io::{Read, Seek};
 use std::os::fd::OwnedFd;
@@ -213,18 +212,6 @@ impl Instrument for TimeProfile {
         "time profile"
     }
 
-    fn families(&self) -> Vec<Family> {
-        vec![Family::Profile]
-    }
-
-    /// The functions are chosen by the first run: any `profile.inclusive.` id may come.
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        Some(vec![
-            PROFILE_TIME.to_string(),
-            format!("{PROFILE_INCLUSIVE}.*"),
-        ])
-    }
-
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {
         self.sampler.attach(pid)
     }
@@ -320,3 +307,9 @@ pub fn order_by_mean(metrics: &mut [sbs_reports::model::MetricResult]) {
 pub const PROFILE_TIME: &str = "profile.time";
 /// The prefix of the inclusive time of each reported function.
 pub const PROFILE_INCLUSIVE: &str = "profile.inclusive";
+
+/// The ids of a time profile's metrics: the functions are chosen by the first run, so any
+/// `profile.inclusive.` id may come.
+pub fn metric_ids() -> Vec<String> {
+    vec![PROFILE_TIME.to_string(), format!("{PROFILE_INCLUSIVE}.*")]
+}

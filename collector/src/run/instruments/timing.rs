@@ -6,6 +6,24 @@ use sbs_reports::model::{Family, Unit};
 
 use crate::run::instrument::{Instrument, MetricSpec, RunOutcome, Sample};
 
+/// The families of a timing run's metrics: times, and the peak RSS when it measures it.
+pub fn families(rss: bool) -> Vec<Family> {
+    if rss {
+        vec![Family::Time, Family::Rss]
+    } else {
+        vec![Family::Time]
+    }
+}
+
+/// The ids of a timing run's metrics.
+pub fn metric_ids(rss: bool) -> &'static [&'static str] {
+    if rss {
+        &["time.wall", "time.cpu", "time.user", "time.sys", "rss.peak"]
+    } else {
+        &["time.wall", "time.cpu", "time.user", "time.sys"]
+    }
+}
+
 /// Records `time.wall`, `time.cpu` (user + system), `time.user`, `time.sys` and, unless
 /// the memory group owns it, `rss.peak` of every run.
 #[derive(Debug)]
@@ -17,22 +35,6 @@ pub struct Timing {
 impl Instrument for Timing {
     fn name(&self) -> &str {
         "timing"
-    }
-
-    fn families(&self) -> Vec<Family> {
-        if self.rss {
-            vec![Family::Time, Family::Rss]
-        } else {
-            vec![Family::Time]
-        }
-    }
-
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        let mut ids = vec!["time.wall", "time.cpu", "time.user", "time.sys"];
-        if self.rss {
-            ids.push("rss.peak");
-        }
-        Some(ids.into_iter().map(String::from).collect())
     }
 
     fn needs_start_gate(&self) -> bool {

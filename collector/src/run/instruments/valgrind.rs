@@ -22,7 +22,7 @@ use anyhow::Context;
 use nix::unistd::Pid;
 use sbs_agent_abi::harness::ENV_REGION_CALLGRIND;
 use sbs_probes::valgrind;
-use sbs_reports::model::{Family, Unit};
+use sbs_reports::model::Unit;
 
 use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
 
@@ -83,14 +83,6 @@ impl ValgrindInstructions {
 impl Instrument for ValgrindInstructions {
     fn name(&self) -> &str {
         "valgrind"
-    }
-
-    fn families(&self) -> Vec<Family> {
-        vec![Family::Counter]
-    }
-
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        Some(vec![METRIC.to_string()])
     }
 
     fn attach(&mut self, pid: Pid) -> anyhow::Result<()> {

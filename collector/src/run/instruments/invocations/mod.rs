@@ -20,7 +20,6 @@ mod cache;
 mod inproc;
 mod sites;
 
-use sbs_reports::model::Family;
 use std::ffi::OsStr;
 use std::path::Path;
 
@@ -57,7 +56,7 @@ pub enum Engine {
 }
 
 /// How the invocations are counted.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     /// Refuse a pattern that needs more sites than this.
     pub max_probes: usize,
@@ -863,14 +862,6 @@ impl Invocations {
 impl Instrument for Invocations {
     fn name(&self) -> &str {
         "invocations"
-    }
-
-    fn families(&self) -> Vec<Family> {
-        vec![Family::Invocations]
-    }
-
-    fn metric_ids(&self) -> Option<Vec<String>> {
-        Some(self.patterns.iter().map(|p| p.metric.id.clone()).collect())
     }
 
     fn needs_start_gate(&self) -> bool {
