@@ -16,7 +16,7 @@ use crate::plan::counters::{CounterOptions, InstructionsMode};
 use crate::plan::{Controls, Destinations, Export, FailurePolicy, Format, Measures};
 use crate::run::hooks::{Hook, Hooks};
 use crate::run::instruments::invocations::Engine;
-use crate::run::scheduler::Target;
+use crate::run::spec::Target;
 
 /// `--format`: the report formats, as the command line names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -8,7 +8,7 @@ use anyhow::Context;
 use super::{exit_for, RunArgs};
 use crate::check::{self, CheckRequest};
 use crate::judge::judge;
-use crate::judge::regression::{Mode, Regression};
+use crate::judge::regression::{Mode, Reference, Regression};
 use crate::output::{Sinks, Unwritten};
 use crate::plan::{self, Format, Request, Target};
 use crate::run::confirm::confirm;
@@ -28,36 +28,12 @@ pub(super) fn measure(
         Some(debug) => Some((debug, check::preflight(debug)?)),
         None => None,
     };
-    let request = Request {
-        targets,
-        measures: args.measures(),
-        controls: args.controls(),
-        destinations: args.report.destinations(),
-        scan: args.scan()?,
-    };
-    // Every flag before anything heavy (a cargo build, debug info read, a probe, a child):
-    // the thresholds against what the planned groups will report, the history's
-    // directory, the report's destinations. A typo costs no build and no run.
-    let regression = Regression::new(
-        &args.regression.settings(args.ignore_failure),
-        request.controls.confidence,
-        mode,
-    )?;
-    let planned = plan::planned_groups(&request)?;
-    regression.check_thresholds(
-        &plan::families(planned.iter()),
-        Some(&plan::metric_ids(planned.iter())),
-    )?;
-    regression.check_writable(&[])?;
-    let sinks = Sinks::open(&request.destinations)?;
-    let plan = plan::build(request)?;
-    // Read the history: a missing baseline or a corrupt file fails before the runs.
-    let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
-    let references = regression.load(&names)?;
-    regression.check_writable(&names)?;
-    if check.is_some() {
-        check::one_program(plan.benchmarks.iter().map(|b| &b.run))?;
-    }
+    let Checked {
+        plan,
+        regression,
+        references,
+        sinks,
+    } = checked_plan(args, targets, mode, check.is_some())?;
     let mut benchmarks = instantiate(&plan)?;
     let cancel = Cancel::install()
         .context("cannot install the handlers of Ctrl-C, SIGTERM, SIGHUP and SIGQUIT")?;
@@ -118,6 +94,59 @@ pub(super) fn measure(
     } else {
         Err(Unwritten { failures }.into())
     }
+}
+
+/// A plan whose every flag was checked, and what its judge and its report need.
+struct Checked {
+    plan: plan::Plan,
+    regression: Regression,
+    references: Vec<Reference>,
+    sinks: Sinks,
+}
+
+/// The plan of `targets` with the options of `args`, every flag checked before anything
+/// heavy (a cargo build, debug info read, a probe, a child): the thresholds against what
+/// the planned groups will report, the history's directory, the report's destinations.
+/// A typo costs no build and no run. Then the plan (a harness's build and listing) and
+/// its history (a missing baseline or a corrupt file fails before the runs).
+fn checked_plan(
+    args: &RunArgs,
+    targets: Vec<Target>,
+    mode: Mode,
+    one_program: bool,
+) -> anyhow::Result<Checked> {
+    let request = Request {
+        targets,
+        measures: args.measures(),
+        controls: args.controls(),
+        destinations: args.report.destinations(),
+        scan: args.scan()?,
+    };
+    let regression = Regression::new(
+        &args.regression.settings(args.ignore_failure),
+        request.controls.confidence,
+        mode,
+    )?;
+    let planned = plan::planned_groups(&request)?;
+    regression.check_thresholds(
+        &plan::families(planned.iter()),
+        Some(&plan::metric_ids(planned.iter())),
+    )?;
+    regression.check_writable(&[])?;
+    let sinks = Sinks::open(&request.destinations)?;
+    let plan = plan::build(request)?;
+    let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
+    let references = regression.load(&names)?;
+    regression.check_writable(&names)?;
+    if one_program {
+        check::one_program(plan.benchmarks.iter().map(|b| &b.run))?;
+    }
+    Ok(Checked {
+        plan,
+        regression,
+        references,
+        sinks,
+    })
 }
 
 /// The live benchmarks of `plan`, every instrument made, and a note when its uprobes

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 
 use sbs_reports::model::{Family, MetricId, Variant};
 
-pub use crate::run::scheduler::{FailurePolicy, Point, Schedule};
 pub use crate::run::spec::{BenchmarkSpec, GroupSpec, InstrumentSpec};
+pub use crate::run::spec::{FailurePolicy, Point, Schedule};
 pub use build::{build, planned_groups, resolve_program, CLEAN_PATH};
 pub(crate) use groups::{invocation_options, unique};
 pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, ScanRequest, Target};

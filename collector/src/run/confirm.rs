@@ -8,10 +8,12 @@ use sbs_reports::model::{BenchmarkResult, Conditions, Detail, GroupRuns, Report}
 use crate::judge::confirm::GroupOf;
 use crate::judge::summary::summarize_metric;
 use crate::run::runner::Cancel;
+use crate::run::scheduler::series::Collected;
 use crate::run::scheduler::{
-    check_runs, describe_failure, run_once_more_if_asked, with_hooks, Benchmark, Collected,
-    Executor, FailurePolicy, Processes, Schedule,
+    check_runs, describe_failure, run_once_more_if_asked, with_hooks, Benchmark, Executor,
+    Processes,
 };
+use crate::run::spec::{FailurePolicy, Schedule};
 
 /// Make `runs` more measured runs of each group of `groups` (benchmark index, group name),
 /// after the schedule's warm-up runs, with real child processes, and add their samples

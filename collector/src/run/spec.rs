@@ -24,7 +24,56 @@ use crate::run::instruments::stacks::{self, TimeProfile};
 use crate::run::instruments::timing::{self, Timing};
 use crate::run::instruments::valgrind::{self, ValgrindInstructions};
 use crate::run::runner::RunConfig;
-use crate::run::scheduler::{Benchmark, Point};
+use crate::run::scheduler::Benchmark;
+
+/// One value of a scanned parameter (`-P`/`-L`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Point {
+    /// What is scanned: the command with `{NAME}` left in, or the harness benchmark.
+    pub series: String,
+    /// The parameter's name.
+    pub parameter: String,
+    /// Its value here, as given.
+    pub value: String,
+}
+
+/// What to do with a run whose child fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// A non-zero exit, a signal or a timeout aborts with an error.
+    Fail,
+    /// Keep the run's samples anyway.
+    Ignore,
+}
+
+/// How the groups of runs are repeated, and what the report says of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    /// Measured runs per group.
+    pub runs: usize,
+    /// Discarded runs before each group's measured runs.
+    pub warmup: usize,
+    /// Confidence level of the intervals, in (0, 1).
+    pub confidence: f64,
+    /// What a failing child means.
+    pub failure: FailurePolicy,
+    /// Whether the child started from a clean environment (for the report).
+    pub clean_env: bool,
+    /// `--target-ci`: keep adding measured runs to a group, from `runs` up to
+    /// `target.max_runs`, until the interval of every timing metric is this narrow.
+    pub target: Option<Target>,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+/// Adaptive runs (`--target-ci PCT`, `--max-runs N`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Target {
+    /// The widest relative half-width a timing interval may have (0.02 for ±2%).
+    pub ci: f64,
+    /// The most measured runs per group.
+    pub max_runs: usize,
+}
 
 /// One benchmark of the plan: how to start it and its groups of runs, in order.
 #[derive(Debug, Clone, PartialEq)]
