@@ -10,6 +10,7 @@ pub mod pitfalls;
 pub mod regression;
 pub mod shape;
 pub mod sources;
+pub mod stats;
 pub mod summary;
 
 use sbs_reports::model::Report;

@@ -6,8 +6,8 @@
 
 use sbs_reports::human;
 use sbs_reports::model::{BenchmarkResult, Family, MetricId, MetricResult, Report, Unit, Variant};
-use statrs::distribution::{ContinuousCDF, StudentsT};
 
+use super::stats::{self, median};
 use super::summary::{metric_result, summarize};
 
 /// The per-operation instruction count, the one metric counted at each size probe
@@ -223,18 +223,6 @@ pub fn constant_inputs(report: &mut Report) {
     }
 }
 
-/// Median of `values` (which must not be empty); NaN-free input assumed.
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// The step at the first operation, over several processes: in each, the first
 /// operation's rank among the first `n` operations (1 = cheapest). If the operations are
 /// exchangeable (nothing changes after the first), each rank is uniform on `1..=n`
@@ -291,8 +279,7 @@ pub fn spearman(pairs: &[(f64, f64)]) -> Option<(f64, f64)> {
         0.0
     } else {
         let t = rho * (df / (1.0 - rho * rho)).sqrt();
-        let dist = StudentsT::new(0.0, 1.0, df).ok()?;
-        2.0 * (1.0 - dist.cdf(t.abs()))
+        stats::t_p_value(t, df)?
     };
     Some((rho, p))
 }

@@ -5,8 +5,8 @@
 //! Either makes the mean describe no run well, and a comparison of means depend on when
 //! and where the runs fell; the report says so.
 
+use super::stats;
 use statrs::distribution::{ContinuousCDF, Normal};
-use statrs::statistics::{Data, Median};
 
 /// Fewest runs for either check.
 const MIN_RUNS: usize = 8;
@@ -67,7 +67,7 @@ pub fn drift(samples: &[f64]) -> Option<Drift> {
     let z = (s - s.signum()) as f64 / var.sqrt();
     let p = 2.0 * (1.0 - Normal::standard().cdf(z.abs()));
     let third = n / 3;
-    let median = |part: &[f64]| Data::new(part.to_vec()).median();
+    let median = stats::median;
     let (first, last) = (median(&samples[..third]), median(&samples[n - third..]));
     let change = (last - first).abs() / first.abs().max(f64::MIN_POSITIVE);
     (p < DRIFT_P && change >= DRIFT_CHANGE).then_some(Drift { first, last, p })
@@ -96,11 +96,7 @@ pub fn modes(samples: &[f64]) -> Option<Modes> {
     let (at, gap) = (least..=n - least)
         .map(|i| (i, sorted[i] - sorted[i - 1]))
         .max_by(|a, b| a.1.total_cmp(&b.1))?;
-    let median = |part: &[f64]| Data::new(part.to_vec()).median();
-    let mad = |part: &[f64]| {
-        let m = median(part);
-        Data::new(part.iter().map(|x| (x - m).abs()).collect::<Vec<_>>()).median()
-    };
+    let (median, mad) = (stats::median, stats::mad);
     let (low, high) = (&sorted[..at], &sorted[at..]);
     let whole = median(&sorted);
     let spread = mad(low).max(mad(high)).max(whole.abs() * 0.001);

@@ -4,18 +4,13 @@
 
 use sbs_reports::model::{Detail, MetricId, MetricResult, Summary, Unit};
 
-use super::shape;
-use statrs::distribution::{ContinuousCDF, StudentsT};
-use statrs::statistics::{Data, Median, Statistics};
+use super::{shape, stats};
+use statrs::statistics::Statistics;
 
 /// Two-sided critical value of Student's t for a `confidence` interval of the mean of
 /// `n >= 2` samples (`df = n - 1`), at every `n`.
 pub fn critical_value(confidence: f64, n: usize) -> f64 {
-    let p = 1.0 - (1.0 - confidence) / 2.0;
-    match StudentsT::new(0.0, 1.0, n.saturating_sub(1) as f64) {
-        Ok(t) => t.inverse_cdf(p),
-        Err(_) => f64::NAN,
-    }
+    stats::t_critical(n.saturating_sub(1) as f64, confidence).unwrap_or(f64::NAN)
 }
 
 /// Sample size, mean and sample variance (n - 1 denominator; 0 for one sample).
@@ -139,11 +134,9 @@ pub fn timing_warnings(metrics: &[MetricResult]) -> Vec<String> {
         return warnings;
     }
     if samples.len() >= 5 {
-        let median = Data::new(samples.to_vec()).median();
-        let deviations: Vec<f64> = samples.iter().map(|x| (x - median).abs()).collect();
-        let mad = Data::new(deviations).median();
-        if mad > 0.0 {
-            let z = |x: f64| 0.6745 * (x - median).abs() / mad;
+        if let Some(robust) = stats::RobustZ::of(samples) {
+            let median = stats::median(samples);
+            let z = |x: f64| robust.z(x);
             let outliers: Vec<usize> = (0..samples.len())
                 .filter(|&i| z(samples[i]) > OUTLIER_Z)
                 .collect();
@@ -244,7 +237,7 @@ pub fn summarize(samples: &[f64], confidence: f64) -> Summary {
     } else {
         Some(sd / mean.abs())
     };
-    let median = Data::new(samples.to_vec()).median();
+    let median = stats::median(samples);
     let (ci_low, ci_high) = if n < 2 {
         (None, None)
     } else if sd == 0.0 {

@@ -16,10 +16,10 @@
 //!   Wilcox, *Introduction to Robust Estimation and Hypothesis Testing*, ch. 4): one wild
 //!   pair can neither make nor hide a change.
 
-use statrs::distribution::{ContinuousCDF, StudentsT};
-use statrs::statistics::{Data, Median, Statistics};
+use statrs::statistics::Statistics;
 
 use super::CompareError;
+use crate::judge::stats;
 use crate::judge::summary::OUTLIER_Z;
 
 /// The share of pairs trimmed from each end when the per-pair values have outliers.
@@ -81,18 +81,7 @@ pub fn has_outliers(values: &[f64]) -> bool {
     if values.len() < 5 {
         return false;
     }
-    let median = Data::new(values.to_vec()).median();
-    let mad = Data::new(
-        values
-            .iter()
-            .map(|x| (x - median).abs())
-            .collect::<Vec<_>>(),
-    )
-    .median();
-    mad > 0.0
-        && values
-            .iter()
-            .any(|x| 0.6745 * (x - median).abs() / mad > OUTLIER_Z)
+    stats::RobustZ::of(values).is_some_and(|robust| values.iter().any(|&x| robust.z(x) > OUTLIER_Z))
 }
 
 /// The interval of the change of `candidate` against `reference`, run `i` of one paired
@@ -143,9 +132,8 @@ pub fn paired_interval(
         return Err(CompareError::ZeroVariance);
     }
     let std_error = (var / n as f64).sqrt();
-    let t = StudentsT::new(0.0, 1.0, df).map_err(|_| CompareError::ZeroVariance)?;
-    let critical = t.inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
-    let p_value = (2.0 * t.sf((estimate / std_error).abs())).min(1.0);
+    let critical = stats::t_critical(df, confidence).ok_or(CompareError::ZeroVariance)?;
+    let p_value = stats::t_p_value(estimate / std_error, df).ok_or(CompareError::ZeroVariance)?;
     Ok(PairedInterval {
         scale,
         trimmed,

@@ -13,8 +13,8 @@
 //! - Exact counts: against the latest session (a count that changed in the history is
 //!   judged against its newest value).
 
+use crate::judge::stats;
 use sbs_reports::model::{Comparison, ComparisonMethod};
-use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::{
     anova, compare, relative_to, unjudged, validate, verdict, zero_variance, CompareError, Moments,
@@ -83,9 +83,8 @@ fn prediction_interval(
     let mut result = unjudged(&label, &m, &cand, policy);
     let k = m.n as f64;
     let se = (m.var * (1.0 + 1.0 / k)).sqrt();
-    let t = StudentsT::new(0.0, 1.0, k - 1.0)
-        .map_err(|_| CompareError::TooFewSamples { n: m.n, needed: 2 })?;
-    let critical = t.inverse_cdf(1.0 - (1.0 - policy.confidence) / 2.0);
+    let critical = stats::t_critical(k - 1.0, policy.confidence)
+        .ok_or(CompareError::TooFewSamples { n: m.n, needed: 2 })?;
     let difference = result.difference;
     let (low, high) = (difference - critical * se, difference + critical * se);
     result.method = ComparisonMethod::Sessions;
@@ -94,7 +93,7 @@ fn prediction_interval(
     result.relative_ci_low = relative_to(low, m.mean);
     result.relative_ci_high = relative_to(high, m.mean);
     result.df = Some(k - 1.0);
-    result.p_value = Some((2.0 * t.sf((difference / se).abs())).min(1.0));
+    result.p_value = stats::t_p_value(difference / se, k - 1.0);
     result.verdict = verdict(low > 0.0 || high < 0.0, difference, result.relative, policy);
     Ok(result)
 }
