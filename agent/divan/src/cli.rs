@@ -183,6 +183,30 @@ pub(crate) fn parse(args: &[String]) -> Result<Cli, String> {
 }
 
 impl Cli {
+    /// divan's environment variables for the sampling options the command line left
+    /// unset (`DIVAN_SAMPLE_COUNT`, `DIVAN_SAMPLE_SIZE`, `DIVAN_MIN_TIME`,
+    /// `DIVAN_MAX_TIME`); a value that does not parse is an error.
+    pub(crate) fn with_env(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Cli, String> {
+        let read = |name: &str, flag: &str| var(name).map(|v| (flag.to_string(), v));
+        if let (None, Some((f, v))) = (
+            self.sample_count,
+            read("DIVAN_SAMPLE_COUNT", "--sample-count"),
+        ) {
+            self.sample_count = Some(count(&f, &v)?);
+        }
+        if let (None, Some((f, v))) = (self.sample_size, read("DIVAN_SAMPLE_SIZE", "--sample-size"))
+        {
+            self.sample_size = Some(count(&f, &v)?);
+        }
+        if let (None, Some((f, v))) = (self.min_time, read("DIVAN_MIN_TIME", "--min-time")) {
+            self.min_time = Some(seconds(&f, &v)?);
+        }
+        if let (None, Some((f, v))) = (self.max_time, read("DIVAN_MAX_TIME", "--max-time")) {
+            self.max_time = Some(seconds(&f, &v)?);
+        }
+        Ok(self)
+    }
+
     fn matches(&self, filter: &str, path: &str) -> bool {
         if self.exact {
             path == filter
@@ -235,6 +259,16 @@ mod tests {
         let c = p(&["--bench", "--max-time=0.5", "--sample-count", "20"]).unwrap();
         assert_eq!(c.max_time, Some(Duration::from_millis(500)));
         assert_eq!(c.sample_count, Some(20));
+        let env = |name: &str| match name {
+            "DIVAN_SAMPLE_COUNT" => Some("1000".to_string()),
+            "DIVAN_MIN_TIME" => Some("0.25".to_string()),
+            _ => None,
+        };
+        let c = c.with_env(env).unwrap();
+        assert_eq!(c.sample_count, Some(20), "the command line wins");
+        assert_eq!(c.min_time, Some(Duration::from_millis(250)));
+        let e = p(&[]).unwrap().with_env(|_| Some("x".into())).unwrap_err();
+        assert!(e.contains("--sample-count x"), "{e}");
         match p(&["--sbs-run", "b::f", "--samples", "3"]).unwrap().mode {
             Mode::Child(c) => assert_eq!(c.name(), "b::f"),
             other => panic!("{other:?}"),

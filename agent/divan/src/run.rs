@@ -79,7 +79,9 @@ fn check_unique(benches: &[Bench]) {
 /// `Divan` builder's.
 pub(crate) fn main(defaults: Options, skips: &[(String, bool)]) {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let cli = cli::parse(&args).unwrap_or_else(|e| fail(&e));
+    let cli = cli::parse(&args)
+        .and_then(|c| c.with_env(|name| std::env::var(name).ok()))
+        .unwrap_or_else(|e| fail(&e));
     if let Mode::Help = cli.mode {
         print!("{}", cli::USAGE);
         let _ = std::io::stdout().flush();
