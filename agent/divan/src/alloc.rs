@@ -4,6 +4,9 @@
 //! operation, whatever the global allocator (as long as it ends in the C library's
 //! `malloc` family, as the system allocator does).
 
+// The crate's only unsafe code: the `GlobalAlloc` implementation and its test.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 
 /// divan's allocation profiler, as a pass-through global allocator.

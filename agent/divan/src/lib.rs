@@ -39,6 +39,9 @@
 //!
 //! What maps to what, and what cannot be honoured: `docs/criterion-and-divan.md`.
 
+// Unsafe code only where `alloc` allows it.
+#![deny(unsafe_code)]
+
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;

@@ -7,6 +7,7 @@
 //! - `collect::{1,10,100}` (`args`): one `Vec<u64>` of exact size: 1 allocation of 8n bytes;
 //! - `boxed::{u8,u64}` (`types`): one `Box<T>`: 1 allocation of `size_of::<T>()`;
 //! - `strings::{2,5}` (`consts`): a `Vec` of N `String`s: N + 1 allocations;
+//! - `array::{3,40}` (`consts = LENS`, a named array): an array on the stack: 0;
 //! - `inputs::sort_refs`, `inputs::len_values` (`with_inputs`): the 1000-element vector is
 //!   made outside the measurement; sorting it in place and taking its length allocate 0;
 //! - `grouped::format` (a `bench_group` renamed): its path;
@@ -53,6 +54,14 @@ fn strings<const N: usize>() -> Vec<String> {
         v.push(black_box("x").to_string());
     }
     v
+}
+
+/// Constants from a named array rather than a literal.
+const LENS: [usize; 2] = [3, 40];
+
+#[divan::bench(consts = LENS)]
+fn array<const N: usize>() -> [u8; N] {
+    black_box([7u8; N])
 }
 
 #[divan::bench_group(sample_size = 10)]

@@ -427,9 +427,24 @@ fn bench_impl(opts: Opts, func: &ItemFn) -> syn::Result<Tokens> {
     };
     let options = options_fn(&p, &krate);
     let cfgs = cfg_attrs(&func.attrs);
+    let too_many = match &p.consts {
+        Some(c) if !matches!(c, Expr::Array(_)) => {
+            let message = format!(
+                "sbs-divan takes at most {MAX_CONSTS} constants from a named array; \
+                 write them as an array literal, `consts = [...]`"
+            );
+            quote!(
+                const _: () = ::core::assert!(
+                    #krate::__private::const_len(&#c) <= #MAX_CONSTS, #message
+                );
+            )
+        }
+        _ => quote!(),
+    };
     Ok(quote! {
         #(#cfgs)*
         const _: () = {
+            #too_many
             #[#krate::__private::distributed_slice(#krate::__private::BENCHES)]
             #[linkme(crate = #krate::__private::linkme)]
             static __SBS_DIVAN_BENCH: #krate::__private::BenchEntry = #krate::__private::BenchEntry {
