@@ -314,6 +314,52 @@ fn the_example_divan_suite_counts_what_its_harness_suite_counts() {
     );
 }
 
+/// `with_inputs` runs before every operation, outside the counted region:
+/// `top::values` makes its input with `count` each time, yet no call of `count` is in its
+/// region, and one of `top` per operation is.
+#[test]
+fn with_inputs_stays_outside_the_counted_region() {
+    if util::skip_without_uprobes("invocation counts of the example's functions") {
+        return;
+    }
+    let out = sbs_in(
+        &example(),
+        &local_target(),
+        &[
+            "--bench",
+            "wordfreq_divan",
+            "--invocations",
+            "wordfreq_bench::count",
+            "--invocations",
+            "wordfreq_bench::top",
+            "--runs",
+            "2",
+            "--ops",
+            "3",
+            "--harness-arg=--max-iterations=40",
+            "-f",
+            "json",
+            "--",
+            "--exact",
+            "wordfreq_divan::count::200000",
+            "wordfreq_divan::top::values",
+        ],
+    )
+    .success();
+    let report = out.json();
+    for (id, count, top) in [
+        ("wordfreq_divan::count::200000", 1.0, 0.0),
+        ("wordfreq_divan::top::values", 0.0, 1.0),
+    ] {
+        let counts = per_op(&report, id, "invocations.wordfreq_bench::count/op");
+        let tops = per_op(&report, id, "invocations.wordfreq_bench::top/op");
+        out.check(
+            counts == [count, count] && tops == [top, top],
+            &format!("{id}: count/op {counts:?} (want {count}), top/op {tops:?} (want {top})"),
+        );
+    }
+}
+
 /// `bytesize` 2.7.0 as published (divan 0.1): its `benches/display.rs` formats
 /// `ByteSize::kib(42)` with `format!("{}", ...)`, which writes "42.0 KiB" straight into
 /// the new `String`: that string's first write grows it to 8 bytes, enough for all 8, so

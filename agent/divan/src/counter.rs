@@ -161,7 +161,14 @@ impl AnyCounter {
             .find(|&(f, _)| per_sec >= f)
             .map(|(f, p)| (per_sec / f, p))
             .unwrap_or((per_sec, ""));
-        format!("{scaled:.4} {prefix}{unit}")
+        let decimals = if scaled >= 100.0 {
+            1
+        } else if scaled >= 10.0 {
+            2
+        } else {
+            3
+        };
+        format!("{scaled:.decimals$} {prefix}{unit}")
     }
 }
 
@@ -176,10 +183,10 @@ mod tests {
         assert_eq!(BytesCount::of_slice(&[1u32, 2]).into_counter().count, 8);
         assert_eq!(BytesCount::of_many::<u64>(3).into_counter().count, 24);
         let c = ItemsCount::new(2_000u32).into_counter();
-        assert_eq!(c.throughput(1e-3), "2.0000 Mitem/s");
+        assert_eq!(c.throughput(1e-3), "2.000 Mitem/s");
         assert_eq!(
             BytesCount::new(10u8).into_counter().throughput(1.0),
-            "10.0000 B/s"
+            "10.00 B/s"
         );
     }
 }
