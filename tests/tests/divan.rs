@@ -206,6 +206,83 @@ fn the_fixture_counts_what_its_code_allocates() {
     }
 }
 
+/// The version of divan the fixture is checked against.
+const DIVAN: &str = "0.1.21";
+
+/// The fixture as a package of its own in the cache, depending on divan itself: the same
+/// bench file, the dependency line as divan's users write it.
+fn fixture_with_divan() -> PathBuf {
+    let dir = registry::checkout_dir().join(format!("divan-fixture-divan-{DIVAN}"));
+    std::fs::create_dir_all(dir.join("benches")).expect("the package's directory");
+    let manifest = format!(
+        "[package]\nname = \"divan-fixture\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\
+         publish = false\n\n[dev-dependencies]\ndivan = \"={DIVAN}\"\n\n\
+         [[bench]]\nname = \"fixture\"\nharness = false\n\n[workspace]\n"
+    );
+    let bench = std::fs::read_to_string(fixture_dir().join("benches/fixture.rs"))
+        .expect("the fixture's bench file");
+    for (path, text) in [("Cargo.toml", manifest), ("benches/fixture.rs", bench)] {
+        // Written only when changed, so that the cached build stays fresh.
+        if std::fs::read_to_string(dir.join(path)).ok().as_deref() != Some(text.as_str()) {
+            std::fs::write(dir.join(path), text).expect("write the package");
+        }
+    }
+    std::fs::create_dir_all(dir.join("src")).expect("src");
+    std::fs::write(dir.join("src/lib.rs"), "").expect("src/lib.rs");
+    dir
+}
+
+/// The (count, bytes) of divan's `alloc:` rows (the median column) in its output for one
+/// benchmark; (0, 0) when it prints none.
+fn divan_allocs(stdout: &str) -> Option<(f64, f64)> {
+    let lines: Vec<&str> = stdout.lines().collect();
+    // The median column: the third cell from the end but one (fastest │ slowest │ median
+    // │ mean │ samples │ iters); the tree's own `│`s come before the cells.
+    let median = |line: &str| -> Option<String> {
+        let cells: Vec<&str> = line.split('│').collect();
+        let cell = cells.get(cells.len().checked_sub(4)?)?;
+        Some(cell.trim().to_string())
+    };
+    let Some(at) = lines.iter().position(|l| {
+        l.trim_start_matches(|c: char| !c.is_alphanumeric())
+            .starts_with("alloc:")
+    }) else {
+        return Some((0.0, 0.0));
+    };
+    let count: f64 = median(lines.get(at + 1)?)?.parse().ok()?;
+    let bytes = median(lines.get(at + 2)?)?;
+    let (number, unit) = bytes.split_once(' ')?;
+    let scale = match unit {
+        "B" => 1.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        _ => return None,
+    };
+    Some((count, number.parse::<f64>().ok()? * scale))
+}
+
+/// divan's own `AllocProfiler`, on the same bench file built with divan itself, counts
+/// the allocations per iteration that sbs-profile counts per operation with sbs-divan
+/// (the fixture's allocations grow no block, where the two count differently).
+#[test]
+fn the_fixture_counts_agree_with_divans_alloc_profiler() {
+    let dir = fixture_with_divan();
+    for (path, count, bytes) in FIXTURE {
+        let out = cargo_bench(
+            &dir,
+            &registry::target_dir(),
+            "fixture",
+            &["--exact", path, "--sample-count", "3", "--color", "never"],
+        )
+        .success();
+        let got = divan_allocs(&out.stdout());
+        out.check(
+            got == Some((count, bytes)),
+            &format!("{path}: divan's AllocProfiler {got:?}, sbs-profile's ({count}, {bytes})"),
+        );
+    }
+}
+
 /// Plain `cargo bench` prints a timing line per benchmark; divan's `--list`, filters,
 /// `--exact`, `--skip`, `--ignored`, `--test` and a bad option behave as divan's do.
 #[test]
