@@ -104,14 +104,7 @@ impl<C> Bencher<'_, '_, C> {
     /// Everything but the child run: `sample(n)` runs `n` iterations and returns the time
     /// they took, set-ups excluded.
     fn sampled(&mut self, sample: &mut dyn FnMut(u64) -> Duration) {
-        self.state.outcome = match self.state.job {
-            Job::Child(_) => unreachable!("child runs go through the harness"),
-            Job::Test => {
-                sample(1);
-                Outcome::Done
-            }
-            Job::Measure(plan) => Outcome::Measured(measure(&plan, sample)),
-        };
+        self.state.outcome = sample_job(self.state.job, sample);
     }
 }
 
