@@ -1,4 +1,5 @@
-//! For crates that offer another benchmark API on top of this harness (`sbs-criterion`):
+//! For crates that offer another benchmark API on top of this harness (`sbs-criterion`,
+//! `sbs-divan`):
 //! run one benchmark in this process, as `sbs-profile` (or the harness's own `--bench`)
 //! asks with `--sbs-run NAME`, from closures that exist only now.
 //!

@@ -50,6 +50,12 @@ fn checkout_tag() -> String {
     format!("{:016x}", hasher.finish())
 }
 
+/// This checkout's directory in the cache, for packages the tests make there (they may
+/// name paths of the checkout).
+pub fn checkout_dir() -> PathBuf {
+    cache_dir().join("work").join(checkout_tag())
+}
+
 /// Name of the copy of the published manifest, kept beside the one the tests edit.
 const PRISTINE: &str = ".sbs-published-Cargo.toml";
 
@@ -87,10 +93,7 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 /// the first time, kept after), in this checkout's copy.
 pub fn fetch(name: &str, version: &str) -> RegistryCrate {
     let published = unpack(name, version);
-    let dir = cache_dir()
-        .join("work")
-        .join(checkout_tag())
-        .join(format!("{name}-{version}"));
+    let dir = checkout_dir().join(format!("{name}-{version}"));
     if !dir.join(PRISTINE).exists() {
         let partial = dir
             .parent()

@@ -1,0 +1,1 @@
+//! Nothing: the package is its bench file, `benches/fixture.rs`.
