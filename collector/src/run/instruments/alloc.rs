@@ -350,14 +350,14 @@ pub fn preflight(program: &Path) -> Result<Vec<String>, AgentError> {
             advice: "Measure a copy without the setuid bit.",
         });
     }
-    let data = std::fs::read(program).map_err(inspect)?;
-    if !data.starts_with(b"\x7fELF") {
+    // Read only what the checks need (the headers, the symbol tables), not the whole
+    // program: a release build with debug info is tens of megabytes, and reading it all
+    // cost 50 ms before the first run.
+    let data = object::ReadCache::new(std::fs::File::open(program).map_err(inspect)?);
+    if object::ReadRef::read_bytes_at(&data, 0, 4) != Ok(&b"\x7fELF"[..]) {
         // A script: its interpreter gets the agent.
         return Ok(Vec::new());
     }
-    let Ok(file) = object::File::parse(&*data) else {
-        return Ok(Vec::new());
-    };
     if !has_interpreter(&data) {
         return Err(AgentError::Unsupported {
             path: program.to_path_buf(),
@@ -365,10 +365,10 @@ pub fn preflight(program: &Path) -> Result<Vec<String>, AgentError> {
             advice: STATIC_ADVICE,
         });
     }
-    Ok(allocator_warnings(program, &file))
+    Ok(allocator_warnings(program, &data))
 }
 
-fn has_interpreter(data: &[u8]) -> bool {
+fn has_interpreter<'data, R: object::ReadRef<'data>>(data: R) -> bool {
     use object::read::elf::{FileHeader, ProgramHeader};
     let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(data) else {
         // Not a 64-bit ELF: let the loader decide.
@@ -395,25 +395,72 @@ const PRIVATE_ALLOCATORS: &[(&str, &str)] = &[
     ("sn_rust_alloc", "snmalloc"),
 ];
 
-fn allocator_warnings(program: &Path, file: &object::File) -> Vec<String> {
-    use object::{Object, ObjectSymbol};
+/// The names among `wanted` that a symbol table of `data` (an ELF64 file) defines:
+/// `.dynsym` alone when `dynamic`, else `.symtab` and `.dynsym`. Reads those sections and
+/// their string tables, nothing else: a name at a time through the cache would be a read
+/// per symbol.
+fn defined<'data, R: object::ReadRef<'data>>(
+    data: R,
+    wanted: &[&'static str],
+    dynamic: bool,
+) -> Vec<&'static str> {
+    use object::read::elf::{FileHeader, SectionHeader, Sym};
+    let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(data) else {
+        return Vec::new();
+    };
+    let Ok(endian) = header.endian() else {
+        return Vec::new();
+    };
+    let Ok(sections) = header.sections(endian, data) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for section in sections.iter() {
+        let kind = section.sh_type(endian);
+        if kind != object::elf::SHT_DYNSYM && (dynamic || kind != object::elf::SHT_SYMTAB) {
+            continue;
+        }
+        let strings = sections
+            .section(object::SectionIndex(section.sh_link(endian) as usize))
+            .ok()
+            .and_then(|s| s.data(endian, data).ok());
+        let symbols = section
+            .data_as_array::<object::elf::Sym64<object::Endianness>, R>(endian, data)
+            .ok();
+        let (Some(strings), Some(symbols)) = (strings, symbols) else {
+            continue;
+        };
+        for sym in symbols.iter().filter(|s| !s.is_undefined(endian)) {
+            let Some(name) = strings
+                .get(sym.st_name(endian) as usize..)
+                .and_then(|rest| rest.split(|&b| b == 0).next())
+            else {
+                continue;
+            };
+            if let Some(w) = wanted.iter().find(|w| w.as_bytes() == name) {
+                if !found.contains(w) {
+                    found.push(*w);
+                }
+            }
+        }
+    }
+    found
+}
+
+fn allocator_warnings<'data, R: object::ReadRef<'data>>(program: &Path, data: R) -> Vec<String> {
     let mut warnings = Vec::new();
-    let exports_malloc = file
-        .dynamic_symbols()
-        .any(|s| s.is_definition() && s.name() == Ok("malloc"));
+    let exports_malloc = !defined(data, &["malloc"], true).is_empty();
     if exports_malloc {
         warnings.push(format!(
             "{} defines its own malloc, which takes precedence over the agent's: allocation counts cover only what reaches the agent (shared libraries' calls)",
             program.display()
         ));
     }
+    let names: Vec<&str> = PRIVATE_ALLOCATORS.iter().map(|(sym, _)| *sym).collect();
+    let defined = defined(data, &names, false);
     let found: Vec<&str> = PRIVATE_ALLOCATORS
         .iter()
-        .filter(|(sym, _)| {
-            file.symbols()
-                .chain(file.dynamic_symbols())
-                .any(|s| s.is_definition() && s.name() == Ok(*sym))
-        })
+        .filter(|(sym, _)| defined.contains(sym))
         .map(|(_, name)| *name)
         .collect();
     if !found.is_empty() {
@@ -1132,6 +1179,40 @@ mod tests {
             "{w:?}"
         );
         assert!(ExecCheck::default().warnings(true).is_empty());
+    }
+
+    #[test]
+    fn preflight_names_a_private_malloc_and_allocator_from_the_symbol_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("a.c");
+        std::fs::write(
+            &src,
+            "#include <stddef.h>\nvoid *malloc(size_t n) { (void)n; return 0; }\n\
+             void *mi_malloc(size_t n) { return malloc(n); }\nint main(void) { return mi_malloc(1) != 0; }\n",
+        )
+        .unwrap();
+        let exe = dir.path().join("a");
+        let built = std::process::Command::new("cc")
+            .args(["-O0", "-rdynamic", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status();
+        if !built.is_ok_and(|s| s.success()) {
+            eprintln!("SKIP: no C compiler (cc) to build a program with its own malloc");
+            return;
+        }
+        let warnings = preflight(&exe).unwrap();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("defines its own malloc"),
+            "{warnings:?}"
+        );
+        assert!(warnings[1].contains("mimalloc"), "{warnings:?}");
+        // Without .symtab the exported names still tell.
+        let status = std::process::Command::new("strip").arg(&exe).status();
+        if status.is_ok_and(|s| s.success()) {
+            assert_eq!(preflight(&exe).unwrap().len(), 2);
+        }
     }
 
     #[test]
