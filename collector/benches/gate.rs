@@ -13,8 +13,8 @@
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
-use sbs_profile::judge::compare::{Policy, Series};
-use sbs_profile::judge::regression::judge_against_history;
+use sbs_profile::gate::judge_against_history;
+use sbs_profile::gate::{Policy, Series};
 use sbs_reports::model::Verdict;
 
 const RUNS: usize = 10;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sbs_profile::cli::{execute, Cli};
-use sbs_profile::output::Unwritten;
-use sbs_profile::run::runner::RunError;
+use sbs_profile::RunError;
+use sbs_profile::Unwritten;
 
 /// The error and its causes on one line, each cause once: many errors already quote
 /// their cause in their own message.

@@ -3,7 +3,7 @@
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use sbs_profile::run::instruments::alloc::{ReportFile, Reports};
+use sbs_profile::alloc_reports::{ReportFile, Reports};
 
 /// Run `command` once with the allocation agent loaded (the library and report file
 /// `--alloc` uses), outside the collector's runner, and return its exit status and the

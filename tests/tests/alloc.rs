@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sbs_agent_abi::{Origin, SlotValues};
-use sbs_profile::run::instruments::alloc::Reports;
+use sbs_profile::alloc_reports::Reports;
 use sbs_skip::{build, skip, Need};
 use sbs_tests::run_with_agent;
 use util::{metric, samples, sbs};
@@ -1368,7 +1368,7 @@ fn a_raw_clone_thread_counts_in_a_record_of_its_own() {
 /// `tests/fixtures/c/tree.c` run under the agent, with 100,000 bytes kept by the parent
 /// and 300,000 allocated by each child: blocks far above the granule, so every change
 /// reaches the tree's total at once and the known peaks are exact.
-fn tree_run(mode: &str) -> Option<(Reports, sbs_profile::run::instruments::alloc::Totals)> {
+fn tree_run(mode: &str) -> Option<(Reports, sbs_profile::alloc_reports::Totals)> {
     let (_dir, exe) = c_fixture("tree")?;
     let reports = agent(&exe, &[mode, "100000", "300000"]);
     let totals = reports.totals();

@@ -192,11 +192,6 @@ impl History {
         History { root: root.into() }
     }
 
-    /// The root directory.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// Directory of a benchmark's saved entries.
     pub fn entries_dir(&self, benchmark: &str) -> PathBuf {
         self.root.join("history").join(slug(benchmark))

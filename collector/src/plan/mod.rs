@@ -15,7 +15,7 @@ use sbs_reports::model::{Family, MetricId, Variant};
 
 pub use crate::run::spec::{BenchmarkSpec, GroupSpec, InstrumentSpec};
 pub use crate::run::spec::{FailurePolicy, Point, Schedule};
-pub use build::{build, planned_groups, resolve_program, CLEAN_PATH};
+pub use build::{build, planned_groups, resolve_program};
 pub(crate) use groups::{invocation_options, unique};
 pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, ScanRequest, Target};
 
@@ -73,19 +73,6 @@ pub struct Plan {
     pub schedule: Schedule,
     /// Report format and destinations.
     pub destinations: Destinations,
-}
-
-impl Plan {
-    /// The families of metric ids (`time.`, `alloc.`...) its runs may report.
-    pub fn metric_families(&self) -> BTreeSet<Family> {
-        families(self.benchmarks.iter().flat_map(|b| &b.groups))
-    }
-
-    /// The id of every metric its runs may report (`PREFIX*` for ids the runs name, such
-    /// as the functions of a time profile), with the calibrated twin of every empty one.
-    pub fn metric_ids(&self) -> BTreeSet<String> {
-        metric_ids(self.benchmarks.iter().flat_map(|b| &b.groups))
-    }
 }
 
 /// The families of metric ids `groups` may report.

@@ -34,12 +34,12 @@ mod welch;
 use sbs_reports::model::{AnovaSummary, Comparison, ComparisonMethod, PairDifference, Verdict};
 
 pub use crate::judge::summary::Moments;
-pub use anova::{anova, bonferroni_pairs, Anova, PairTest};
-pub use paired::{has_outliers, paired_interval, per_pair, PairedInterval, Scale};
+pub use anova::{anova, bonferroni_pairs};
+pub use paired::{paired_interval, Scale};
 pub use sessions::against_sessions;
-pub use thresholds::{ThresholdError, Thresholds};
+pub use thresholds::Thresholds;
 pub use verdict::verdict;
-pub use welch::{welch_df, welch_interval, DiffInterval};
+pub use welch::welch_interval;
 
 use anova::zero_variance;
 use welch::check_confidence;

@@ -19,6 +19,7 @@
 //!     m=mean(kept); se=stdev(w)/((1-2*g)*sqrt(n)); q=tppf(1-(1-conf)/2, len(kept)-1)
 //!     return m, se, m-q*se, m+q*se, 2*(1-tcdf(abs(m/se), len(kept)-1))
 //! ```
+use super::paired::has_outliers;
 use super::*;
 
 /// Runs of a reference whose level moves from run to run (a machine under load).

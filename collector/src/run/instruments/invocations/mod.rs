@@ -254,11 +254,6 @@ impl Invocations {
         }
     }
 
-    /// How many distinct locations (functions and inlined entry points) are counted.
-    pub fn probe_count(&self) -> usize {
-        self.counted.len()
-    }
-
     /// The metric source of every pattern: `inproc`, `uprobe` or `inproc+uprobe`.
     pub fn source(&self) -> String {
         let mut s: Vec<&str> = self
