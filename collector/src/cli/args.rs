@@ -16,7 +16,7 @@ use crate::plan::counters::{CounterOptions, InstructionsMode};
 use crate::plan::{Controls, Destinations, Export, FailurePolicy, Format, Measures};
 use crate::run::hooks::{Hook, Hooks};
 use crate::run::instruments::invocations::Engine;
-use crate::run::spec::Target;
+use crate::run::spec::TargetCi;
 
 /// `--format`: the report formats, as the command line names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -583,7 +583,7 @@ impl RunArgs {
         let runs = self.min_runs.unwrap_or(self.runs) as usize;
         Controls {
             runs,
-            target: self.target_ci.map(|ci| Target {
+            target: self.target_ci.map(|ci| TargetCi {
                 ci,
                 max_runs: self
                     .max_runs

@@ -138,5 +138,5 @@ pub struct Controls {
     /// A file the child reads as its stdin (`/dev/null` when `None`).
     pub input: Option<PathBuf>,
     /// Adaptive runs: from `runs` up to a maximum until the timing intervals are narrow.
-    pub target: Option<crate::run::spec::Target>,
+    pub target: Option<crate::run::spec::TargetCi>,
 }

@@ -61,14 +61,14 @@ pub struct Schedule {
     pub clean_env: bool,
     /// `--target-ci`: keep adding measured runs to a group, from `runs` up to
     /// `target.max_runs`, until the interval of every timing metric is this narrow.
-    pub target: Option<Target>,
+    pub target: Option<TargetCi>,
     /// Show a progress bar.
     pub progress: bool,
 }
 
 /// Adaptive runs (`--target-ci PCT`, `--max-runs N`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Target {
+pub struct TargetCi {
     /// The widest relative half-width a timing interval may have (0.02 for ±2%).
     pub ci: f64,
     /// The most measured runs per group.

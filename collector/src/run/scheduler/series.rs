@@ -5,7 +5,7 @@
 use sbs_reports::model::{Family, GroupRuns};
 
 use crate::run::instrument::{ExitKind, MetricSpec, Sample};
-use crate::run::spec::Target;
+use crate::run::spec::TargetCi;
 
 /// All values of one metric of one benchmark.
 #[derive(Debug)]
@@ -186,7 +186,7 @@ pub(super) fn narrow_enough(
 pub(super) fn target_warning(
     c: &Collected,
     group: &str,
-    target: Target,
+    target: TargetCi,
     runs: usize,
     confidence: f64,
 ) -> Option<String> {

@@ -2,7 +2,7 @@ use super::*;
 use sbs_reports::model::Unit;
 
 use crate::run::instrument::MetricSpec;
-use crate::run::spec::Target;
+use crate::run::spec::TargetCi;
 
 fn sample(id: &str, v: f64, details: &[(&str, f64)]) -> Sample {
     Sample {
@@ -98,7 +98,7 @@ fn target_ci_adds_runs_until_the_interval_is_narrow_or_the_maximum_comes() {
             calls: Vec::new(),
         };
         let schedule = Schedule {
-            target: Some(Target { ci, max_runs }),
+            target: Some(TargetCi { ci, max_runs }),
             ..schedule(2, 0, FailurePolicy::Fail)
         };
         let cancel = Cancel::install().unwrap();
