@@ -22,7 +22,49 @@ use sbs_reports::human::TimeUnit;
 use sbs_reports::model::Report;
 use sbs_reports::Render;
 
-use crate::plan::{Destinations, Format};
+/// The format of a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// An aligned table for people.
+    Text,
+    /// The JSON schema of `docs/schema.md`.
+    Json,
+    /// One row per metric.
+    Csv,
+    /// Bencher Metric Format JSON (bencher.dev, github-action-benchmark).
+    Bmf,
+    /// A Markdown table for pull-request comments.
+    Markdown,
+}
+
+/// Where the report goes and in which format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destinations {
+    /// Format of the main report.
+    pub format: Format,
+    /// Colour the text report (`None`: on a terminal, unless `NO_COLOR` is set).
+    pub color: Option<bool>,
+    /// The unit of every time in the text and Markdown reports (`None`: each its own).
+    pub time_unit: Option<sbs_reports::human::TimeUnit>,
+    /// A file for the main report (stdout when `None`).
+    pub output: Option<PathBuf>,
+    /// A file for the HTML page, if one is asked for.
+    pub html: Option<PathBuf>,
+    /// Further files, each in its own format, written from the same measurements
+    /// (`--export-json FILE`...), with the option that named each.
+    pub exports: Vec<Export>,
+}
+
+/// One `--export-FORMAT FILE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    /// The option that asked for it, for messages (`--export-json`).
+    pub option: &'static str,
+    /// Its format.
+    pub format: Format,
+    /// Its file.
+    pub path: PathBuf,
+}
 
 /// An opened report destination.
 pub enum Output {

@@ -12,8 +12,9 @@ use sbs_reports::human::TimeUnit;
 
 use crate::history;
 use crate::judge::regression::Settings;
+use crate::output::{Destinations, Export, Format};
 use crate::plan::counters::{CounterOptions, InstructionsMode};
-use crate::plan::{Controls, Destinations, Export, FailurePolicy, Format, Measures};
+use crate::plan::{Controls, FailurePolicy, Measures};
 use crate::run::hooks::{Hook, Hooks};
 use crate::run::instruments::invocations::Engine;
 use crate::run::spec::TargetCi;

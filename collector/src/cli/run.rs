@@ -9,8 +9,8 @@ use super::{exit_for, RunArgs};
 use crate::check::{self, CheckRequest};
 use crate::judge::judge;
 use crate::judge::regression::{Mode, Reference, Regression};
-use crate::output::{Sinks, Unwritten};
-use crate::plan::{self, Format, Request, Target};
+use crate::output::{Format, Sinks, Unwritten};
+use crate::plan::{self, Request, Target};
 use crate::run::confirm::confirm;
 use crate::run::runner::Cancel;
 use crate::run::scheduler::{execute, Benchmark};
@@ -77,7 +77,7 @@ pub(super) fn measure(
         failures.push(e);
     }
     // The numbers-only formats have no place for warnings: they go to stderr.
-    if matches!(plan.destinations.format, Format::Csv | Format::Bmf) {
+    if matches!(args.report.destinations().format, Format::Csv | Format::Bmf) {
         for b in &report.benchmarks {
             for w in &b.warnings {
                 eprintln!("sbs-profile: warning ({}): {w}", b.name);
@@ -119,7 +119,6 @@ fn checked_plan(
         targets,
         measures: args.measures(),
         controls: args.controls(),
-        destinations: args.report.destinations(),
         scan: args.scan()?,
     };
     let regression = Regression::new(
@@ -133,7 +132,7 @@ fn checked_plan(
         Some(&plan::metric_ids(planned.iter())),
     )?;
     regression.check_writable(&[])?;
-    let sinks = Sinks::open(&request.destinations)?;
+    let sinks = Sinks::open(&args.report.destinations())?;
     let plan = plan::build(request)?;
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;

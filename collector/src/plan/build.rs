@@ -91,11 +91,7 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
             }
         }
     }
-    let Request {
-        controls,
-        destinations,
-        ..
-    } = request;
+    let controls = request.controls;
     Ok(Plan {
         benchmarks,
         schedule: Schedule {
@@ -107,7 +103,6 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
             progress: controls.progress,
             target: controls.target,
         },
-        destinations,
     })
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::counters::CounterOptions;
-use super::{Destinations, FailurePolicy};
+use super::FailurePolicy;
 use crate::run::hooks::Hooks;
 
 /// Everything a plan is built from.
@@ -19,8 +19,6 @@ pub struct Request {
     pub measures: Measures,
     /// How each run is started and how many there are.
     pub controls: Controls,
-    /// Where the report goes.
-    pub destinations: Destinations,
     /// A parameter to scan: every target runs once per value, each its own benchmark.
     pub scan: Option<ScanRequest>,
 }
