@@ -495,19 +495,15 @@ fn collect_instances(
             }
             let Some(origin) = origin else { continue };
             let ranges = die_code(dwarf, &unit, entry)?;
-            if !meets(&ranges) {
-                // Nor does any instance nested in it.
-                copies.push(Enclosing {
-                    depth,
-                    origin,
-                    what: EnclosingCopy::Unmatched,
-                });
-                continue;
+            // Code outside `within`: nor can an instance nested in it meet it.
+            if meets(&ranges) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(origin) {
+                    let name = origin_name(dwarf, &headers, &mut units, origin, 0)?;
+                    slot.insert(name.and_then(wanted));
+                }
             }
-            if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(origin) {
-                slot.insert(origin_name(dwarf, &headers, &mut units, origin, 0)?.and_then(wanted));
-            }
-            let Some(Some((raw, demangled))) = names.get(&origin) else {
+            let named = meets(&ranges).then(|| names.get(&origin)).flatten();
+            let Some(Some((raw, demangled))) = named else {
                 copies.push(Enclosing {
                     depth,
                     origin,

@@ -197,19 +197,25 @@ pub fn measure(
         .rewind()
         .and_then(|_| stdout.read_to_end(&mut printed))
         .context("cannot read the run's output back")?;
-    let text = std::fs::read_to_string(&out_file).with_context(|| {
+    let costs = read_profile(setup, build, &out_file)?;
+    Ok((costs, Printed { stdout: printed }))
+}
+
+/// The costs in the profile valgrind wrote at `out_file` for a run of `build`.
+fn read_profile(setup: &Setup<'_>, build: &Build, out_file: &Path) -> anyhow::Result<Costs> {
+    let text = std::fs::read_to_string(out_file).with_context(|| {
         format!(
             "valgrind wrote no profile for the {} build {}",
             build.side,
             build.exe.display()
         )
     })?;
-    let costs = match metric {
+    Ok(match setup.metric {
         Metric::Instructions => {
             let profile = callgrind::parse(&text).with_context(|| {
                 format!("cannot read callgrind's profile {}", out_file.display())
             })?;
-            let own = own_object(&profile.objects, staged).with_context(|| {
+            let own = own_object(&profile.objects, setup.staged).with_context(|| {
                 format!(
                     "callgrind's profile of {} has no cost in the program itself",
                     build.exe.display()
@@ -217,13 +223,12 @@ pub fn measure(
             })?;
             instruction_costs(own, &build.image)
         }
-        Metric::Alloc | Metric::AllocBytes | Metric::Time => {
+        metric @ (Metric::Alloc | Metric::AllocBytes | Metric::Time) => {
             let profile = dhat::parse(&text)
                 .with_context(|| format!("cannot read DHAT's profile {}", out_file.display()))?;
             dhat::costs(&profile, &build.image, metric == Metric::AllocBytes)
         }
-    };
-    Ok((costs, Printed { stdout: printed }))
+    })
 }
 
 /// The costs callgrind recorded for the program's own object file, run from `staged`.
