@@ -9,7 +9,12 @@
 #    counts repeat) beside --runs 1 and --runs 3. The same for
 #    tests/fixtures/c/recursive.c (a recursive-descent parser, its helper parse_number
 #    slower in build 1), a longer run (about 3 million instructions against 1).
-#    Invocations alternate for ROUNDS rounds; medians are reported.
+#    Invocations alternate for ROUNDS rounds; medians are reported. With JSON_DIR set to
+#    the directory of the serde_json drivers tests/tests/pinpoint_crate.rs builds (in the
+#    test cache: work/<checkout>/pinpoint-drivers), the same for serde_json's checksum
+#    (instructions) and extra block (alloc) against the published build. With BEFORE set
+#    to another sbs-profile executable (an earlier commit's release build), its default
+#    pinpoint runs beside the current one's, in the same rounds.
 # 2. Comparisons (decisions of the statistics) made by BinaryFind and LinearFind on the
 #    fixture's 18-site main, and on a call list of 32 sites (benches/pinpoint/wide.c) for
 #    the regressed call at several positions.
@@ -64,19 +69,48 @@ cases = {
     "recursive.c: pinpoint --runs 1": [pinpoint(1, f"{d}/r0", f"{d}/r1")],
     "recursive.c: pinpoint (default)": [pinpoint(None, f"{d}/r0", f"{d}/r1")],
 }
+import os
+j = os.environ.get("JSON_DIR")
+if j:
+    jb = lambda v: f"{j}/target-{v}/release/jsondriver"
+    def json_by_hand(tool, cur):
+        return [["valgrind", f"--tool={tool}", f"--{tool}-out-file={d}/j{v}",
+                 "--log-file=/dev/null", jb(v)] for v in ("published", cur)]
+    cases.update({
+        "serde_json: callgrind x2 (by hand)": json_by_hand("callgrind", "checksum"),
+        "serde_json: pinpoint --runs 1": [pinpoint(1, jb("published"), jb("checksum"))],
+        "serde_json: pinpoint (default)": [pinpoint(None, jb("published"), jb("checksum"))],
+        "serde_json: DHAT x2 (by hand)": json_by_hand("dhat", "extra-block"),
+        "serde_json: pinpoint --metric alloc --runs 1":
+            [pinpoint(1, jb("published"), jb("extra-block"), "--metric", "alloc")],
+        "serde_json: pinpoint --metric alloc (default)":
+            [pinpoint(None, jb("published"), jb("extra-block"), "--metric", "alloc")],
+    })
+before = os.environ.get("BEFORE")
+if before:
+    for k in list(cases):
+        if "(default" in k and "pinpoint" in k:
+            cases[k.replace("pinpoint", "before: pinpoint", 1)] = [[before] + c[1:] for c in cases[k]]
 times = {k: [] for k in cases}
 for _ in range(rounds):
     for k, cmds in cases.items():
         times[k].append(timed(cmds))
-base = statistics.median(times["callgrind x2 (by hand, no reading)"])
-rbase = statistics.median(times["recursive.c: callgrind x2 (by hand)"])
+med = lambda k: statistics.median(times[k])
+def base_of(k):
+    if k.startswith("recursive.c"):
+        return med("recursive.c: callgrind x2 (by hand)")
+    if k.startswith("serde_json"):
+        alloc = "alloc" in k or "DHAT" in k
+        return med("serde_json: DHAT x2 (by hand)" if alloc else "serde_json: callgrind x2 (by hand)")
+    if "alloc" in k or k.startswith("dhat"):
+        return med("dhat x2 (by hand, no reading)")
+    return med("callgrind x2 (by hand, no reading)")
 print(f"wall time, median of {rounds} alternating rounds")
-print("| what | median | min | max | / callgrind x2 |")
+print("| what | median | min | max | / by hand (callgrind or DHAT x2) |")
 print("|---|---:|---:|---:|---:|")
 for k, ts in times.items():
     m = statistics.median(ts)
-    b = rbase if k.startswith("recursive.c") else base
-    print(f"| {k} | {m*1000:.0f} ms | {min(ts)*1000:.0f} ms | {max(ts)*1000:.0f} ms | {m/b:.2f} |")
+    print(f"| {k} | {m*1000:.0f} ms | {min(ts)*1000:.0f} ms | {max(ts)*1000:.0f} ms | {m/base_of(k):.2f} |")
 out = subprocess.run(pinpoint(None, f"{d}/r0", f"{d}/r1"), capture_output=True, text=True)
 p = json.loads(out.stdout)["pinpoint"]
 assert [l["function"] for l in p["chain"]] == ["main", "parse_value", "parse_number"], p

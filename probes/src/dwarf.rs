@@ -376,6 +376,14 @@ pub fn lines_at(data: &[u8], addresses: &[u64]) -> Result<HashMap<u64, String>, 
         let mut iter = dwarf.units();
         while let Some(header) = iter.next()? {
             let unit = dwarf.unit(header)?;
+            let wanted_here = |ranges: &[(u64, u64)]| {
+                ranges.iter().any(|&(a, b)| {
+                    wanted.partition_point(|&x| x < a) < wanted.partition_point(|&x| x < b)
+                })
+            };
+            if !unit_meets(dwarf, &unit, &wanted_here)? {
+                continue;
+            }
             let rows = unit_rows(&unit)?;
             for pair in rows.windows(2) {
                 let ((from, at), (to, _)) = (pair[0], pair[1]);
@@ -410,7 +418,7 @@ pub fn has_dwarf(data: &[u8]) -> bool {
 pub fn inlined_instances(data: &[u8], pattern: &Pattern) -> Result<Vec<InlinedInstance>, String> {
     let mut out = Vec::new();
     walk_dwarf(data, |dwarf| {
-        out = collect_instances(dwarf, &|raw| named_by(pattern, raw))?;
+        out = collect_instances(dwarf, &|raw| named_by(pattern, raw), None)?;
         Ok(())
     })?;
     Ok(out)
@@ -421,13 +429,16 @@ pub fn inlined_instances(data: &[u8], pattern: &Pattern) -> Result<Vec<InlinedIn
 pub fn inlined_within(data: &[u8], low: u64, high: u64) -> Result<Vec<InlinedInstance>, String> {
     let mut out = Vec::new();
     walk_dwarf(data, |dwarf| {
-        out = collect_instances(dwarf, &|raw| {
-            let demangled = demangle(&raw).label;
-            Some((raw, demangled))
-        })?;
+        out = collect_instances(
+            dwarf,
+            &|raw| {
+                let demangled = demangle(&raw).label;
+                Some((raw, demangled))
+            },
+            Some((low, high)),
+        )?;
         Ok(())
     })?;
-    out.retain(|i| i.ranges.iter().any(|&(a, b)| a < high && b > low));
     Ok(out)
 }
 
@@ -435,17 +446,26 @@ pub fn inlined_within(data: &[u8], low: u64, high: u64) -> Result<Vec<InlinedIns
 /// wanted.
 type Namer<'a> = dyn Fn(String) -> Option<(String, String)> + 'a;
 
+/// The inlined instances whose function `wanted` names and, with `within`, whose code
+/// meets `[low, high)` (units whose code lies elsewhere are not read).
 fn collect_instances(
     dwarf: &gimli::Dwarf<Reader<'_>>,
     wanted: &Namer<'_>,
+    within: Option<(u64, u64)>,
 ) -> gimli::Result<Vec<InlinedInstance>> {
     let headers = sorted_headers(dwarf)?;
     let mut units: HashMap<usize, gimli::Unit<Reader<'_>>> = HashMap::new();
     // Origin offset -> (raw, demangled) when the pattern names it, else None.
     let mut names: HashMap<usize, Option<(String, String)>> = HashMap::new();
     let mut out = Vec::new();
+    let meets = |ranges: &[(u64, u64)]| {
+        within.is_none_or(|(low, high)| ranges.iter().any(|&(a, b)| a < high && b > low))
+    };
     for (_, header) in &headers {
         let unit = dwarf.unit(*header)?;
+        if within.is_some() && !unit_meets(dwarf, &unit, &meets)? {
+            continue;
+        }
         // The unit's line table, read at its first instance a pattern names.
         let mut rows: Option<Vec<LineRow>> = None;
         // The enclosing subprograms and inlined instances of the current DIE.
@@ -474,10 +494,16 @@ fn collect_instances(
                 continue;
             }
             let Some(origin) = origin else { continue };
-            if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(origin) {
-                slot.insert(origin_name(dwarf, &headers, &mut units, origin, 0)?.and_then(wanted));
+            let ranges = die_code(dwarf, &unit, entry)?;
+            // Code outside `within`: nor can an instance nested in it meet it.
+            if meets(&ranges) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(origin) {
+                    let name = origin_name(dwarf, &headers, &mut units, origin, 0)?;
+                    slot.insert(name.and_then(wanted));
+                }
             }
-            let Some(Some((raw, demangled))) = names.get(&origin) else {
+            let named = meets(&ranges).then(|| names.get(&origin)).flatten();
+            let Some(Some((raw, demangled))) = named else {
                 copies.push(Enclosing {
                     depth,
                     origin,
@@ -485,7 +511,6 @@ fn collect_instances(
                 });
                 continue;
             };
-            let ranges = die_code(dwarf, &unit, entry)?;
             let (call_file, line) = call_position(dwarf, &unit, entry)?;
             let call_line = whole_call_line(dwarf, &unit, entry, line)?;
             let split_from = match copies.iter().rev().find(|c| c.origin == origin) {
@@ -518,6 +543,26 @@ fn collect_instances(
         }
     }
     Ok(out)
+}
+
+/// A half-open range of addresses.
+type Range = (u64, u64);
+
+/// Whether a unit's code meets what `meets` accepts; a unit that says nothing of its code
+/// does, to be safe.
+fn unit_meets(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    meets: &dyn Fn(&[Range]) -> bool,
+) -> gimli::Result<bool> {
+    let mut ranges = Vec::new();
+    let mut it = dwarf.unit_ranges(unit)?;
+    while let Some(r) = it.next()? {
+        if r.end > r.begin {
+            ranges.push((r.begin, r.end));
+        }
+    }
+    Ok(ranges.is_empty() || meets(&ranges))
 }
 
 /// A DIE enclosing the current one in [`collect_instances`]'s walk: a copy of the

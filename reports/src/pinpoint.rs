@@ -60,8 +60,9 @@ pub struct Pinpoint {
     pub chain: Vec<Link>,
     /// The last function of the chain, or `None` when nothing regressed.
     pub bottleneck: Option<String>,
-    /// Inside the bottleneck's own code (when the search ended there, instructions): the
-    /// inlined functions and source lines whose own instructions grew most.
+    /// Inside the bottleneck's code (when the search ended in its own code or its call
+    /// list changed; instructions and allocations): the steps into the inlined functions
+    /// that explain the change, then the source lines of the last step that grew most.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inside: Vec<InsidePlace>,
     /// The share of the inspected function's change the bottleneck explains, in percent:
@@ -87,8 +88,9 @@ pub struct Pinpoint {
     pub sampling: Option<SamplingNote>,
 }
 
-/// A place inside the bottleneck's own code: an inlined function (`inlined NAME`), the
-/// function's own code outside any, or a source line (`file:line`).
+/// A place inside the bottleneck's code: a step into an inlined function (`inlined
+/// NAME`), a change in the functions inlined into it (`the functions inlined into NAME
+/// changed (...)`), or a source line (`file:line`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InsidePlace {
     /// What it is.

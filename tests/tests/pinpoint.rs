@@ -762,6 +762,26 @@ fn a_recursive_parser_is_pinpointed_to_the_helper_the_recursion_calls() {
     }
     assert_eq!(links[2]["previous"], 5000.0, "{v}");
     assert!(links[2]["note"].is_null(), "{v}");
+    // Inside it, the line of the extra block's malloc (DHAT's frame in parse_string).
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/recursive.c"),
+    )
+    .unwrap();
+    let extra = 1 + source
+        .lines()
+        .position(|l| l.contains("char *extra = malloc(len + 1);"))
+        .unwrap();
+    let line = format!("recursive.c:{extra}");
+    let inside = v["pinpoint"]["inside"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        inside
+            .iter()
+            .any(|i| i["what"].as_str().is_some_and(|w| w.ends_with(&line))),
+        "{line} in {v}"
+    );
     // The same build on both sides (A/A): nothing, for both metrics.
     for metric in ["instructions", "alloc"] {
         let run = b.pinpoint(0, 0, &["--metric", metric], &[]).success();

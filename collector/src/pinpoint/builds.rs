@@ -297,6 +297,40 @@ impl Build {
             .unwrap_or_else(|_| format!("{address:#x}"))
     }
 
+    /// The cost of each address of the node entered at `f` (its function, or each
+    /// function of its recursive cycle), the mean over the runs, on the call path `via`:
+    /// for instructions, each instruction's own count and the inclusive cost of its calls
+    /// out of the node; for allocations, the weight of the stacks on the path through each
+    /// call the node makes (a stack once per call site). `None` for sampled time (the
+    /// sampled instruction is no call site).
+    fn cost_at(&self, f: u64, via: &[Vec<u64>]) -> Option<HashMap<u64, f64>> {
+        let n = self.runs.len().max(1) as f64;
+        let out_of_node: Vec<u64> = self.node_sites(f).ok()?.iter().map(|s| s.address).collect();
+        let mut at: HashMap<u64, f64> = HashMap::new();
+        for run in &self.runs {
+            if run.timed {
+                return None;
+            }
+            for (a, c) in &run.own_at {
+                *at.entry(*a).or_default() += c / n;
+            }
+            if run.stacks.is_none() {
+                for s in &out_of_node {
+                    *at.entry(*s).or_default() += run.sites.get(s).copied().unwrap_or(0.0) / n;
+                }
+            }
+            for stack in run.stacks.iter().flatten().filter(|s| on_path(s, via)) {
+                for s in out_of_node
+                    .iter()
+                    .filter(|s| stack.sites.binary_search(s).is_ok())
+                {
+                    *at.entry(*s).or_default() += stack.weight / n;
+                }
+            }
+        }
+        Some(at)
+    }
+
     /// One run's sampled stacks as costs of this build's functions and call sites, and
     /// how many samples had their innermost frame outside the program's functions.
     pub fn time_costs(&self, unwound: &Unwound, weight: impl Fn(u64) -> f64) -> (Costs, u64) {
@@ -458,19 +492,18 @@ impl Builds for Programs {
     }
 
     fn inside(&self, f: &Pair) -> Vec<Place> {
-        let split = |b: &Build, at: u64| {
-            let mut mean: HashMap<u64, f64> = HashMap::new();
-            let n = b.runs.len().max(1) as f64;
-            for (a, c) in b.runs.iter().flat_map(|r| &r.own_at) {
-                *mean.entry(*a).or_default() += c / n;
-            }
-            super::source::split(&b.image, &b.cycle(at), &mean)
-        };
-        if self.current.runs.iter().all(|r| r.own_at.is_empty()) {
+        let (Some(before), Some(after)) = (
+            self.previous.cost_at(f.previous, &f.via[0]),
+            self.current.cost_at(f.current, &f.via[1]),
+        ) else {
             return Vec::new();
-        }
-        let previous = split(&self.previous, f.previous);
-        let current = split(&self.current, f.current);
+        };
+        let code = |b: &Build, at: u64, cost: &HashMap<u64, f64>| {
+            super::source::read(&b.image, &b.cycle(at), cost)
+        };
+        let mut previous = code(&self.previous, f.previous, &before);
+        let current = code(&self.current, f.current, &after);
+        super::source::match_files(&mut previous, &current);
         super::source::places(&previous, &current, &f.name, 3)
     }
 

@@ -45,6 +45,15 @@ fn load_offset(points: &[Point], image: &Image) -> u64 {
         .map_or(0, |(offset, _)| offset)
 }
 
+/// Whether one of the symbols starting at `address` is `name`.
+fn named_at(image: &Image, address: u64, name: &str) -> bool {
+    let from = image.functions.partition_point(|f| f.address < address);
+    image.functions[from..]
+        .iter()
+        .take_while(|f| f.address == address)
+        .any(|f| f.name == name)
+}
+
 /// Per call site and per function of `image`, the blocks (or with `bytes`, the bytes)
 /// allocated while it was on the stack.
 pub fn costs(points: &[Point], image: &Image, bytes: bool) -> Costs {
@@ -65,8 +74,13 @@ pub fn costs(points: &[Point], image: &Image, bytes: bool) -> Costs {
                 continue;
             };
             // A frame of another object can land on an address of ours: the names agree
-            // only for our own frames.
-            if frame.name.as_deref() != Some(f.name.as_str()) {
+            // only for our own frames. Functions the linker folded into one share its
+            // code, under several names, and valgrind may give any of them.
+            if !frame
+                .name
+                .as_deref()
+                .is_some_and(|n| named_at(image, f.address, n))
+            {
                 continue;
             }
             functions.push(f.address);

@@ -78,16 +78,36 @@ pub fn run_builds(
         staged: &staged,
     };
     let mut outputs: super::Outputs = [None, None];
+    let (mut from, mut repeated) = (0, None);
+    if let Runs::UnlessRepeated(_) = request.runs {
+        // The previous build's two runs side by side: counts under valgrind do not
+        // depend on the timing, and a second core makes the check that they repeat
+        // cost little more than one run.
+        previous.stage(&staged)?;
+        let [first, second] = std::thread::scope(|scope| {
+            let build = &*previous;
+            let args = &request.args;
+            let other = scope.spawn(|| measure(&setup, build, args, 1, cancel));
+            let first = measure(&setup, build, args, 0, cancel);
+            let second = other
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("a valgrind run's thread panicked")));
+            [first, second]
+        });
+        for (costs, printed) in [first?, second?] {
+            previous.runs.push(costs);
+            outputs[0].get_or_insert(printed.stdout);
+        }
+    }
     let mut run = |k: usize, build: &mut Build, i: usize| -> anyhow::Result<()> {
-        let printed = run_once(&setup, build, &request.args, i, cancel)?;
+        build.stage(&staged)?;
+        let (costs, printed) = measure(&setup, build, &request.args, i, cancel)?;
+        build.runs.push(costs);
         outputs[k].get_or_insert(printed.stdout);
         Ok(())
     };
-    let (mut from, mut repeated) = (0, None);
     if let Runs::UnlessRepeated(_) = request.runs {
-        run(0, previous, 0)?;
         run(1, current, 0)?;
-        run(0, previous, 1)?;
         if previous.runs[0] == previous.runs[1] {
             // Counts that repeat exactly: the second run adds nothing.
             previous.runs.truncate(1);
@@ -116,23 +136,22 @@ pub struct Setup<'a> {
     pub staged: &'a Path,
 }
 
-/// Run `build` once under valgrind with `args` and add the run's costs to it. A signal
-/// caught by `cancel` kills the run and ends with
+/// Run `build`, staged at `setup.staged`, once under valgrind with `args`: the run's
+/// costs and what it printed. A signal caught by `cancel` kills the run and ends with
 /// [`crate::run::runner::RunError::Interrupted`].
-pub fn run_once(
+pub fn measure(
     setup: &Setup<'_>,
-    build: &mut Build,
+    build: &Build,
     args: &[OsString],
     index: usize,
     cancel: &Cancel,
-) -> anyhow::Result<Printed> {
+) -> anyhow::Result<(Costs, Printed)> {
     let Setup {
         valgrind,
         metric,
         dir,
         staged,
     } = *setup;
-    build.stage(staged)?;
     let out_file = dir.join(format!("{}-{index}.out", build.side));
     let log_file = dir.join(format!("{}-{index}.log", build.side));
     let wrapper = match metric {
@@ -178,19 +197,25 @@ pub fn run_once(
         .rewind()
         .and_then(|_| stdout.read_to_end(&mut printed))
         .context("cannot read the run's output back")?;
-    let text = std::fs::read_to_string(&out_file).with_context(|| {
+    let costs = read_profile(setup, build, &out_file)?;
+    Ok((costs, Printed { stdout: printed }))
+}
+
+/// The costs in the profile valgrind wrote at `out_file` for a run of `build`.
+fn read_profile(setup: &Setup<'_>, build: &Build, out_file: &Path) -> anyhow::Result<Costs> {
+    let text = std::fs::read_to_string(out_file).with_context(|| {
         format!(
             "valgrind wrote no profile for the {} build {}",
             build.side,
             build.exe.display()
         )
     })?;
-    let costs = match metric {
+    Ok(match setup.metric {
         Metric::Instructions => {
             let profile = callgrind::parse(&text).with_context(|| {
                 format!("cannot read callgrind's profile {}", out_file.display())
             })?;
-            let own = own_object(&profile.objects, staged).with_context(|| {
+            let own = own_object(&profile.objects, setup.staged).with_context(|| {
                 format!(
                     "callgrind's profile of {} has no cost in the program itself",
                     build.exe.display()
@@ -198,14 +223,12 @@ pub fn run_once(
             })?;
             instruction_costs(own, &build.image)
         }
-        Metric::Alloc | Metric::AllocBytes | Metric::Time => {
+        metric @ (Metric::Alloc | Metric::AllocBytes | Metric::Time) => {
             let profile = dhat::parse(&text)
                 .with_context(|| format!("cannot read DHAT's profile {}", out_file.display()))?;
             dhat::costs(&profile, &build.image, metric == Metric::AllocBytes)
         }
-    };
-    build.runs.push(costs);
-    Ok(Printed { stdout: printed })
+    })
 }
 
 /// The costs callgrind recorded for the program's own object file, run from `staged`.

@@ -339,7 +339,8 @@ pub struct Outcome {
     pub comparisons: usize,
     /// Pieces with too few samples to decide whether they got worse.
     pub undecided: Vec<String>,
-    /// Where the bottleneck's own code grew (`own_code` only).
+    /// Where inside the bottleneck's code (its inlined functions, its lines) the change is
+    /// (`own_code` and `call_list_changed`).
     pub inside: Vec<Place>,
 }
 
@@ -402,6 +403,7 @@ impl<B: Builds> Search<'_, B> {
         let (previous, now) = (names(&lists.previous), names(&lists.current));
         if previous != now {
             let (added, removed) = list_change(&previous, &now);
+            self.inside = self.builds.inside(current);
             return Ok(Err(Stop::CallListChanged {
                 function: name,
                 added,

@@ -241,3 +241,44 @@ impl RegistryCrate {
         cmd
     }
 }
+
+impl RegistryCrate {
+    /// A copy of the published package beside this checkout's copy (`NAME-VERSION-SUFFIX`)
+    /// with `added` inserted after the first line of `file` that is `anchor` (a planted
+    /// change). Files are written only when they change, so that a cached build stays
+    /// fresh. Panics when the file has no such line.
+    pub fn planted(&self, suffix: &str, file: &str, anchor: &str, added: &str) -> PathBuf {
+        let published = unpack(&self.name, &self.version);
+        let dir = self
+            .dir
+            .with_file_name(format!("{}-{}-{suffix}", self.name, self.version));
+        if !dir.join(PRISTINE).exists() {
+            let partial = dir.with_file_name(format!(
+                ".{}-{}-{suffix}.{}",
+                self.name,
+                self.version,
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&partial);
+            copy_tree(&published, &partial).expect("copy the published package");
+            if std::fs::rename(&partial, &dir).is_err() {
+                // Another test got there first.
+                let _ = std::fs::remove_dir_all(&partial);
+            }
+        }
+        let text = std::fs::read_to_string(published.join(file))
+            .unwrap_or_else(|e| panic!("{file} of {} {}: {e}", self.name, self.version));
+        let at = text
+            .lines()
+            .position(|l| l == anchor)
+            .unwrap_or_else(|| panic!("no line `{anchor}` in {file}"));
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.splice(at + 1..at + 1, added.lines());
+        let planted = lines.join("\n") + "\n";
+        let target = dir.join(file);
+        if std::fs::read_to_string(&target).ok().as_deref() != Some(planted.as_str()) {
+            std::fs::write(&target, planted).expect("write the planted change");
+        }
+        dir
+    }
+}
