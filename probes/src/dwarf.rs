@@ -513,17 +513,8 @@ fn collect_instances(
             };
             let (call_file, line) = call_position(dwarf, &unit, entry)?;
             let call_line = whole_call_line(dwarf, &unit, entry, line)?;
-            let split_from = match copies.iter().rev().find(|c| c.origin == origin) {
-                Some(copy)
-                    if line > 0
-                        && call_file.is_some()
-                        && decl_site(dwarf, &headers, &mut units, origin)?
-                            == call_file.clone().map(|f| (f, line)) =>
-                {
-                    split_part_of(dwarf, &unit, copy)?
-                }
-                _ => None,
-            };
+            let call = call_file.clone().map(|f| (f, line));
+            let split_from = split_from(dwarf, &headers, &mut units, &unit, &copies, origin, call)?;
             let call_site = call_file.map(|f| if line > 0 { format!("{f}:{line}") } else { f });
             copies.push(Enclosing {
                 depth,
@@ -543,6 +534,28 @@ fn collect_instances(
         }
     }
     Ok(out)
+}
+
+/// The enclosing copy of the same function an instance was split from: one whose
+/// declaration is where the instance is called from (`call`, file and line).
+fn split_from<'a>(
+    dwarf: &gimli::Dwarf<Reader<'a>>,
+    headers: &[(usize, gimli::UnitHeader<Reader<'a>>)],
+    units: &mut HashMap<usize, gimli::Unit<Reader<'a>>>,
+    unit: &gimli::Unit<Reader<'a>>,
+    copies: &[Enclosing],
+    origin: usize,
+    call: Option<(String, u64)>,
+) -> gimli::Result<Option<SplitFrom>> {
+    let Some(copy) = copies.iter().rev().find(|c| c.origin == origin) else {
+        return Ok(None);
+    };
+    if call.as_ref().is_none_or(|(_, line)| *line == 0)
+        || decl_site(dwarf, headers, units, origin)? != call
+    {
+        return Ok(None);
+    }
+    split_part_of(dwarf, unit, copy)
 }
 
 /// A half-open range of addresses.
