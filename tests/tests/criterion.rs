@@ -5,102 +5,10 @@
 
 mod util;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
+use util::bench_files::{cargo_bench, example, local_target, names, per_op, repo, sbs_in};
 use util::registry::{self, RegistryCrate};
-use util::{samples, Finished};
-
-/// What sbs-profile sets for its cargo builds; plain `cargo bench` runs with the same, so
-/// that it reuses that build instead of making a second one.
-const BUILD_ENV: [(&str, &str); 2] = [
-    ("CARGO_PROFILE_BENCH_DEBUG", "true"),
-    ("CARGO_PROFILE_BENCH_STRIP", "none"),
-];
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the repository")
-        .canonicalize()
-        .expect("the repository's path")
-}
-
-fn example() -> PathBuf {
-    repo().join("examples/wordfreq-bench")
-}
-
-/// The example's builds: the target directory of the harness tests' (under this one).
-fn example_target() -> PathBuf {
-    PathBuf::from(fixture!("exit_with"))
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("sbs-bench-test")
-}
-
-fn finished(args: &[&str], cmd: &mut Command) -> Finished {
-    let output = cmd.output().expect("spawn");
-    Finished {
-        args: args.iter().map(|s| s.to_string()).collect(),
-        output,
-    }
-}
-
-/// `sbs-profile ARGS` in `dir`, building into `target`.
-fn sbs_in(dir: &Path, target: &Path, args: &[&str]) -> Finished {
-    finished(
-        args,
-        Command::new(util::sbs_profile())
-            .args(args)
-            .current_dir(dir)
-            .env("CARGO_TARGET_DIR", target),
-    )
-}
-
-/// `cargo bench --bench NAME -- ARGS` in `dir`, building into `target`.
-fn cargo_bench(dir: &Path, target: &Path, name: &str, args: &[&str]) -> Finished {
-    let mut all = vec!["bench", "--bench", name, "--"];
-    all.extend(args);
-    finished(
-        &all,
-        Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .args(&all)
-            .current_dir(dir)
-            .env("CARGO_TARGET_DIR", target)
-            .envs(BUILD_ENV),
-    )
-}
-
-fn benchmark<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    report["benchmarks"]
-        .as_array()
-        .expect("benchmarks")
-        .iter()
-        .find(|b| b["name"] == name)
-        .unwrap_or_else(|| panic!("no benchmark {name} in the report"))
-}
-
-/// The samples of metric `id` of benchmark `name`.
-fn per_op(report: &serde_json::Value, name: &str, id: &str) -> Vec<f64> {
-    let bench = benchmark(report, name);
-    let metric = bench["metrics"]
-        .as_array()
-        .expect("metrics")
-        .iter()
-        .find(|m| m["id"] == id)
-        .unwrap_or_else(|| panic!("no metric {id} for {name}"));
-    samples(metric)
-}
-
-fn names(report: &serde_json::Value) -> Vec<String> {
-    report["benchmarks"]
-        .as_array()
-        .expect("benchmarks")
-        .iter()
-        .filter_map(|b| b["name"].as_str().map(str::to_string))
-        .collect()
-}
 
 /// The ids of criterion's timing lines in `cargo bench`'s output: a line `ID  time:   [a
 /// b c]`, or the id on its own line followed by the indented `time:` line, each of the
@@ -146,7 +54,7 @@ const EXAMPLE_IDS: [&str; 6] = [
 /// report.
 #[test]
 fn the_example_criterion_suite_counts_what_its_harness_suite_counts() {
-    let target = example_target();
+    let target = local_target();
     let options = [
         "--alloc",
         "--runs",
@@ -223,7 +131,7 @@ fn iter_batched_set_ups_stay_outside_the_counted_region() {
     }
     let out = sbs_in(
         &example(),
-        &example_target(),
+        &local_target(),
         &[
             "--bench",
             "wordfreq_criterion",
@@ -264,7 +172,7 @@ fn iter_batched_set_ups_stay_outside_the_counted_region() {
 /// options behave as criterion's do.
 #[test]
 fn the_example_criterion_suite_under_cargo_bench() {
-    let target = example_target();
+    let target = local_target();
     let bench = |args: &[&str]| cargo_bench(&example(), &target, "wordfreq_criterion", args);
     let out = bench(&["--warm-up-time", "0.05", "--measurement-time", "0.2"]).success();
     let ids = timed_ids(&out.stdout());

@@ -6,17 +6,10 @@
 mod util;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use util::bench_files::{cargo_bench, example, local_target, names, per_op, repo, sbs_in};
 use util::registry;
-use util::{samples, Finished};
-
-/// What sbs-profile sets for its cargo builds; plain `cargo bench` runs with the same, so
-/// that it reuses that build instead of making a second one.
-const BUILD_ENV: [(&str, &str); 2] = [
-    ("CARGO_PROFILE_BENCH_DEBUG", "true"),
-    ("CARGO_PROFILE_BENCH_STRIP", "none"),
-];
+use util::Finished;
 
 /// sbs-profile's options for a short allocation-counting run.
 const ALLOC_RUN: [&str; 8] = [
@@ -30,48 +23,8 @@ const ALLOC_RUN: [&str; 8] = [
     "json",
 ];
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the repository")
-        .canonicalize()
-        .expect("the repository's path")
-}
-
 fn fixture_dir() -> PathBuf {
     repo().join("tests/divan-fixture")
-}
-
-fn example() -> PathBuf {
-    repo().join("examples/wordfreq-bench")
-}
-
-/// The builds of the example and the fixture: the harness tests' target directory.
-fn local_target() -> PathBuf {
-    PathBuf::from(fixture!("exit_with"))
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("sbs-bench-test")
-}
-
-fn finished(args: &[&str], cmd: &mut Command) -> Finished {
-    let output = cmd.output().expect("spawn");
-    Finished {
-        args: args.iter().map(|s| s.to_string()).collect(),
-        output,
-    }
-}
-
-/// `sbs-profile ARGS` in `dir`, building into `target`.
-fn sbs_in(dir: &Path, target: &Path, args: &[&str]) -> Finished {
-    finished(
-        args,
-        Command::new(util::sbs_profile())
-            .args(args)
-            .current_dir(dir)
-            .env("CARGO_TARGET_DIR", target),
-    )
 }
 
 /// `sbs-profile --bench NAME` with [`ALLOC_RUN`] and then `more`.
@@ -80,46 +33,6 @@ fn alloc_run(dir: &Path, target: &Path, name: &str, more: &[&str]) -> Finished {
     args.extend(ALLOC_RUN);
     args.extend(more);
     sbs_in(dir, target, &args).success()
-}
-
-/// `cargo bench --bench NAME -- ARGS` in `dir`, building into `target`.
-fn cargo_bench(dir: &Path, target: &Path, name: &str, args: &[&str]) -> Finished {
-    let mut all = vec!["bench", "--bench", name, "--"];
-    all.extend(args);
-    finished(
-        &all,
-        Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .args(&all)
-            .current_dir(dir)
-            .env("CARGO_TARGET_DIR", target)
-            .envs(BUILD_ENV),
-    )
-}
-
-/// The samples of metric `id` of benchmark `name`.
-fn per_op(report: &serde_json::Value, name: &str, id: &str) -> Vec<f64> {
-    let bench = report["benchmarks"]
-        .as_array()
-        .expect("benchmarks")
-        .iter()
-        .find(|b| b["name"] == name)
-        .unwrap_or_else(|| panic!("no benchmark {name} in the report"));
-    let metric = bench["metrics"]
-        .as_array()
-        .expect("metrics")
-        .iter()
-        .find(|m| m["id"] == id)
-        .unwrap_or_else(|| panic!("no metric {id} for {name}"));
-    samples(metric)
-}
-
-fn names(report: &serde_json::Value) -> Vec<String> {
-    report["benchmarks"]
-        .as_array()
-        .expect("benchmarks")
-        .iter()
-        .filter_map(|b| b["name"].as_str().map(str::to_string))
-        .collect()
 }
 
 /// The paths of the timing lines `cargo bench` printed: `PATH  fastest  slowest  median

@@ -1,6 +1,7 @@
 //! Test helper: run `sbs-profile` against fixture programs and explain failures.
 #![allow(dead_code)]
 
+pub mod bench_files;
 pub mod registry;
 
 use std::ffi::OsStr;
