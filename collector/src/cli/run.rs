@@ -13,8 +13,9 @@ use crate::output::{Format, Sinks, Unwritten};
 use crate::plan::{self, Request, Target};
 use crate::run::confirm::confirm;
 use crate::run::runner::Cancel;
-use crate::run::scheduler::{execute, Benchmark};
+use crate::run::scheduler::execute;
 use crate::run::spec;
+use crate::run::spec::Benchmark;
 use sbs_reports::model::Report;
 
 /// Measure `targets` with the options of `args`, judged as `mode` says.

@@ -10,10 +10,9 @@ use crate::judge::summary::summarize_metric;
 use crate::run::runner::Cancel;
 use crate::run::scheduler::series::Collected;
 use crate::run::scheduler::{
-    check_runs, describe_failure, run_once_more_if_asked, with_hooks, Benchmark, Executor,
-    Processes,
+    check_runs, describe_failure, run_once_more_if_asked, with_hooks, Executor, Processes,
 };
-use crate::run::spec::{FailurePolicy, Schedule};
+use crate::run::spec::{Benchmark, FailurePolicy, Schedule};
 
 /// Make `runs` more measured runs of each group of `groups` (benchmark index, group name),
 /// after the schedule's warm-up runs, with real child processes, and add their samples

@@ -24,7 +24,6 @@ use crate::run::instruments::stacks::{self, TimeProfile};
 use crate::run::instruments::timing::{self, Timing};
 use crate::run::instruments::valgrind::{self, ValgrindInstructions};
 use crate::run::runner::RunConfig;
-use crate::run::scheduler::Benchmark;
 
 /// One value of a scanned parameter (`-P`/`-L`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +83,22 @@ pub struct BenchmarkSpec {
     pub run: RunConfig,
     /// Groups of runs, in order; each its own series of child processes.
     pub groups: Vec<GroupSpec>,
+    /// Commands run around its runs, unmeasured.
+    pub hooks: Hooks,
+    /// Its value of a scanned parameter, if it is a point of a scan.
+    pub point: Option<Point>,
+}
+
+/// One command to measure, with its groups of runs: a [`BenchmarkSpec`] whose instruments
+/// were made ([`instantiate`]).
+#[derive(Debug)]
+pub struct Benchmark {
+    /// Display name (by default the command line).
+    pub name: String,
+    /// How to start it.
+    pub run: RunConfig,
+    /// Groups of runs, in order; each its own series of child processes.
+    pub groups: Vec<Group>,
     /// Commands run around its runs, unmeasured.
     pub hooks: Hooks,
     /// Its value of a scanned parameter, if it is a point of a scan.

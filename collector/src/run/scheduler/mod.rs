@@ -8,7 +8,7 @@ use sbs_reports::model::{GroupRuns, Report};
 use crate::run::hooks::Hooks;
 use crate::run::instrument::{ExitKind, Group, RunAgain, RunOutcome, Sample};
 use crate::run::runner::{Cancel, RunConfig, RunError};
-use crate::run::spec::{FailurePolicy, Point, Schedule};
+use crate::run::spec::{Benchmark, FailurePolicy, Schedule};
 
 mod executor;
 mod report;
@@ -19,21 +19,6 @@ mod tests;
 pub use executor::{Executor, Processes};
 use report::report;
 use series::{narrow_enough, target_warning, Collected};
-
-/// One command to measure, with its groups of runs.
-#[derive(Debug)]
-pub struct Benchmark {
-    /// Display name (by default the command line).
-    pub name: String,
-    /// How to start it.
-    pub run: RunConfig,
-    /// Groups of runs, in order; each its own series of child processes.
-    pub groups: Vec<Group>,
-    /// Commands run around its runs, unmeasured.
-    pub hooks: Hooks,
-    /// Its value of a scanned parameter, if it is a point of a scan.
-    pub point: Option<Point>,
-}
 
 pub(super) fn describe_failure(
     name: &str,

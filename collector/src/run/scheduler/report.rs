@@ -7,8 +7,8 @@ use sbs_reports::model::{
 };
 
 use super::series::Collected;
-use super::Benchmark;
 use crate::judge::summary::timing_warnings;
+use crate::run::spec::Benchmark;
 use crate::run::spec::Schedule;
 
 /// The scans of the benchmarks that are points of one: their points grouped by series,
