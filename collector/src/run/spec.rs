@@ -325,11 +325,12 @@ pub fn instantiate(spec: &BenchmarkSpec) -> anyhow::Result<Benchmark> {
     let mut heap_note = None;
     let mut groups = Vec::new();
     for g in &spec.groups {
-        let mut instruments: Vec<Box<dyn Instrument>> = Vec::new();
+        // Each made instrument with its spec.
+        let mut instruments: Vec<(&InstrumentSpec, Box<dyn Instrument>)> = Vec::new();
         let mut lost_heap = false;
         for i in &g.instruments {
             match make(i, &spec.run, &drift) {
-                Ok(made) => instruments.push(made),
+                Ok(made) => instruments.push((i, made)),
                 Err(e) => match (i, e.downcast_ref::<AgentError>()) {
                     (
                         InstrumentSpec::Alloc {
@@ -361,14 +362,20 @@ pub fn instantiate(spec: &BenchmarkSpec) -> anyhow::Result<Benchmark> {
     }
     let groups = groups
         .into_iter()
-        .map(|(g, mut instruments)| {
-            if let Some(note) = &heap_note {
-                with_memory_note(g, &mut instruments, note);
-            }
-            Group {
-                name: g.name.clone(),
-                instruments,
-            }
+        .map(|(g, instruments)| Group {
+            name: g.name.clone(),
+            instruments: instruments
+                .into_iter()
+                .map(|(i, made)| match (i, &heap_note) {
+                    // It has measured nothing yet: one that carries the note instead.
+                    (InstrumentSpec::Memory, Some(note)) => {
+                        let mut memory = Memory::default();
+                        memory.note(note.clone());
+                        Box::new(memory)
+                    }
+                    _ => made,
+                })
+                .collect(),
         })
         .collect();
     Ok(Benchmark {
@@ -378,20 +385,6 @@ pub fn instantiate(spec: &BenchmarkSpec) -> anyhow::Result<Benchmark> {
         hooks: spec.hooks.clone(),
         point: spec.point.clone(),
     })
-}
-
-/// The memory instrument of group `g`, if it has one, replaced by one that carries `note`
-/// (it has measured nothing yet).
-fn with_memory_note(g: &GroupSpec, instruments: &mut [Box<dyn Instrument>], note: &str) {
-    if let Some(at) = g
-        .instruments
-        .iter()
-        .position(|i| *i == InstrumentSpec::Memory)
-    {
-        let mut memory = Memory::default();
-        memory.note(note.to_string());
-        instruments[at] = Box::new(memory);
-    }
 }
 
 /// One live instrument.
