@@ -175,42 +175,50 @@ pub(crate) fn parse(args: &[String]) -> Result<Cli, String> {
         return Ok(cli);
     }
     let (mut bench, mut test, mut list, mut help, mut profile) = (false, false, false, false, None);
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = || -> Result<String, String> {
-            match &inline {
-                Some(v) => Ok(v.clone()),
-                None => it.next().cloned().ok_or_else(|| {
-                    format!("{flag} needs a value; run with --help for the options")
-                }),
+    // Words as cargo bench and libtest pass them: `--flag value`, `--flag=value`, short
+    // flags (also grouped), and everything after `--` a filter.
+    let mut parser = lexopt::Parser::from_args(args);
+    while let Some(arg) = parser
+        .next()
+        .map_err(|e| format!("{e}; run with --help for the options"))?
+    {
+        let flag = match arg {
+            lexopt::Arg::Long(name) => format!("--{name}"),
+            lexopt::Arg::Short(c) => format!("-{c}"),
+            lexopt::Arg::Value(v) => {
+                cli.filters.push(v.to_string_lossy().into_owned());
+                continue;
             }
         };
-        match flag {
+        let mut value = || -> Result<String, String> {
+            match parser.value() {
+                Ok(v) => Ok(v.to_string_lossy().into_owned()),
+                Err(_) => Err(format!(
+                    "{flag} needs a value; run with --help for the options"
+                )),
+            }
+        };
+        match flag.as_str() {
             "--bench" => bench = true,
             "--test" => test = true,
             "--list" => list = true,
             "--exact" => cli.exact = true,
             "-h" | "--help" => help = true,
             "--sample-size" => cli.sample_size = Some(sample_size(&value()?)?),
-            "--warm-up-time" => cli.warm_up_time = Some(seconds(flag, &value()?)?),
-            "--measurement-time" => cli.measurement_time = Some(seconds(flag, &value()?)?),
-            "--profile-time" => profile = Some(seconds(flag, &value()?)?),
+            "--warm-up-time" => cli.warm_up_time = Some(seconds(&flag, &value()?)?),
+            "--measurement-time" => cli.measurement_time = Some(seconds(&flag, &value()?)?),
+            "--profile-time" => profile = Some(seconds(&flag, &value()?)?),
             "--confidence-level" => cli.confidence_level = Some(confidence(&value()?)?),
             "--output-format" => cli.format = output_format(&value()?)?,
             f if IGNORED_WITH_VALUE.contains(&f) => {
                 value()?;
             }
             f if IGNORED_FLAGS.contains(&f) => {}
-            f if f.starts_with('-') => {
+            _ => {
                 return Err(format!(
-                    "unknown option {arg}; run with --help for the options sbs-criterion accepts"
+                    "unknown option {flag}; run with --help for the options sbs-criterion accepts"
                 ));
             }
-            _ => cli.filters.push(arg.clone()),
         }
     }
     cli.mode = if help {
