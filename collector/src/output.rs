@@ -192,7 +192,7 @@ impl Output {
     }
 
     /// The file it goes to, as given (`None` for stdout).
-    fn path(&self) -> Option<&Path> {
+    pub fn path(&self) -> Option<&Path> {
         match self {
             Output::Replace { path, .. } | Output::Through { path, .. } => Some(path),
             Output::Stdout => None,
@@ -311,21 +311,7 @@ impl Sinks {
             .into_iter()
             .chain(named.iter().map(|(option, _, path)| (*option, *path)))
             .collect();
-        for (i, (a_opt, a)) in all.iter().enumerate() {
-            for (b_opt, b) in &all[i + 1..] {
-                let same = match (resolved(a), resolved(b)) {
-                    (Some(x), Some(y)) => x == y,
-                    _ => a == b,
-                };
-                if same {
-                    anyhow::bail!(
-                        "{a_opt} {} and {b_opt} {} are the same file; give each report its own path",
-                        a.display(),
-                        b.display()
-                    );
-                }
-            }
-        }
+        refuse_same_files(&all)?;
         let files = named
             .into_iter()
             .map(|(option, format, path)| {
@@ -402,6 +388,27 @@ impl Sinks {
             Err(Unwritten { failures })
         }
     }
+}
+
+/// Refuse two destinations (`(option, path)`) that are the same file, symbolic links
+/// followed: one report would silently replace the other.
+pub fn refuse_same_files(all: &[(&str, &Path)]) -> anyhow::Result<()> {
+    for (i, (a_opt, a)) in all.iter().enumerate() {
+        for (b_opt, b) in &all[i + 1..] {
+            let same = match (resolved(a), resolved(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => a == b,
+            };
+            if same {
+                anyhow::bail!(
+                    "{a_opt} {} and {b_opt} {} are the same file; give each report its own path",
+                    a.display(),
+                    b.display()
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The plain text report on stdout, in place of a report file that could not be written.

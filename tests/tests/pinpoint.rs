@@ -260,6 +260,40 @@ fn pinpoint_writes_through_a_device_and_a_symlink_and_leaves_them_what_they_were
 }
 
 #[test]
+fn pinpoint_refuses_one_file_for_two_reports_and_prints_a_report_it_cannot_write() {
+    // Its reports go where a run's do, with the same checks: two options naming one file
+    // fail before any run, and a report file that cannot be written is replaced by the
+    // text report on stdout (it used to be lost with the error).
+    let Some(b) = builds() else { return };
+    let same = b.dir().join("same.out");
+    let link = b.dir().join("same.html");
+    std::os::unix::fs::symlink("same.out", &link).unwrap();
+    let both = [
+        "--runs",
+        "1",
+        "-o",
+        same.to_str().unwrap(),
+        "--html",
+        link.to_str().unwrap(),
+    ];
+    b.pinpoint(0, 1, &both, &[])
+        .fails_with(2, "are the same file");
+    assert!(!same.exists(), "nothing was written");
+    if !Path::new("/dev/full").exists() {
+        return;
+    }
+    let full = ["--metric", "alloc", "--runs", "1", "-o", "/dev/full"];
+    let run = b
+        .pinpoint(0, 1, &full, &[])
+        .fails_with(2, "cannot write the report to /dev/full")
+        .fails_with(2, "the report is on stdout instead");
+    run.check(
+        run.stdout().starts_with("pinpoint: "),
+        "the text report is on stdout",
+    );
+}
+
+#[test]
 fn bad_input_gets_one_line_and_exit_2() {
     let Some(b) = builds() else { return };
     let missing = b.dir().join("nope");

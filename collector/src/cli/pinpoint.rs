@@ -11,11 +11,11 @@ use clap::Args;
 
 use super::args::parse_confidence;
 use crate::judge::compare::Thresholds;
-use crate::output::Output;
+use crate::output::{refuse_same_files, Output, Unwritten};
 use crate::pinpoint::search::Strategy;
 use crate::pinpoint::{pinpoint, Metric, Request, Runs};
 use crate::run::runner::Cancel;
-use sbs_reports::pinpoint as render;
+use sbs_reports::pinpoint::{self as render, PinpointReport};
 
 /// `--metric` of pinpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -157,6 +157,11 @@ impl PinpointArgs {
 pub fn execute(args: &PinpointArgs) -> anyhow::Result<ExitCode> {
     let request = args.request()?;
     // Destinations are checked before any run.
+    let named: Vec<(&str, &std::path::Path)> = [("--output", &args.output), ("--html", &args.html)]
+        .into_iter()
+        .filter_map(|(option, path)| path.as_deref().map(|p| (option, p)))
+        .collect();
+    refuse_same_files(&named)?;
     let output = Output::open(args.output.as_deref())?;
     let html = match &args.html {
         Some(path) => Some(Output::open_named(path, "--html")?),
@@ -174,22 +179,7 @@ pub fn execute(args: &PinpointArgs) -> anyhow::Result<ExitCode> {
             let _ = writeln!(err, "warning: {w}");
         }
     }
-    let mut bytes = Vec::new();
-    match args.format {
-        PinpointFormat::Text => render::text(&report, &mut bytes),
-        PinpointFormat::Json => render::json(&report, &mut bytes),
-        PinpointFormat::Markdown => render::markdown(&report, &mut bytes),
-    }
-    .context("cannot render the report")?;
-    output
-        .write_all(&bytes)
-        .context("cannot write the report")?;
-    if let Some(html) = html {
-        let mut page = Vec::new();
-        render::html(&report, &mut page).context("cannot render the HTML page")?;
-        html.write_all(&page)
-            .context("cannot write the --html page")?;
-    }
+    write(&report, args.format, output, html)?;
     if p.is_undecided() {
         // The report says what was measured; the exit code must not say "nothing got
         // worse", which was not shown.
@@ -206,6 +196,62 @@ pub fn execute(args: &PinpointArgs) -> anyhow::Result<ExitCode> {
         }
         None => ExitCode::SUCCESS,
     })
+}
+
+/// Write the report to its destinations, each that can be: a report file that cannot be
+/// written is replaced by the text report on stdout, and its error says so.
+fn write(
+    report: &PinpointReport,
+    format: PinpointFormat,
+    output: Output,
+    html: Option<Output>,
+) -> Result<(), Unwritten> {
+    let mut failures = Vec::new();
+    let mut bytes = Vec::new();
+    let rendered = match format {
+        PinpointFormat::Text => render::text(report, &mut bytes),
+        PinpointFormat::Json => render::json(report, &mut bytes),
+        PinpointFormat::Markdown => render::markdown(report, &mut bytes),
+    };
+    let path = output.path().map(std::path::Path::to_path_buf);
+    if let Err(e) = rendered
+        .context("cannot render the report")
+        .and_then(|()| Ok(output.write_all(&bytes)?))
+    {
+        failures.push(match path {
+            Some(path) => {
+                let mut text = Vec::new();
+                let printed = render::text(report, &mut text)
+                    .context("cannot render the report")
+                    .and_then(|()| Ok(Output::Stdout.write_all(&text)?));
+                let instead = match printed {
+                    Ok(()) => "the report is on stdout instead".to_string(),
+                    Err(p) => format!("nor could the report be printed ({p:#})"),
+                };
+                anyhow::anyhow!(
+                    "cannot write the report to {}: {e:#}; {instead}; free space there or \
+                     choose another --output",
+                    path.display()
+                )
+            }
+            None => anyhow::anyhow!("cannot write the report to stdout: {e:#}"),
+        });
+    }
+    if let Some(html) = html {
+        let mut page = Vec::new();
+        let written = render::html(report, &mut page)
+            .context("cannot render the HTML page")
+            .and_then(|()| Ok(html.write_all(&page)?));
+        if let Err(e) = written {
+            failures.push(anyhow::anyhow!(
+                "cannot write the HTML page: {e:#}; free space there or choose another --html"
+            ));
+        }
+    }
+    match failures.is_empty() {
+        true => Ok(()),
+        false => Err(Unwritten { failures }),
+    }
 }
 
 #[cfg(test)]
