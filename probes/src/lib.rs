@@ -23,6 +23,7 @@ mod lsda;
 pub mod overlap;
 pub mod patch;
 pub mod pattern;
+pub mod program;
 pub mod resolve;
 pub mod sample;
 mod sys;

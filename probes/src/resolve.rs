@@ -3,198 +3,26 @@
 //! matches every pattern against their demangled function names.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::clones::{clone_name, References};
 use crate::demangle::{demangle, Demangled};
-use crate::dwarf::{inlined_instances, InlinedIndex, InlinedInstance, InlinedMatch, SplitFrom};
-use crate::elf::{resolve_libraries, Image, Libraries};
+use crate::dwarf::{inlined_instances, InlinedInstance, InlinedMatch, SplitFrom};
+use crate::elf::Image;
 use crate::entries::{call_probe, entries, shared_entries, Entries, EntryPoint, EntryRefusal};
 use crate::error::ProbeError;
 use crate::pattern::{edit_distance, Pattern};
+use crate::program::Program;
 
 /// The default limit of functions one pattern may match.
 pub const DEFAULT_MAX_PROBES: usize = 1000;
-
-/// The program behind a command, with the libraries it loads.
-#[derive(Debug)]
-pub struct Target {
-    /// The executable as given (a script or an ELF file).
-    pub program: PathBuf,
-    /// The `#!` interpreter chain followed to reach the ELF file, if any.
-    pub script: Option<PathBuf>,
-    /// The ELF executable first, then the loader and the libraries in load order.
-    pub images: Vec<Image>,
-    /// Library resolution results.
-    pub libraries: Libraries,
-    inlined: Vec<Option<Result<InlinedIndex, String>>>,
-    /// How many of `images` the program loads at start; the others were named by a
-    /// pattern (`LIBRARY:NAME`): libraries it may load at run time (`dlopen`).
-    pub linked: usize,
-}
-
-impl Target {
-    /// Resolve `program` (a path, or a name looked up in `PATH`) to its ELF file and load
-    /// it with its libraries. `ld_library_path` is the child's `LD_LIBRARY_PATH`.
-    pub fn load(program: &Path, ld_library_path: Option<&OsStr>) -> Result<Target, ProbeError> {
-        let given = find_in_path(program).ok_or_else(|| {
-            ProbeError::read(
-                program,
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "no such file, and not found in PATH",
-                ),
-            )
-        })?;
-        let (elf_path, script) = follow_shebang(&given, 0)?;
-        let exe = Image::load(&elf_path)?;
-        let (libraries, libs) = resolve_libraries(&exe, ld_library_path);
-        let mut images = vec![exe];
-        images.extend(libs);
-        let inlined = images.iter().map(|_| None).collect();
-        let linked = images.len();
-        Ok(Target {
-            program: given,
-            script,
-            images,
-            libraries,
-            inlined,
-            linked,
-        })
-    }
-
-    /// The image of the library a pattern names (`LIBRARY:NAME`): one the program loads at
-    /// start, or else the file loaded now as a library it may load at run time. A name
-    /// without a `/` is looked for among the program's libraries, then in the
-    /// directories they come from and the system's library directories.
-    pub fn library(&mut self, name: &str) -> Result<usize, ProbeError> {
-        let by_name = |img: &Image| img.path.file_name().is_some_and(|f| f == name);
-        let path = if name.contains('/') {
-            let path = Path::new(name)
-                .canonicalize()
-                .map_err(|e| ProbeError::read(Path::new(name), e))?;
-            if let Some(i) = self.images.iter().position(|img| img.path == path) {
-                return Ok(i);
-            }
-            path
-        } else {
-            if let Some(i) = self.images.iter().position(by_name) {
-                return Ok(i);
-            }
-            let mut dirs: Vec<PathBuf> = self
-                .images
-                .iter()
-                .filter_map(|img| img.path.parent().map(Path::to_path_buf))
-                .collect();
-            dirs.extend(
-                [
-                    "/lib/x86_64-linux-gnu",
-                    "/usr/lib/x86_64-linux-gnu",
-                    "/lib64",
-                    "/usr/lib",
-                ]
-                .map(PathBuf::from),
-            );
-            dirs.iter()
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-                .ok_or_else(|| {
-                    ProbeError::read(
-                        Path::new(name),
-                        std::io::Error::new(
-                            std::io::ErrorKind::NotFound,
-                            "not among the program's libraries nor in the library \
-                             directories; give the library's path",
-                        ),
-                    )
-                })?
-        };
-        self.images.push(Image::load(&path)?);
-        self.inlined.push(None);
-        Ok(self.images.len() - 1)
-    }
-
-    /// Whether `pattern` looks for functions in image `i`: the library it names, or else
-    /// every image the program loads at start.
-    fn searches(&self, pattern: &Pattern, i: usize) -> bool {
-        match pattern.library() {
-            Some(name) => {
-                let img = &self.images[i];
-                let wanted = Path::new(name);
-                if name.contains('/') {
-                    wanted.canonicalize().is_ok_and(|p| p == img.path)
-                } else {
-                    img.path.file_name().is_some_and(|f| f == name)
-                }
-            }
-            None => i < self.linked,
-        }
-    }
-
-    /// Whether image `i` is a library the program loads at run time (named by a pattern,
-    /// not linked): code that is not there when the program starts.
-    pub fn loaded_at_run_time(&self, i: usize) -> bool {
-        i >= self.linked
-    }
-
-    /// The ELF executable.
-    pub fn exe(&self) -> &Image {
-        &self.images[0]
-    }
-
-    fn inlined_of(&mut self, image: usize) -> &Result<InlinedIndex, String> {
-        let data = self.images[image].dwarf_data().unwrap_or(&[]);
-        self.inlined[image].get_or_insert_with(|| {
-            if data.is_empty() {
-                Ok(InlinedIndex::default())
-            } else {
-                InlinedIndex::build(data)
-            }
-        })
-    }
-
-    /// The bytes of the ELF file holding `image`'s DWARF: the file, or its separate
-    /// debug file (found and checked by [`Image::load`]).
-    fn dwarf_data(&self, image: usize) -> Option<&[u8]> {
-        self.images[image].dwarf_data()
-    }
-
-    /// The separate debug file whose DWARF `image` uses, if any.
-    pub fn debug_file(&self, image: usize) -> Option<PathBuf> {
-        self.images[image].dwarf_file().map(Path::to_path_buf)
-    }
-
-    /// Whether `image` has DWARF, in the file or in a separate debug file.
-    pub fn has_debug_info(&self, image: usize) -> bool {
-        self.images[image].dwarf_data().is_some()
-    }
-
-    /// Why `image` has no usable DWARF although a separate debug file was found, if that
-    /// is so.
-    fn unusable_debug_file(&self, image: usize) -> Option<String> {
-        let img = &self.images[image];
-        if img.dwarf_data().is_some() {
-            return None;
-        }
-        if let Some(d) = &img.debug_file {
-            return Some(format!(
-                "its separate debug file {} has symbols but no DWARF",
-                d.path.display()
-            ));
-        }
-        img.debug_file_problem
-            .as_ref()
-            .map(|why| format!("its separate debug file is unusable: {why}"))
-    }
-}
 
 /// One inlined instance that is counted: its entry points are probed, their hits summed.
 #[derive(Debug, Clone)]
 pub struct InlinedSite {
     /// The file holding it.
     pub path: PathBuf,
-    /// Index into [`Target::images`] (0 = the executable).
+    /// Index into [`Program::images`] (0 = the executable).
     pub image: usize,
     /// Demangled name of the inlined function.
     pub function: String,
@@ -242,7 +70,7 @@ impl InlinedSite {
 pub struct MatchedFunction {
     /// The file holding it.
     pub path: PathBuf,
-    /// Index into [`Target::images`] (0 = the executable).
+    /// Index into [`Program::images`] (0 = the executable).
     pub image: usize,
     /// Raw symbol name(s); aliases at the same address are joined with ` = `.
     pub raw: String,
@@ -385,7 +213,7 @@ fn short(name: &str, max: usize) -> String {
 /// Match `patterns` against the functions of `target`. A pattern that matches nothing
 /// or more than `max_probes` functions is an error.
 pub fn match_patterns(
-    target: &mut Target,
+    target: &mut Program,
     patterns: &[String],
     max_probes: usize,
 ) -> Result<Vec<PatternMatch>, ProbeError> {
@@ -478,7 +306,7 @@ fn check_limit(
 }
 
 /// Whether image `i` of `target` is the program's dynamic loader (its `PT_INTERP`).
-fn is_loader(target: &Target, i: usize) -> bool {
+fn is_loader(target: &Program, i: usize) -> bool {
     let Some(interp) = target.images.first().and_then(|p| p.interpreter.as_ref()) else {
         return false;
     };
@@ -508,7 +336,7 @@ struct Inlined {
 
 impl Inlined {
     /// Read the inlined instances of image `i` that `pattern` names.
-    fn scan_image(&mut self, target: &mut Target, i: usize, pattern: &Pattern) {
+    fn scan_image(&mut self, target: &mut Program, i: usize, pattern: &Pattern) {
         let path = target.images[i].path.clone();
         let found = match target.inlined_of(i) {
             Ok(index) => {
@@ -755,7 +583,7 @@ fn split_part_entries(
 /// on a call counted there: it is not probed, and its label goes into the second list. A
 /// piece that something else may reach is probed, marked uncertain with the reason.
 fn judge_pieces(
-    target: &Target,
+    target: &Program,
     functions: Vec<MatchedFunction>,
     copies: &HashMap<(usize, String), Vec<(u64, u64)>>,
     references: &mut HashMap<usize, References>,
@@ -809,7 +637,7 @@ fn may_match(raw: &str, pattern: &Pattern) -> bool {
 /// raw origin name, for the symbols with a clone suffix whose suffix-less name matches;
 /// and the DWARF errors met.
 fn clone_origins(
-    target: &mut Target,
+    target: &mut Program,
     pattern: &Pattern,
 ) -> (HashMap<(usize, u64), String>, Vec<String>) {
     let mut out = HashMap::new();
@@ -844,7 +672,7 @@ fn clone_origins(
 /// The functions `pattern` matches, and the DWARF errors met while labelling them; an
 /// error for a function whose calls a uprobe cannot count.
 fn find_functions(
-    target: &mut Target,
+    target: &mut Program,
     pattern: &Pattern,
 ) -> Result<(Vec<MatchedFunction>, Vec<String>), ProbeError> {
     let (origins, mut label_errors) = clone_origins(target, pattern);
@@ -862,7 +690,7 @@ fn find_functions(
 /// are probed once. And those whose calls a uprobe cannot count, with why.
 #[allow(clippy::type_complexity)]
 fn matching_symbols(
-    target: &Target,
+    target: &Program,
     pattern: &Pattern,
     origins: &HashMap<(usize, u64), String>,
 ) -> (Vec<MatchedFunction>, BTreeMap<(usize, u64), EntryRefusal>) {
@@ -935,7 +763,7 @@ fn matching_symbols(
 
 /// Give `functions` labels that are unique within the pattern; returns the DWARF errors
 /// met (rows then fall back to their hashes).
-fn label_functions(target: &mut Target, functions: &mut [MatchedFunction]) -> Vec<String> {
+fn label_functions(target: &mut Program, functions: &mut [MatchedFunction]) -> Vec<String> {
     let mut label_errors = Vec::new();
     // Labels: unique within the pattern. Legacy Rust monomorphizations share a demangled
     // name; DWARF often names them with their generic arguments (`generic_step<u32>`).
@@ -1023,7 +851,7 @@ fn first_refusal(
 }
 
 fn no_match(
-    target: &Target,
+    target: &Program,
     pattern: &Pattern,
     inlined: &InlinedMatch,
     no_debug_info: &[String],
@@ -1099,7 +927,7 @@ fn no_match(
 }
 
 /// Up to 5 existing function names whose last segment is closest to the pattern's.
-pub fn closest_names(target: &Target, pattern: &Pattern) -> Vec<String> {
+pub fn closest_names(target: &Program, pattern: &Pattern) -> Vec<String> {
     let want = pattern.last_segment().to_lowercase();
     let limit = (want.chars().count() / 3).max(2);
     let mut scored: Vec<(usize, usize, String)> = Vec::new();
@@ -1128,77 +956,13 @@ pub fn closest_names(target: &Target, pattern: &Pattern) -> Vec<String> {
     scored.into_iter().take(5).map(|(_, _, n)| n).collect()
 }
 
-fn find_in_path(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 || program.is_absolute() {
-        return program.exists().then(|| program.to_path_buf());
-    }
-    if program.exists() && program.to_string_lossy().contains('/') {
-        return Some(program.to_path_buf());
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
-
-/// Follow `#!` lines to the ELF file that the kernel will run. Returns the ELF path and
-/// the script, if `path` was one.
-fn follow_shebang(path: &Path, depth: u32) -> Result<(PathBuf, Option<PathBuf>), ProbeError> {
-    use std::io::Read;
-    let mut head = [0u8; 256];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| f.read(&mut head))
-        .map_err(|e| ProbeError::read(path, e))?;
-    let head = &head[..n];
-    if !head.starts_with(b"#!") {
-        return Ok((path.to_path_buf(), None));
-    }
-    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
-    let line = String::from_utf8_lossy(&head[2..line_end])
-        .trim()
-        .to_string();
-    let mut words = line.split_whitespace();
-    let interp = words.next().unwrap_or("").to_string();
-    let arg: Vec<&str> = words.collect();
-    let fail = |hint: &str| ProbeError::Interpreter {
-        path: path.to_path_buf(),
-        interpreter: line.clone(),
-        hint: hint.to_string(),
-    };
-    if depth > 4 {
-        return Err(fail(
-            "too many nested `#!` interpreters; run the interpreter directly",
-        ));
-    }
-    if interp.is_empty() {
-        return Err(fail("the `#!` line is empty; add an interpreter path"));
-    }
-    let mut interp_path = PathBuf::from(&interp);
-    if interp_path.file_name() == Some(OsStr::new("env")) {
-        // `#!/usr/bin/env [-S] prog [args]`: PATH lookup of prog.
-        let prog = arg
-            .iter()
-            .find(|a| !a.starts_with('-') && !a.contains('='))
-            .ok_or_else(|| fail("`env` is given no program name"))?;
-        interp_path = find_in_path(Path::new(prog)).ok_or_else(|| {
-            fail(&format!(
-                "`{prog}` is not in PATH; install it or give its full path"
-            ))
-        })?;
-    }
-    if !interp_path.exists() {
-        return Err(fail("install it, or fix the `#!` line"));
-    }
-    let (elf, _) = follow_shebang(&interp_path, depth + 1)?;
-    Ok((elf, Some(path.to_path_buf())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
-    fn own_target() -> Target {
-        Target::load(&std::env::current_exe().unwrap(), None).unwrap()
+    fn own_target() -> Program {
+        Program::load(&std::env::current_exe().unwrap(), None).unwrap()
     }
 
     #[inline(never)]
@@ -1303,16 +1067,16 @@ mod tests {
         let dir = crate::elf::tests::tempfile_dir();
         let s = dir.join("script.sh");
         std::fs::write(&s, "#!/bin/sh\necho hi\n").unwrap();
-        let t = Target::load(&s, None).unwrap();
+        let t = Program::load(&s, None).unwrap();
         assert_eq!(t.script.as_deref(), Some(s.as_path()));
         assert_eq!(t.exe().path, Path::new("/bin/sh").canonicalize().unwrap());
         let bad = dir.join("bad.sh");
         std::fs::write(&bad, "#!/nonexistent/interp\n").unwrap();
-        let e = Target::load(&bad, None).unwrap_err();
+        let e = Program::load(&bad, None).unwrap_err();
         assert!(matches!(e, ProbeError::Interpreter { .. }), "{e}");
         let env = dir.join("env.sh");
         std::fs::write(&env, "#!/usr/bin/env sh\n").unwrap();
-        assert!(Target::load(&env, None).is_ok());
+        assert!(Program::load(&env, None).is_ok());
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

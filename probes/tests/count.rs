@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use sbs_probes::hits::RunCounters;
-use sbs_probes::resolve::{match_patterns, Target, DEFAULT_MAX_PROBES};
+use sbs_probes::program::Program;
+use sbs_probes::resolve::{match_patterns, DEFAULT_MAX_PROBES};
 use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
 use sbs_skip::{build, skip, Need};
 
@@ -100,7 +101,7 @@ fn counts_are_exact_across_threads_and_fork() {
     }
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path());
-    let mut target = Target::load(&exe, None).unwrap();
+    let mut target = Program::load(&exe, None).unwrap();
     let m = match_patterns(
         &mut target,
         &["counted".into(), "counted_more".into(), "malloc".into()],

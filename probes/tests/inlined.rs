@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sbs_probes::resolve::{match_patterns, PatternMatch, Target, DEFAULT_MAX_PROBES};
+use sbs_probes::program::Program;
+use sbs_probes::resolve::{match_patterns, PatternMatch, DEFAULT_MAX_PROBES};
 use sbs_probes::ProbeError;
 use sbs_skip::{build, Need};
 
@@ -31,7 +32,7 @@ fn build_c(dir: &Path, flags: &[&str]) -> Option<PathBuf> {
     Some(exe)
 }
 
-fn one(target: &mut Target, pattern: &str) -> PatternMatch {
+fn one(target: &mut Program, pattern: &str) -> PatternMatch {
     match_patterns(target, &[pattern.into()], DEFAULT_MAX_PROBES)
         .unwrap()
         .remove(0)
@@ -43,7 +44,7 @@ fn inlined_only_functions_are_probed_at_their_entries() {
     let Some(exe) = build_c(dir.path(), &["-O2", "-g"]) else {
         return;
     };
-    let mut target = Target::load(&exe, None).unwrap();
+    let mut target = Program::load(&exe, None).unwrap();
 
     // Out of line, never inlined: no inlined site, no warning.
     let m = one(&mut target, "a");
@@ -96,13 +97,13 @@ fn separate_debug_file_is_found_and_its_absence_reported() {
             return;
         }
     }
-    let mut target = Target::load(&exe, None).unwrap();
+    let mut target = Program::load(&exe, None).unwrap();
     assert_eq!(target.debug_file(0), Some(debug.canonicalize().unwrap()));
     assert_eq!(one(&mut target, "twice").sites.len(), 3);
 
     // Without the debug file: no inlined instance can be seen, and the error says why.
     std::fs::remove_file(&debug).unwrap();
-    let mut target = Target::load(&exe, None).unwrap();
+    let mut target = Program::load(&exe, None).unwrap();
     assert!(!target.has_debug_info(0));
     let e = match_patterns(&mut target, &["twice".into()], DEFAULT_MAX_PROBES).unwrap_err();
     assert!(matches!(e, ProbeError::NoMatch { .. }), "{e}");
@@ -134,7 +135,7 @@ fn release_rust_fixture_sites_have_their_call_lines() {
     let Some(exe) = build_rust_fixture(dir.path()) else {
         return;
     };
-    let mut target = Target::load(&exe, None).unwrap();
+    let mut target = Program::load(&exe, None).unwrap();
     let lines = |m: &PatternMatch| {
         let mut l: Vec<String> = m
             .sites

@@ -28,7 +28,8 @@ use sbs_probes::callgrind;
 use sbs_probes::calls::{call_sites, CallTargets, Callee};
 use sbs_probes::dwarf::lines_at;
 use sbs_probes::elf::Image;
-use sbs_probes::resolve::{match_patterns, Target};
+use sbs_probes::program::Program;
+use sbs_probes::resolve::match_patterns;
 use sbs_reports::model::InvocationCheck;
 
 use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sample};
@@ -295,7 +296,7 @@ fn debug_functions(debug: &RunConfig, request: &CheckRequest) -> anyhow::Result<
         .iter()
         .find(|(k, _)| k == "LD_LIBRARY_PATH")
         .map(|(_, v)| v.as_os_str());
-    let mut target = Target::load(&debug.program, ld_library_path)?;
+    let mut target = Program::load(&debug.program, ld_library_path)?;
     let matches = match_patterns(&mut target, &request.patterns, request.options.max_probes)
         .with_context(|| format!("--invocations-check {}", debug.program.display()))?;
     let exe = target.exe();

@@ -29,7 +29,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use sbs_probes::patch::SiteKind;
-use sbs_probes::resolve::Target;
+use sbs_probes::program::Program;
 use sbs_reports::model::Unit;
 use serde::{Deserialize, Serialize};
 
@@ -157,7 +157,7 @@ impl SiteCache {
 
     /// The cached resolution, if every file `target` is made of is the one it was made
     /// from.
-    pub fn load(&self, target: &mut Target) -> Option<Resolved> {
+    pub fn load(&self, target: &mut Program) -> Option<Resolved> {
         let path = self.file.as_ref()?;
         if !own_private(path) || !path.parent().is_some_and(own_private) {
             return None;
@@ -225,7 +225,7 @@ impl SiteCache {
     }
 
     /// Keep `resolved` for the next run (errors ignored: the cache only saves time).
-    pub fn store(&self, target: &mut Target, resolved: &Resolved) {
+    pub fn store(&self, target: &mut Program, resolved: &Resolved) {
         let (Some(file), Some(files)) = (&self.file, files(target)) else {
             return;
         };
@@ -314,7 +314,7 @@ fn prune(dir: &Path, max_age: std::time::Duration, max_entries: usize) {
 
 /// Every file resolution read: the images and the separate debug files whose symbols or
 /// DWARF they use (one appearing, going or changing is a miss).
-fn files(target: &mut Target) -> Option<Vec<FileId>> {
+fn files(target: &mut Program) -> Option<Vec<FileId>> {
     let mut out = Vec::new();
     for image in &target.images {
         out.push(FileId::of(&image.path, image.build_id.clone())?);

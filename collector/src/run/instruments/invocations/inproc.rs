@@ -19,7 +19,7 @@ use sbs_agent_abi::inproc::{
 };
 use sbs_probes::execs::ExecWatch;
 use sbs_probes::patch::{module_code, ModuleCode, Patch};
-use sbs_probes::resolve::Target;
+use sbs_probes::program::Program;
 
 use crate::run::instrument::ChildSetup;
 use crate::run::instruments::preload::StampedLibrary;
@@ -77,7 +77,7 @@ impl Inproc {
     /// the caller counts their sites otherwise.
     #[allow(clippy::type_complexity)]
     pub fn build(
-        target: &Target,
+        target: &Program,
         patches: &[(usize, Patch)],
         existing_preload: Option<&OsStr>,
     ) -> anyhow::Result<(Inproc, Vec<Option<usize>>, Vec<(usize, String)>)> {
@@ -282,7 +282,7 @@ struct Encoded {
 /// Encode the trampolines of each of `images` (indices into `target`) for its
 /// `patches`, with the counters at offset `at` of the live region.
 fn encode_modules(
-    target: &Target,
+    target: &Program,
     patches: &[(usize, Patch)],
     images: &[usize],
     at: u64,

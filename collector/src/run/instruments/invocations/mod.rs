@@ -28,7 +28,8 @@ use nix::unistd::Pid;
 use sbs_probes::hits::{Anchors, RunCounters};
 use sbs_probes::overlap::{plan, Candidate};
 use sbs_probes::patch::{displace, Patch};
-use sbs_probes::resolve::{match_patterns, PatternMatch, Target};
+use sbs_probes::program::Program;
+use sbs_probes::resolve::{match_patterns, PatternMatch};
 use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
 
 use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunAgain, RunOutcome, Sample};
@@ -167,7 +168,7 @@ impl Invocations {
         patterns: &[String],
         options: Options,
     ) -> anyhow::Result<Invocations> {
-        let mut target = Target::load(program, ld_library_path)?;
+        let mut target = Program::load(program, ld_library_path)?;
         // With uprobes only, fail before any run (of any group) when they cannot be used.
         let mut tracefs = match options.engine {
             Engine::Uprobe => Some(Tracefs::open_or_mount()?),
@@ -294,7 +295,7 @@ impl Invocations {
 }
 
 /// Warnings about the program and its libraries.
-fn target_warnings(target: &Target) -> Vec<String> {
+fn target_warnings(target: &Program) -> Vec<String> {
     let mut warnings = Vec::new();
     if let Some(script) = &target.script {
         warnings.push(format!(
@@ -358,7 +359,7 @@ struct Engines {
 /// rest.
 fn choose_engines(
     program: &Path,
-    target: &Target,
+    target: &Program,
     sites: &[Site],
     options: Options,
     ld_preload: Option<&OsStr>,
@@ -465,7 +466,7 @@ const LOADED_LATER: &str = "it is in a library the program loads at run time (dl
                             the in-process engine patches the libraries loaded at start";
 
 fn patch_sites(
-    target: &Target,
+    target: &Program,
     sites: &[Site],
     ld_preload: Option<&OsStr>,
     counter_of: &mut [Option<usize>],

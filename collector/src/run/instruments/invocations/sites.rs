@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use sbs_probes::patch::SiteKind;
-use sbs_probes::resolve::{InlinedSite, PatternMatch, Target};
+use sbs_probes::program::Program;
+use sbs_probes::resolve::{InlinedSite, PatternMatch};
 use sbs_reports::model::{Family, MetricId, Unit};
 
 use crate::run::instrument::MetricSpec;
@@ -60,7 +61,7 @@ impl PatternRows {
 /// The sites of every pattern, deduplicated, and each pattern's rows. `detail` gives
 /// each inlined copy its own row (with its caller and call site).
 pub(super) fn sites_and_rows(
-    target: &Target,
+    target: &Program,
     matches: &[PatternMatch],
     detail: bool,
 ) -> (Vec<Site>, Vec<PatternRows>) {
@@ -112,7 +113,7 @@ impl Sites {
 
 /// One row per matched function, for its entry.
 fn function_rows(
-    target: &Target,
+    target: &Program,
     m: &PatternMatch,
     sites: &mut Sites,
 ) -> Vec<(String, Vec<usize>)> {
@@ -144,7 +145,7 @@ fn function_rows(
 /// The rows of the inlined copies: one per inlined function (per copy with `detail`),
 /// summing the entry points of its copies.
 fn inlined_rows(
-    target: &Target,
+    target: &Program,
     m: &PatternMatch,
     detail: bool,
     sites: &mut Sites,
