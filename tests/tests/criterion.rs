@@ -7,7 +7,9 @@ mod util;
 
 use std::path::Path;
 
-use util::bench_files::{cargo_bench, example, local_target, names, per_op, repo, sbs_in};
+use util::bench_files::{
+    cargo_bench, example, local_target, names, per_op, repo, sbs_in, set_up_outside_the_region,
+};
 use util::registry::{self, RegistryCrate};
 
 /// The ids of criterion's timing lines in `cargo bench`'s output: a line `ID  time:   [a
@@ -129,42 +131,11 @@ fn iter_batched_set_ups_stay_outside_the_counted_region() {
     if util::skip_without_uprobes("invocation counts of the example's functions") {
         return;
     }
-    let out = sbs_in(
-        &example(),
-        &local_target(),
-        &[
-            "--bench",
-            "wordfreq_criterion",
-            "--invocations",
-            "wordfreq_bench::count",
-            "--invocations",
-            "wordfreq_bench::top",
-            "--runs",
-            "2",
-            "--ops",
-            "3",
-            "--harness-arg=--max-iterations=40",
-            "-f",
-            "json",
-            "--",
-            "--exact",
-            "wordfreq/count/200000",
-            "wordfreq/top-batched",
-        ],
-    )
-    .success();
-    let report = out.json();
-    for (id, count, top) in [
-        ("wordfreq/count/200000", 1.0, 0.0),
-        ("wordfreq/top-batched", 0.0, 1.0),
-    ] {
-        let counts = per_op(&report, id, "invocations.wordfreq_bench::count/op");
-        let tops = per_op(&report, id, "invocations.wordfreq_bench::top/op");
-        out.check(
-            counts == [count, count] && tops == [top, top],
-            &format!("{id}: count/op {counts:?} (want {count}), top/op {tops:?} (want {top})"),
-        );
-    }
+    set_up_outside_the_region(
+        "wordfreq_criterion",
+        "wordfreq/count/200000",
+        "wordfreq/top-batched",
+    );
 }
 
 /// Plain `cargo bench` prints criterion's timing line for each benchmark (libtest's with

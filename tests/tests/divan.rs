@@ -7,7 +7,9 @@ mod util;
 
 use std::path::{Path, PathBuf};
 
-use util::bench_files::{cargo_bench, example, local_target, names, per_op, repo, sbs_in};
+use util::bench_files::{
+    cargo_bench, example, local_target, names, per_op, repo, sbs_in, set_up_outside_the_region,
+};
 use util::registry;
 use util::Finished;
 
@@ -312,42 +314,11 @@ fn with_inputs_stays_outside_the_counted_region() {
     if util::skip_without_uprobes("invocation counts of the example's functions") {
         return;
     }
-    let out = sbs_in(
-        &example(),
-        &local_target(),
-        &[
-            "--bench",
-            "wordfreq_divan",
-            "--invocations",
-            "wordfreq_bench::count",
-            "--invocations",
-            "wordfreq_bench::top",
-            "--runs",
-            "2",
-            "--ops",
-            "3",
-            "--harness-arg=--max-iterations=40",
-            "-f",
-            "json",
-            "--",
-            "--exact",
-            "wordfreq_divan::count::200000",
-            "wordfreq_divan::top::values",
-        ],
-    )
-    .success();
-    let report = out.json();
-    for (id, count, top) in [
-        ("wordfreq_divan::count::200000", 1.0, 0.0),
-        ("wordfreq_divan::top::values", 0.0, 1.0),
-    ] {
-        let counts = per_op(&report, id, "invocations.wordfreq_bench::count/op");
-        let tops = per_op(&report, id, "invocations.wordfreq_bench::top/op");
-        out.check(
-            counts == [count, count] && tops == [top, top],
-            &format!("{id}: count/op {counts:?} (want {count}), top/op {tops:?} (want {top})"),
-        );
-    }
+    set_up_outside_the_region(
+        "wordfreq_divan",
+        "wordfreq_divan::count::200000",
+        "wordfreq_divan::top::values",
+    );
 }
 
 /// `bytesize` 2.7.0 as published (divan 0.1): its `benches/display.rs` formats

@@ -100,3 +100,42 @@ pub fn names(report: &serde_json::Value) -> Vec<String> {
         .filter_map(|b| b["name"].as_str().map(str::to_string))
         .collect()
 }
+
+/// Under uprobes, the example's bench `bench`: benchmark `count_id` calls `count` once per
+/// operation and `top` never, `top_id` the reverse, though `top_id`'s set-up calls `count`
+/// before each operation: the set-up stays outside the counted region.
+pub fn set_up_outside_the_region(bench: &str, count_id: &str, top_id: &str) {
+    let out = sbs_in(
+        &example(),
+        &local_target(),
+        &[
+            "--bench",
+            bench,
+            "--invocations",
+            "wordfreq_bench::count",
+            "--invocations",
+            "wordfreq_bench::top",
+            "--runs",
+            "2",
+            "--ops",
+            "3",
+            "--harness-arg=--max-iterations=40",
+            "-f",
+            "json",
+            "--",
+            "--exact",
+            count_id,
+            top_id,
+        ],
+    )
+    .success();
+    let report = out.json();
+    for (id, count, top) in [(count_id, 1.0, 0.0), (top_id, 0.0, 1.0)] {
+        let counts = per_op(&report, id, "invocations.wordfreq_bench::count/op");
+        let tops = per_op(&report, id, "invocations.wordfreq_bench::top/op");
+        out.check(
+            counts == [count, count] && tops == [top, top],
+            &format!("{id}: count/op {counts:?} (want {count}), top/op {tops:?} (want {top})"),
+        );
+    }
+}
