@@ -44,13 +44,6 @@ macro_rules! need_software_counters {
     };
 }
 
-fn valgrind_installed() -> bool {
-    Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn page_faults_cover_every_fresh_page_touched() {
     need_software_counters!();
@@ -358,7 +351,7 @@ fn valgrind_own_count(args: &[&str]) -> u64 {
 
 #[test]
 fn valgrind_count_equals_valgrinds_own_figure() {
-    if !valgrind_installed() {
+    if !util::valgrind_installed() {
         skip!(
             Need::Valgrind,
             "valgrind is not installed (sudo apt-get install -y valgrind)"
@@ -399,7 +392,7 @@ fn valgrind_count_equals_valgrinds_own_figure() {
 
 #[test]
 fn valgrind_tells_apart_a_one_percent_work_change_in_three_runs() {
-    if !valgrind_installed() {
+    if !util::valgrind_installed() {
         skip!(
             Need::Valgrind,
             "valgrind is not installed (sudo apt-get install -y valgrind)"
@@ -436,7 +429,7 @@ fn valgrind_tells_apart_a_one_percent_work_change_in_three_runs() {
 
 #[test]
 fn valgrind_counts_children_and_keeps_the_benchmarks_stderr() {
-    if !valgrind_installed() {
+    if !util::valgrind_installed() {
         skip!(
             Need::Valgrind,
             "valgrind is not installed (sudo apt-get install -y valgrind)"
@@ -480,7 +473,7 @@ fn valgrind_counts_children_and_keeps_the_benchmarks_stderr() {
 
 #[test]
 fn auto_picks_a_mechanism_and_says_which() {
-    if pmu_reason().is_some() && !valgrind_installed() {
+    if pmu_reason().is_some() && !util::valgrind_installed() {
         skip!(Need::Valgrind, "neither a PMU nor valgrind");
         return;
     }
@@ -516,7 +509,7 @@ fn auto_picks_a_mechanism_and_says_which() {
 
 #[test]
 fn counts_from_different_mechanisms_are_never_compared() {
-    if !valgrind_installed() {
+    if !util::valgrind_installed() {
         skip!(
             Need::Valgrind,
             "valgrind is not installed (sudo apt-get install -y valgrind)"

@@ -942,18 +942,6 @@ fn a_failed_setup_still_gets_its_cleanup() {
     assert_eq!(std::fs::read_to_string(log).unwrap(), "SC");
 }
 
-/// The live descendants of `pid`.
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut all = util::children_of(pid);
-    let mut i = 0;
-    while i < all.len() {
-        let more = util::children_of(all[i]);
-        all.extend(more);
-        i += 1;
-    }
-    all
-}
-
 /// Wait up to `limit` for `child` to end; kill it and panic if it does not.
 fn ends_within(
     mut child: std::process::Child,
@@ -1012,7 +1000,7 @@ fn input_from_a_fifo_waits_for_its_writer_within_the_timeout() {
     // The run has begun (signals are caught from then on) once the launcher's run parent
     // has started the benchmark's process, which waits at its gate.
     let begun = Instant::now();
-    while descendants(child.id()).len() < 3 {
+    while util::descendants(child.id()).len() < 3 {
         assert!(
             begun.elapsed() < Duration::from_secs(20),
             "the run never began"

@@ -303,6 +303,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub aslr: bool,
 
+    /// Make up to N runs at once in groups whose counts do not depend on a quiet machine
+    /// (valgrind instructions, --alloc, harness counting runs); timing runs always run
+    /// alone. Default: the CPUs sbs-profile may run on (those of --pin, if given).
+    #[arg(short = 'j', long, value_name = "N", value_parser = parse_jobs)]
+    pub jobs: Option<usize>,
+
     /// Start the child from an empty environment (plus a fixed PATH and any --env).
     #[arg(long)]
     pub clean_env: bool,
@@ -600,6 +606,7 @@ impl RunArgs {
             clean_env: self.clean_env,
             env: self.env.clone(),
             pin: self.pin.clone(),
+            jobs: self.jobs.unwrap_or_else(|| default_jobs(&self.pin)),
             aslr: self.aslr,
             timeout: self.timeout,
             show_output: self.show_output,
@@ -646,6 +653,26 @@ fn parse_percent(s: &str) -> Result<f64, String> {
         _ => Err(format!(
             "'{s}' is not a percentage between 0 and 100 (e.g. 2 for ±2%)"
         )),
+    }
+}
+
+/// Runs at once by default: one per CPU the runs may use (the CPUs of `--pin`, else
+/// those this process may run on).
+fn default_jobs(pin: &[usize]) -> usize {
+    let mut cpus: Vec<usize> = pin.to_vec();
+    cpus.sort_unstable();
+    cpus.dedup();
+    match cpus.len() {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    }
+}
+
+fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a whole number of runs at once")),
     }
 }
 

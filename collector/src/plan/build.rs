@@ -102,6 +102,7 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
             clean_env: controls.clean_env,
             progress: controls.progress,
             target: controls.target,
+            jobs: controls.jobs,
         },
     })
 }

@@ -131,6 +131,8 @@ pub struct Controls {
     pub show_output: bool,
     /// Show a progress bar.
     pub progress: bool,
+    /// Runs in flight at once where counts allow (`--jobs`).
+    pub jobs: usize,
     /// Commands run around the runs (`--setup`, `--prepare`, `--cleanup`).
     pub hooks: Hooks,
     /// A file the child reads as its stdin (`/dev/null` when `None`).

@@ -16,7 +16,8 @@ use crate::run::spec::{Benchmark, FailurePolicy, Schedule};
 
 /// Make `runs` more measured runs of each group of `groups` (benchmark index, group name),
 /// after the schedule's warm-up runs, with real child processes, and add their samples
-/// to the series of `report`.
+/// to the series of `report`. The machine is read again around them: the report's
+/// conditions are those of every run ([`crate::run::machine::and_then`]).
 pub fn confirm(
     benchmarks: &mut [Benchmark],
     schedule: &Schedule,
@@ -25,6 +26,7 @@ pub fn confirm(
     runs: usize,
     report: &mut Report,
 ) -> anyhow::Result<()> {
+    let before = crate::run::machine::before();
     confirm_with(
         benchmarks,
         schedule,
@@ -33,7 +35,13 @@ pub fn confirm(
         runs,
         report,
         &mut Processes,
-    )
+    )?;
+    let later = before.after();
+    report.conditions.machine = Some(match report.conditions.machine.take() {
+        Some(first) => crate::run::machine::and_then(first, later),
+        None => later,
+    });
+    Ok(())
 }
 
 /// [`confirm`] through `executor`. Every instrument of the groups is finished before

@@ -224,6 +224,47 @@ pub trait Instrument {
     /// After the group's last run, also after an error: release what the instrument holds
     /// (probe definitions, temporary files). May be called more than once.
     fn finish(&mut self) {}
+
+    /// Whether runs of its group may overlap (`--jobs`): what it measures is an exact
+    /// count that no other process on the machine changes, and it keeps what it holds
+    /// about a run in flight apart ([`Instrument::park`]). The default is no: a time, a
+    /// sampled or a perf software count, which other runs beside it would change.
+    fn overlaps(&self) -> bool {
+        false
+    }
+
+    /// The run just started (prepared and attached) goes on in the background: take out
+    /// what the instrument holds about it, so that it can prepare the next one. It gets
+    /// it back ([`Instrument::resume`]) before that run's `collect` or `abort_run`. Only
+    /// called on an instrument that [`overlaps`](Instrument::overlaps).
+    fn park(&mut self) -> InFlight {
+        InFlight::none()
+    }
+
+    /// Give back what [`Instrument::park`] took out of it for one run.
+    fn resume(&mut self, _run: InFlight) {}
+}
+
+/// What an instrument holds about one run in flight ([`Instrument::park`]): its own
+/// type, opaque to the runner, which only keeps it until the run ends.
+pub struct InFlight(Option<Box<dyn std::any::Any>>);
+
+impl InFlight {
+    /// Nothing held.
+    pub fn none() -> Self {
+        InFlight(None)
+    }
+
+    /// Hold `state` for the run.
+    pub fn new<T: 'static>(state: T) -> Self {
+        InFlight(Some(Box::new(state)))
+    }
+
+    /// The state held, as the instrument that parked it put it in; `None` if it held
+    /// nothing (or another type, which would be a bug of that instrument).
+    pub fn take<T: 'static>(self) -> Option<T> {
+        self.0.and_then(|b| b.downcast::<T>().ok()).map(|b| *b)
+    }
 }
 
 /// A set of instruments that share a series of runs.

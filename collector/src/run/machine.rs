@@ -73,6 +73,26 @@ impl Before {
     }
 }
 
+/// The machine over two spells of runs (the first runs, then the confirmation runs): the
+/// load average from the first's start to the later's end, and the busier of the two for
+/// what other processes and the hypervisor took (a busy spell spoils its runs however
+/// quiet the other was), with the busiest processes of both.
+pub fn and_then(first: Machine, later: Machine) -> Machine {
+    let mut busy = first.busy;
+    for name in later.busy {
+        if !busy.contains(&name) {
+            busy.push(name);
+        }
+    }
+    Machine {
+        load_start: first.load_start,
+        others: first.others.max(later.others),
+        steal: first.steal.max(later.steal),
+        busy,
+        ..later
+    }
+}
+
 /// What the machine did to the times, when it was not quiet: said after a warning about
 /// noisy times (outliers, a wide spread), which it explains. A busy machine whose times
 /// stayed steady gets no warning: the footer still shows it.
@@ -226,6 +246,31 @@ mod tests {
             ..quiet
         };
         assert!(busy_cause(&stolen).unwrap().contains("steal"));
+    }
+
+    #[test]
+    fn two_spells_of_runs_keep_the_busier_and_both_ends() {
+        let first = Machine {
+            cpus: 2,
+            load_start: 0.5,
+            load_end: 1.0,
+            others: 0.4,
+            busy: vec!["rustc (42) 80%".into()],
+            ..Machine::default()
+        };
+        let later = Machine {
+            cpus: 2,
+            load_start: 1.0,
+            load_end: 2.5,
+            others: 0.05,
+            steal: 0.1,
+            busy: vec!["cc1 (7) 10%".into(), "rustc (42) 80%".into()],
+            ..Machine::default()
+        };
+        let m = and_then(first, later);
+        assert_eq!((m.load_start, m.load_end), (0.5, 2.5));
+        assert_eq!((m.others, m.steal), (0.4, 0.1));
+        assert_eq!(m.busy, ["rustc (42) 80%", "cc1 (7) 10%"]);
     }
 
     #[test]

@@ -16,6 +16,9 @@ use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sampl
 use crate::run::launcher::{self, Message};
 use crate::run::sys;
 
+mod overlap;
+pub use overlap::{run_overlapping, Planned, RunResult};
+
 /// Everything about how to start the child, the same for every run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
@@ -77,6 +80,15 @@ pub enum RunError {
     /// session closed) or SIGQUIT.
     #[error("interrupted")]
     Interrupted,
+}
+
+impl RunError {
+    /// Whether an instrument answered [`RunAgain`](crate::run::instrument::RunAgain): it
+    /// measures differently now, and the run is to be made again.
+    pub fn asks_again(&self) -> bool {
+        matches!(self, RunError::Instrument { source, .. }
+            if source.is::<crate::run::instrument::RunAgain>())
+    }
 }
 
 /// The signals that stop a measurement cleanly (children killed, probes removed, nothing
@@ -170,7 +182,7 @@ fn run_inner(
     let launch = prepare(config, instruments)?;
     let child = start(config, instruments, launch, cancel)?;
     let ended = wait_for_exit(config, &child, cancel)?;
-    let outcome = reap(config, child, ended)?;
+    let outcome = reap(config, child, ended, true)?;
     let mut samples = Vec::new();
     for i in instruments.iter_mut() {
         i.collect(&outcome, &mut samples)
@@ -545,8 +557,14 @@ fn wait_for_exit(config: &RunConfig, child: &Started, cancel: &Cancel) -> Result
 
 /// Collect the benchmark's end from the launcher (killing its group first on a
 /// timeout), reap the launcher, kill what is left of the benchmark's process group, and
-/// describe how it ended.
-fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, RunError> {
+/// describe how it ended. The processes it left behind are looked for if `survivors`
+/// (not while other runs are in flight: see [`overlap`]).
+fn reap(
+    config: &RunConfig,
+    child: Started,
+    ended: Ended,
+    survivors: bool,
+) -> Result<RunOutcome, RunError> {
     let Started {
         mut guard,
         mut report,
@@ -588,7 +606,7 @@ fn reap(config: &RunConfig, child: Started, ended: Ended) -> Result<RunOutcome, 
     } else {
         ExitKind::Code(libc::WEXITSTATUS(status))
     };
-    let survivors = kill_survivors();
+    let survivors = overlap::survivors(survivors);
     // A gated run is timed from its release, by us; a run at once by the launcher, from
     // its fork (it started the clock and saw the end first).
     let wall = match pidfd.is_some() || ended.timed_out {
@@ -720,7 +738,7 @@ mod tests {
         }
     }
 
-    fn config(args: &[&str]) -> RunConfig {
+    pub(super) fn config(args: &[&str]) -> RunConfig {
         RunConfig {
             program: PathBuf::from(args[0]),
             args: args.iter().map(OsString::from).collect(),

@@ -63,6 +63,9 @@ pub struct Schedule {
     pub target: Option<TargetCi>,
     /// Show a progress bar.
     pub progress: bool,
+    /// Runs in flight at once in a group whose counts no other process changes
+    /// (`--jobs`); timing runs always run alone.
+    pub jobs: usize,
 }
 
 /// Adaptive runs (`--target-ci PCT`, `--max-runs N`).

@@ -313,6 +313,26 @@ pub fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Pids of the live descendants of `pid`, children first.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut all = children_of(pid);
+    let mut i = 0;
+    while i < all.len() {
+        let more = children_of(all[i]);
+        all.extend(more);
+        i += 1;
+    }
+    all
+}
+
+/// Whether valgrind runs here.
+pub fn valgrind_installed() -> bool {
+    std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// Whether `pid` is gone (or a zombie waiting to be reaped).
 pub fn is_gone(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -325,14 +345,7 @@ pub fn is_gone(pid: u32) -> bool {
 pub fn wait_for_child_running(collector: u32, program: &str) -> u32 {
     let start = std::time::Instant::now();
     loop {
-        let mut descendants = children_of(collector);
-        let mut i = 0;
-        while i < descendants.len() {
-            let more = children_of(descendants[i]);
-            descendants.extend(more);
-            i += 1;
-        }
-        for child in descendants {
+        for child in descendants(collector) {
             let exe = std::fs::read_link(format!("/proc/{child}/exe")).unwrap_or_default();
             if exe == std::path::Path::new(program) {
                 return child;

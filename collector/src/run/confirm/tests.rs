@@ -102,6 +102,7 @@ fn schedule(runs: usize, warmup: usize, failure: FailurePolicy) -> Schedule {
         clean_env: false,
         progress: false,
         target: None,
+        jobs: 1,
     }
 }
 

@@ -34,7 +34,7 @@ use sbs_probes::execs::{ExecCount, ExecWatch};
 use sbs_reports::model::{Family, Unit};
 
 use super::preload::StampedLibrary;
-use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{ChildSetup, InFlight, Instrument, MetricSpec, RunOutcome, Sample};
 
 /// The agent library, built by `build.rs` from `agent/` and embedded in this binary.
 pub static AGENT_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsbs_agent.so"));
@@ -577,6 +577,13 @@ pub struct AllocAgent {
     execs: ExecCheck,
 }
 
+/// What the agent holds about one run in flight ([`Instrument::park`]).
+struct AllocRun {
+    report: Option<ReportFile>,
+    library: Option<StampedLibrary>,
+    watch: Option<ExecWatch>,
+}
+
 /// Whether every exec'd program of a run reported: the kernel's count of execs against the
 /// images that claimed a slot. Agent path only (on the harness path only programs that
 /// carry the harness report, so an exec without a report is normal there).
@@ -908,6 +915,26 @@ impl Instrument for AllocAgent {
 
     fn finish(&mut self) {
         self.execs.watch = None;
+    }
+
+    fn overlaps(&self) -> bool {
+        true
+    }
+
+    fn park(&mut self) -> InFlight {
+        InFlight::new(AllocRun {
+            report: self.report.take(),
+            library: self.library.take(),
+            watch: self.execs.watch.take(),
+        })
+    }
+
+    fn resume(&mut self, run: InFlight) {
+        if let Some(run) = run.take::<AllocRun>() {
+            self.report = run.report;
+            self.library = run.library;
+            self.execs.watch = run.watch;
+        }
     }
 
     fn warnings(&self) -> Vec<String> {

@@ -23,7 +23,7 @@ use anyhow::Context;
 use nix::unistd::Pid;
 use sbs_reports::model::Unit;
 
-use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{ChildSetup, InFlight, Instrument, MetricSpec, RunOutcome, Sample};
 use crate::run::instruments::invocations::{Invocations, Options};
 
 /// The id of the metric: calls of `Box::new`.
@@ -112,6 +112,18 @@ impl Instrument for Boxing {
 
     fn abort_run(&mut self) {
         self.inner.abort_run();
+    }
+
+    fn overlaps(&self) -> bool {
+        self.inner.overlaps()
+    }
+
+    fn park(&mut self) -> InFlight {
+        self.inner.park()
+    }
+
+    fn resume(&mut self, run: InFlight) {
+        self.inner.resume(run)
     }
 
     fn warnings(&self) -> Vec<String> {

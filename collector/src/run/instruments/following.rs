@@ -70,6 +70,16 @@ impl Following {
         self.watch = None;
     }
 
+    /// The watch of the run in flight, taken out while other runs start (`--jobs`).
+    pub fn park(&mut self) -> Option<ExecWatch> {
+        self.watch.take()
+    }
+
+    /// The watch [`Following::park`] took out, back for its run's end.
+    pub fn resume(&mut self, watch: Option<ExecWatch>) {
+        self.watch = watch;
+    }
+
     /// What a report must say, for metrics named by `what` (e.g. `the invocations.*
     /// counts`), which are lower bounds where a process was lost.
     pub fn warnings(&self, what: &str) -> Vec<String> {

@@ -14,7 +14,7 @@ use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use sbs_agent_abi::harness as proto;
 use sbs_reports::model::{Family, MetricId, Unit, Variant};
 
-use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{ChildSetup, InFlight, Instrument, MetricSpec, RunOutcome, Sample};
 
 use crate::judge::pitfalls::{instructions_per_op, FirstCheck};
 
@@ -420,6 +420,19 @@ impl Instrument for PerOpRecords {
 
     fn abort_run(&mut self) {
         self.file = None;
+    }
+
+    fn overlaps(&self) -> bool {
+        // Counting runs only: a time per operation is the machine's as much as ours.
+        matches!(self.mode, PerOpMode::Count { .. })
+    }
+
+    fn park(&mut self) -> InFlight {
+        InFlight::new(self.file.take())
+    }
+
+    fn resume(&mut self, run: InFlight) {
+        self.file = run.take().flatten();
     }
 
     fn metric_notes(&self) -> Vec<(String, String)> {

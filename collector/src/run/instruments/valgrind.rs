@@ -24,7 +24,7 @@ use sbs_agent_abi::harness::ENV_REGION_CALLGRIND;
 use sbs_probes::valgrind;
 use sbs_reports::model::Unit;
 
-use crate::run::instrument::{ChildSetup, Instrument, MetricSpec, RunOutcome, Sample};
+use crate::run::instrument::{ChildSetup, InFlight, Instrument, MetricSpec, RunOutcome, Sample};
 
 /// Descriptor number of valgrind's log in the child.
 pub const LOG_FD: i32 = 61;
@@ -156,6 +156,18 @@ impl Instrument for ValgrindInstructions {
 
     fn finish(&mut self) {
         self.log = None;
+    }
+
+    fn overlaps(&self) -> bool {
+        true
+    }
+
+    fn park(&mut self) -> InFlight {
+        InFlight::new((self.log.take(), self.pid.take()))
+    }
+
+    fn resume(&mut self, run: InFlight) {
+        (self.log, self.pid) = run.take().unwrap_or_default();
     }
 }
 

@@ -6,8 +6,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sbs_reports::model::{GroupRuns, Report};
 
 use crate::run::hooks::Hooks;
-use crate::run::instrument::{ExitKind, Group, RunAgain, RunOutcome, Sample};
-use crate::run::runner::{Cancel, RunConfig, RunError};
+use crate::run::instrument::{ExitKind, Group, Instrument, RunOutcome, Sample};
+use crate::run::runner::{Cancel, Planned, RunConfig, RunResult};
 use crate::run::spec::{Benchmark, FailurePolicy, Schedule};
 
 mod executor;
@@ -200,24 +200,80 @@ fn run_groups(
     let bar = progress_bar(total, schedule.progress);
     let mut collected: Vec<Collected> = benchmarks.iter().map(|_| Collected::default()).collect();
     for g in 0..group_count {
+        let mut rounds = Rounds {
+            benchmarks: &mut *benchmarks,
+            group: g,
+            collected: &mut collected,
+            schedule,
+            bar: &bar,
+            cancel,
+        };
+        let done = match overlaps(rounds.benchmarks, g, schedule) {
+            true => rounds.overlapped(executor)?,
+            false => rounds.one_at_a_time(executor)?,
+        };
+        for (bench, c) in benchmarks.iter_mut().zip(collected.iter_mut()) {
+            if let Some(group) = bench.groups.get_mut(g) {
+                end_group(group, c, schedule, done);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(collected)
+}
+
+/// Whether the runs of group `g` may overlap (`--jobs` above 1): every instrument of it
+/// counts exactly whatever else runs ([`Instrument::overlaps`]), it makes its runs
+/// rather than checks, and no benchmark has a `--prepare` (which prepares the one run
+/// that follows it) or a FIFO for input (whose writer feeds one run at a time).
+///
+/// [`Instrument::overlaps`]: crate::run::instrument::Instrument::overlaps
+fn overlaps(benchmarks: &[Benchmark], g: usize, schedule: &Schedule) -> bool {
+    schedule.jobs > 1
+        && benchmarks.iter().all(|b| {
+            b.hooks.prepare.is_none()
+                && b.run.input.as_ref().is_none_or(|p| p.is_file())
+                && b.groups.get(g).is_none_or(|group| {
+                    check_runs(group).is_none() && group.instruments.iter().all(|i| i.overlaps())
+                })
+        })
+}
+
+/// The rounds of one group for every benchmark: what they run and where the samples go.
+struct Rounds<'a> {
+    benchmarks: &'a mut [Benchmark],
+    group: usize,
+    collected: &'a mut [Collected],
+    schedule: &'a Schedule,
+    bar: &'a ProgressBar,
+    cancel: &'a Cancel,
+}
+
+impl Rounds<'_> {
+    /// One run at a time, benchmarks interleaved, adding runs up to `--max-runs` while a
+    /// `--target-ci` is not met. Returns the measured runs made per benchmark.
+    fn one_at_a_time(&mut self, executor: &mut dyn Executor) -> anyhow::Result<usize> {
+        let (g, schedule) = (self.group, self.schedule);
+        let Schedule { runs, warmup, .. } = *schedule;
+        let most = schedule.target.map_or(runs, |t| t.max_runs.max(runs));
         let mut done = 0;
         for round in 0..warmup + most {
             if round >= warmup + runs
                 && schedule.target.is_some_and(|t| {
                     // The group's name, from a benchmark that has it (size probes are some
                     // benchmarks' own).
-                    benchmarks
+                    self.benchmarks
                         .iter()
                         .find_map(|b| b.groups.get(g))
                         .is_none_or(|group| {
-                            narrow_enough(&collected, &group.name, t.ci, schedule.confidence)
+                            narrow_enough(self.collected, &group.name, t.ci, schedule.confidence)
                         })
                 })
             {
                 break;
             }
             done = (round + 1).saturating_sub(warmup);
-            for (bench, c) in benchmarks.iter_mut().zip(collected.iter_mut()) {
+            for (bench, c) in self.benchmarks.iter_mut().zip(self.collected.iter_mut()) {
                 let Some(group) = bench.groups.get_mut(g) else {
                     continue;
                 };
@@ -227,17 +283,103 @@ fn run_groups(
                     config: &bench.run,
                     round,
                 };
-                one_run(run, group, c, schedule, &bar, cancel, executor)?;
+                one_run(run, group, c, schedule, self.bar, self.cancel, executor)?;
             }
         }
-        for (bench, c) in benchmarks.iter_mut().zip(collected.iter_mut()) {
-            if let Some(group) = bench.groups.get_mut(g) {
-                end_group(group, c, schedule, done);
-            }
-        }
+        Ok(done)
     }
-    bar.finish_and_clear();
-    Ok(collected)
+
+    /// The same rounds, up to `--jobs` runs in flight ([`overlaps`]): each benchmark's
+    /// warm-ups and `--runs` measured runs (its counts are exact, so `--target-ci` adds
+    /// none), recorded in the order they would have run one at a time.
+    fn overlapped(&mut self, executor: &mut dyn Executor) -> anyhow::Result<usize> {
+        let (g, schedule) = (self.group, self.schedule);
+        let Schedule { runs, warmup, .. } = *schedule;
+        let mut order = Vec::new();
+        for round in 0..warmup + runs {
+            for (b, bench) in self.benchmarks.iter().enumerate() {
+                if let Some(group) = bench.groups.get(g) {
+                    order.push((b, round));
+                    self.bar.set_message(format!("{} runs", group.name));
+                }
+            }
+        }
+        let fail = schedule.failure == FailurePolicy::Fail;
+        // An error ends the plan, and so does a failed run unless failures are kept; an
+        // instrument that asks for a run again does not (see below).
+        let stop = |r: &RunResult| match r {
+            Ok((outcome, _)) => fail && !outcome.exit.success(),
+            Err(e) => !e.asks_again(),
+        };
+        // Each benchmark's instruments are one set; its runs name it by its place.
+        let configs: Vec<RunConfig> = self.benchmarks.iter().map(|b| b.run.clone()).collect();
+        let mut sets: Vec<&mut [Box<dyn Instrument>]> = self
+            .benchmarks
+            .iter_mut()
+            .map(|b| match b.groups.get_mut(g) {
+                Some(group) => group.instruments.as_mut_slice(),
+                None => &mut [],
+            })
+            .collect();
+        let planned: Vec<Planned> = order
+            .iter()
+            .map(|&(b, _)| Planned {
+                config: &configs[b],
+                set: b,
+            })
+            .collect();
+        let bar = self.bar;
+        let results = executor.run_overlapping(
+            &mut sets,
+            &planned,
+            schedule.jobs,
+            self.cancel,
+            &stop,
+            &mut || bar.inc(1),
+        );
+        let made = results.len();
+        for ((b, round), result) in order.iter().copied().zip(results) {
+            let bench = &mut self.benchmarks[b];
+            let Some(group) = bench.groups.get_mut(g) else {
+                continue;
+            };
+            let run = Round {
+                name: &bench.name,
+                hooks: &bench.hooks,
+                config: &bench.run,
+                round,
+            };
+            let result = match result {
+                // The instrument changed how it measures: this run again, alone.
+                Err(e) if e.asks_again() => run_once_more_if_asked(
+                    executor,
+                    run.name,
+                    run.hooks,
+                    run.config,
+                    group,
+                    self.cancel,
+                ),
+                other => other.with_context(|| format!("{} run of `{}`", group.name, run.name)),
+            };
+            let (outcome, samples) = result?;
+            record(
+                &run,
+                group,
+                &mut self.collected[b],
+                schedule,
+                outcome,
+                samples,
+            )?;
+        }
+        if made < order.len() {
+            // Only an error or a failed run stops the runs early, and either ended above.
+            anyhow::bail!(
+                "internal error: {made} of the {} runs of a group were made",
+                order.len()
+            );
+        }
+        Ok(runs)
+    }
 }
 
 /// Which benchmark a run is of, and its place in the group's rounds (warm-ups first).
@@ -277,6 +419,21 @@ fn one_run(
         bar.inc(1);
         return Ok(());
     }
+    record(&run, group, c, schedule, outcome, samples)?;
+    bar.inc(1);
+    Ok(())
+}
+
+/// What a measured or warm-up run of `group` came to: its samples added to `c` if it was
+/// measured, or the error a failed run is (unless failures are kept).
+fn record(
+    run: &Round,
+    group: &Group,
+    c: &mut Collected,
+    schedule: &Schedule,
+    outcome: RunOutcome,
+    samples: Vec<Sample>,
+) -> anyhow::Result<()> {
     if !outcome.exit.success() && schedule.failure == FailurePolicy::Fail {
         anyhow::bail!(describe_failure(
             run.name,
@@ -286,17 +443,17 @@ fn one_run(
         ));
     }
     c.survivors.extend(outcome.survivors.iter().cloned());
-    if measured {
+    if run.round >= schedule.warmup {
         let samples = c.note_failure(outcome.exit, samples);
         let failed = !outcome.exit.success();
-        c.add(&group.name, round - warmup, failed, samples);
+        c.add(&group.name, run.round - schedule.warmup, failed, samples);
     }
-    bar.inc(1);
     Ok(())
 }
 
 /// One run of `group` for `bench`, after its `--prepare`; made again (with its
-/// `--prepare`) when an instrument answers [`RunAgain`]: it changed how it measures.
+/// `--prepare`) when an instrument answers [`RunAgain`](crate::run::instrument::RunAgain): it
+/// changed how it measures.
 pub(super) fn run_once_more_if_asked(
     executor: &mut dyn Executor,
     name: &str,
@@ -313,7 +470,7 @@ pub(super) fn run_once_more_if_asked(
                 .with_context(|| format!("before a {} run of `{name}`", group.name))?;
         }
         match executor.run(config, &mut group.instruments, cancel) {
-            Err(RunError::Instrument { source, .. }) if !asked && source.is::<RunAgain>() => {
+            Err(e) if !asked && e.asks_again() => {
                 asked = true;
             }
             result => return result.with_context(|| format!("{} run of `{name}`", group.name)),

@@ -1,7 +1,8 @@
 use super::*;
 use sbs_reports::model::Unit;
 
-use crate::run::instrument::MetricSpec;
+use crate::run::instrument::{MetricSpec, RunAgain};
+use crate::run::runner::RunError;
 use crate::run::spec::TargetCi;
 
 fn sample(id: &str, v: f64, details: &[(&str, f64)]) -> Sample {
@@ -13,12 +14,28 @@ fn sample(id: &str, v: f64, details: &[(&str, f64)]) -> Sample {
 }
 
 /// Scripted runs: exit codes in order, and a value per run that counts up.
+#[derive(Default)]
 struct Script {
     exits: Vec<ExitKind>,
     calls: Vec<String>,
+    /// Each call of `run_overlapping`: its runs and `jobs`.
+    overlapped: Vec<(usize, usize)>,
 }
 
 impl Executor for Script {
+    fn run_overlapping(
+        &mut self,
+        sets: &mut [&mut [Box<dyn crate::run::instrument::Instrument>]],
+        runs: &[Planned],
+        jobs: usize,
+        cancel: &Cancel,
+        stop: &dyn Fn(&RunResult) -> bool,
+        done: &mut dyn FnMut(),
+    ) -> Vec<RunResult> {
+        self.overlapped.push((runs.len(), jobs));
+        executor::one_at_a_time(self, sets, runs, cancel, stop, done)
+    }
+
     fn run(
         &mut self,
         config: &RunConfig,
@@ -84,6 +101,7 @@ fn schedule(runs: usize, warmup: usize, failure: FailurePolicy) -> Schedule {
         clean_env: false,
         progress: false,
         target: None,
+        jobs: 1,
     }
 }
 
@@ -96,6 +114,7 @@ fn target_ci_adds_runs_until_the_interval_is_narrow_or_the_maximum_comes() {
         let mut script = Script {
             exits: Vec::new(),
             calls: Vec::new(),
+            ..Script::default()
         };
         let schedule = Schedule {
             target: Some(TargetCi { ci, max_runs }),
@@ -126,6 +145,7 @@ fn target_ci_adds_runs_until_the_interval_is_narrow_or_the_maximum_comes() {
 struct Changes {
     again_in: Vec<usize>,
     seen: usize,
+    overlaps: bool,
 }
 
 impl crate::run::instrument::Instrument for Changes {
@@ -141,6 +161,10 @@ impl crate::run::instrument::Instrument for Changes {
         out.push(sample("changes.seen", self.seen as f64, &[]));
         Ok(())
     }
+
+    fn overlaps(&self) -> bool {
+        self.overlaps
+    }
 }
 
 #[test]
@@ -148,10 +172,15 @@ fn a_run_an_instrument_asks_again_is_made_again_once() {
     let cancel = Cancel::install().unwrap();
     let run = |again_in: Vec<usize>| {
         let mut benches = benchmarks(&["a"]);
-        benches[0].groups[0].instruments = vec![Box::new(Changes { again_in, seen: 0 })];
+        benches[0].groups[0].instruments = vec![Box::new(Changes {
+            again_in,
+            seen: 0,
+            overlaps: false,
+        })];
         let mut script = Script {
             exits: Vec::new(),
             calls: Vec::new(),
+            ..Script::default()
         };
         let result = execute_with(
             &mut benches,
@@ -208,6 +237,7 @@ fn a_check_group_runs_once_without_warm_up_and_its_failure_stops_nothing() {
             .chain([ExitKind::Code(1)])
             .collect(),
         calls: Vec::new(),
+        ..Script::default()
     };
     let report = execute_with(
         &mut b,
@@ -235,6 +265,7 @@ fn warmups_are_discarded_and_benchmarks_interleave() {
     let mut script = Script {
         exits: Vec::new(),
         calls: Vec::new(),
+        ..Script::default()
     };
     let mut b = benchmarks(&["a", "b"]);
     let report = execute_with(
@@ -259,6 +290,7 @@ fn a_benchmark_with_groups_of_its_own_runs_them_after_the_shared_ones() {
     let mut script = Script {
         exits: Vec::new(),
         calls: Vec::new(),
+        ..Script::default()
     };
     let mut b = benchmarks(&["a", "b"]);
     // `b` has a size probe: a group `a` lacks.
@@ -284,6 +316,7 @@ fn failure_policy_decides_about_failed_runs() {
     let mut script = Script {
         exits: exits.clone(),
         calls: Vec::new(),
+        ..Script::default()
     };
     let mut b = benchmarks(&["x"]);
     let err = execute_with(
@@ -300,6 +333,7 @@ fn failure_policy_decides_about_failed_runs() {
     let mut script = Script {
         exits,
         calls: Vec::new(),
+        ..Script::default()
     };
     let mut b = benchmarks(&["x"]);
     let report = execute_with(
@@ -331,6 +365,7 @@ fn timed_out_runs_keep_no_time_samples_and_are_counted() {
             ExitKind::Code(3),
         ],
         calls: Vec::new(),
+        ..Script::default()
     };
     let mut b = benchmarks(&["x"]);
     let report = execute_with(
@@ -374,4 +409,124 @@ fn details_stay_aligned_with_runs() {
     assert_eq!(s.failed, vec![2]);
     assert_eq!(s.details[0], ("a".to_string(), vec![1.0, 1.0, 0.0]));
     assert_eq!(s.details[1], ("b".to_string(), vec![0.0, 2.0, 2.0]));
+}
+
+/// Counts something no other process changes: its runs may overlap.
+struct Exact {
+    runs: usize,
+}
+
+impl crate::run::instrument::Instrument for Exact {
+    fn name(&self) -> &str {
+        "exact"
+    }
+    fn collect(&mut self, o: &RunOutcome, out: &mut Vec<Sample>) -> anyhow::Result<()> {
+        self.runs += 1;
+        out.push(sample("count", o.wall.as_millis() as f64, &[]));
+        Ok(())
+    }
+    fn overlaps(&self) -> bool {
+        true
+    }
+}
+
+fn counting(names: &[&str]) -> Vec<Benchmark> {
+    let mut b = benchmarks(names);
+    for bench in &mut b {
+        bench.groups.push(Group {
+            name: "exact".into(),
+            instruments: vec![Box::new(Exact { runs: 0 })],
+        });
+    }
+    b
+}
+
+/// With `--jobs 2`, a group whose instruments all overlap makes its runs in one call of
+/// `run_overlapping` (warm-ups and benchmarks interleaved, in the order of one at a
+/// time), and records them in that order; the timing group runs one at a time.
+#[test]
+fn runs_of_a_counting_group_overlap_and_keep_their_order() {
+    let cancel = Cancel::install().unwrap();
+    let mut script = Script::default();
+    let mut b = counting(&["a", "b"]);
+    let schedule = Schedule {
+        jobs: 2,
+        ..schedule(3, 1, FailurePolicy::Fail)
+    };
+    let report = execute_with(&mut b, &schedule, &cancel, &mut script).unwrap();
+    assert_eq!(script.overlapped, [(8, 2)]);
+    assert_eq!(script.calls.len(), 16);
+    assert_eq!(&script.calls[8..], ["a", "b", "a", "b", "a", "b", "a", "b"]);
+    let count = |b: usize| {
+        let m = report.benchmarks[b]
+            .metrics
+            .iter()
+            .find(|m| m.id == "count");
+        m.unwrap().samples.clone()
+    };
+    // Runs 8 and 9 were the warm-ups: run n has wall 10 + n ms.
+    assert_eq!(count(0), vec![20.0, 22.0, 24.0]);
+    assert_eq!(count(1), vec![21.0, 23.0, 25.0]);
+    // One at a time: `--jobs 1`, or a `--prepare` that readies the one run after it.
+    let mut script = Script::default();
+    let one = Schedule {
+        jobs: 1,
+        ..schedule
+    };
+    execute_with(&mut counting(&["a"]), &one, &cancel, &mut script).unwrap();
+    assert!(script.overlapped.is_empty());
+    let mut script = Script::default();
+    let mut b = counting(&["a"]);
+    b[0].hooks.prepare = Some(crate::run::hooks::Hook {
+        option: "--prepare",
+        command: "true".into(),
+        shell: "sh".into(),
+    });
+    execute_with(&mut b, &schedule, &cancel, &mut script).unwrap();
+    assert!(script.overlapped.is_empty());
+}
+
+/// A failed run among overlapping ones ends the plan with its error, as one at a time.
+#[test]
+fn a_failed_overlapping_run_stops_the_plan() {
+    let cancel = Cancel::install().unwrap();
+    // Timing: runs 0-3; the counting group's third run (6) exits 1.
+    let mut script = Script {
+        exits: [0, 0, 0, 0, 0, 0, 1, 0].map(ExitKind::Code).to_vec(),
+        ..Script::default()
+    };
+    let schedule = Schedule {
+        jobs: 2,
+        ..schedule(3, 1, FailurePolicy::Fail)
+    };
+    let err = execute_with(&mut counting(&["a"]), &schedule, &cancel, &mut script).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("exited with code 1 in an exact run"),
+        "{err:#}"
+    );
+    assert_eq!(script.calls.len(), 7);
+}
+
+/// Among overlapping runs, a run whose instrument asks again does not stop the others;
+/// it is made again alone, and the group has all its samples.
+#[test]
+fn an_overlapping_run_asked_again_is_made_again_and_the_others_go_on() {
+    let cancel = Cancel::install().unwrap();
+    let mut b = benchmarks(&["a"]);
+    b[0].groups[0].instruments = vec![Box::new(Changes {
+        again_in: vec![1],
+        seen: 0,
+        overlaps: true,
+    })];
+    let mut script = Script::default();
+    let schedule = Schedule {
+        jobs: 2,
+        ..schedule(3, 0, FailurePolicy::Fail)
+    };
+    let report = execute_with(&mut b, &schedule, &cancel, &mut script).unwrap();
+    assert_eq!(script.overlapped, [(3, 2)]);
+    assert_eq!(script.calls.len(), 4);
+    // The first run, made again after the other two, is the fourth collected.
+    let m = &report.benchmarks[0].metrics[0];
+    assert_eq!(m.samples, vec![4.0, 2.0, 3.0]);
 }

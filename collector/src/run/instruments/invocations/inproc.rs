@@ -39,6 +39,12 @@ pub(super) struct Refused {
     why: &'static str,
 }
 
+/// The in-process engine's part of one run in flight ([`Inproc::park`]).
+pub(super) struct InprocRun {
+    run: Option<(File, u64, StampedLibrary)>,
+    execs: Option<ExecWatch>,
+}
+
 /// One module of the table, for messages.
 #[derive(Debug)]
 struct Module {
@@ -251,6 +257,21 @@ impl Inproc {
              have missed some (a run exec'd more programs than its exec records could hold)"
                 .to_string()
         })
+    }
+
+    /// What the engine holds about the run in flight, taken out while other runs start
+    /// (`--jobs`).
+    pub fn park(&mut self) -> InprocRun {
+        InprocRun {
+            run: self.run.take(),
+            execs: self.execs.take(),
+        }
+    }
+
+    /// What [`Inproc::park`] took out, back for its run's end.
+    pub fn resume(&mut self, run: InprocRun) {
+        self.run = run.run;
+        self.execs = run.execs;
     }
 
     /// Drop the run's table (a run that did not reach `read`).

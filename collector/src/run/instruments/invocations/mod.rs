@@ -32,10 +32,12 @@ use sbs_probes::program::Program;
 use sbs_probes::resolve::{match_patterns, PatternMatch};
 use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
 
-use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunAgain, RunOutcome, Sample};
+use crate::run::instrument::{
+    ChildSetup, ExitKind, InFlight, Instrument, RunAgain, RunOutcome, Sample,
+};
 use crate::run::instruments::following::Following;
 use crate::run::region_fds::RegionSocket;
-use inproc::Inproc;
+use inproc::{Inproc, InprocRun};
 use sites::{PatternRows, Site};
 
 /// The in-process counting library as embedded (for tests of its build).
@@ -855,6 +857,13 @@ impl Invocations {
     }
 }
 
+/// What the instrument holds about one run in flight ([`Instrument::park`]).
+struct InvocationsRun {
+    counters: Option<RunCounters>,
+    following: Option<sbs_probes::execs::ExecWatch>,
+    inproc: Option<InprocRun>,
+}
+
 impl Instrument for Invocations {
     fn name(&self) -> &str {
         "invocations"
@@ -1004,6 +1013,32 @@ impl Instrument for Invocations {
             }
         }
         notes
+    }
+
+    fn overlaps(&self) -> bool {
+        // Uprobes only, or in-process only (whose fallback to uprobes defines a probe
+        // set of its own): not both, where a fallback would remove the probe set that
+        // other runs in flight count with.
+        self.targets.is_empty() || self.inproc.is_none()
+    }
+
+    fn park(&mut self) -> InFlight {
+        InFlight::new(InvocationsRun {
+            counters: self.counters.take(),
+            following: self.following.park(),
+            inproc: self.inproc.as_mut().map(Inproc::park),
+        })
+    }
+
+    fn resume(&mut self, run: InFlight) {
+        let Some(run) = run.take::<InvocationsRun>() else {
+            return;
+        };
+        self.counters = run.counters;
+        self.following.resume(run.following);
+        if let (Some(engine), Some(parked)) = (&mut self.inproc, run.inproc) {
+            engine.resume(parked);
+        }
     }
 
     fn finish(&mut self) {
