@@ -1478,6 +1478,30 @@ mod tests {
     }
 
     #[test]
+    fn inside_a_function_the_per_thread_count_keeps_flags_and_red_zone_too() {
+        // cmp edi,1; mov eax,2; mov ecx,3; ret  (site at the mov eax: flags live)
+        let code = [0x83, 0xff, 0x01, 0xb8, 2, 0, 0, 0, 0xb9, 3, 0, 0, 0, 0xc3];
+        let d = site(&code, 0x1003, SiteKind::Inside).unwrap();
+        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], &LiveLayout::new(1, 8, 4));
+        let all = placed(&m.unwrap(), 0x7000_0000, 0x6000_0000);
+        let ret = all
+            .iter()
+            .position(|i| i.mnemonic() == Mnemonic::Ret)
+            .unwrap();
+        let stub: Vec<Mnemonic> = all[ret + 1..]
+            .iter()
+            .map(|i| i.mnemonic())
+            .filter(|&m| m != Mnemonic::Int3)
+            .take(15)
+            .collect();
+        use Mnemonic::*;
+        assert_eq!(
+            stub,
+            [Lea, Pushfq, Push, Mov, Test, Je, Mov, Test, Je, Inc, Pop, Popfq, Lea, Mov, Jmp]
+        );
+    }
+
+    #[test]
     fn inside_a_function_the_stub_keeps_flags_and_red_zone() {
         // cmp edi,1; mov eax,2; mov ecx,3; ret  (site at the mov eax: flags live)
         let code = [0x83, 0xff, 0x01, 0xb8, 2, 0, 0, 0, 0xb9, 3, 0, 0, 0, 0xc3];
