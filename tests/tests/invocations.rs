@@ -121,9 +121,11 @@ fn counts_are_exact_from_main_thread_threads_and_forked_child() {
 /// thread calling at once, a child forked by libc and one by the raw system call while
 /// they run (each must count in blocks of its own, not in its parent's), and a thread
 /// started in the forked child; then more threads than there are blocks, whose calls
-/// beyond the blocks are counted in the shared counters. (`perf stat` on a `perf probe`
-/// event counts the same 9N calls of the fork scenario; the uprobe engine counted 8N
-/// when this test was written, which is why it is not compared here.)
+/// beyond the blocks are counted in the shared counters. Uprobes are not compared here:
+/// on this fork scenario both the uprobe engine and `perf stat` on a `perf probe` event
+/// sometimes count fewer calls than were made (kernel 6.18, 2026-11-27: the uprobe
+/// engine 8N of 9N, 4834 of 6000; `perf stat` 4420 of 6000 with the raw fork left out),
+/// in a child forked while other threads run.
 #[test]
 fn per_thread_counts_are_exact_across_threads_forks_and_used_up_blocks() {
     if skip_without_uprobes("uprobes") {
