@@ -547,6 +547,8 @@ impl Counters {
     }
 }
 
+/// One pass of [`module_code_at`]: the claim routine (with per-thread blocks) and every
+/// stub, encoded for code at `base` with the live region `code_pages` after it.
 fn encode_all(
     sites: &[(Patch, usize)],
     base: u64,
