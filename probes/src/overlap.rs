@@ -325,6 +325,7 @@ fn build(
 mod tests {
     use super::*;
     use crate::patch::{displace_in, module_code_at};
+    use sbs_agent_abi::inproc::LiveLayout;
 
     /// The candidates of sites at `addresses` (inside `code` at 0x1000, one function) with
     /// their own patches.
@@ -378,7 +379,12 @@ mod tests {
 
         // The stub: count the first, add [rdi], count the second (red zone and flags
         // kept: a flag set by the first instruction may be live), add [rsi], jump back.
-        let m = module_code_at(0x2000, &[(plan.patches[0].patch.clone(), 0)], 64).unwrap();
+        let m = module_code_at(
+            0x2000,
+            &[(plan.patches[0].patch.clone(), 0)],
+            &LiveLayout::new(1, 8, 0),
+        )
+        .unwrap();
         let stub: Vec<_> = iced_x86::Decoder::with_ip(64, &m.code, 0, 0)
             .into_iter()
             .take(14)

@@ -32,11 +32,22 @@
 //! An `endbr64` at a function's start stays in place and the patch goes after it (so
 //! indirect calls still land on it); nothing may then jump to the instruction after it.
 //!
-//! Stubs: at a function entry the flags are dead and nothing lives below the stack
-//! pointer, so the stub is `lock inc qword [rip+counter]`, the displaced instructions and
-//! `jmp` back. Inside a function (the entry of an inlined copy) the flags may be live and
+//! Stubs: each thread counts in a block of counters of its own (issue 32; the layout and
+//! the fork rules are in `sbs_agent_abi::inproc`). At a function entry the flags are dead
+//! and nothing lives below the stack pointer, so the stub is: save `rax`, load this
+//! thread's slot address from the counting library's TLS word (`fs:[offset]`, fixed up
+//! by the library), the block's address from the slot, a plain `inc qword [rax+8k]`,
+//! restore `rax`, the displaced instructions and `jmp` back. A thread without a block
+//! (its first counted call, or the first in a forked child, whose slots the kernel wiped)
+//! takes an out-of-line path after the stub: a call to the module's *claim routine* at
+//! the start of its trampoline code (`lock xadd` on the next-block word; see
+//! [`claim_code`]), then the `inc`, or, when no block is left, a `lock inc` of the shared
+//! counter. Inside a function (the entry of an inlined copy) the flags may be live and
 //! the 128-byte red zone below `rsp` may hold data, so the stub steps over the red zone
-//! and saves the flags around the increment.
+//! and saves the flags around all of it. Without blocks (`LiveLayout::blocks` 0) the
+//! stubs count with `lock inc` of the shared counters only, as before issue 32. A signal
+//! handler that counts between a claim and its store into the TLS word claims a block of
+//! its own; the one left behind is still read by the collector, so counts stay exact.
 //!
 //! A patch may count more than one site ([`Patch`]): a site lying at one of the
 //! instructions another site's patch displaces is counted by that stub right before it
@@ -50,7 +61,7 @@ use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,
     InstructionBlock, MemoryOperand, Mnemonic, OpKind, Register,
 };
-use sbs_agent_abi::inproc::{pages, Fixup, SiteRecord, MAX_PATCH};
+use sbs_agent_abi::inproc::{pages, Fixup, FixupKind, LiveLayout, SiteRecord, MAX_PATCH};
 
 use crate::elf::{Function, Image};
 
@@ -470,11 +481,12 @@ pub struct ModuleCode {
 
 /// Build the trampolines of one module: one stub per `(patch, first counter index)`; the
 /// patch's `n`th count uses the counter of index `first + n`, which lies at byte
-/// `counters_at + 8 (first + n)` of the live region.
+/// `counters_at + 8 (first + n)` of the live region (`layout`), and, with per-thread
+/// blocks, at `8 (first + n)` of each block.
 pub fn module_code(
     image: &Image,
     sites: &[(Patch, usize)],
-    counters_at: u64,
+    layout: &LiveLayout,
 ) -> Result<ModuleCode, Unpatchable> {
     let top = image
         .exec_segments
@@ -482,52 +494,92 @@ pub fn module_code(
         .map(|&(vaddr, size, _)| vaddr + size)
         .max()
         .unwrap_or(0);
-    module_code_at(top, sites, counters_at)
+    module_code_at(top, sites, layout)
 }
 
 /// [`module_code`] for a module whose code ends at link-time address `top`.
 pub fn module_code_at(
     top: u64,
     sites: &[(Patch, usize)],
-    counters_at: u64,
+    layout: &LiveLayout,
 ) -> Result<ModuleCode, Unpatchable> {
     // Encoded as if the trampoline lay just past the module's code, so that RIP-relative
     // operands into the module stay in 32-bit reach; the library fixes them up for where
     // it really lies.
     let base = pages(top) + (16 << 20);
-    let first = encode_all(sites, base, 0, counters_at)?;
+    let first = encode_all(sites, base, 0, layout)?;
     let code_pages = pages(first.code.len() as u64).max(4096);
-    let out = encode_all(sites, base, code_pages, counters_at)?;
+    let out = encode_all(sites, base, code_pages, layout)?;
     if out.code.len() != first.code.len() {
         return Err("the trampoline's length changed between passes".into());
     }
     Ok(out)
 }
 
+/// Where an instruction of a stub comes from, for its fixups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Moved or emulated from the module: its jump target or RIP-relative operand refers
+    /// to the module.
+    Module,
+    /// The stub's own, relative only to the trampoline area.
+    Own,
+    /// The stub's own, reading or writing the counting library's TLS word (`fs:[disp32]`).
+    ThreadPointer,
+}
+
+/// An instruction of a stub and where it comes from.
+type Placed = (Instruction, Origin);
+
+/// Where the stubs of one trampoline area count (addresses as encoded).
+#[derive(Debug, Clone, Copy)]
+struct Counters {
+    /// Address of the shared counter 0.
+    shared: u64,
+    /// Address of the claim routine, with per-thread blocks.
+    claim: Option<u64>,
+}
+
+impl Counters {
+    /// Address of shared counter `k`.
+    fn shared(&self, k: u64) -> u64 {
+        self.shared + 8 * k
+    }
+}
+
+/// One pass of [`module_code_at`]: the claim routine (with per-thread blocks) and every
+/// stub, encoded for code at `base` with the live region `code_pages` after it.
 fn encode_all(
     sites: &[(Patch, usize)],
     base: u64,
     code_pages: u64,
-    counters_at: u64,
+    layout: &LiveLayout,
 ) -> Result<ModuleCode, Unpatchable> {
     let mut code = Vec::new();
     let mut fixups = Vec::new();
     let mut records = Vec::new();
+    let live = base + code_pages;
+    let mut counters = Counters {
+        shared: live + layout.counters_at,
+        claim: None,
+    };
+    if layout.blocks > 0 {
+        let (bytes, fx) = claim_code(base, live, layout)?;
+        code.extend_from_slice(&bytes);
+        fixups.extend(fx);
+        pad16(&mut code);
+        counters.claim = Some(base);
+    }
     for (patch, first) in sites {
         let d = &patch.displaced;
         let stub = code.len() as u64;
-        let counters: Vec<(usize, u64)> = patch
+        let at: Vec<(usize, u64)> = patch
             .counts
             .iter()
             .enumerate()
-            .map(|(n, &at)| {
-                (
-                    at,
-                    base + code_pages + counters_at + 8 * (*first + n) as u64,
-                )
-            })
+            .map(|(n, &at)| (at, (*first + n) as u64))
             .collect();
-        let (bytes, mut fx) = stub_code(d, base + stub, &counters)?;
+        let (bytes, mut fx) = stub_code(d, base + stub, &at, &counters)?;
         for f in &mut fx {
             f.field += stub as u32;
             f.end += stub as u32;
@@ -542,10 +594,7 @@ fn encode_all(
             stub: stub as u32,
             original,
         });
-        // Stubs start on 16 bytes (int3 between them: never executed).
-        while code.len() % 16 != 0 {
-            code.push(0xcc);
-        }
+        pad16(&mut code);
     }
     Ok(ModuleCode {
         code,
@@ -555,37 +604,42 @@ fn encode_all(
     })
 }
 
+/// Stubs start on 16 bytes (int3 between them: never executed).
+fn pad16(code: &mut Vec<u8>) {
+    while code.len() % 16 != 0 {
+        code.push(0xcc);
+    }
+}
+
 /// One patch's stub, encoded at `rip`, and its fixups (offsets relative to the stub).
-/// `counters` are (index of the displaced instruction to count before, address of the
-/// counter).
+/// `at` lists (index of the displaced instruction to count before, counter index).
 fn stub_code(
     d: &Displaced,
     rip: u64,
-    counters: &[(usize, u64)],
+    at: &[(usize, u64)],
+    counters: &Counters,
 ) -> Result<(Vec<u8>, Vec<Fixup>), Unpatchable> {
     let e = |e: iced_x86::IcedError| e.to_string();
-    if counters.iter().any(|&(at, _)| at >= d.instructions.len()) {
+    if at.iter().any(|&(n, _)| n >= d.instructions.len()) {
         return Err("a site is counted past the displaced instructions".into());
     }
-    // Each instruction of the stub, and whether it comes from the module (moved or
-    // emulated: its fields refer to the module and are fixed up) or is the stub's own.
-    let mut list: Vec<(Instruction, bool)> = Vec::new();
+    let mut labels = Labels::default();
+    let mut list: Vec<Placed> = Vec::new();
+    // The slow paths of the per-thread counting, after the end of the stub.
+    let mut slow: Vec<Placed> = Vec::new();
     for (n, moved) in d.instructions.iter().enumerate() {
-        let here: Vec<u64> = counters
+        let here: Vec<u64> = at
             .iter()
-            .filter(|&&(at, _)| at == n)
-            .map(|&(_, c)| c)
+            .filter(|&&(i, _)| i == n)
+            .map(|&(_, k)| k)
             .collect();
         // At a function's entry the flags are dead and nothing lives below the stack
         // pointer; past the first instruction, or inside a function, both may be live.
         let careful = n > 0 || d.kind == SiteKind::Inside;
-        list.extend(
-            counting(&here, careful)
-                .map_err(e)?
-                .into_iter()
-                .map(|i| (i, false)),
-        );
-        list.push((*moved, true));
+        let (inline, out_of_line) = counting(&here, careful, counters, &mut labels).map_err(e)?;
+        list.extend(inline);
+        slow.extend(out_of_line);
+        list.push((*moved, Origin::Module));
     }
     let call = match list.last() {
         Some((last, _)) if is_call(last) => list.pop(),
@@ -593,14 +647,34 @@ fn stub_code(
     };
     if let Some((call, _)) = call {
         list.extend(
-            emulated_call(&call, d.address + d.original.len() as u64)
+            emulated_call(&call, d.end())
                 .map_err(e)?
                 .into_iter()
-                .map(|i| (i, true)),
+                .map(|i| (i, Origin::Module)),
         );
     }
-    let (list, from_module): (Vec<Instruction>, Vec<bool>) = list.into_iter().unzip();
-    let block = InstructionBlock::new(&list, rip);
+    let jumps_away = d
+        .instructions
+        .last()
+        .is_some_and(|i| i.flow_control() == FlowControl::UnconditionalBranch);
+    if call.is_none() && !jumps_away {
+        // The jump back to the instruction after the displaced ones (otherwise the callee
+        // returns there, or the moved jump leaves).
+        let back = Instruction::with_branch(Code::Jmp_rel32_64, d.end()).map_err(e)?;
+        list.push((back, Origin::Module));
+    }
+    list.extend(slow);
+    let (list, origins): (Vec<Instruction>, Vec<Origin>) = list.into_iter().unzip();
+    encode_placed(&list, &origins, rip)
+}
+
+/// Encode a stub's instructions at `rip`, with their fixups.
+fn encode_placed(
+    list: &[Instruction],
+    origins: &[Origin],
+    rip: u64,
+) -> Result<(Vec<u8>, Vec<Fixup>), Unpatchable> {
+    let block = InstructionBlock::new(list, rip);
     let result = BlockEncoder::encode(
         64,
         block,
@@ -608,68 +682,245 @@ fn stub_code(
             | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS,
     )
     .map_err(|err| format!("relocating the displaced instructions failed: {err}"))?;
-    let mut fixups = moved_fixups(&list, &from_module, &result)?;
-    let mut bytes = result.code_buffer;
-    let jumps_away = d
-        .instructions
-        .last()
-        .is_some_and(|i| i.flow_control() == FlowControl::UnconditionalBranch);
-    if call.is_some() || jumps_away {
-        // The callee returns to the instruction after the displaced ones, or the moved
-        // jump leaves: a jump back would never run.
-        return Ok((bytes, fixups));
-    }
-    // The jump back to the instruction after the displaced ones.
-    let back = bytes.len() as u32;
-    bytes.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
-    fixups.push(Fixup {
-        field: back + 1,
-        end: back + 5,
-        target: d.address + d.original.len() as u64,
-    });
-    Ok((bytes, fixups))
+    let fixups = moved_fixups(list, origins, &result)?;
+    Ok((result.code_buffer, fixups))
 }
 
-/// The instructions that count: `lock inc` of each of `counters`, and with `careful`
-/// the 128-byte red zone stepped over and the flags saved around them. Nothing when
-/// there is no counter.
-fn counting(counters: &[u64], careful: bool) -> Result<Vec<Instruction>, iced_x86::IcedError> {
-    let mut incs = Vec::new();
-    for &counter in counters {
+/// Instruction addresses for the branches between a stub's own instructions: far above
+/// user space, so that none is a module address a moved jump could mean.
+#[derive(Debug)]
+struct Labels(u64);
+
+impl Default for Labels {
+    fn default() -> Labels {
+        Labels(0xffff_ff00_0000_0000)
+    }
+}
+
+impl Labels {
+    /// A fresh label.
+    fn next(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+}
+
+/// An instruction placed at label `ip`.
+fn at_label(mut i: Instruction, ip: u64) -> Instruction {
+    i.set_ip(ip);
+    i
+}
+
+/// `[reg + displ]`, `[rip + address]` with `Register::RIP`.
+fn mem(base: Register, displ: i64) -> MemoryOperand {
+    MemoryOperand::with_base_displ(base, displ)
+}
+
+/// `fs:[disp32]`, the counting library's TLS word once fixed up: 64-bit addressing (a
+/// displacement size of 8 to iced, encoded as a sign-extended 32-bit field; 4 would be
+/// 32-bit addressing, an address-size prefix and a zero-extended offset).
+fn tls_word() -> MemoryOperand {
+    MemoryOperand::new(Register::None, Register::None, 1, 0, 8, false, Register::FS)
+}
+
+/// The instructions that count `ks` (counter indices) before a displaced instruction:
+/// inline and out of line (after the stub's end). Nothing when there is no counter.
+///
+/// With per-thread blocks (`counters.claim`), inline: load this thread's slot address
+/// from the TLS word, the block address from the slot, and a plain `inc` of the block's
+/// counters; the out-of-line path, taken when the thread has no block yet (or a forked
+/// child's slot was wiped), calls the claim routine and counts in the new block, or with
+/// `lock inc` in the shared counters when there are no blocks left. Without blocks,
+/// `lock inc` of the shared counters inline. With `careful` the 128-byte red zone is
+/// stepped over and the flags are saved around all of it.
+fn counting(
+    ks: &[u64],
+    careful: bool,
+    counters: &Counters,
+    labels: &mut Labels,
+) -> Result<(Vec<Placed>, Vec<Placed>), iced_x86::IcedError> {
+    let own = |i: Instruction| (i, Origin::Own);
+    let lock_inc = |k: u64| -> Result<Instruction, iced_x86::IcedError> {
         let mut inc = Instruction::with1(
             Code::Inc_rm64,
-            MemoryOperand::with_base_displ(Register::RIP, counter as i64),
+            mem(Register::RIP, counters.shared(k) as i64),
         )?;
         inc.set_has_lock_prefix(true);
-        incs.push(inc);
-    }
-    if incs.is_empty() || !careful {
-        return Ok(incs);
-    }
-    let red_zone = |delta: i64| {
-        Instruction::with2(
-            Code::Lea_r64_m,
-            Register::RSP,
-            MemoryOperand::with_base_displ(Register::RSP, delta),
-        )
+        Ok(inc)
     };
-    let mut out = vec![red_zone(-128)?, Instruction::with(Code::Pushfq)];
-    out.extend(incs);
-    out.extend([Instruction::with(Code::Popfq), red_zone(128)?]);
-    Ok(out)
+    if ks.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let mut inline = Vec::new();
+    let mut slow = Vec::new();
+    match counters.claim {
+        None => {
+            for &k in ks {
+                inline.push(own(lock_inc(k)?));
+            }
+        }
+        Some(claim) => {
+            let (to_slow, to_count, to_done) = (labels.next(), labels.next(), labels.next());
+            inline.extend([
+                own(Instruction::with1(Code::Push_r64, Register::RAX)?),
+                (
+                    Instruction::with2(Code::Mov_r64_rm64, Register::RAX, tls_word())?,
+                    Origin::ThreadPointer,
+                ),
+                own(Instruction::with2(
+                    Code::Test_rm64_r64,
+                    Register::RAX,
+                    Register::RAX,
+                )?),
+                own(Instruction::with_branch(Code::Je_rel32_64, to_slow)?),
+                own(Instruction::with2(
+                    Code::Mov_r64_rm64,
+                    Register::RAX,
+                    mem(Register::RAX, 0),
+                )?),
+                own(Instruction::with2(
+                    Code::Test_rm64_r64,
+                    Register::RAX,
+                    Register::RAX,
+                )?),
+                own(Instruction::with_branch(Code::Je_rel32_64, to_slow)?),
+            ]);
+            for (n, &k) in ks.iter().enumerate() {
+                let inc = Instruction::with1(Code::Inc_rm64, mem(Register::RAX, 8 * k as i64))?;
+                inline.push(own(if n == 0 { at_label(inc, to_count) } else { inc }));
+            }
+            let pop = Instruction::with1(Code::Pop_r64, Register::RAX)?;
+            inline.push(own(at_label(pop, to_done)));
+            let call = Instruction::with_branch(Code::Call_rel32_64, claim)?;
+            slow.extend([
+                own(at_label(call, to_slow)),
+                own(Instruction::with2(
+                    Code::Test_rm64_r64,
+                    Register::RAX,
+                    Register::RAX,
+                )?),
+                own(Instruction::with_branch(Code::Jne_rel32_64, to_count)?),
+            ]);
+            for &k in ks {
+                slow.push(own(lock_inc(k)?));
+            }
+            slow.push(own(Instruction::with_branch(Code::Jmp_rel32_64, to_done)?));
+        }
+    }
+    if !careful {
+        return Ok((inline, slow));
+    }
+    let red_zone =
+        |delta: i64| Instruction::with2(Code::Lea_r64_m, Register::RSP, mem(Register::RSP, delta));
+    let mut out = vec![own(red_zone(-128)?), own(Instruction::with(Code::Pushfq))];
+    out.extend(inline);
+    out.extend([own(Instruction::with(Code::Popfq)), own(red_zone(128)?)]);
+    Ok((out, slow))
 }
 
-/// The fixups of the instructions of `list` that come from the module (`from_module`:
-/// the displaced ones and the emulated call), as `result` encoded them: each jump target
-/// and RIP-relative operand refers to the module.
+/// The claim routine at the start of a module's trampoline code (at `rip`), called from a
+/// stub's slow path with the stub's `rax` saved and the flags free: claims the next
+/// per-thread block (`lock xadd` on the next-block word), stores its address in the slot
+/// of the same index and the slot's address in the thread's TLS word, and returns the
+/// block's address in `rax`; 0 when no block is left (then no atomic operation is made).
+/// Keeps every other register. `live` is the address of the live region as encoded; the
+/// slots follow it.
+fn claim_code(
+    rip: u64,
+    live: u64,
+    layout: &LiveLayout,
+) -> Result<(Vec<u8>, Vec<Fixup>), Unpatchable> {
+    let e = |e: iced_x86::IcedError| e.to_string();
+    let imm = |v: u64| i32::try_from(v).map_err(|_| format!("{v} does not fit the claim routine"));
+    let (blocks, block_bytes) = (imm(layout.blocks)?, imm(layout.block_bytes)?);
+    let next = mem(Register::RIP, (live + layout.next_block_at) as i64);
+    let mut labels = Labels::default();
+    let (to_none, to_done) = (labels.next(), labels.next());
+    let build = || -> Result<Vec<Placed>, iced_x86::IcedError> {
+        let own = |i: Instruction| (i, Origin::Own);
+        let mut xadd = Instruction::with2(Code::Xadd_rm64_r64, next, Register::RAX)?;
+        xadd.set_has_lock_prefix(true);
+        let slot_at =
+            MemoryOperand::new(Register::RCX, Register::RAX, 8, 0, 0, false, Register::None);
+        let xor = Instruction::with2(Code::Xor_r32_rm32, Register::EAX, Register::EAX)?;
+        Ok(vec![
+            own(Instruction::with1(Code::Push_r64, Register::RCX)?),
+            own(Instruction::with1(Code::Push_r64, Register::RDX)?),
+            own(xor),
+            own(Instruction::with2(Code::Cmp_rm64_imm32, next, blocks)?),
+            own(Instruction::with_branch(Code::Jae_rel32_64, to_done)?),
+            own(Instruction::with2(
+                Code::Mov_r32_imm32,
+                Register::EAX,
+                1u32,
+            )?),
+            own(xadd),
+            own(Instruction::with2(
+                Code::Cmp_rm64_imm32,
+                Register::RAX,
+                blocks,
+            )?),
+            own(Instruction::with_branch(Code::Jae_rel32_64, to_none)?),
+            own(Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RCX,
+                mem(Register::RIP, (live + layout.len) as i64),
+            )?),
+            own(Instruction::with2(Code::Lea_r64_m, Register::RCX, slot_at)?),
+            own(Instruction::with3(
+                Code::Imul_r64_rm64_imm32,
+                Register::RAX,
+                Register::RAX,
+                block_bytes,
+            )?),
+            own(Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RDX,
+                mem(Register::RIP, (live + layout.blocks_at) as i64),
+            )?),
+            own(Instruction::with2(
+                Code::Add_r64_rm64,
+                Register::RAX,
+                Register::RDX,
+            )?),
+            own(Instruction::with2(
+                Code::Mov_rm64_r64,
+                mem(Register::RCX, 0),
+                Register::RAX,
+            )?),
+            (
+                Instruction::with2(Code::Mov_rm64_r64, tls_word(), Register::RCX)?,
+                Origin::ThreadPointer,
+            ),
+            own(Instruction::with_branch(Code::Jmp_rel32_64, to_done)?),
+            own(at_label(xor, to_none)),
+            own(at_label(
+                Instruction::with1(Code::Pop_r64, Register::RDX)?,
+                to_done,
+            )),
+            own(Instruction::with1(Code::Pop_r64, Register::RCX)?),
+            own(Instruction::with(Code::Retnq)),
+        ])
+    };
+    let (list, origins): (Vec<Instruction>, Vec<Origin>) = build().map_err(e)?.into_iter().unzip();
+    encode_placed(&list, &origins, rip)
+}
+
+/// The fixups of the instructions of `list` as `result` encoded them: each jump target
+/// and RIP-relative operand of an instruction from the module ([`Origin::Module`]: the
+/// displaced ones, the emulated call, the jump back) refers to the module; each access
+/// to the TLS word ([`Origin::ThreadPointer`]) gets the library's offset from `%fs`.
 fn moved_fixups(
     list: &[Instruction],
-    from_module: &[bool],
+    origins: &[Origin],
     result: &iced_x86::BlockEncoderResult,
 ) -> Result<Vec<Fixup>, Unpatchable> {
     let bytes = &result.code_buffer;
     let mut fixups = Vec::new();
-    for (n, i) in list.iter().enumerate().filter(|&(n, _)| from_module[n]) {
+    for (n, i) in list.iter().enumerate() {
+        if origins[n] == Origin::Own {
+            continue;
+        }
         let at = result.new_instruction_offsets[n];
         if at == u32::MAX {
             return Err("an instruction had to be rewritten to be moved".into());
@@ -678,7 +929,22 @@ fn moved_fixups(
             .new_instruction_offsets
             .get(n + 1)
             .copied()
+            .filter(|&e| e != u32::MAX && e > at)
             .unwrap_or(bytes.len() as u32);
+        let end = next_boundary(bytes, at, end);
+        if origins[n] == Origin::ThreadPointer {
+            let offsets = result.constant_offsets[n];
+            if !offsets.has_displacement() || offsets.displacement_size() != 4 {
+                return Err("a TLS access without a 32-bit displacement".into());
+            }
+            fixups.push(Fixup {
+                field: at + offsets.displacement_offset() as u32,
+                end,
+                target: 0,
+                kind: FixupKind::ThreadPointer,
+            });
+            continue;
+        }
         if i.is_jcc_short_or_near() || i.is_jmp_short_or_near() {
             // Re-encoded near (the encoding address lies far from the target): the
             // displacement is the instruction's last 4 bytes.
@@ -692,11 +958,7 @@ fn moved_fixups(
             if !(moved.is_jcc_near() || moved.is_jmp_near()) || moved.len() != (end - at) as usize {
                 return Err("a moved jump was not re-encoded as a near jump".into());
             }
-            fixups.push(Fixup {
-                field: end - 4,
-                end,
-                target: i.near_branch_target(),
-            });
+            fixups.push(Fixup::module(end - 4, end, i.near_branch_target()));
             continue;
         }
         if !i.is_ip_rel_memory_operand() {
@@ -706,13 +968,22 @@ fn moved_fixups(
         if !offsets.has_displacement() || offsets.displacement_size() != 4 {
             return Err("a RIP-relative operand without a 32-bit displacement".into());
         }
-        fixups.push(Fixup {
-            field: at + offsets.displacement_offset() as u32,
+        fixups.push(Fixup::module(
+            at + offsets.displacement_offset() as u32,
             end,
-            target: i.ip_rel_memory_address(),
-        });
+            i.ip_rel_memory_address(),
+        ));
     }
     Ok(fixups)
+}
+
+/// The end of the instruction at `at` of `bytes`: `end`, the next instruction's start,
+/// unless that lies past the instruction (then the decoded length).
+fn next_boundary(bytes: &[u8], at: u32, end: u32) -> u32 {
+    let len = Decoder::with_ip(64, &bytes[at as usize..], 0, DecoderOptions::NONE)
+        .decode()
+        .len() as u32;
+    end.min(at + len)
 }
 
 fn is_call(i: &Instruction) -> bool {
@@ -830,7 +1101,8 @@ mod tests {
         let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
         // push rbp (1) + mov (3) + lea (7): 11 bytes, the first run of >= 5.
         assert_eq!(d.original, &code[..11]);
-        let m = module_code_at(0x2000, &[(Patch::single(d), 3)], 64).unwrap();
+        let m =
+            module_code_at(0x2000, &[(Patch::single(d), 3)], &LiveLayout::new(1, 8, 0)).unwrap();
         let first = decode(&m.code, 0).unwrap();
         assert_eq!(first[0].mnemonic(), Mnemonic::Inc);
         assert!(first[0].has_lock_prefix());
@@ -927,12 +1199,20 @@ mod tests {
         assert!(err.contains("0x1002"), "{err}");
     }
 
+    /// The offset of the library's TLS word from `%fs` that [`placed`] applies.
+    const TP: i32 = -0x48;
+
     /// `code` at 0x1000 with `m`'s fixups applied for a trampoline at T and the module at
-    /// bias B, decoded at T.
+    /// bias B (and [`TP`] for the TLS word), decoded at T.
     fn placed(m: &ModuleCode, t: u64, bias: u64) -> Vec<Instruction> {
         let mut placed = m.code.clone();
         for f in &m.fixups {
-            let v = sbs_agent_abi::inproc::rel32(t + f.end as u64, bias + f.target).unwrap();
+            let v = match f.kind {
+                FixupKind::Module => {
+                    sbs_agent_abi::inproc::rel32(t + f.end as u64, bias + f.target).unwrap()
+                }
+                FixupKind::ThreadPointer => TP,
+            };
             placed[f.field as usize..f.field as usize + 4].copy_from_slice(&v.to_le_bytes());
         }
         decode(&placed, t).unwrap()
@@ -946,7 +1226,8 @@ mod tests {
         code.resize(0x20, 0xc3);
         let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
         assert_eq!(d.original, &code[..5]);
-        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
+        let m =
+            module_code_at(0x2000, &[(Patch::single(d), 0)], &LiveLayout::new(1, 8, 0)).unwrap();
         let moved = placed(&m, t, bias);
         let stub: Vec<Mnemonic> = moved.iter().take(7).map(|i| i.mnemonic()).collect();
         assert_eq!(
@@ -972,7 +1253,8 @@ mod tests {
         let mut code = vec![0xff, 0x15, 0, 1, 0, 0, 0xc3];
         code.resize(0x20, 0xc3);
         let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
-        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
+        let m =
+            module_code_at(0x2000, &[(Patch::single(d), 0)], &LiveLayout::new(1, 8, 0)).unwrap();
         let moved = placed(&m, t, bias);
         assert_eq!(moved[3].ip_rel_memory_address(), bias + 0x1006);
         assert_eq!(moved[6].mnemonic(), Mnemonic::Jmp);
@@ -986,7 +1268,8 @@ mod tests {
         code.resize(0x40, 0xcc);
         let d = site(&code, 0x1000, SiteKind::Inside).unwrap();
         assert_eq!(d.original.len(), 9);
-        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
+        let m =
+            module_code_at(0x2000, &[(Patch::single(d), 0)], &LiveLayout::new(1, 8, 0)).unwrap();
         let moved = decode(&m.code, 0).unwrap();
         assert_eq!(moved[6].mnemonic(), Mnemonic::Je);
         assert!(moved[6].is_jcc_near());
@@ -1015,7 +1298,8 @@ mod tests {
         let d = site(&code, 0x1000, SiteKind::Inside).unwrap();
         assert_eq!(d.original, &code[..5]);
         assert_eq!(d.instructions.len(), 2, "the covered nop is not moved");
-        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
+        let m =
+            module_code_at(0x2000, &[(Patch::single(d), 0)], &LiveLayout::new(1, 8, 0)).unwrap();
         let (t, bias) = (0x7000_0000u64, 0x6000_0000u64);
         let moved = placed(&m, t, bias);
         assert_eq!(moved[6].mnemonic(), Mnemonic::Jmp);
@@ -1110,10 +1394,113 @@ mod tests {
         // lock add; ret: the lock add alone is 5 bytes, moved as it is.
         let code = [0xf0, 0x48, 0x83, 0x07, 0x01, 0xc3];
         let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
-        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
+        let m =
+            module_code_at(0x2000, &[(Patch::single(d), 0)], &LiveLayout::new(1, 8, 0)).unwrap();
         let moved = decode(&m.code, 0).unwrap();
         assert_eq!(moved[1].mnemonic(), Mnemonic::Add);
         assert!(moved[1].has_lock_prefix());
+    }
+
+    #[test]
+    fn with_blocks_a_thread_counts_in_its_own_block_and_claims_one_out_of_line() {
+        // push rbp; mov rbp,rsp; lea rax,[rip+0x100]; ret
+        let code = [
+            0x55, 0x48, 0x89, 0xe5, 0x48, 0x8d, 0x05, 0x00, 0x01, 0x00, 0x00, 0xc3,
+        ];
+        let d = site(&code, 0x1000, SiteKind::Entry).unwrap();
+        let layout = LiveLayout::new(1, 8, 4);
+        let m = module_code_at(0x2000, &[(Patch::single(d), 3)], &layout).unwrap();
+        let (t, bias, tp) = (0x7000_0000u64, 0x6000_0000u64, TP);
+        let all = placed(&m, t, bias);
+        let live = t + m.code_pages;
+        // The claim routine first: a lock xadd on the next-block word, the slot after
+        // the live region, the block, and the TLS word written.
+        let claim: Vec<Mnemonic> = all.iter().take(21).map(|i| i.mnemonic()).collect();
+        use Mnemonic::*;
+        assert_eq!(
+            claim,
+            [
+                Push, Push, Xor, Cmp, Jae, Mov, Xadd, Cmp, Jae, Lea, Lea, Imul, Lea, Add, Mov, Mov,
+                Jmp, Xor, Pop, Pop, Ret
+            ]
+        );
+        assert!(all[6].has_lock_prefix());
+        assert_eq!(all[6].ip_rel_memory_address(), live + layout.next_block_at);
+        assert_eq!(all[9].ip_rel_memory_address(), live + layout.len);
+        assert_eq!(all[12].ip_rel_memory_address(), live + layout.blocks_at);
+        assert_eq!(all[11].immediate32() as u64, layout.block_bytes);
+        assert_eq!(all[15].segment_prefix(), Register::FS);
+        assert_eq!(all[15].memory_displacement64() as i64, tp as i64);
+        assert_eq!(all[15].memory_displ_size(), 8, "64-bit addressing");
+        // The stub, on 16 bytes: TLS word, slot, plain inc of the block's counter 3.
+        let ret = all.iter().position(|i| i.mnemonic() == Ret).unwrap();
+        let stub_at = ret
+            + 1
+            + all[ret + 1..]
+                .iter()
+                .take_while(|i| i.mnemonic() == Int3)
+                .count();
+        let stub = &all[stub_at..];
+        assert_eq!(stub[0].ip() % 16, 0);
+        let names: Vec<Mnemonic> = stub.iter().take(18).map(|i| i.mnemonic()).collect();
+        assert_eq!(
+            names,
+            [
+                Push, Mov, Test, Je, Mov, Test, Je, Inc, Pop, Push, Mov, Lea, Jmp, Call, Test, Jne,
+                Inc, Jmp
+            ]
+        );
+        assert_eq!(stub[1].segment_prefix(), Register::FS);
+        assert_eq!(stub[1].memory_displacement64() as i64, tp as i64);
+        assert_eq!(stub[1].memory_displ_size(), 8, "64-bit addressing");
+        assert!(!stub[7].has_lock_prefix());
+        assert_eq!(
+            (stub[7].memory_base(), stub[7].memory_displacement64()),
+            (Register::RAX, 24)
+        );
+        // Out of line: the claim, then back to the inc, or a lock inc of the shared
+        // counter and back to the pop.
+        assert_eq!(stub[3].near_branch_target(), stub[13].ip());
+        assert_eq!(stub[13].near_branch_target(), t);
+        assert_eq!(stub[15].near_branch_target(), stub[7].ip());
+        assert!(stub[16].has_lock_prefix());
+        assert_eq!(
+            stub[16].ip_rel_memory_address(),
+            live + layout.counters_at + 24
+        );
+        assert_eq!(stub[17].near_branch_target(), stub[8].ip());
+        // The displaced instructions and the jump back, fixed up for the module.
+        assert_eq!(stub[11].ip_rel_memory_address(), bias + 0x1000 + 11 + 0x100);
+        assert_eq!(stub[12].near_branch_target(), bias + 0x1000 + 11);
+        let tls = m
+            .fixups
+            .iter()
+            .filter(|f| f.kind == FixupKind::ThreadPointer);
+        assert_eq!(tls.count(), 2);
+    }
+
+    #[test]
+    fn inside_a_function_the_per_thread_count_keeps_flags_and_red_zone_too() {
+        // cmp edi,1; mov eax,2; mov ecx,3; ret  (site at the mov eax: flags live)
+        let code = [0x83, 0xff, 0x01, 0xb8, 2, 0, 0, 0, 0xb9, 3, 0, 0, 0, 0xc3];
+        let d = site(&code, 0x1003, SiteKind::Inside).unwrap();
+        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], &LiveLayout::new(1, 8, 4));
+        let all = placed(&m.unwrap(), 0x7000_0000, 0x6000_0000);
+        let ret = all
+            .iter()
+            .position(|i| i.mnemonic() == Mnemonic::Ret)
+            .unwrap();
+        let stub: Vec<Mnemonic> = all[ret + 1..]
+            .iter()
+            .map(|i| i.mnemonic())
+            .filter(|&m| m != Mnemonic::Int3)
+            .take(15)
+            .collect();
+        use Mnemonic::*;
+        assert_eq!(
+            stub,
+            [Lea, Pushfq, Push, Mov, Test, Je, Mov, Test, Je, Inc, Pop, Popfq, Lea, Mov, Jmp]
+        );
     }
 
     #[test]
@@ -1121,7 +1508,8 @@ mod tests {
         // cmp edi,1; mov eax,2; mov ecx,3; ret  (site at the mov eax: flags live)
         let code = [0x83, 0xff, 0x01, 0xb8, 2, 0, 0, 0, 0xb9, 3, 0, 0, 0, 0xc3];
         let d = site(&code, 0x1003, SiteKind::Inside).unwrap();
-        let m = module_code_at(0x2000, &[(Patch::single(d), 0)], 64).unwrap();
+        let m =
+            module_code_at(0x2000, &[(Patch::single(d), 0)], &LiveLayout::new(1, 8, 0)).unwrap();
         let moved = decode(&m.code, 0).unwrap();
         assert_eq!(moved[0].mnemonic(), Mnemonic::Lea);
         assert_eq!(moved[0].memory_displacement64() as i64, -128);

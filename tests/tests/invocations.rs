@@ -117,6 +117,54 @@ fn counts_are_exact_from_main_thread_threads_and_forked_child() {
     }
 }
 
+/// The in-process engine's per-thread counters (issue 32): four threads and the main
+/// thread calling at once, a child forked by libc and one by the raw system call while
+/// they run (each must count in blocks of its own, not in its parent's), and a thread
+/// started in the forked child; then more threads than there are blocks, whose calls
+/// beyond the blocks are counted in the shared counters. Uprobes are not compared here:
+/// on this fork scenario both the uprobe engine and `perf stat` on a `perf probe` event
+/// sometimes count fewer calls than were made (kernel 6.18, 2026-11-27: the uprobe
+/// engine 8N of 9N, 4834 of 6000; `perf stat` 4420 of 6000 with the raw fork left out),
+/// in a child forked while other threads run.
+#[test]
+fn per_thread_counts_are_exact_across_threads_forks_and_used_up_blocks() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    for (engine, n, threads, fork, runs) in [
+        ("inproc", 2_000_000u64, 4u64, true, 3usize),
+        ("inproc", 2000, 300, false, 1),
+    ] {
+        let mut args = vec![
+            "--invocations-engine".to_string(),
+            engine.into(),
+            "--runs".into(),
+            runs.to_string(),
+            "--format".into(),
+            "json".into(),
+            "--invocations".into(),
+            "thread_calls::work".into(),
+            "--".into(),
+            fixture!("thread_calls").into(),
+            n.to_string(),
+            threads.to_string(),
+        ];
+        if fork {
+            args.push("fork".into());
+        }
+        let report = sbs(&args).success().json();
+        let work = metric(&report, "invocations.thread_calls::work");
+        let expected = (n * (threads + if fork { 5 } else { 0 })) as f64;
+        assert_eq!(
+            samples(work),
+            vec![expected; runs],
+            "{engine}: n={n} threads={threads} fork={fork}"
+        );
+        assert_eq!(work["source"], engine);
+        assert_eq!(work["exact"], true);
+    }
+}
+
 #[test]
 fn trait_methods_generics_and_malloc_of_glibc() {
     if skip_without_uprobes("uprobes") {

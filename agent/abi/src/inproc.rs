@@ -20,8 +20,23 @@
 //! ...                    code blocks, fixups (FIXUP_WORDS each), sites (SITE_WORDS each)
 //! live_offset (page)     live region: word 0 = images that read the table,
 //!                        then STATUS_WORDS per module, then one counter per counted
-//!                        site (a patch may count several) at counters_at(modules)
+//!                        site (a patch may count several) at counters_at(modules),
+//!                        then the next-block word and the per-thread blocks
+//!                        (LiveLayout)
 //! ```
+//!
+//! Per-thread blocks: the hot path of a stub is a plain `inc` of this thread's copy of
+//! the counter, in a *block* (one word per counter) that the thread claims on its first
+//! counted call; the collector adds the shared counters and every claimed block after the
+//! run. Each process image's module area is, from `T`: the code (`code_pages`), the live
+//! region (`live_len`), then [`slot_bytes`] of private *slots*, one word per block,
+//! marked wipe-on-fork. A thread keeps, in the counting library's initial-exec TLS word
+//! (at a fixed offset from `%fs`, applied to the code as a [`FixupKind::ThreadPointer`]),
+//! the address of its slot, and the slot holds the address of its block. A forked child
+//! finds its slots zeroed by the kernel, so its threads claim fresh blocks instead of
+//! sharing their parent's (a raw `fork` or `clone` included: no `pthread_atfork` handler
+//! is involved). When the blocks are used up, a stub falls back to a `lock inc` of the
+//! shared counter, so the counts stay exact.
 //!
 //! Everything before `live_offset` is written once by the collector and only read
 //! afterwards; only the live region changes during a run.
@@ -33,7 +48,7 @@
 /// First word of the table.
 pub const TABLE_MAGIC: u64 = 0x5342_5349_4e50_5243; // "SBSINPRC"
 /// Layout version.
-pub const TABLE_VERSION: u64 = 1;
+pub const TABLE_VERSION: u64 = 2;
 /// Page size the layout assumes (x86-64).
 pub const PAGE: u64 = 4096;
 /// Longest build id kept (SHA-1 ids are 20 bytes; 40 leaves room for others).
@@ -46,7 +61,7 @@ pub const HEADER_WORDS: usize = 8;
 /// Words of a module record.
 pub const MODULE_WORDS: usize = 16;
 /// Words of a fixup.
-pub const FIXUP_WORDS: usize = 2;
+pub const FIXUP_WORDS: usize = 3;
 /// Words of a site.
 pub const SITE_WORDS: usize = 4;
 /// Status words per module in the live region.
@@ -76,6 +91,9 @@ pub enum Refusal {
     /// A seccomp filter forbids what patching does: a child forked to try it (make a
     /// page executable, then writable and executable) was killed or refused.
     Seccomp = 8,
+    /// The kernel cannot mark the per-thread slots wipe-on-fork (`MADV_WIPEONFORK`,
+    /// Linux 4.14+): a forked child would share its parent's counter blocks.
+    WipeOnFork = 9,
 }
 
 impl Refusal {
@@ -95,6 +113,7 @@ impl Refusal {
             6 => Some(Refusal::Threads),
             7 => Some(Refusal::ShadowStack),
             8 => Some(Refusal::Seccomp),
+            9 => Some(Refusal::WipeOnFork),
             _ => None,
         }
     }
@@ -110,6 +129,7 @@ impl Refusal {
             Refusal::Threads => "threads were already running when the counting library started (a library constructor started them)",
             Refusal::ShadowStack => "the process runs with the x86 shadow stack (CET), which the trampolines' emulated calls would break",
             Refusal::Seccomp => "a seccomp filter forbids making code writable or executable (mprotect with PROT_EXEC, as systemd's MemoryDenyWriteExecute= and sandboxes do)",
+            Refusal::WipeOnFork => "the kernel cannot mark memory wipe-on-fork (MADV_WIPEONFORK, Linux 4.14+), which the per-thread counters need",
         }
     }
 }
@@ -125,6 +145,9 @@ pub struct TableHeader {
     pub live_offset: u64,
     /// Bytes of the live region (a multiple of [`PAGE`]).
     pub live_len: u64,
+    /// Per-thread counter blocks in the live region (0: the stubs count in the shared
+    /// counters only); each image reserves [`slot_bytes`] of slots for them.
+    pub blocks: u64,
 }
 
 impl TableHeader {
@@ -137,7 +160,7 @@ impl TableHeader {
             self.modules,
             self.live_offset,
             self.live_len,
-            0,
+            self.blocks,
             0,
         ];
         for (i, w) in words.iter().enumerate() {
@@ -155,8 +178,10 @@ impl TableHeader {
             modules: word(bytes, 24)?,
             live_offset: word(bytes, 32)?,
             live_len: word(bytes, 40)?,
+            blocks: word(bytes, 48)?,
         };
         let sane = header.live_offset % PAGE == 0
+            && header.blocks <= MAX_BLOCKS
             && header.live_len % PAGE == 0
             && header.live_len > 0
             && counters_at(header.modules) <= header.live_len;
@@ -248,32 +273,62 @@ impl ModuleRecord {
     }
 }
 
-/// A 32-bit field of the trampoline code that holds `target - end`, where `target` is a
-/// link-time address in the module and `end` the end of the instruction in the code.
+/// What a [`Fixup`]'s field receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixupKind {
+    /// `target - end`: a jump or RIP-relative operand into the module.
+    Module = 0,
+    /// The offset from `%fs` of the counting library's TLS word (a thread's slot
+    /// address): the displacement of a `mov reg, fs:[disp32]` or `mov fs:[disp32], reg`.
+    ThreadPointer = 1,
+}
+
+/// A 32-bit field of the trampoline code that the library fills in: for
+/// [`FixupKind::Module`], `target - end`, where `target` is a link-time address in the
+/// module and `end` the end of the instruction in the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fixup {
     /// Offset of the 4-byte field in the code.
     pub field: u32,
     /// Offset in the code of the end of the instruction holding it.
     pub end: u32,
-    /// Link-time address of the target in the module.
+    /// Link-time address of the target in the module (0 for other kinds).
     pub target: u64,
+    /// What the field receives.
+    pub kind: FixupKind,
 }
 
 impl Fixup {
+    /// A fixup of `kind` [`FixupKind::Module`].
+    pub const fn module(field: u32, end: u32, target: u64) -> Fixup {
+        Fixup {
+            field,
+            end,
+            target,
+            kind: FixupKind::Module,
+        }
+    }
+
     /// Encode at byte `at` of `out`.
     pub fn write(&self, out: &mut [u8], at: usize) {
         put(out, at, u64::from(self.field) | (u64::from(self.end) << 32));
         put(out, at + 8, self.target);
+        put(out, at + 16, self.kind as u64);
     }
 
-    /// Decode the fixup at byte `at`.
+    /// Decode the fixup at byte `at`; `None` if short or of an unknown kind.
     pub fn read(bytes: &[u8], at: usize) -> Option<Fixup> {
         let a = word(bytes, at)?;
+        let kind = match word(bytes, at + 16)? {
+            0 => FixupKind::Module,
+            1 => FixupKind::ThreadPointer,
+            _ => return None,
+        };
         Some(Fixup {
             field: a as u32,
             end: (a >> 32) as u32,
             target: word(bytes, at + 8)?,
+            kind,
         })
     }
 }
@@ -346,6 +401,63 @@ pub const fn counters_at(modules: u64) -> u64 {
     (8 + modules * STATUS_WORDS as u64 * 8).div_ceil(64) * 64
 }
 
+/// Most per-thread blocks a table may have.
+pub const MAX_BLOCKS: u64 = 1 << 16;
+
+/// Bytes of private slots (one word per block) an image reserves after a module's live
+/// region: whole pages, none without blocks.
+pub const fn slot_bytes(blocks: u64) -> u64 {
+    pages(blocks * 8)
+}
+
+/// Where the parts of the live region lie, for `counters` counters and `blocks`
+/// per-thread blocks; what the collector encodes into the stubs and reads after a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveLayout {
+    /// Byte offset of the shared counters ([`counters_at`]).
+    pub counters_at: u64,
+    /// Byte offset of the next-block word: how many blocks were claimed (it may run past
+    /// `blocks`: claims beyond that fail).
+    pub next_block_at: u64,
+    /// Byte offset of block 0.
+    pub blocks_at: u64,
+    /// Bytes per block (one word per counter, cache-line aligned).
+    pub block_bytes: u64,
+    /// Number of blocks.
+    pub blocks: u64,
+    /// Bytes of the live region (whole pages).
+    pub len: u64,
+}
+
+impl LiveLayout {
+    /// The layout for a table of `modules` modules.
+    pub const fn new(modules: u64, counters: u64, blocks: u64) -> LiveLayout {
+        let counters_at = counters_at(modules);
+        let next_block_at = (counters_at + 8 * counters).div_ceil(64) * 64;
+        let blocks_at = next_block_at + 64;
+        let block_bytes = (8 * counters).div_ceil(64) * 64;
+        let end = if blocks == 0 {
+            counters_at + 8 * counters
+        } else {
+            blocks_at + blocks * block_bytes
+        };
+        let len = if end < PAGE { PAGE } else { pages(end) };
+        LiveLayout {
+            counters_at,
+            next_block_at,
+            blocks_at,
+            block_bytes,
+            blocks,
+            len,
+        }
+    }
+
+    /// Counter `k` of block `b`, as a byte offset in the live region.
+    pub const fn block_counter(&self, b: u64, k: u64) -> u64 {
+        self.blocks_at + b * self.block_bytes + 8 * k
+    }
+}
+
 /// `n` rounded up to whole pages.
 pub const fn pages(n: u64) -> u64 {
     n.div_ceil(PAGE) * PAGE
@@ -416,6 +528,7 @@ mod tests {
             modules: 1,
             live_offset: 4096,
             live_len: 4096,
+            blocks: 3,
         };
         h.write(&mut table);
         assert_eq!(TableHeader::read(&table), Some(h));
@@ -442,13 +555,18 @@ mod tests {
         // Parts outside the table are refused.
         assert_eq!(ModuleRecord::read(&table[..1300], MODULES_AT), None);
 
-        let f = Fixup {
-            field: 17,
-            end: 21,
-            target: 0x1234_5678_9abc,
-        };
+        let f = Fixup::module(17, 21, 0x1234_5678_9abc);
         f.write(&mut table, 1200);
         assert_eq!(Fixup::read(&table, 1200), Some(f));
+        let tp = Fixup {
+            kind: FixupKind::ThreadPointer,
+            ..f
+        };
+        tp.write(&mut table, 1200);
+        assert_eq!(Fixup::read(&table, 1200), Some(tp));
+        table[1216] = 9;
+        assert_eq!(Fixup::read(&table, 1200), None);
+        f.write(&mut table, 1200);
 
         let s = SiteRecord {
             address: 0x1130,
@@ -516,6 +634,21 @@ mod tests {
         assert_eq!(counters_at(3), 128);
         assert_eq!(pages(1), 4096);
         assert_eq!(pages(4096), 4096);
+        let l = LiveLayout::new(1, 3, 4);
+        assert_eq!(
+            (l.counters_at, l.next_block_at, l.blocks_at),
+            (64, 128, 192)
+        );
+        assert_eq!((l.block_bytes, l.len), (64, 4096));
+        assert_eq!(l.block_counter(2, 1), 192 + 128 + 8);
+        let big = LiveLayout::new(1, 1000, 256);
+        assert_eq!(big.block_bytes, 8000);
+        assert_eq!(big.len, pages(big.blocks_at + 256 * 8000));
+        assert_eq!(LiveLayout::new(1, 1000, 0).len, pages(64 + 8000));
+        assert_eq!(
+            (slot_bytes(0), slot_bytes(1), slot_bytes(513)),
+            (0, 4096, 8192)
+        );
         let mut live = [0u8; 64];
         put(&mut live, status_at(1), 2);
         put(&mut live, status_at(1) + 16, Refusal::NoRoom.code());

@@ -5,6 +5,8 @@
 //! `sbs_agent_abi::inproc`), finds each module of the table among the loaded objects by
 //! its build id, and redirects each site to a trampoline stub that increments the site's
 //! counter (in memory shared with the collector) and runs the displaced instructions.
+//! Each thread counts in a block of counters of its own, found through the library's one
+//! initial-exec TLS word (see `sbs_agent_abi::inproc`), so the hot path is a plain `inc`.
 //! The collector did all the decoding and relocation; this library only maps pages,
 //! copies bytes and subtracts addresses. It defines nothing else (no `malloc`), so the
 //! program's calls reach the same functions as without it.

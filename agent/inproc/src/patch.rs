@@ -17,8 +17,8 @@ use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 use core::sync::atomic::{AtomicBool, AtomicU64};
 
 use sbs_agent_abi::inproc::{
-    build_id_in_notes, rel32, status_at, Fixup, ModuleRecord, Refusal, SiteRecord, TableHeader,
-    FIXUP_WORDS, HEADER_WORDS, MODULES_AT, MODULE_WORDS, PAGE, SITE_WORDS,
+    build_id_in_notes, rel32, slot_bytes, status_at, Fixup, FixupKind, ModuleRecord, Refusal,
+    SiteRecord, TableHeader, FIXUP_WORDS, HEADER_WORDS, MODULES_AT, MODULE_WORDS, PAGE, SITE_WORDS,
 };
 use sbs_agent_abi::stamp::{proc_fd_path, Stamp, StampValues, PROC_FD_PATH_MAX};
 
@@ -374,7 +374,7 @@ unsafe fn patch_module(
 ) -> Result<(), Refusal> {
     // SAFETY: the caller's contract.
     unsafe { check_sites(table, record, loaded) }?;
-    let size = record.code_pages + header.live_len;
+    let size = record.code_pages + header.live_len + slot_bytes(header.blocks);
     // SAFETY: as above.
     let t = unsafe { reserve_near(loaded, size) }.ok_or(Refusal::NoRoom)?;
     // SAFETY: [t, t + size) is the mapping just made, unused; on failure it is undone.
@@ -442,12 +442,14 @@ unsafe fn reserve_near(loaded: &Loaded, size: u64) -> Option<u64> {
     None
 }
 
-/// Fill the area at `t`: the table's live region over its tail, the module's trampoline
-/// code with its fixups, a check that every site's jump reaches its trampoline, and the
-/// code pages made executable.
+/// Fill the area at `t`: the table's live region after the code pages, the per-thread
+/// slots after it marked wipe-on-fork, the module's trampoline code with its fixups
+/// (relative to the module, or this library's TLS offset), a check that every site's
+/// jump reaches its trampoline, and the code pages made executable.
 ///
 /// # Safety
-/// `[t, t + record.code_pages + header.live_len)` is a fresh writable mapping of ours.
+/// `[t, t + record.code_pages + header.live_len + slot_bytes(header.blocks))` is a fresh
+/// private anonymous writable mapping of ours.
 unsafe fn fill_area(
     table: &[u8],
     fd: i64,
@@ -470,6 +472,12 @@ unsafe fn fill_area(
     if live != Some(t + record.code_pages) {
         return Err(Refusal::NoRoom);
     }
+    let slots = t + record.code_pages + header.live_len;
+    // SAFETY: the slots are our own fresh private anonymous pages; a forked child must
+    // find them zeroed, so that its threads claim blocks of their own.
+    if header.blocks > 0 && !unsafe { sys::wipe_on_fork(slots, slot_bytes(header.blocks)) } {
+        return Err(Refusal::WipeOnFork);
+    }
     for k in 0..record.code_len {
         let b = table[(record.code_offset + k) as usize];
         // SAFETY: inside our writable code pages (code_len <= code_pages).
@@ -480,8 +488,11 @@ unsafe fn fill_area(
         let f = Fixup::read(table, at)
             .filter(|f| f.field as u64 + 4 <= record.code_len)
             .ok_or(Refusal::OutOfRange)?;
-        let v = rel32(t + f.end as u64, loaded.bias.wrapping_add(f.target))
-            .ok_or(Refusal::OutOfRange)?;
+        let v = match f.kind {
+            FixupKind::Module => rel32(t + f.end as u64, loaded.bias.wrapping_add(f.target)),
+            FixupKind::ThreadPointer => i32::try_from(sys::tls_word_offset()).ok(),
+        }
+        .ok_or(Refusal::OutOfRange)?;
         for (k, b) in v.to_le_bytes().iter().enumerate() {
             // SAFETY: the 4-byte field lies inside the code (checked above).
             unsafe { core::ptr::write_volatile((t + f.field as u64 + k as u64) as *mut u8, *b) };

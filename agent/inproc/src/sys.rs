@@ -32,6 +32,9 @@ const O_CLOEXEC: u64 = 0o2_000_000;
 const SYS_MMAP: u64 = 9;
 const SYS_MPROTECT: u64 = 10;
 const SYS_MUNMAP: u64 = 11;
+const SYS_MADVISE: u64 = 28;
+/// `madvise` advice: the child of a `fork` sees the range zeroed (Linux 4.14+).
+const MADV_WIPEONFORK: u64 = 18;
 const SYS_ARCH_PRCTL: u64 = 158;
 const SYS_PRCTL: u64 = 157;
 const SYS_CLONE: u64 = 56;
@@ -179,6 +182,47 @@ pub unsafe fn mprotect(addr: u64, len: u64, prot: u64) -> bool {
 pub unsafe fn munmap(addr: u64, len: u64) {
     // SAFETY: contract.
     unsafe { syscall6(SYS_MUNMAP, [addr, len, 0, 0, 0, 0]) };
+}
+
+/// `madvise(addr, len, MADV_WIPEONFORK)`: whether the kernel took it.
+///
+/// # Safety
+/// The range is private anonymous memory of the caller's, whose contents a forked child
+/// may lose.
+pub unsafe fn wipe_on_fork(addr: u64, len: u64) -> bool {
+    // SAFETY: contract; madvise changes no memory of this process.
+    unsafe { syscall6(SYS_MADVISE, [addr, len, MADV_WIPEONFORK, 0, 0, 0]) == 0 }
+}
+
+// The library's one TLS word, initial-exec: a thread's slot address (see
+// `sbs_agent_abi::inproc`), zero in a new thread. A preloaded library is loaded at start,
+// so its TLS is in the static block, at one offset from `%fs` for every thread; the stubs
+// read and write it as `fs:[offset]`. Defined in assembly because stable Rust has no
+// `#[thread_local]` without std; nothing in Rust touches it.
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".type sbs_inproc_slot,@object",
+    ".size sbs_inproc_slot,8",
+    "sbs_inproc_slot:",
+    ".zero 8",
+    ".popsection",
+);
+
+/// The offset of the TLS word from the thread pointer (`%fs`), as the loader relocated
+/// it (negative: static TLS lies below the thread pointer on x86-64).
+pub fn tls_word_offset() -> i64 {
+    let offset: i64;
+    // SAFETY: reads the GOT entry the linker made for the initial-exec access to our
+    // own TLS symbol (R_X86_64_TPOFF64, filled in by the loader before constructors run).
+    unsafe {
+        core::arch::asm!(
+            "mov {}, qword ptr [rip + sbs_inproc_slot@GOTTPOFF]",
+            out(reg) offset,
+            options(nostack, readonly, pure, preserves_flags),
+        );
+    }
+    offset
 }
 
 /// Whether this thread runs with the x86 user shadow stack (CET), on which a `ret` must

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use sbs_agent_abi::inproc::{
-    counters_at, pages, ModuleRecord, ModuleStatus, Refusal, TableHeader, FIXUP_WORDS,
-    MAX_BUILD_ID, MODULES_AT, MODULE_WORDS, SITE_WORDS,
+    pages, LiveLayout, ModuleRecord, ModuleStatus, Refusal, TableHeader, FIXUP_WORDS, MAX_BUILD_ID,
+    MODULES_AT, MODULE_WORDS, SITE_WORDS,
 };
 use sbs_probes::execs::ExecWatch;
 use sbs_probes::patch::{module_code, ModuleCode, Patch};
@@ -45,6 +45,13 @@ pub(super) struct InprocRun {
     execs: Option<ExecWatch>,
 }
 
+/// Per-thread counter blocks of a run (see `sbs_agent_abi::inproc`): the threads that
+/// count first, in all the processes of a run, each get one and count in it with a plain
+/// `inc`; threads beyond count with a `lock inc` of the shared counters (exact, but slower
+/// and contended). A block is not given back when its thread ends. Unused blocks cost
+/// address space only: the table's memory is allocated as it is written.
+const BLOCKS: u64 = 256;
+
 /// One module of the table, for messages.
 #[derive(Debug)]
 struct Module {
@@ -56,7 +63,7 @@ struct Module {
 pub(super) struct Inproc {
     /// Everything before the live region, with a zero token (set per run).
     table: Vec<u8>,
-    live_len: u64,
+    layout: LiveLayout,
     modules: Vec<Module>,
     counters: usize,
     /// The child's own `LD_PRELOAD`, kept after the counting library.
@@ -90,17 +97,20 @@ impl Inproc {
         let mut images: Vec<usize> = patches.iter().map(|(i, _)| *i).collect();
         images.sort_unstable();
         images.dedup();
-        let at = counters_at(images.len() as u64);
+        // Counters for every patch, whether its module can be encoded or not, so that the
+        // layout is known before the first module is.
+        let all: usize = patches.iter().map(|(_, p)| p.counts.len()).sum();
+        let layout = LiveLayout::new(images.len() as u64, all as u64, BLOCKS);
         let Encoded {
             modules,
             counter_of,
             refused,
             counters,
-        } = encode_modules(target, patches, &images, at);
-        let (table, live_len) = lay_out_table(&modules, at, counters);
+        } = encode_modules(target, patches, &images, &layout);
+        let table = lay_out_table(&modules, &layout);
         let inproc = Inproc {
             table,
-            live_len,
+            layout,
             modules: modules
                 .into_iter()
                 .map(|m| Module { path: m.path })
@@ -132,7 +142,7 @@ impl Inproc {
         let header = TableHeader::read(&table).context("internal error: site table header")?;
         TableHeader { token, ..header }.write(&mut table);
         file.write_all_at(&table, 0)
-            .and_then(|()| file.set_len(table.len() as u64 + self.live_len))
+            .and_then(|()| file.set_len(table.len() as u64 + self.layout.len))
             .context("cannot write the site table")?;
         let library = StampedLibrary::new(c"sbs-inproc", INPROC_LIBRARY, &file, token)
             .context("cannot hand the counting library to the child (memfd_create)")?;
@@ -168,9 +178,7 @@ impl Inproc {
         let Some((file, _, _library)) = self.run.take() else {
             anyhow::bail!("internal error: no site table for this run (prepare was not called)");
         };
-        let mut live = vec![0u8; self.live_len as usize];
-        file.read_exact_at(&mut live, self.table.len() as u64)
-            .context("cannot read the in-process counters")?;
+        let live = self.read_live(&file)?;
         let images = u64::from_le_bytes(live[..8].try_into().unwrap_or_default());
         self.compare_execs(images);
         for (m, module) in self.modules.iter().enumerate() {
@@ -194,13 +202,25 @@ impl Inproc {
                 );
             }
         }
-        let at = counters_at(self.modules.len() as u64) as usize;
-        Ok((0..self.counters)
-            .map(|k| {
-                let from = at + 8 * k;
-                u64::from_le_bytes(live[from..from + 8].try_into().unwrap_or_default())
-            })
-            .collect())
+        Ok(sum_counters(&live, &self.layout, self.counters))
+    }
+
+    /// The live region of the run's table, up to the last per-thread block claimed.
+    fn read_live(&self, file: &File) -> anyhow::Result<Vec<u8>> {
+        let l = &self.layout;
+        let mut live = vec![0u8; l.blocks_at.min(l.len) as usize];
+        file.read_exact_at(&mut live, self.table.len() as u64)
+            .context("cannot read the in-process counters")?;
+        let claimed = word(&live, l.next_block_at as usize).min(l.blocks);
+        live.resize((l.blocks_at + claimed * l.block_bytes) as usize, 0);
+        if claimed > 0 {
+            file.read_exact_at(
+                &mut live[l.blocks_at as usize..],
+                self.table.len() as u64 + l.blocks_at,
+            )
+            .context("cannot read the in-process per-thread counters")?;
+        }
+        Ok(live)
     }
 
     /// Compare the run's `exec`s with the `images` that read the site table.
@@ -282,6 +302,28 @@ impl Inproc {
     }
 }
 
+/// The 64-bit word at byte `at` of `bytes` (0 past the end).
+fn word(bytes: &[u8], at: usize) -> u64 {
+    bytes
+        .get(at..at + 8)
+        .and_then(|w| w.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// Each of the first `counters` counters of a live region read up to its last claimed
+/// block: the shared counter plus that counter in every claimed block.
+fn sum_counters(live: &[u8], layout: &LiveLayout, counters: usize) -> Vec<u64> {
+    let claimed = word(live, layout.next_block_at as usize).min(layout.blocks);
+    (0..counters as u64)
+        .map(|k| {
+            let shared = word(live, (layout.counters_at + 8 * k) as usize);
+            (0..claimed)
+                .map(|b| word(live, layout.block_counter(b, k) as usize))
+                .fold(shared, u64::wrapping_add)
+        })
+        .collect()
+}
+
 /// One module's encoded trampolines.
 struct EncodedModule {
     path: PathBuf,
@@ -301,12 +343,12 @@ struct Encoded {
 }
 
 /// Encode the trampolines of each of `images` (indices into `target`) for its
-/// `patches`, with the counters at offset `at` of the live region.
+/// `patches`, counting in a live region laid out as `layout`.
 fn encode_modules(
     target: &Program,
     patches: &[(usize, Patch)],
     images: &[usize],
-    at: u64,
+    layout: &LiveLayout,
 ) -> Encoded {
     let mut out = Encoded {
         modules: Vec::new(),
@@ -339,7 +381,7 @@ fn encode_modules(
                 (patches[k].1.clone(), first)
             })
             .collect();
-        match module_code(img, &list, at) {
+        match module_code(img, &list, layout) {
             Ok(code) => {
                 for (&k, (_, first)) in idx.iter().zip(&list) {
                     out.counter_of[k] = Some(*first);
@@ -361,8 +403,8 @@ fn encode_modules(
     out
 }
 
-/// The table file's bytes before the live region, and the live region's length.
-fn lay_out_table(modules: &[EncodedModule], at: u64, counters: usize) -> (Vec<u8>, u64) {
+/// The table file's bytes before the live region.
+fn lay_out_table(modules: &[EncodedModule], layout: &LiveLayout) -> Vec<u8> {
     let mut table = vec![0u8; MODULES_AT + modules.len() * MODULE_WORDS * 8];
     let mut records = Vec::new();
     for EncodedModule { build_id, code, .. } in modules {
@@ -402,15 +444,15 @@ fn lay_out_table(modules: &[EncodedModule], at: u64, counters: usize) -> (Vec<u8
     }
     let live_offset = pages(table.len() as u64);
     table.resize(live_offset as usize, 0);
-    let live_len = pages(at + 8 * counters as u64).max(4096);
     TableHeader {
         token: 0,
         modules: modules.len() as u64,
         live_offset,
-        live_len,
+        live_len: layout.len,
+        blocks: layout.blocks,
     }
     .write(&mut table);
-    (table, live_len)
+    table
 }
 
 fn align8(table: &mut Vec<u8>) -> u64 {
@@ -422,6 +464,28 @@ fn align8(table: &mut Vec<u8>) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_add_the_shared_word_and_each_claimed_block() {
+        let layout = LiveLayout::new(1, 2, 4);
+        let mut live = vec![0u8; layout.len as usize];
+        let put = |live: &mut Vec<u8>, at: u64, v: u64| {
+            live[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        put(&mut live, layout.counters_at, 5);
+        put(&mut live, layout.counters_at + 8, 1);
+        put(&mut live, layout.block_counter(0, 0), 10);
+        put(&mut live, layout.block_counter(1, 1), 100);
+        // Block 2 is not claimed: not counted even if something is there.
+        put(&mut live, layout.block_counter(2, 0), 1000);
+        put(&mut live, layout.next_block_at, 2);
+        assert_eq!(sum_counters(&live, &layout, 2), [15, 101]);
+        // Claims past the last block (failed ones) do not read beyond it.
+        put(&mut live, layout.next_block_at, 9);
+        assert_eq!(sum_counters(&live, &layout, 2), [1015, 101]);
+    }
+
     #[test]
     fn the_counting_library_carries_one_stamp_and_takes_a_run_s_values() {
         crate::run::instruments::preload::tests::check_stamping(super::INPROC_LIBRARY);
