@@ -24,6 +24,7 @@ pub mod overlap;
 pub mod patch;
 pub mod pattern;
 pub mod program;
+pub mod refusal;
 pub mod resolve;
 pub mod sample;
 mod sys;
