@@ -134,7 +134,7 @@ impl Inproc {
         Ok(())
     }
 
-    /// The child waits at its start gate: watch its `exec`s, so that process images that
+    /// The child waits at its start latch: watch its `exec`s, so that process images that
     /// ran without the counting library are found. Where perf events do not allow that,
     /// the runs go on and [`Inproc::note`] says the check was not made.
     pub fn attach(&mut self, pid: i32) {

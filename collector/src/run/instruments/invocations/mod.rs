@@ -835,7 +835,7 @@ impl Instrument for Invocations {
         "invocations"
     }
 
-    fn needs_start_gate(&self) -> bool {
+    fn needs_start_latch(&self) -> bool {
         // Uprobe counters attach to the child before it execs; the in-process engine
         // passes descriptors and env vars, and counts the child's execs.
         !self.targets.is_empty()
