@@ -445,11 +445,6 @@ fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
     }
 }
 
-/// Encode the trampolines of the sites that can be patched safely: each counted site's
-/// counter goes in `counter_of` (and `shared` says whether the patch of another site
-/// counts it), each other one's reason in `fallback`. Sites closer together than a patch
-/// are planned together (`sbs_probes::overlap`): no two patches overlap, and no uprobe
-/// lies inside a patch. `None` when no site could be patched.
 /// A pattern with a site that may stand for several calls per counted pass (an unrolled
 /// loop) counts a lower bound: never compared as an exact count.
 fn not_exact_where_unrolled(rows: &mut [PatternRows], calls_per_pass: &[u64]) {
@@ -460,6 +455,11 @@ fn not_exact_where_unrolled(rows: &mut [PatternRows], calls_per_pass: &[u64]) {
     }
 }
 
+/// Encode the trampolines of the sites that can be patched safely: each counted site's
+/// counter goes in `counter_of` (and `shared` says whether the patch of another site
+/// counts it), each other one's reason in `fallback`. Sites closer together than a patch
+/// are planned together (`sbs_probes::overlap`): no two patches overlap, and no uprobe
+/// lies inside a patch. `None` when no site could be patched.
 fn patch_sites(
     target: &Program,
     sites: &[Site],
