@@ -19,7 +19,7 @@ pub mod entries;
 pub mod error;
 pub mod execs;
 pub mod hits;
-mod lsda;
+pub mod lsda;
 pub mod overlap;
 pub mod patch;
 pub mod pattern;

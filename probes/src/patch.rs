@@ -53,6 +53,7 @@ use iced_x86::{
 use sbs_agent_abi::inproc::{pages, Fixup, SiteRecord, MAX_PATCH};
 
 use crate::elf::{Function, Image};
+use crate::lsda::LsdaError;
 pub use crate::refusal::PatchRefusal;
 
 /// Bytes of the `jmp rel32` written at a site.
@@ -253,7 +254,7 @@ pub fn displace_in<'d>(
     function_address: u64,
     cold: &[(u64, &[u8])],
     read: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
-    landing_pads: &dyn Fn() -> Result<Vec<u64>, String>,
+    landing_pads: &dyn Fn() -> Result<Vec<u64>, LsdaError>,
     address: u64,
     kind: SiteKind,
 ) -> Result<Displaced, PatchRefusal> {
@@ -1036,7 +1037,7 @@ mod tests {
         // Elsewhere: fine.
         assert!(with_pads(vec![0x1005, 0x1000]).is_ok());
         // Unknown landing pads: refused.
-        let unknown = || Err("no table".to_string());
+        let unknown = || Err(LsdaError::Read("no table".into()));
         let err = displace_in(
             &code,
             0x1000,

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use sbs_agent_abi::inproc::{Refusal, MAX_PATCH};
 
+use crate::lsda::LsdaError;
 use crate::patch::JMP_LEN;
 
 /// Why a site is left to the uprobe engine.
@@ -49,7 +50,7 @@ pub enum PatchRefusal {
         /// The bytes after the jump.
         dead: usize,
         /// Why the exception table could not be read.
-        why: String,
+        why: LsdaError,
     },
     /// A landing pad lies inside the bytes the patch would replace.
     LandingPadInside {
@@ -203,6 +204,38 @@ impl fmt::Display for At {
     }
 }
 
+/// Why landing pads could not be read, its addresses shown or elided.
+struct Unread<'a>(&'a LsdaError, Addresses);
+
+impl fmt::Display for Unread<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            LsdaError::Read(why) => f.write_str(why),
+            LsdaError::InNoSection { at } => write!(
+                f,
+                "its exception table at {} is in no section",
+                At(*at, self.1)
+            ),
+            LsdaError::PastSection { at } => write!(
+                f,
+                "its exception table at {} is past its section",
+                At(*at, self.1)
+            ),
+            LsdaError::Table { at, why } => write!(
+                f,
+                "reading its exception table at {}: {why}",
+                At(*at, self.1)
+            ),
+        }
+    }
+}
+
+impl fmt::Display for LsdaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Unread(self, Addresses::Shown).fmt(f)
+    }
+}
+
 /// A reason written with its addresses shown or elided.
 struct Written<'a>(&'a PatchRefusal, Addresses);
 
@@ -260,7 +293,8 @@ impl PatchRefusal {
             ),
             PatchRefusal::LandingPadsUnknown { dead, why } => write!(
                 f,
-                "the patch would cover {dead} bytes after a jump, and its landing pads are unknown: {why}"
+                "the patch would cover {dead} bytes after a jump, and its landing pads are unknown: {}",
+                Unread(why, shown)
             ),
             PatchRefusal::LandingPadInside { at: a, len } => write!(
                 f,
@@ -416,6 +450,15 @@ mod tests {
             first.general(),
             "a branch or return lands at …, inside the 6 bytes the patch would replace"
         );
+        // Addresses inside the reason's details too.
+        let unread = |at| PatchRefusal::LandingPadsUnknown {
+            dead: 2,
+            why: LsdaError::PastSection { at },
+        };
+        assert_eq!(unread(0x40).general(), unread(0x80).general());
+        assert!(unread(0x40)
+            .to_string()
+            .ends_with("table at 0x40 is past its section"));
         // Other details still tell reasons apart.
         let longer = PatchRefusal::BranchInside { at: 0x1234, len: 7 };
         assert_ne!(first.general(), longer.general());
