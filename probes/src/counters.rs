@@ -688,7 +688,7 @@ impl CounterSet {
         &self.plan
     }
 
-    /// Open every group on `pid`, held at its start gate before exec.
+    /// Open every group on `pid`, held at its start latch before exec.
     pub fn attach(&mut self, pid: i32) -> Result<(), CounterError> {
         self.open.clear();
         for group in &self.plan.perf_groups {
@@ -819,7 +819,7 @@ impl CounterBackend for PerfBackend {
         let mut others = Vec::with_capacity(rest.len());
         for req in rest {
             let mut mb = builder_for(req);
-            // Members start with the leader: enabled here, gated by the disabled leader.
+            // Members start with the leader: enabled here, held back by the disabled leader.
             mb.observe_pid(pid).inherit(true).enabled(true).read_format(
                 ReadFormat::GROUP
                     | ReadFormat::ID

@@ -220,7 +220,7 @@ impl Image {
 /// The file offset of a function at `address` of `size` bytes, if the whole function
 /// lies in the file-backed part of one executable `PT_LOAD` segment.
 ///
-/// This is the only gate between a symbol table and the kernel, which does not validate
+/// This is the only check between a symbol table and the kernel, which does not validate
 /// uprobe offsets: an offset outside code kills or silently corrupts the benchmark.
 pub fn safe_offset(exec_segments: &[(u64, u64, u64)], address: u64, size: u64) -> Option<u64> {
     if size == 0 {

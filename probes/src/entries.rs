@@ -70,7 +70,7 @@ struct Insn {
     /// A NOP or INT3: alignment padding when nothing reaches it.
     padding: bool,
     /// Why a uprobe cannot sit on it, if it cannot.
-    refused: Option<&'static str>,
+    refused: Option<UprobeRefusal>,
     /// `lock add`, `add`: for messages.
     name: String,
 }
@@ -103,6 +103,25 @@ impl Insn {
     }
 }
 
+/// Why the kernel's x86 uprobes refuse an instruction ([`uprobe_refuses`]); written as it
+/// reads after "the instruction is".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UprobeRefusal {
+    /// `LOCK-prefixed`.
+    Lock,
+    /// `with an ES, CS, SS or DS segment prefix`.
+    SegmentPrefix,
+}
+
+impl std::fmt::Display for UprobeRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            UprobeRefusal::Lock => "LOCK-prefixed",
+            UprobeRefusal::SegmentPrefix => "with an ES, CS, SS or DS segment prefix",
+        })
+    }
+}
+
 /// Why the kernel's x86 uprobes refuse the instruction starting with `bytes`, if they do.
 /// They will not single-step an instruction with a LOCK prefix or an ES, CS, SS or DS
 /// segment prefix (measured on 6.18: such a probe never fires when the program maps the
@@ -110,11 +129,11 @@ impl Insn {
 /// mapped already). The kernel refuses some other instructions too (some VEX-encoded
 /// ones, depending on the opcode); those are left to it: [`crate::hits::Anchors::open`]
 /// makes it say so before any run.
-pub fn uprobe_refuses(bytes: &[u8]) -> Option<&'static str> {
+pub fn uprobe_refuses(bytes: &[u8]) -> Option<UprobeRefusal> {
     for &b in bytes {
         match b {
-            0xf0 => return Some("LOCK-prefixed"),
-            0x26 | 0x2e | 0x36 | 0x3e => return Some("with an ES, CS, SS or DS segment prefix"),
+            0xf0 => return Some(UprobeRefusal::Lock),
+            0x26 | 0x2e | 0x36 | 0x3e => return Some(UprobeRefusal::SegmentPrefix),
             // Other legacy prefixes, which the kernel accepts.
             0x64 | 0x65 | 0x66 | 0x67 | 0xf2 | 0xf3 => {}
             _ => return None,
@@ -179,7 +198,7 @@ pub struct EntryRefusal {
     /// The first instruction (`lock add`, with its bytes).
     pub instruction: String,
     /// Why a uprobe cannot sit on it (`LOCK-prefixed`).
-    pub why: String,
+    pub why: UprobeRefusal,
     /// Why the next instruction cannot stand in for it.
     pub next: String,
 }
@@ -208,7 +227,7 @@ pub fn call_probe(image: &Image, function: &Function) -> Result<u64, EntryRefusa
         .collect();
     let refusal = |next: String| EntryRefusal {
         instruction: format!("{} ({})", first.name, shown.join(" ")),
-        why: why.to_string(),
+        why,
         next,
     };
     let insns = decode(code, function.address).map_err(|e| {
@@ -292,7 +311,7 @@ pub fn verify_site(
         return Err(format!("the bytes at {address:#x} differ"));
     }
     if entry {
-        let probe = call_probe(image, f).map_err(|r| r.why)?;
+        let probe = call_probe(image, f).map_err(|r| r.why.to_string())?;
         return match probe == address {
             true => Ok(()),
             false => Err(format!("`{}` is counted at {probe:#x}", f.name)),
@@ -1159,14 +1178,19 @@ mod tests {
     fn prefixes_that_uprobes_refuse() {
         assert_eq!(
             uprobe_refuses(&[0xf0, 0x48, 0x83, 0x07, 0x01]),
-            Some("LOCK-prefixed")
+            Some(UprobeRefusal::Lock)
         );
         assert_eq!(
             uprobe_refuses(&[0x66, 0xf0, 0x83, 0x07, 0x01]),
-            Some("LOCK-prefixed")
+            Some(UprobeRefusal::Lock)
         );
-        assert!(uprobe_refuses(&[0x2e, 0x48, 0x89, 0xf8]).is_some(), "cs");
+        assert_eq!(
+            uprobe_refuses(&[0x2e, 0x48, 0x89, 0xf8]),
+            Some(UprobeRefusal::SegmentPrefix),
+            "cs"
+        );
         assert!(uprobe_refuses(&[0x3e, 0xff, 0xe0]).is_some(), "notrack jmp");
+        assert_eq!(UprobeRefusal::Lock.to_string(), "LOCK-prefixed");
         assert_eq!(
             uprobe_refuses(&[0x64, 0x48, 0x8b, 0x04, 0x25]),
             None,

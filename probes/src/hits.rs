@@ -2,7 +2,7 @@
 //!
 //! Each uprobe defined in tracefs is a tracepoint; a perf counter on that tracepoint,
 //! opened on the child's pid with `inherit` and `enable_on_exec` while the child waits at
-//! its start gate, counts every hit in the child after `exec`, in all its threads and in
+//! its start latch, counts every hit in the child after `exec`, in all its threads and in
 //! the processes it forks. (A uprobe opened through the uprobe PMU with `inherit` makes
 //! every `clone()` of the child fail: see FINDINGS.)
 //!

@@ -14,20 +14,47 @@ use object::{Object, ObjectSection};
 
 use crate::elf::Image;
 
+/// Why the landing pads of a function could not be read; written by
+/// [`crate::refusal`], which elides its addresses with the rest of a reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LsdaError {
+    /// Reading the ELF file, its unwind tables or the section of the exception table
+    /// failed (what was read, and why).
+    Read(String),
+    /// The exception table lies in no section.
+    InNoSection {
+        /// The table.
+        at: u64,
+    },
+    /// The exception table starts past its section's bytes.
+    PastSection {
+        /// The table.
+        at: u64,
+    },
+    /// The exception table itself could not be read.
+    Table {
+        /// The table.
+        at: u64,
+        /// Why.
+        why: String,
+    },
+}
+
 /// `DW_EH_PE_omit`: the field is absent.
 const OMIT: u8 = 0xff;
 
 /// The landing pads of the function at link-time address `function`, or why they could
 /// not be read (the caller then treats every address as one).
-pub fn landing_pads(image: &Image, function: u64) -> Result<Vec<u64>, String> {
-    let file = object::File::parse(image.data()).map_err(|e| format!("reading the ELF: {e}"))?;
+pub fn landing_pads(image: &Image, function: u64) -> Result<Vec<u64>, LsdaError> {
+    let read = |what: &str, e: &dyn std::fmt::Display| LsdaError::Read(format!("{what}{e}"));
+    let file = object::File::parse(image.data()).map_err(|e| read("reading the ELF: ", &e))?;
     let Some(section) = file.section_by_name(".eh_frame") else {
         // No unwind tables: nothing can unwind into the function.
         return Ok(Vec::new());
     };
     let data = section
         .data()
-        .map_err(|e| format!("reading .eh_frame: {e}"))?;
+        .map_err(|e| read("reading .eh_frame: ", &e))?;
     let mut bases = BaseAddresses::default().set_eh_frame(section.address());
     if let Some(text) = file.section_by_name(".text") {
         bases = bases.set_text(text.address());
@@ -39,28 +66,30 @@ pub fn landing_pads(image: &Image, function: u64) -> Result<Vec<u64>, String> {
     let fde = match eh_frame.fde_for_address(&bases, function, EhFrame::cie_from_offset) {
         Ok(fde) => fde,
         Err(gimli::Error::NoUnwindInfoForAddress) => return Ok(Vec::new()),
-        Err(e) => return Err(format!("reading its unwind entry in .eh_frame: {e}")),
+        Err(e) => return Err(read("reading its unwind entry in .eh_frame: ", &e)),
     };
     let lsda = match fde.lsda() {
         None => return Ok(Vec::new()),
         Some(Pointer::Direct(address)) => address,
         Some(Pointer::Indirect(_)) => {
-            return Err("its exception table is reached through a pointer".into())
+            return Err(read(
+                "its exception table is reached through a pointer",
+                &"",
+            ))
         }
     };
     let table = file
         .sections()
         .find(|s| (s.address()..s.address() + s.size()).contains(&lsda))
-        .ok_or_else(|| format!("its exception table at 0x{lsda:x} is in no section"))?;
+        .ok_or(LsdaError::InNoSection { at: lsda })?;
     let bytes = table
         .data()
-        .map_err(|e| format!("reading {}: {e}", table.name().unwrap_or("?")))?;
-    let from = usize::try_from(lsda - table.address()).map_err(|e| e.to_string())?;
+        .map_err(|e| read(&format!("reading {}: ", table.name().unwrap_or("?")), &e))?;
+    let from = usize::try_from(lsda - table.address()).map_err(|e| read("", &e))?;
     let bytes = bytes
         .get(from..)
-        .ok_or_else(|| format!("its exception table at 0x{lsda:x} is past its section"))?;
-    call_site_pads(bytes, fde.initial_address())
-        .map_err(|e| format!("reading its exception table at 0x{lsda:x}: {e}"))
+        .ok_or(LsdaError::PastSection { at: lsda })?;
+    call_site_pads(bytes, fde.initial_address()).map_err(|why| LsdaError::Table { at: lsda, why })
 }
 
 /// The landing pads of an LSDA (`bytes` from its start) of a function starting at

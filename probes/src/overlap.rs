@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 
-use crate::patch::{Displaced, Patch, SiteKind, Unpatchable};
+use crate::patch::{Displaced, Patch, PatchRefusal, SiteKind};
 
 /// One site of a module, as [`plan`] sees it.
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ pub struct Candidate {
     /// the next one when a uprobe cannot sit on the first: a LOCK prefix).
     pub uprobe: u64,
     /// The site's own patch, or why it cannot have one.
-    pub displaced: Result<Displaced, Unpatchable>,
+    pub displaced: Result<Displaced, PatchRefusal>,
     /// What it counts, for messages (``` `outer` ```, ``` an inlined copy of `bump` in `pair` ```).
     pub what: String,
 }
@@ -63,7 +63,7 @@ pub struct Plan {
     /// The patches to write.
     pub patches: Vec<PlannedPatch>,
     /// The sites left to uprobes and why, by index.
-    pub uprobes: Vec<(usize, Unpatchable)>,
+    pub uprobes: Vec<(usize, PatchRefusal)>,
 }
 
 impl Plan {
@@ -126,7 +126,7 @@ impl Plan {
 /// Decide which of the sites of one module are patched, which are counted by the patch of
 /// a site before them, and which are left to uprobes (see the module documentation).
 pub fn plan(sites: &[Candidate]) -> Plan {
-    let mut given_up: Vec<Option<Unpatchable>> = vec![None; sites.len()];
+    let mut given_up: Vec<Option<PatchRefusal>> = vec![None; sites.len()];
     loop {
         let hosts = Hosts::choose(sites, &given_up);
         let (counted, uprobes) = assign(sites, &hosts, &given_up);
@@ -143,15 +143,14 @@ pub fn plan(sites: &[Candidate]) -> Plan {
             let d = displaced(&sites[h]);
             let why = match mergeable(&sites[h], d, s) {
                 Err(why) => why,
-                Ok(_) => format!("it counts at 0x{:x}, outside the patch", s.address),
+                Ok(_) => PatchRefusal::CountsOutside { at: s.address },
             };
-            given_up[h] = Some(format!(
-                "the uprobe of {} at 0x{:x} would lie inside the {} bytes the patch would \
-                 replace, and the patch cannot count that site ({why})",
-                s.what,
-                s.uprobe,
-                d.original.len()
-            ));
+            given_up[h] = Some(PatchRefusal::HoldsUprobe {
+                what: s.what.clone(),
+                uprobe: s.uprobe,
+                len: d.original.len(),
+                why: Box::new(why),
+            });
             changed = true;
         }
         if changed {
@@ -188,7 +187,7 @@ struct Hosts {
 impl Hosts {
     /// Keep the first of every run of overlapping patches, in address order, among the
     /// sites that have one and were not given up.
-    fn choose(sites: &[Candidate], given_up: &[Option<Unpatchable>]) -> Hosts {
+    fn choose(sites: &[Candidate], given_up: &[Option<PatchRefusal>]) -> Hosts {
         let mut order: Vec<(u64, u64, usize)> = sites
             .iter()
             .enumerate()
@@ -226,18 +225,18 @@ impl Hosts {
 
 /// Where the stub of host `h` (displacing `d`) counts site `s`: before which displaced
 /// instruction; or why it cannot.
-fn mergeable(h: &Candidate, d: &Displaced, s: &Candidate) -> Result<usize, Unpatchable> {
+fn mergeable(h: &Candidate, d: &Displaced, s: &Candidate) -> Result<usize, PatchRefusal> {
     if s.function != h.function {
-        return Err("it is in another function".into());
+        return Err(PatchRefusal::OtherFunction);
     }
     if s.address == h.address || s.address == d.address {
         return Ok(0);
     }
     if s.kind == SiteKind::Entry {
-        return Err("it is a function's entry, which calls reach".into());
+        return Err(PatchRefusal::EntryInside);
     }
     d.instruction_at(s.address)
-        .ok_or_else(|| "no instruction the patch moves starts there".into())
+        .ok_or(PatchRefusal::NoInstructionThere)
 }
 
 /// Which host counts each site, where (by site: host and instruction index), and the
@@ -246,8 +245,8 @@ fn mergeable(h: &Candidate, d: &Displaced, s: &Candidate) -> Result<usize, Unpat
 fn assign(
     sites: &[Candidate],
     hosts: &Hosts,
-    given_up: &[Option<Unpatchable>],
-) -> (Vec<Option<(usize, usize)>>, Vec<(usize, Unpatchable)>) {
+    given_up: &[Option<PatchRefusal>],
+) -> (Vec<Option<(usize, usize)>>, Vec<(usize, PatchRefusal)>) {
     let mut counted = vec![None; sites.len()];
     let mut uprobes = Vec::new();
     for (k, s) in sites.iter().enumerate() {
@@ -261,13 +260,12 @@ fn assign(
                 Ok(at) => counted[k] = Some((h, at)),
                 Err(why) => uprobes.push((
                     k,
-                    format!(
-                        "it lies inside the {} bytes the patch of {} at 0x{:x} replaces, \
-                         which cannot count it: {why}",
-                        d.original.len(),
-                        sites[h].what,
-                        d.address
-                    ),
+                    PatchRefusal::InsidePatch {
+                        len: d.original.len(),
+                        host: sites[h].what.clone(),
+                        at: d.address,
+                        why: Box::new(why),
+                    },
                 )),
             }
             continue;
@@ -275,15 +273,12 @@ fn assign(
         let why = match (&given_up[k], &s.displaced) {
             (Some(why), _) | (None, Err(why)) => why.clone(),
             (None, Ok(own)) => match hosts.holding(span(s, own).0) {
-                Some(h) => format!(
-                    "its patch would overlap the patch of {} at 0x{:x}, {} bytes before it",
-                    sites[h].what,
-                    displaced(&sites[h]).address,
-                    own.address.saturating_sub(displaced(&sites[h]).address)
-                ),
-                None => {
-                    "internal error: a patchable site was neither patched nor overlapped".into()
-                }
+                Some(h) => PatchRefusal::Overlaps {
+                    host: sites[h].what.clone(),
+                    at: displaced(&sites[h]).address,
+                    distance: own.address.saturating_sub(displaced(&sites[h]).address),
+                },
+                None => PatchRefusal::Unplanned,
             },
         };
         uprobes.push((k, why));
@@ -296,7 +291,7 @@ fn build(
     sites: &[Candidate],
     hosts: &Hosts,
     counted: Vec<Option<(usize, usize)>>,
-    uprobes: Vec<(usize, Unpatchable)>,
+    uprobes: Vec<(usize, PatchRefusal)>,
 ) -> Plan {
     let mut patches: Vec<PlannedPatch> = hosts
         .list
@@ -454,6 +449,7 @@ mod tests {
         assert_eq!(plan.patches[0].sites, [1]);
         assert_eq!(plan.uprobes.len(), 1);
         let (k, why) = &plan.uprobes[0];
+        let why = why.to_string();
         assert_eq!(*k, 0);
         assert!(
             why.contains("the uprobe of site 0x1004 at 0x1004 would lie inside the 8 bytes")
@@ -482,6 +478,7 @@ mod tests {
         assert!(
             plan.uprobes[0]
                 .1
+                .to_string()
                 .contains("no instruction the patch moves starts there"),
             "{}",
             plan.uprobes[0].1

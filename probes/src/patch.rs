@@ -64,9 +64,11 @@ use iced_x86::{
 use sbs_agent_abi::inproc::{pages, Fixup, FixupKind, LiveLayout, SiteRecord, MAX_PATCH};
 
 use crate::elf::{Function, Image};
+use crate::lsda::LsdaError;
+pub use crate::refusal::PatchRefusal;
 
 /// Bytes of the `jmp rel32` written at a site.
-const JMP_LEN: usize = 5;
+pub(crate) const JMP_LEN: usize = 5;
 
 /// Where a site lies in its function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,9 +133,6 @@ impl Patch {
     }
 }
 
-/// Why a site is left to the uprobe engine.
-pub type Unpatchable = String;
-
 /// Check that the site at `address` of `function` (in `image`) can be patched, and take
 /// its displaced instructions.
 pub fn displace(
@@ -141,10 +140,8 @@ pub fn displace(
     function: &Function,
     address: u64,
     kind: SiteKind,
-) -> Result<Displaced, Unpatchable> {
-    let code = image
-        .code_of(function)
-        .ok_or_else(|| "its code is not in the file".to_string())?;
+) -> Result<Displaced, PatchRefusal> {
+    let code = image.code_of(function).ok_or(PatchRefusal::CodeNotInFile)?;
     let cold = cold_parts(image, function);
     let segments = load_segments(image);
     let read = |vaddr: u64, len: usize| -> Option<&[u8]> {
@@ -173,12 +170,11 @@ pub fn displace(
         .iter()
         .find(|f| f.address > displaced.address && f.address < displaced.end())
     {
-        return Err(format!(
-            "the function `{}` starts at 0x{:x}, inside the {} bytes the patch would replace",
-            other.name,
-            other.address,
-            displaced.original.len()
-        ));
+        return Err(PatchRefusal::SymbolInside {
+            name: other.name.clone(),
+            at: other.address,
+            len: displaced.original.len(),
+        });
     }
     Ok(displaced)
 }
@@ -217,7 +213,7 @@ const MAX_TABLE: usize = 4096;
 fn indirect_targets<'d>(
     insns: &[Instruction],
     read: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
-) -> Result<Vec<u64>, Unpatchable> {
+) -> Result<Vec<u64>, PatchRefusal> {
     let indirect: Vec<&Instruction> = insns
         .iter()
         .filter(|i| i.flow_control() == FlowControl::IndirectBranch)
@@ -226,10 +222,7 @@ fn indirect_targets<'d>(
         .iter()
         .find(|i| i.op0_kind() == OpKind::Memory && !i.is_ip_rel_memory_operand())
     {
-        return Err(format!(
-            "its function has an indirect jump through memory at 0x{:x} (an absolute jump table?), which could land inside the patch",
-            i.ip()
-        ));
+        return Err(PatchRefusal::IndirectJumpThroughMemory { at: i.ip() });
     }
     if !indirect.iter().any(|i| i.op0_kind() == OpKind::Register) {
         return Ok(Vec::new());
@@ -272,17 +265,17 @@ pub fn displace_in<'d>(
     function_address: u64,
     cold: &[(u64, &[u8])],
     read: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
-    landing_pads: &dyn Fn() -> Result<Vec<u64>, Unpatchable>,
+    landing_pads: &dyn Fn() -> Result<Vec<u64>, LsdaError>,
     address: u64,
     kind: SiteKind,
-) -> Result<Displaced, Unpatchable> {
+) -> Result<Displaced, PatchRefusal> {
     let end = function_address + code.len() as u64;
     let insns = decode(code, function_address)?;
     let targets = branch_targets(&insns, cold, read)?;
     let mut k = insns
         .iter()
         .position(|i| i.ip() == address)
-        .ok_or_else(|| format!("0x{address:x} is not an instruction boundary of its function"))?;
+        .ok_or(PatchRefusal::NotABoundary { at: address })?;
     let mut start = address;
     // A function start that a jump inside the function also reaches (a loop made of a
     // tail call) may be entered with live flags or data in the red zone: the careful stub.
@@ -295,38 +288,29 @@ pub fn displace_in<'d>(
         k += 1;
         start = insns.get(k).map(|i| i.ip()).unwrap_or(end);
         if targets.contains(&start) {
-            return Err(format!(
-                "a branch lands on 0x{start:x}, right after the endbr64 the patch would follow"
-            ));
+            return Err(PatchRefusal::BranchAfterEndbr { at: start });
         }
     }
     let (taken, dead) = take_instructions(&insns[k..])?;
     let len: usize = taken.iter().map(Instruction::len).sum::<usize>() + dead;
     if dead > 0 {
         let end = start + len as u64;
-        let pads = landing_pads().map_err(|why| {
-            format!("the patch would cover {dead} bytes after a jump, and its landing pads are unknown: {why}")
-        })?;
-        if let Some(pad) = pads.iter().find(|&&p| p > start && p < end) {
-            return Err(format!(
-                "a landing pad is at 0x{pad:x}, inside the {len} bytes the patch would replace"
-            ));
+        let pads = landing_pads().map_err(|why| PatchRefusal::LandingPadsUnknown { dead, why })?;
+        if let Some(&pad) = pads.iter().find(|&&p| p > start && p < end) {
+            return Err(PatchRefusal::LandingPadInside { at: pad, len });
         }
     }
     if len > MAX_PATCH {
-        return Err(format!(
-            "the displaced instructions take {len} bytes, more than {MAX_PATCH}"
-        ));
+        return Err(PatchRefusal::TooLong { len });
     }
-    if let Some(t) = targets
+    if let Some(&t) = targets
         .iter()
         .find(|&&t| t > start && t < start + len as u64)
     {
-        return Err(format!(
-            "a branch or return lands at 0x{t:x}, inside the {len} bytes the patch would replace"
-        ));
+        return Err(PatchRefusal::BranchInside { at: t, len });
     }
-    let from = usize::try_from(start - function_address).map_err(|e| e.to_string())?;
+    let from = usize::try_from(start - function_address)
+        .map_err(|e| PatchRefusal::Encoding { why: e.to_string() })?;
     Ok(Displaced {
         address: start,
         original: code[from..from + len].to_vec(),
@@ -339,15 +323,13 @@ pub fn displace_in<'d>(
 /// instructions that can run from a trampoline, a jump or a call only as the last; and,
 /// after a jump shorter than the patch, how many bytes of the instructions after it the
 /// patch also covers (they never run from the trampoline).
-fn take_instructions(insns: &[Instruction]) -> Result<(Vec<Instruction>, usize), Unpatchable> {
+fn take_instructions(insns: &[Instruction]) -> Result<(Vec<Instruction>, usize), PatchRefusal> {
     let mut taken = Vec::new();
     let mut len = 0usize;
     let mut next = insns.iter();
     while len < JMP_LEN {
         let Some(i) = next.next() else {
-            return Err(format!(
-                "the function ends {len} bytes after the site: shorter than the {JMP_LEN}-byte jump"
-            ));
+            return Err(PatchRefusal::FunctionEnds { len });
         };
         let movable = match i.flow_control() {
             FlowControl::Next => true,
@@ -362,21 +344,17 @@ fn take_instructions(insns: &[Instruction]) -> Result<(Vec<Instruction>, usize),
             _ => false,
         };
         if !movable || matches!(i.mnemonic(), Mnemonic::Syscall | Mnemonic::Xbegin) {
-            return Err(format!(
-                "the instruction at 0x{:x} is {} (`{}`), which cannot be moved into a trampoline",
-                i.ip(),
-                unmovable_words(i),
-                format!("{:?}", i.mnemonic()).to_lowercase()
-            ));
+            return Err(PatchRefusal::Unmovable {
+                at: i.ip(),
+                what: unmovable_words(i),
+                mnemonic: format!("{:?}", i.mnemonic()).to_lowercase(),
+            });
         }
         len += i.len();
         taken.push(*i);
         if ends_block(i) && len < JMP_LEN {
             if is_call(i) {
-                return Err(format!(
-                    "the call at 0x{:x} ends the block {len} bytes after the site: shorter than the {JMP_LEN}-byte jump",
-                    i.ip()
-                ));
+                return Err(PatchRefusal::CallEndsBlock { at: i.ip(), len });
             }
             // Nothing falls into the bytes after an unconditional jump: the patch may
             // cover them if no branch, return or landing pad leads there (checked by the
@@ -384,10 +362,7 @@ fn take_instructions(insns: &[Instruction]) -> Result<(Vec<Instruction>, usize),
             let mut dead = 0;
             while len + dead < JMP_LEN {
                 let Some(d) = next.next() else {
-                    return Err(format!(
-                        "the jump at 0x{:x} ends the block {len} bytes after the site, and the function ends before the {JMP_LEN}-byte jump fits",
-                        i.ip()
-                    ));
+                    return Err(PatchRefusal::JumpEndsFunction { at: i.ip(), len });
                 };
                 dead += d.len();
             }
@@ -404,7 +379,7 @@ fn branch_targets<'d>(
     insns: &[Instruction],
     cold: &[(u64, &[u8])],
     read: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
-) -> Result<HashSet<u64>, Unpatchable> {
+) -> Result<HashSet<u64>, PatchRefusal> {
     let direct = |i: &Instruction| {
         matches!(
             i.flow_control(),
@@ -432,16 +407,13 @@ fn branch_targets<'d>(
     Ok(targets)
 }
 
-fn decode(code: &[u8], address: u64) -> Result<Vec<Instruction>, Unpatchable> {
+fn decode(code: &[u8], address: u64) -> Result<Vec<Instruction>, PatchRefusal> {
     let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
     let mut out = Vec::new();
     while decoder.can_decode() {
         let i = decoder.decode();
         if i.is_invalid() {
-            return Err(format!(
-                "its function has bytes that do not decode at 0x{:x}",
-                i.ip()
-            ));
+            return Err(PatchRefusal::Undecodable { at: i.ip() });
         }
         out.push(i);
     }
@@ -487,7 +459,7 @@ pub fn module_code(
     image: &Image,
     sites: &[(Patch, usize)],
     layout: &LiveLayout,
-) -> Result<ModuleCode, Unpatchable> {
+) -> Result<ModuleCode, PatchRefusal> {
     let top = image
         .exec_segments
         .iter()
@@ -502,7 +474,7 @@ pub fn module_code_at(
     top: u64,
     sites: &[(Patch, usize)],
     layout: &LiveLayout,
-) -> Result<ModuleCode, Unpatchable> {
+) -> Result<ModuleCode, PatchRefusal> {
     // Encoded as if the trampoline lay just past the module's code, so that RIP-relative
     // operands into the module stay in 32-bit reach; the library fixes them up for where
     // it really lies.
@@ -511,7 +483,7 @@ pub fn module_code_at(
     let code_pages = pages(first.code.len() as u64).max(4096);
     let out = encode_all(sites, base, code_pages, layout)?;
     if out.code.len() != first.code.len() {
-        return Err("the trampoline's length changed between passes".into());
+        return Err(encoding("the trampoline's length changed between passes"));
     }
     Ok(out)
 }
@@ -554,7 +526,7 @@ fn encode_all(
     base: u64,
     code_pages: u64,
     layout: &LiveLayout,
-) -> Result<ModuleCode, Unpatchable> {
+) -> Result<ModuleCode, PatchRefusal> {
     let mut code = Vec::new();
     let mut fixups = Vec::new();
     let mut records = Vec::new();
@@ -618,10 +590,12 @@ fn stub_code(
     rip: u64,
     at: &[(usize, u64)],
     counters: &Counters,
-) -> Result<(Vec<u8>, Vec<Fixup>), Unpatchable> {
-    let e = |e: iced_x86::IcedError| e.to_string();
+) -> Result<(Vec<u8>, Vec<Fixup>), PatchRefusal> {
+    let e = |e: iced_x86::IcedError| PatchRefusal::Encoding { why: e.to_string() };
     if at.iter().any(|&(n, _)| n >= d.instructions.len()) {
-        return Err("a site is counted past the displaced instructions".into());
+        return Err(encoding(
+            "a site is counted past the displaced instructions",
+        ));
     }
     let mut labels = Labels::default();
     let mut list: Vec<Placed> = Vec::new();
@@ -673,7 +647,7 @@ fn encode_placed(
     list: &[Instruction],
     origins: &[Origin],
     rip: u64,
-) -> Result<(Vec<u8>, Vec<Fixup>), Unpatchable> {
+) -> Result<(Vec<u8>, Vec<Fixup>), PatchRefusal> {
     let block = InstructionBlock::new(list, rip);
     let result = BlockEncoder::encode(
         64,
@@ -681,7 +655,9 @@ fn encode_placed(
         BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
             | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS,
     )
-    .map_err(|err| format!("relocating the displaced instructions failed: {err}"))?;
+    .map_err(|err| PatchRefusal::Relocation {
+        why: err.to_string(),
+    })?;
     let fixups = moved_fixups(list, origins, &result)?;
     Ok((result.code_buffer, fixups))
 }
@@ -829,9 +805,11 @@ fn claim_code(
     rip: u64,
     live: u64,
     layout: &LiveLayout,
-) -> Result<(Vec<u8>, Vec<Fixup>), Unpatchable> {
-    let e = |e: iced_x86::IcedError| e.to_string();
-    let imm = |v: u64| i32::try_from(v).map_err(|_| format!("{v} does not fit the claim routine"));
+) -> Result<(Vec<u8>, Vec<Fixup>), PatchRefusal> {
+    let e = |e: iced_x86::IcedError| PatchRefusal::Encoding { why: e.to_string() };
+    let imm = |v: u64| {
+        i32::try_from(v).map_err(|_| encoding(&format!("{v} does not fit the claim routine")))
+    };
     let (blocks, block_bytes) = (imm(layout.blocks)?, imm(layout.block_bytes)?);
     let next = mem(Register::RIP, (live + layout.next_block_at) as i64);
     let mut labels = Labels::default();
@@ -914,7 +892,7 @@ fn moved_fixups(
     list: &[Instruction],
     origins: &[Origin],
     result: &iced_x86::BlockEncoderResult,
-) -> Result<Vec<Fixup>, Unpatchable> {
+) -> Result<Vec<Fixup>, PatchRefusal> {
     let bytes = &result.code_buffer;
     let mut fixups = Vec::new();
     for (n, i) in list.iter().enumerate() {
@@ -923,7 +901,7 @@ fn moved_fixups(
         }
         let at = result.new_instruction_offsets[n];
         if at == u32::MAX {
-            return Err("an instruction had to be rewritten to be moved".into());
+            return Err(encoding("an instruction had to be rewritten to be moved"));
         }
         let end = result
             .new_instruction_offsets
@@ -935,7 +913,7 @@ fn moved_fixups(
         if origins[n] == Origin::ThreadPointer {
             let offsets = result.constant_offsets[n];
             if !offsets.has_displacement() || offsets.displacement_size() != 4 {
-                return Err("a TLS access without a 32-bit displacement".into());
+                return Err(encoding("a TLS access without a 32-bit displacement"));
             }
             fixups.push(Fixup {
                 field: at + offsets.displacement_offset() as u32,
@@ -956,7 +934,7 @@ fn moved_fixups(
             )
             .decode();
             if !(moved.is_jcc_near() || moved.is_jmp_near()) || moved.len() != (end - at) as usize {
-                return Err("a moved jump was not re-encoded as a near jump".into());
+                return Err(encoding("a moved jump was not re-encoded as a near jump"));
             }
             fixups.push(Fixup::module(end - 4, end, i.near_branch_target()));
             continue;
@@ -966,7 +944,9 @@ fn moved_fixups(
         }
         let offsets = result.constant_offsets[n];
         if !offsets.has_displacement() || offsets.displacement_size() != 4 {
-            return Err("a RIP-relative operand without a 32-bit displacement".into());
+            return Err(encoding(
+                "a RIP-relative operand without a 32-bit displacement",
+            ));
         }
         fixups.push(Fixup::module(
             at + offsets.displacement_offset() as u32,
@@ -984,6 +964,11 @@ fn next_boundary(bytes: &[u8], at: u32, end: u32) -> u32 {
         .decode()
         .len() as u32;
     end.min(at + len)
+}
+
+/// An internal failure to encode a trampoline.
+fn encoding(why: &str) -> PatchRefusal {
+    PatchRefusal::Encoding { why: why.into() }
 }
 
 fn is_call(i: &Instruction) -> bool {
@@ -1072,7 +1057,7 @@ fn unmovable_words(i: &Instruction) -> &'static str {
 mod tests {
     use super::*;
 
-    fn site(code: &[u8], address: u64, kind: SiteKind) -> Result<Displaced, Unpatchable> {
+    fn site(code: &[u8], address: u64, kind: SiteKind) -> Result<Displaced, PatchRefusal> {
         displace_in(
             code,
             0x1000,
@@ -1141,24 +1126,32 @@ mod tests {
         // A loop back into the first bytes:
         // xor eax,eax; inc eax; cmp eax,10; jne 0x1002; ret
         let back_into = [0x31, 0xc0, 0xff, 0xc0, 0x83, 0xf8, 0x0a, 0x75, 0xf9, 0xc3];
-        let err = site(&back_into, 0x1000, SiteKind::Entry).unwrap_err();
+        let err = site(&back_into, 0x1000, SiteKind::Entry)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("lands at 0x1002"), "{err}");
         // A loop back to the site itself is fine: each pass counts, as a uprobe would.
         let to_site = [0x31, 0xc0, 0xff, 0xc0, 0x83, 0xf8, 0x0a, 0x75, 0xf7, 0xc3];
         assert!(site(&to_site, 0x1000, SiteKind::Entry).is_ok());
 
         // Shorter than the jump: xor eax,eax; ret.
-        let err = site(&[0x31, 0xc0, 0xc3], 0x1000, SiteKind::Entry).unwrap_err();
+        let err = site(&[0x31, 0xc0, 0xc3], 0x1000, SiteKind::Entry)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("is a return (`ret`)"), "{err}");
         // Function ends before 5 bytes.
-        let err = site(&[0x31, 0xc0, 0x31, 0xc9], 0x1000, SiteKind::Entry).unwrap_err();
+        let err = site(&[0x31, 0xc0, 0x31, 0xc9], 0x1000, SiteKind::Entry)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("shorter"), "{err}");
 
         // An absolute jump table: mov rax,rdi; mov rcx,rax; jmp [rax*8+0x2000].
         let table = [
             0x48, 0x89, 0xf8, 0x48, 0x89, 0xc1, 0xff, 0x24, 0xc5, 0, 0x20, 0, 0,
         ];
-        let err = site(&table, 0x1000, SiteKind::Entry).unwrap_err();
+        let err = site(&table, 0x1000, SiteKind::Entry)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("indirect jump"), "{err}");
 
         // A tail call through a GOT slot is not a jump table.
@@ -1168,14 +1161,18 @@ mod tests {
         // A call that does not end the block cannot move (the callee would return into
         // the patch): call rax; nop; nop; nop.
         let call = [0xff, 0xd0, 0x90, 0x90, 0x90, 0xc3];
-        let err = site(&call, 0x1000, SiteKind::Entry).unwrap_err();
+        let err = site(&call, 0x1000, SiteKind::Entry)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("the call at 0x1000 ends the block 2 bytes"),
             "{err}"
         );
         // Nor one whose operand is relative to rsp: call [rsp+8]; nop.
         let call = [0xff, 0x54, 0x24, 0x08, 0x90, 0xc3];
-        let err = site(&call, 0x1000, SiteKind::Entry).unwrap_err();
+        let err = site(&call, 0x1000, SiteKind::Entry)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("is an indirect call (`call`)"), "{err}");
 
         // A return address inside the patch of an inside site: call; mov; mov; ret,
@@ -1195,7 +1192,8 @@ mod tests {
             0x1000,
             SiteKind::Entry,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("0x1002"), "{err}");
     }
 
@@ -1320,12 +1318,12 @@ mod tests {
             )
         };
         // A landing pad on the covered byte: refused.
-        let err = with_pads(vec![0x1004]).unwrap_err();
+        let err = with_pads(vec![0x1004]).unwrap_err().to_string();
         assert!(err.contains("landing pad is at 0x1004"), "{err}");
         // Elsewhere: fine.
         assert!(with_pads(vec![0x1005, 0x1000]).is_ok());
         // Unknown landing pads: refused.
-        let unknown = || Err("no table".to_string());
+        let unknown = || Err(LsdaError::Read("no table".into()));
         let err = displace_in(
             &code,
             0x1000,
@@ -1335,15 +1333,20 @@ mod tests {
             0x1000,
             SiteKind::Inside,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("landing pads are unknown: no table"), "{err}");
         // A branch to the covered byte: refused.
         let mut to_it = code.clone();
         to_it[0x10..0x12].copy_from_slice(&[0xeb, 0xf2]); // at 0x1010: jmp 0x1004
-        let err = site(&to_it, 0x1000, SiteKind::Inside).unwrap_err();
+        let err = site(&to_it, 0x1000, SiteKind::Inside)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("lands at 0x1004"), "{err}");
         // The function ends before 5 bytes: refused.
-        let err = site(&code[..4], 0x1000, SiteKind::Inside).unwrap_err();
+        let err = site(&code[..4], 0x1000, SiteKind::Inside)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("the function ends before"), "{err}");
     }
 
@@ -1372,8 +1375,9 @@ mod tests {
             table.get(from..from + len)
         };
         let none = || Ok(Vec::new());
-        let err =
-            displace_in(&code, 0x1000, &[], &read, &none, 0x1000, SiteKind::Entry).unwrap_err();
+        let err = displace_in(&code, 0x1000, &[], &read, &none, 0x1000, SiteKind::Entry)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("lands at 0x1002"), "{err}");
         // Entries elsewhere: patchable.
         let table2 = entries(&[0x1020, 0x1010]);

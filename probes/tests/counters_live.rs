@@ -13,7 +13,7 @@ use sbs_probes::counters::{
 };
 use sbs_skip::{skip, Need};
 
-fn gated(program: &str) -> Child {
+fn latched(program: &str) -> Child {
     Command::new("sh")
         .arg("-c")
         .arg(format!("read _; exec {program}"))
@@ -27,7 +27,7 @@ fn count(list: &str, program: &str) -> Vec<CounterValue> {
     let plan = plan_series(&reqs, PlanOptions::default());
     assert_eq!(plan.len(), 1);
     let mut set = CounterSet::new(plan[0].clone(), Box::new(PerfBackend::default()));
-    let mut child = gated(program);
+    let mut child = latched(program);
     set.attach(child.id() as i32)
         .expect("open counters on child");
     let mut stdin = child.stdin.take().unwrap();

@@ -998,7 +998,7 @@ fn input_from_a_fifo_waits_for_its_writer_within_the_timeout() {
     // No writer and no timeout: Ctrl-C ends the wait like a run.
     let child = collector(&[]);
     // The run has begun (signals are caught from then on) once the launcher's run parent
-    // has started the benchmark's process, which waits at its gate.
+    // has started the benchmark's process, which waits at its latch.
     let begun = Instant::now();
     while util::descendants(child.id()).len() < 3 {
         assert!(
@@ -1296,7 +1296,7 @@ fn a_cleanup_that_runs_after_ctrl_c_is_no_warning() {
 }
 
 /// Under a low limit of open files (`ulimit -n 64`) every run still starts: the launcher's
-/// descriptors and the run's report pipe and gate take low numbers, or numbers the
+/// descriptors and the run's report pipe and latch take low numbers, or numbers the
 /// benchmark's process allows itself (an earlier launcher put them at 1011-1013, and no
 /// run could start).
 #[test]

@@ -11,9 +11,9 @@
 //! socket at [`SOCKET_FD`]. For each run it writes a *request* into a memfd (the layout
 //! below) and sends one datagram of [`DATAGRAM_WORDS`] words (`[REQUEST_MAGIC, length]`)
 //! with the descriptors as `SCM_RIGHTS`: the request memfd, the write end of the run's
-//! report pipe, for a gated run the read end of its gate, then one descriptor per target
+//! report pipe, for a latched run the read end of its latch, then one descriptor per target
 //! number the request lists (stdin, stdout, stderr, the instruments' descriptors). The
-//! report pipe and the gate get no number of their own in the benchmark's process: it
+//! report pipe and the latch get no number of their own in the benchmark's process: it
 //! keeps them above its highest target number, close-on-exec, so the program sees
 //! neither, and no number is taken that the soft limit of open files might not allow.
 //! The launcher starts a *run parent* for the request (a process sharing its memory, on a
@@ -21,9 +21,9 @@
 //! closes, after killing the process group of every benchmark still running. The run
 //! parent vforks the benchmark's process, which puts itself in a process group of its
 //! own, sets itself up as the request says (descriptors, ASLR, CPUs), reports
-//! [`Message::Started`] on the report pipe, and in a gated run waits at the gate while
+//! [`Message::Started`] on the report pipe, and in a latched run waits at the latch while
 //! the collector attaches to it: one byte releases it to `execve`, end of file makes it
-//! exit with 126. A run that is not gated execs at once, and the run parent's clock times
+//! exit with 126. A run that is not latched execs at once, and the run parent's clock times
 //! it, from just before the vfork to the return of `wait4`. A failed set-up or exec is
 //! reported by the process itself ([`Message::ExecFailed`], [`Message::LauncherFailed`]).
 //! The run parent reaps it and reports [`Message::Exited`] with the status, the rusage
@@ -31,7 +31,7 @@
 //! Every message is [`MESSAGE_WORDS`] little-endian words; a death tie runs from the
 //! benchmark to its run parent to the launcher, which ends with the collector's socket.
 //!
-//! The request, in 64-bit little-endian words: [`REQUEST_MAGIC`], flags ([`FLAG_GATED`],
+//! The request, in 64-bit little-endian words: [`REQUEST_MAGIC`], flags ([`FLAG_LATCHED`],
 //! [`FLAG_NO_ASLR`], [`FLAG_CPUS`]), the number of target descriptors, of arguments
 //! (`argv[0]` included) and of environment entries; [`CPU_MASK_WORDS`] words of CPU mask;
 //! one word per target descriptor number; then NUL-terminated strings: the program's path,
@@ -45,8 +45,8 @@ pub const SOCKET_FD: i32 = 3;
 pub const REQUEST_MAGIC: u64 = 0x5342_5352_554e_0001; // "SBSRUN", version 1
 /// Words in the datagram that announces a request: the magic and the request's length.
 pub const DATAGRAM_WORDS: usize = 2;
-/// Flag: the benchmark's process waits at the gate.
-pub const FLAG_GATED: u64 = 1;
+/// Flag: the benchmark's process waits at the latch.
+pub const FLAG_LATCHED: u64 = 1;
 /// Flag: the benchmark runs with address-space layout randomisation off (otherwise on).
 pub const FLAG_NO_ASLR: u64 = 2;
 /// Flag: the CPU mask applies (otherwise the CPUs are left as they are).
@@ -86,7 +86,7 @@ pub enum Step {
 /// What the launcher (or the benchmark's process before its exec) reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Message {
-    /// The benchmark's process exists (and, in a gated run, waits at the gate).
+    /// The benchmark's process exists (and, in a latched run, waits at the latch).
     Started {
         /// Its pid.
         pid: i32,

@@ -14,7 +14,7 @@ pub mod sys;
 
 use core::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
-use request::Request;
+use request::ReceivedRequest;
 use sbs_agent_abi::launcher::{
     Message, Step, DATAGRAM_WORDS, MAX_TARGETS, REQUEST_MAGIC, SOCKET_FD,
 };
@@ -181,12 +181,12 @@ impl Drop for Mapping {
 /// the run parent sleeps until the exec).
 struct BenchArgs<'a> {
     run_parent: i32,
-    /// The report pipe and the gate, as received.
+    /// The report pipe and the latch, as received.
     report: i32,
-    gate: Option<i32>,
+    latch: Option<i32>,
     /// The launcher's record of the benchmark's pid.
     slot: &'a AtomicI32,
-    request: &'a Request,
+    request: &'a ReceivedRequest,
     passed: &'a [i32],
     program: *const u8,
     table: &'a [*const u8],
@@ -205,15 +205,15 @@ fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
     };
     // SAFETY: a private mapping of `len` bytes (at least one), ours alone.
     let bytes = unsafe { core::slice::from_raw_parts(request_map.0, len) };
-    // After the request: the report pipe, the gate of a gated run, the targets.
+    // After the request: the report pipe, the latch of a latched run, the targets.
     let Some(&report_fd) = fds.get(1) else {
         return 125;
     };
-    let Some(request) = Request::parse(bytes, fds.len() - 1) else {
+    let Some(request) = ReceivedRequest::parse(bytes, fds.len() - 1) else {
         // A report pipe in a request that does not parse cannot be trusted.
         return 125;
     };
-    let (gate, passed) = match request.gated {
+    let (latch, passed) = match request.latched {
         true => (Some(fds[2]), &fds[3..]),
         false => (None, &fds[2..]),
     };
@@ -236,7 +236,7 @@ fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
     let bench = BenchArgs {
         run_parent: sys::getpid(),
         report: report_fd,
-        gate,
+        latch,
         slot,
         request: &request,
         passed,
@@ -300,14 +300,14 @@ fn wait_for(report_fd: i32, pid: i32, start: u64) -> i32 {
 
 /// The benchmark's process before its exec: its own process group, a death tie to the
 /// run parent, its descriptors at their numbers, ASLR and CPUs as asked, the report of
-/// its start, the gate if the run is gated, the exec. It shares the run parent's (and the
+/// its start, the latch if the run is latched, the exec. It shares the run parent's (and the
 /// launcher's) memory until the exec: it writes only its own stack.
 extern "C" fn benchmark(arg: usize) -> ! {
     // SAFETY: `run` passed its `BenchArgs`, which stay put while it sleeps.
     let BenchArgs {
         run_parent,
         report: received_report,
-        gate: received_gate,
+        latch: received_latch,
         slot,
         request,
         passed,
@@ -321,7 +321,7 @@ extern "C" fn benchmark(arg: usize) -> ! {
     if sys::die_with_parent().is_err() || sys::getppid() != *run_parent {
         sys::exit(126);
     }
-    // The report pipe and the gate above every target number, close-on-exec: installing
+    // The report pipe and the latch above every target number, close-on-exec: installing
     // the targets cannot clobber them, and the program inherits neither.
     let above = request.highest_target() + 1;
     let _ = sys::allow_descriptors(above as u64 + 2);
@@ -342,7 +342,7 @@ extern "C" fn benchmark(arg: usize) -> ! {
         report(report_fd, Message::LauncherFailed { step, errno });
         sys::exit(127)
     };
-    let gate_fd = match received_gate.map(|g| sys::dup_cloexec(g, above)) {
+    let latch_fd = match received_latch.map(|g| sys::dup_cloexec(g, above)) {
         Some(Err(errno)) => fail(Step::Setup, errno),
         Some(Ok(fd)) => Some(fd),
         None => None,
@@ -367,13 +367,13 @@ extern "C" fn benchmark(arg: usize) -> ! {
             fail(Step::Setup, errno);
         }
     }
-    if let Some(gate) = gate_fd {
+    if let Some(latch) = latch_fd {
         let mut byte = [0u8; 1];
-        if sys::read(gate, &mut byte) != Ok(1) {
+        if sys::read(latch, &mut byte) != Ok(1) {
             // End of file: the collector gave up on this run.
             sys::exit(126);
         }
-        sys::close(gate);
+        sys::close(latch);
     }
     let (args, env) = table.split_at(request.args + 1);
     // SAFETY: `program` and every pointer in `args` and `env` point to NUL-terminated
@@ -385,7 +385,7 @@ extern "C" fn benchmark(arg: usize) -> ! {
 
 /// Put the received descriptors `fds` at the request's target numbers. A received
 /// descriptor may sit at a number another one is meant for: it is moved away first.
-fn install(fds: &mut [i32], request: &Request) -> Result<(), i32> {
+fn install(fds: &mut [i32], request: &ReceivedRequest) -> Result<(), i32> {
     for i in 0..fds.len() {
         let target = request.target(i);
         for later in fds.iter_mut().skip(i + 1) {

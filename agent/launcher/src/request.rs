@@ -3,14 +3,14 @@
 //! never followed.
 
 use sbs_agent_abi::launcher::{
-    CPU_MASK_WORDS, FLAG_CPUS, FLAG_GATED, FLAG_NO_ASLR, MAX_TARGETS, REQUEST_HEADER_WORDS,
+    CPU_MASK_WORDS, FLAG_CPUS, FLAG_LATCHED, FLAG_NO_ASLR, MAX_TARGETS, REQUEST_HEADER_WORDS,
     REQUEST_MAGIC,
 };
 
 /// A request's header and target numbers; the strings stay in its bytes.
-pub struct Request {
-    /// The benchmark's process waits at the gate.
-    pub gated: bool,
+pub struct ReceivedRequest {
+    /// The benchmark's process waits at the latch.
+    pub latched: bool,
     /// ASLR off.
     pub no_aslr: bool,
     /// `cpu_mask` applies.
@@ -33,10 +33,10 @@ fn word(bytes: &[u8], i: usize) -> Option<u64> {
     Some(u64::from_le_bytes(a))
 }
 
-impl Request {
+impl ReceivedRequest {
     /// Read the header of `bytes`, for a datagram that carried `passed` descriptors
-    /// besides the request's own: the report pipe, the gate of a gated run, the targets.
-    pub fn parse(bytes: &[u8], passed: usize) -> Option<Request> {
+    /// besides the request's own: the report pipe, the latch of a latched run, the targets.
+    pub fn parse(bytes: &[u8], passed: usize) -> Option<ReceivedRequest> {
         if word(bytes, 0)? != REQUEST_MAGIC {
             return None;
         }
@@ -44,8 +44,8 @@ impl Request {
         let count = usize::try_from(word(bytes, 2)?).ok()?;
         let args = usize::try_from(word(bytes, 3)?).ok()?;
         let env = usize::try_from(word(bytes, 4)?).ok()?;
-        let gated = flags & FLAG_GATED != 0;
-        if count + 1 + usize::from(gated) != passed || count > MAX_TARGETS || args == 0 {
+        let latched = flags & FLAG_LATCHED != 0;
+        if count + 1 + usize::from(latched) != passed || count > MAX_TARGETS || args == 0 {
             return None;
         }
         let mut cpu_mask = [0u64; CPU_MASK_WORDS];
@@ -59,8 +59,8 @@ impl Request {
                 return None;
             }
         }
-        Some(Request {
-            gated,
+        Some(ReceivedRequest {
+            latched,
             no_aslr: flags & FLAG_NO_ASLR != 0,
             cpus: flags & FLAG_CPUS != 0,
             cpu_mask,
@@ -151,14 +151,14 @@ mod tests {
     #[test]
     fn a_request_reads_back() {
         let bytes = request(
-            FLAG_GATED | FLAG_CPUS,
+            FLAG_LATCHED | FLAG_CPUS,
             &[0, 1, 2, 61],
             &["/bin/echo", "echo", "hi", "A=1"],
             2,
         );
-        // The report pipe, the gate and four targets.
-        let r = Request::parse(&bytes, 6).unwrap();
-        assert!(r.gated && r.cpus && !r.no_aslr);
+        // The report pipe, the latch and four targets.
+        let r = ReceivedRequest::parse(&bytes, 6).unwrap();
+        assert!(r.latched && r.cpus && !r.no_aslr);
         assert_eq!(r.cpu_mask, [3; CPU_MASK_WORDS]);
         assert_eq!((r.args, r.env), (2, 1));
         assert_eq!((r.target(3), r.highest_target()), (61, 61));
@@ -184,29 +184,29 @@ mod tests {
     #[test]
     fn malformed_requests_are_refused() {
         let good = request(0, &[0], &["/bin/true", "true"], 1);
-        assert!(Request::parse(&good, 2).is_some());
-        // A descriptor count that is not what came with the datagram (a gate too many).
-        assert!(Request::parse(&good, 3).is_none());
+        assert!(ReceivedRequest::parse(&good, 2).is_some());
+        // A descriptor count that is not what came with the datagram (a latch too many).
+        assert!(ReceivedRequest::parse(&good, 3).is_none());
         // Another magic; cut short.
         let mut bad = good.clone();
         bad[0] ^= 1;
-        assert!(Request::parse(&bad, 2).is_none());
-        assert!(Request::parse(&good[..40], 2).is_none());
+        assert!(ReceivedRequest::parse(&bad, 2).is_none());
+        assert!(ReceivedRequest::parse(&good[..40], 2).is_none());
         // A string without its NUL, or fewer strings than announced.
-        let r = Request::parse(&good, 2).unwrap();
+        let r = ReceivedRequest::parse(&good, 2).unwrap();
         let mut table = [std::ptr::null(); 3];
         assert!(r.strings(&good[..good.len() - 1], &mut table).is_none());
         let short = request(0, &[0], &["/bin/true", "true"], 1);
         let mut more = short.clone();
         more[24..32].copy_from_slice(&3u64.to_le_bytes()); // 3 arguments announced
-        let r = Request::parse(&more, 2).unwrap();
+        let r = ReceivedRequest::parse(&more, 2).unwrap();
         let mut table = [std::ptr::null(); 5];
         assert!(r.strings(&more, &mut table).is_none());
         // No arguments at all, a negative target.
         let mut none = good.clone();
         none[24..32].copy_from_slice(&0u64.to_le_bytes());
-        assert!(Request::parse(&none, 2).is_none());
+        assert!(ReceivedRequest::parse(&none, 2).is_none());
         let neg = request(0, &[-1], &["/bin/true", "true"], 1);
-        assert!(Request::parse(&neg, 2).is_none());
+        assert!(ReceivedRequest::parse(&neg, 2).is_none());
     }
 }

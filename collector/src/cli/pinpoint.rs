@@ -13,7 +13,7 @@ use super::args::parse_confidence;
 use crate::judge::compare::Thresholds;
 use crate::output::{refuse_same_files, Output, Unwritten};
 use crate::pinpoint::search::Strategy;
-use crate::pinpoint::{pinpoint, Metric, Request, Runs};
+use crate::pinpoint::{pinpoint, Metric, PinpointRequest, Runs};
 use crate::run::runner::Cancel;
 use sbs_reports::pinpoint::{self as render, PinpointReport};
 
@@ -119,11 +119,11 @@ pub struct PinpointArgs {
 }
 
 impl PinpointArgs {
-    fn request(&self) -> anyhow::Result<Request> {
+    fn request(&self) -> anyhow::Result<PinpointRequest> {
         let Some((current, args)) = self.command.split_first() else {
             anyhow::bail!("no current build given; usage: sbs-profile pinpoint --previous OLD -- NEW [ARGS...]");
         };
-        Ok(Request {
+        Ok(PinpointRequest {
             previous: self.previous.clone(),
             current: PathBuf::from(current),
             args: args.to_vec(),

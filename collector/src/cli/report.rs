@@ -43,7 +43,7 @@ pub struct ReportArgs {
 /// Render the report of the saved history.
 pub(super) fn execute(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let sinks = Sinks::open(&args.report.destinations())?;
-    let (report, regressions) = from_history::build(&from_history::Request {
+    let (report, regressions) = from_history::build(&from_history::HistoryRequest {
         history: args.history.clone(),
         names: args.name.clone(),
         thresholds: args.threshold.clone(),

@@ -13,7 +13,7 @@ use crate::judge::summary::metric_result;
 
 /// What to report on.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub struct HistoryRequest {
     /// Directory of the saved history.
     pub history: PathBuf,
     /// Only these benchmarks (all in the history when empty).
@@ -27,7 +27,7 @@ pub struct Request {
 }
 
 /// Build the report and the regressions of the latest entries.
-pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
+pub fn build(args: &HistoryRequest) -> anyhow::Result<(Report, Vec<Regressed>)> {
     let store = History::new(&args.history);
     let names = benchmark_names(&store, args)?;
     let regression = Regression::new(
@@ -103,7 +103,7 @@ pub fn build(args: &Request) -> anyhow::Result<(Report, Vec<Regressed>)> {
 }
 
 /// The benchmarks asked for (all saved ones by default), each checked to be saved.
-fn benchmark_names(store: &History, args: &Request) -> anyhow::Result<Vec<String>> {
+fn benchmark_names(store: &History, args: &HistoryRequest) -> anyhow::Result<Vec<String>> {
     let all = store.benchmarks()?;
     if all.is_empty() {
         bail!(

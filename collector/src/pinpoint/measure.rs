@@ -24,7 +24,7 @@ use sbs_probes::valgrind::INSTALL_HINT;
 use super::builds::Build;
 use super::costs::Costs;
 use super::dhat;
-use super::{Metric, Request, Runs};
+use super::{Metric, PinpointRequest, Runs};
 use crate::run::instrument::Instrument;
 use crate::run::instruments::valgrind::ValgrindWrapper;
 use crate::run::runner::{run_once as run_child, Cancel};
@@ -49,7 +49,7 @@ pub fn valgrind() -> anyhow::Result<std::path::PathBuf> {
 /// build printed on its first run and, for [`Runs::UnlessRepeated`], whether the previous
 /// build's second run repeated its counts.
 pub fn run_builds(
-    request: &Request,
+    request: &PinpointRequest,
     [previous, current]: [&mut Build; 2],
     cancel: &Cancel,
 ) -> anyhow::Result<(super::Outputs, Option<bool>)> {

@@ -85,7 +85,7 @@ impl Metric {
 
 /// A pinpoint request, in plain values.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub struct PinpointRequest {
     /// The previous build.
     pub previous: PathBuf,
     /// The current build.
@@ -140,7 +140,7 @@ pub const MIN_TIME_RUNS: usize = 2;
 /// Run both builds, dig, and return the report. A signal caught by `cancel` kills the
 /// run under way and ends with [`crate::run::runner::RunError::Interrupted`], once every
 /// child is gone and the temporary files are removed.
-pub fn pinpoint(request: &Request, cancel: &Cancel) -> anyhow::Result<PinpointReport> {
+pub fn pinpoint(request: &PinpointRequest, cancel: &Cancel) -> anyhow::Result<PinpointReport> {
     if request.runs.most() == 0 {
         anyhow::bail!("--runs must be at least 1");
     }
@@ -219,7 +219,7 @@ struct Measured {
 /// Run both builds alternately, as many times as `request.runs` says, and give each its
 /// runs' costs.
 fn measure_builds(
-    request: &Request,
+    request: &PinpointRequest,
     previous: &mut Build,
     current: &mut Build,
     cancel: &Cancel,
@@ -252,7 +252,7 @@ fn measure_builds(
 
 /// The report of a search.
 fn report(
-    request: &Request,
+    request: &PinpointRequest,
     name: String,
     outcome: search::Outcome,
     warnings: Vec<String>,

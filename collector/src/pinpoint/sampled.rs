@@ -2,7 +2,7 @@
 //! stacks become the inclusive time of every function and call site of the build
 //! ([`super::builds::Build::time_costs`]).
 //!
-//! Each run is a child of the runner like every measured run (held at its start gate
+//! Each run is a child of the runner like every measured run (held at its start latch
 //! while the sampler attaches, so sampling starts at its exec), with the caller's
 //! environment, its standard output kept to compare the builds' outputs.
 

@@ -3,7 +3,7 @@
 //! A [`Group`] is a set of instruments that share runs without disturbing each other.
 //! The runner knows nothing of any particular instrument: for each run it calls, in order,
 //! [`Instrument::prepare`] (before fork: env vars, fds to pass, a command wrapper),
-//! [`Instrument::attach`] (child forked and held at its start gate: open counters on its
+//! [`Instrument::attach`] (child forked and held at its start latch: open counters on its
 //! pid), then releases the child, reaps it and calls [`Instrument::collect`]. Finally
 //! [`Instrument::finish`] runs once per group, also after an error or Ctrl-C.
 
@@ -128,7 +128,7 @@ impl ExitKind {
 pub struct RunOutcome {
     /// Pid of the child (the benchmark's main process).
     pub pid: Pid,
-    /// From release of the start gate until the child was reaped.
+    /// From release of the start latch until the child was reaped.
     pub wall: Duration,
     /// User CPU time of the child and its reaped descendants (`wait4` rusage).
     pub user: Duration,
@@ -173,15 +173,16 @@ pub trait Instrument {
         Ok(())
     }
 
-    /// Whether the child must wait at a start gate until [`Instrument::attach`] has run.
+    /// Whether the child must wait at a start latch (a pipe it reads one byte from before
+    /// its exec; "gate" is the regression gate's word) until [`Instrument::attach`] has run.
     /// The default is yes; an instrument that attaches nothing (timing) says no: the child
     /// then execs as soon as the launcher forks it, which saves two wake-ups per run, and
     /// the launcher times it.
-    fn needs_start_gate(&self) -> bool {
+    fn needs_start_latch(&self) -> bool {
         true
     }
 
-    /// The child exists and waits at its start gate (it has not exec'd yet): attach to it,
+    /// The child exists and waits at its start latch (it has not exec'd yet): attach to it,
     /// e.g. open counters on `pid` with `inherit` and `enable_on_exec`.
     fn attach(&mut self, _pid: Pid) -> anyhow::Result<()> {
         Ok(())

@@ -2,7 +2,7 @@
 //! that starts every measured run's process. The collector starts one launcher and sends
 //! it a request per run: the command, the environment, the set-up and the descriptors.
 //! The launcher starts a run parent that shares its memory, which vforks the benchmark's
-//! process (held at the start gate when an instrument attaches to it); they report its
+//! process (held at the start latch when an instrument attaches to it); they report its
 //! pid, a failed exec, and its exit status, rusage and wall time on the run's report pipe
 //! (`sbs_agent_abi::launcher`).
 //!
@@ -28,7 +28,7 @@ use nix::unistd::Pid;
 
 pub use sbs_agent_abi::launcher::{Message, MESSAGE_BYTES};
 use sbs_agent_abi::launcher::{
-    CPU_MASK_WORDS, DATAGRAM_WORDS, FLAG_CPUS, FLAG_GATED, FLAG_NO_ASLR, MAX_TARGETS,
+    CPU_MASK_WORDS, DATAGRAM_WORDS, FLAG_CPUS, FLAG_LATCHED, FLAG_NO_ASLR, MAX_TARGETS,
     REQUEST_MAGIC, SOCKET_FD,
 };
 
@@ -120,7 +120,7 @@ pub fn read_message(pipe: &mut File) -> io::Result<Option<Message>> {
 }
 
 /// One run's process, as the launcher is to start it.
-pub struct Request<'a> {
+pub struct LaunchRequest<'a> {
     /// The program to exec.
     pub program: &'a OsStr,
     /// Its argv, argv[0] included.
@@ -129,8 +129,8 @@ pub struct Request<'a> {
     pub env: &'a [(OsString, OsString)],
     /// The write end of the run's report pipe.
     pub report: BorrowedFd<'a>,
-    /// The read end of its gate: hold it there until a byte comes.
-    pub gate: Option<BorrowedFd<'a>>,
+    /// The read end of its latch: hold it there until a byte comes.
+    pub latch: Option<BorrowedFd<'a>>,
     /// ASLR off.
     pub no_aslr: bool,
     /// The CPUs to pin it to (empty: as the launcher runs).
@@ -139,7 +139,7 @@ pub struct Request<'a> {
     pub fds: Vec<(BorrowedFd<'a>, i32)>,
 }
 
-impl Request<'_> {
+impl LaunchRequest<'_> {
     /// The request's bytes (layout: `sbs_agent_abi::launcher`).
     fn encode(&self) -> io::Result<Vec<u8>> {
         if self.fds.len() > MAX_TARGETS {
@@ -149,8 +149,8 @@ impl Request<'_> {
             )));
         }
         let mut flags = 0;
-        if self.gate.is_some() {
-            flags |= FLAG_GATED;
+        if self.latch.is_some() {
+            flags |= FLAG_LATCHED;
         }
         if self.no_aslr {
             flags |= FLAG_NO_ASLR;
@@ -223,7 +223,7 @@ pub fn server_pid() -> Option<Pid> {
 /// Ask the launcher to start `request`'s process. Its messages come on the report pipe
 /// among the request's descriptors. A launcher that died (killed by hand, say) is
 /// started again, once.
-pub fn start(request: &Request) -> io::Result<()> {
+pub fn start(request: &LaunchRequest) -> io::Result<()> {
     let bytes = request.encode()?;
     let mut file = memfd(c"sbs-run-request", false)?;
     file.write_all(&bytes)?;
@@ -231,7 +231,7 @@ pub fn start(request: &Request) -> io::Result<()> {
     datagram.extend(REQUEST_MAGIC.to_le_bytes());
     datagram.extend((bytes.len() as u64).to_le_bytes());
     let mut fds = vec![file.as_raw_fd(), request.report.as_raw_fd()];
-    fds.extend(request.gate.map(|g| g.as_raw_fd()));
+    fds.extend(request.latch.map(|g| g.as_raw_fd()));
     fds.extend(request.fds.iter().map(|(fd, _)| fd.as_raw_fd()));
     let mut server = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     for attempt in 0..2 {

@@ -1,4 +1,4 @@
-//! Runs one sample: one fresh child process, held at a start gate while the group's
+//! Runs one sample: one fresh child process, held at a start latch while the group's
 //! instruments attach, then released, timed, reaped.
 
 use std::ffi::OsString;
@@ -255,11 +255,11 @@ fn prepare(
 /// A started child, owned by its guard until it is reaped.
 struct Started {
     guard: ChildGuard,
-    /// Readable when the benchmark's process exits, for a gated run (the collector times
+    /// Readable when the benchmark's process exits, for a latched run (the collector times
     /// it); `None` for a run at once, which the launcher times and whose end its report
     /// pipe signals.
     pidfd: Option<OwnedFd>,
-    /// When the benchmark was released (a gated run's timing starts here), or when the
+    /// When the benchmark was released (a latched run's timing starts here), or when the
     /// launcher was started (a run at once).
     start: Instant,
     /// Where the run's deadline (`--timeout`) counts from: `start`, or for a run that
@@ -271,9 +271,9 @@ struct Started {
 
 /// Start the child through the launcher (see `launcher.rs`), which forks the benchmark's
 /// process and reports its pid. If an instrument attaches, or its input is a FIFO, the
-/// process waits at the gate while they do and until the FIFO has a writer, then is
+/// process waits at the latch while they do and until the FIFO has a writer, then is
 /// released; otherwise it execs at once (two wake-ups fewer per run) and the launcher
-/// times it. A FIFO without a writer by the deadline leaves the process at the gate,
+/// times it. A FIFO without a writer by the deadline leaves the process at the latch,
 /// killed, and the deadline passed: the wait then ends as a timeout.
 fn start(
     config: &RunConfig,
@@ -284,8 +284,8 @@ fn start(
     let err = |e| spawn_error(config, e);
     let input = open_input(config)?;
     let fifo = input.as_ref().filter(|i| i.fifo).map(|i| &i.file);
-    let gated = instruments.iter().any(|i| i.needs_start_gate()) || fifo.is_some();
-    let mut pipes = send(config, launch, gated, input.as_ref().map(|i| &i.file))?;
+    let latched = instruments.iter().any(|i| i.needs_start_latch()) || fifo.is_some();
+    let mut pipes = send(config, launch, latched, input.as_ref().map(|i| &i.file))?;
     let launched = pipes.launched;
     let (pid, run_parent) = match launcher::read_message(&mut pipes.report).map_err(err)? {
         Some(Message::Started { pid, run_parent }) => {
@@ -304,8 +304,8 @@ fn start(
         run_parent,
         reaped: false,
     };
-    let Pipes { report, gate, .. } = pipes;
-    let Some(gate) = gate else {
+    let Pipes { report, latch, .. } = pipes;
+    let Some(latch) = latch else {
         return Ok(Started {
             guard,
             pidfd: None,
@@ -318,10 +318,10 @@ fn start(
     for i in instruments.iter_mut() {
         i.attach(pid).map_err(|e| instrument_error(i.as_ref(), e))?;
     }
-    let mut gate = File::from(gate);
+    let mut latch = File::from(latch);
     if let Some(fifo) = fifo {
         if !wait_for_writer(config, fifo, launched, cancel)? {
-            // Never released: killed before the gate closes, so it cannot exec.
+            // Never released: killed before the latch closes, so it cannot exec.
             let _ = killpg(pid, Signal::SIGKILL);
             return Ok(Started {
                 guard,
@@ -334,7 +334,7 @@ fn start(
     }
     // Timing starts at the release: attaching is not the benchmark's time.
     let start = Instant::now();
-    match gate.write_all(b"g") {
+    match latch.write_all(b"g") {
         // The process is gone already; the launcher's report says how.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
         other => other.map_err(err)?,
@@ -362,7 +362,7 @@ struct Input {
 /// for a writer, and here, before the run, neither its timeout nor Ctrl-C would apply.
 /// `O_NONBLOCK` returns at once; the flag is cleared then, so that the benchmark's reads
 /// block as they would have. A FIFO whose writer has not come yet reads as empty (end of
-/// file), so its run waits for one at the gate ([`wait_for_writer`]).
+/// file), so its run waits for one at the latch ([`wait_for_writer`]).
 fn open_input(config: &RunConfig) -> Result<Option<Input>, RunError> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let Some(path) = &config.input else {
@@ -447,20 +447,20 @@ fn launcher_error(config: &RunConfig, message: Message) -> RunError {
 struct Pipes {
     /// Its messages.
     report: File,
-    /// The benchmark's start gate, for a gated run.
-    gate: Option<OwnedFd>,
+    /// The benchmark's start latch, for a latched run.
+    latch: Option<OwnedFd>,
     /// When the request went out (the deadline of a run at once counts from here).
     launched: Instant,
 }
 
 /// Ask the launcher for the run: the command as the instruments laid it out, ASLR and CPUs
 /// as configured, stdin, the output, the instruments' descriptors, the report pipe and,
-/// if `gated`, the gate at their numbers. Our copies of the child's ends are closed once
+/// if `latched`, the latch at their numbers. Our copies of the child's ends are closed once
 /// the request is sent (the launcher has its own).
 fn send(
     config: &RunConfig,
     launch: Launch,
-    gated: bool,
+    latched: bool,
     input: Option<&File>,
 ) -> Result<Pipes, RunError> {
     let err = |e| spawn_error(config, e);
@@ -470,7 +470,7 @@ fn send(
         .open("/dev/null")
         .map_err(err)?;
     let (report_read, report_write) = sys::pipe_cloexec().map_err(err)?;
-    let (gate_read, gate_write) = match gated {
+    let (latch_read, latch_write) = match latched {
         true => {
             let (r, w) = sys::pipe_cloexec().map_err(err)?;
             (Some(r), Some(w))
@@ -487,12 +487,12 @@ fn send(
         fds.push((devnull.as_fd(), 2));
     }
     fds.extend(launch.pass_fds.iter().map(|(fd, n)| (fd.as_fd(), *n)));
-    let request = launcher::Request {
+    let request = launcher::LaunchRequest {
         program: &launch.path,
         args: &launch.args,
         env: &launch.env,
         report: report_write.as_fd(),
-        gate: gate_read.as_ref().map(|g| g.as_fd()),
+        latch: latch_read.as_ref().map(|g| g.as_fd()),
         no_aslr: config.disable_aslr,
         cpus: &config.cpus,
         fds,
@@ -501,7 +501,7 @@ fn send(
     launcher::start(&request).map_err(err)?;
     Ok(Pipes {
         report: File::from(report_read),
-        gate: gate_write,
+        latch: latch_write,
         launched,
     })
 }
@@ -607,7 +607,7 @@ fn reap(
         ExitKind::Code(libc::WEXITSTATUS(status))
     };
     let survivors = overlap::survivors(survivors);
-    // A gated run is timed from its release, by us; a run at once by the launcher, from
+    // A latched run is timed from its release, by us; a run at once by the launcher, from
     // its fork (it started the clock and saw the end first).
     let wall = match pidfd.is_some() || ended.timed_out {
         true => ended.wall,
@@ -764,7 +764,7 @@ mod tests {
         let (outcome, samples) = run_once(&cfg, &mut instruments, &cancel).unwrap();
         assert_eq!(outcome.exit, ExitKind::Code(0));
         assert_eq!(samples[0].value, 0.0);
-        // Held at the gate: still a copy of the launcher, not yet /bin/sh.
+        // Held at the latch: still a copy of the launcher, not yet /bin/sh.
         let exe = seen.lock().unwrap().clone().expect("attach saw the child");
         assert!(
             exe.to_string_lossy().contains("sbs-launcher"),

@@ -589,7 +589,7 @@ struct AllocRun {
 /// carry the harness report, so an exec without a report is normal there).
 #[derive(Debug, Default)]
 struct ExecCheck {
-    /// This run's watch, opened when the child waits at its start gate.
+    /// This run's watch, opened when the child waits at its start latch.
     watch: Option<ExecWatch>,
     /// Runs whose watch could not be opened, and the first reason.
     unchecked: usize,
@@ -820,7 +820,7 @@ impl Instrument for AllocAgent {
         "alloc-agent"
     }
 
-    fn needs_start_gate(&self) -> bool {
+    fn needs_start_latch(&self) -> bool {
         // Env and descriptors are set up before fork; on the agent path the exec watch
         // attaches to the child before it execs, so that its own exec counts.
         self.path == AllocPath::Agent

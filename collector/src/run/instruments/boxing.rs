@@ -86,8 +86,8 @@ impl Instrument for Boxing {
         "boxing"
     }
 
-    fn needs_start_gate(&self) -> bool {
-        self.inner.needs_start_gate()
+    fn needs_start_latch(&self) -> bool {
+        self.inner.needs_start_latch()
     }
 
     fn prepare(&mut self, setup: &mut ChildSetup) -> anyhow::Result<()> {

@@ -132,7 +132,7 @@ impl Instrument for FirstOps {
         "first operations"
     }
 
-    fn needs_start_gate(&self) -> bool {
+    fn needs_start_latch(&self) -> bool {
         false
     }
 

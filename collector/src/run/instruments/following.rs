@@ -7,7 +7,7 @@
 //!
 //! Instruments built on perf events that follow the child (the uprobe counts, the
 //! counters) each keep one [`Following`]: it opens a following exec watch when the child
-//! waits at its start gate, reads it after the child was reaped, and says which runs lost
+//! waits at its start latch, reads it after the child was reaped, and says which runs lost
 //! a process that way.
 
 use std::collections::BTreeSet;
@@ -18,7 +18,7 @@ use sbs_probes::execs::ExecWatch;
 /// The check of one instrument over its runs.
 #[derive(Debug, Default)]
 pub struct Following {
-    /// This run's watch, opened at the start gate.
+    /// This run's watch, opened at the start latch.
     watch: Option<ExecWatch>,
     /// Runs checked.
     runs: usize,
@@ -34,7 +34,7 @@ pub struct Following {
 }
 
 impl Following {
-    /// The child waits at its start gate: watch it and what it starts.
+    /// The child waits at its start latch: watch it and what it starts.
     pub fn attach(&mut self, pid: Pid) {
         match ExecWatch::following(pid.as_raw()) {
             Ok(watch) => self.watch = Some(watch),

@@ -55,7 +55,7 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let peak = Arc::new(AtomicU64::new(0));
         let samples = Arc::new(AtomicU64::new(0));
-        // Started at the gate: the child is still a copy of the launcher.
+        // Started at the latch: the child is still a copy of the launcher.
         let before_exec = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
         let (s, p, n) = (stop.clone(), peak.clone(), samples.clone());
         let thread = std::thread::Builder::new()

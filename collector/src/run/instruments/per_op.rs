@@ -343,7 +343,7 @@ impl Instrument for PerOpRecords {
         "harness"
     }
 
-    fn needs_start_gate(&self) -> bool {
+    fn needs_start_latch(&self) -> bool {
         false
     }
 

@@ -37,7 +37,7 @@ impl Instrument for Timing {
         "timing"
     }
 
-    fn needs_start_gate(&self) -> bool {
+    fn needs_start_latch(&self) -> bool {
         false
     }
 

@@ -174,7 +174,7 @@ impl Instrument for ValgrindInstructions {
 /// Puts valgrind (callgrind or DHAT, its profile and log written to files of the
 /// caller's) in front of the program for one run, and sends the program's standard
 /// output to a file of the caller's, if given. It attaches nothing (valgrind measures
-/// from its own start) but learns the run's pid at the gate, to remove what a killed
+/// from its own start) but learns the run's pid at the latch, to remove what a killed
 /// valgrind leaves in TMPDIR. Used by pinpoint and `--invocations-check`.
 pub struct ValgrindWrapper {
     /// valgrind and its options.

@@ -1,6 +1,6 @@
 //! Several runs at once (`--jobs`): the runs of a group whose instruments count exactly
 //! whatever else the machine does ([`Instrument::overlaps`]). Each run is started as
-//! [`run_once`](super::run_once) starts one (prepared, held at its start gate while the
+//! [`run_once`](super::run_once) starts one (prepared, held at its start latch while the
 //! instruments attach, released); the instruments then park what they hold about it
 //! ([`Instrument::park`]) and the next run is started, up to `jobs` in flight. One thread
 //! polls them all: as each ends, its instruments get their run back and collect it.

@@ -18,7 +18,7 @@ use sbs_agent_abi::inproc::{
     MODULES_AT, MODULE_WORDS, SITE_WORDS,
 };
 use sbs_probes::execs::ExecWatch;
-use sbs_probes::patch::{module_code, ModuleCode, Patch};
+use sbs_probes::patch::{module_code, ModuleCode, Patch, PatchRefusal};
 use sbs_probes::program::Program;
 
 use crate::run::instrument::ChildSetup;
@@ -32,12 +32,8 @@ pub static INPROC_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lib
 /// the engine cannot count, not a fault of the run. `--invocations-engine auto` then
 /// counts with uprobes.
 #[derive(Debug, thiserror::Error)]
-#[error("the in-process engine could not patch {} in {images} process image(s) of the run: {why}", module.display())]
-pub(super) struct Refused {
-    module: PathBuf,
-    images: u64,
-    why: &'static str,
-}
+#[error("{0}")]
+pub(super) struct Refused(pub PatchRefusal);
 
 /// The in-process engine's part of one run in flight ([`Inproc::park`]).
 pub(super) struct InprocRun {
@@ -93,7 +89,7 @@ impl Inproc {
         target: &Program,
         patches: &[(usize, Patch)],
         existing_preload: Option<&OsStr>,
-    ) -> anyhow::Result<(Inproc, Vec<Option<usize>>, Vec<(usize, String)>)> {
+    ) -> anyhow::Result<(Inproc, Vec<Option<usize>>, Vec<(usize, PatchRefusal)>)> {
         let mut images: Vec<usize> = patches.iter().map(|(i, _)| *i).collect();
         images.sort_unstable();
         images.dedup();
@@ -154,7 +150,7 @@ impl Inproc {
         Ok(())
     }
 
-    /// The child waits at its start gate: watch its `exec`s, so that process images that
+    /// The child waits at its start latch: watch its `exec`s, so that process images that
     /// ran without the counting library are found. Where perf events do not allow that,
     /// the runs go on and [`Inproc::note`] says the check was not made.
     pub fn attach(&mut self, pid: i32) {
@@ -184,12 +180,11 @@ impl Inproc {
         for (m, module) in self.modules.iter().enumerate() {
             let status = ModuleStatus::read(&live, m).unwrap_or_default();
             if status.refused > 0 {
-                return Err(Refused {
+                return Err(Refused(PatchRefusal::ImageRefused {
                     module: module.path.clone(),
                     images: status.refused,
-                    why: Refusal::from_code(status.reason)
-                        .map_or("an unknown reason", Refusal::describe),
-                }
+                    refusal: Refusal::from_code(status.reason),
+                })
                 .into());
             }
             if status.patched == 0 {
@@ -337,7 +332,7 @@ struct Encoded {
     /// Per patch: its first counter, or `None` when its module could not be encoded.
     counter_of: Vec<Option<usize>>,
     /// Patches not in the table, with the reason.
-    refused: Vec<(usize, String)>,
+    refused: Vec<(usize, PatchRefusal)>,
     /// Number of counters.
     counters: usize,
 }
@@ -367,8 +362,12 @@ fn encode_modules(
             .filter(|id| !id.is_empty() && id.len() <= MAX_BUILD_ID);
         let Some(build_id) = build_id else {
             for &k in &idx {
-                out.refused
-                    .push((k, format!("{} has no build id", img.path.display())));
+                out.refused.push((
+                    k,
+                    PatchRefusal::NoBuildId {
+                        path: img.path.clone(),
+                    },
+                ));
             }
             continue;
         };

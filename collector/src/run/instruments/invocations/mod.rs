@@ -27,7 +27,7 @@ use anyhow::bail;
 use nix::unistd::Pid;
 use sbs_probes::hits::{Anchors, RunCounters};
 use sbs_probes::overlap::{plan, Candidate};
-use sbs_probes::patch::{displace, Patch};
+use sbs_probes::patch::{displace, Patch, PatchRefusal};
 use sbs_probes::program::Program;
 use sbs_probes::resolve::{match_patterns, PatternMatch};
 use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
@@ -349,7 +349,7 @@ struct Engines {
     /// The uprobe engine's locations.
     targets: Vec<ProbeTarget>,
     /// Sites left to uprobes and why (`usize::MAX`: all of them).
-    fallback: Vec<(usize, String)>,
+    fallback: Vec<(usize, PatchRefusal)>,
     /// Per site: counted by the patch of another site, whose displaced bytes hold it.
     shared: Vec<bool>,
     /// Under `auto`, the uprobe of each site counted in-process.
@@ -366,7 +366,7 @@ fn choose_engines(
     options: Options,
     ld_preload: Option<&OsStr>,
 ) -> anyhow::Result<Engines> {
-    let mut fallback: Vec<(usize, String)> = Vec::new();
+    let mut fallback: Vec<(usize, PatchRefusal)> = Vec::new();
     let mut inproc = None;
     let mut counter_of = vec![None; sites.len()];
     let mut shared = vec![false; sites.len()];
@@ -374,10 +374,9 @@ fn choose_engines(
         Some(why) if options.engine == Engine::Inproc => {
             bail!("--invocations-engine inproc cannot count here: {why}; use --invocations-engine uprobe (root)")
         }
-        Some(why) if !why.is_empty() => fallback.push((
-            usize::MAX,
-            format!("in-process counting unavailable: {why}"),
-        )),
+        Some(why) if !why.is_empty() => {
+            fallback.push((usize::MAX, PatchRefusal::Unavailable { why }))
+        }
         Some(_) => {}
         None => {
             inproc = patch_sites(
@@ -448,11 +447,6 @@ fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
     }
 }
 
-/// Encode the trampolines of the sites that can be patched safely: each counted site's
-/// counter goes in `counter_of` (and `shared` says whether the patch of another site
-/// counts it), each other one's reason in `fallback`. Sites closer together than a patch
-/// are planned together (`sbs_probes::overlap`): no two patches overlap, and no uprobe
-/// lies inside a patch. `None` when no site could be patched.
 /// A pattern with a site that may stand for several calls per counted pass (an unrolled
 /// loop) counts a lower bound: never compared as an exact count.
 fn not_exact_where_unrolled(rows: &mut [PatternRows], calls_per_pass: &[u64]) {
@@ -463,17 +457,18 @@ fn not_exact_where_unrolled(rows: &mut [PatternRows], calls_per_pass: &[u64]) {
     }
 }
 
-/// Why the sites of a library loaded at run time are left to uprobes.
-const LOADED_LATER: &str = "it is in a library the program loads at run time (dlopen), and \
-                            the in-process engine patches the libraries loaded at start";
-
+/// Encode the trampolines of the sites that can be patched safely: each counted site's
+/// counter goes in `counter_of` (and `shared` says whether the patch of another site
+/// counts it), each other one's reason in `fallback`. Sites closer together than a patch
+/// are planned together (`sbs_probes::overlap`): no two patches overlap, and no uprobe
+/// lies inside a patch. `None` when no site could be patched.
 fn patch_sites(
     target: &Program,
     sites: &[Site],
     ld_preload: Option<&OsStr>,
     counter_of: &mut [Option<usize>],
     shared: &mut [bool],
-    fallback: &mut Vec<(usize, String)>,
+    fallback: &mut Vec<(usize, PatchRefusal)>,
 ) -> anyhow::Result<Option<Inproc>> {
     let mut patches: Vec<(usize, Patch)> = Vec::new();
     // Per patch, the sites it counts (indices as in `sites`), in the order of its counts.
@@ -488,7 +483,7 @@ fn patch_sites(
             .filter(|&k| sites[k].image == image)
             .collect();
         if target.loaded_at_run_time(image) {
-            planned_fallback.extend(which.iter().map(|&k| (k, LOADED_LATER.to_string())));
+            planned_fallback.extend(which.iter().map(|&k| (k, PatchRefusal::LoadedLater)));
             continue;
         }
         let candidates: Vec<Candidate> = which
@@ -504,7 +499,7 @@ fn patch_sites(
                         .functions
                         .iter()
                         .find(|f| f.address == s.function)
-                        .ok_or_else(|| "its function is unknown".to_string())
+                        .ok_or(PatchRefusal::FunctionUnknown)
                         .and_then(|f| displace(img, f, s.address, s.kind)),
                     what: s.what.clone(),
                 }
@@ -554,7 +549,7 @@ fn patch_sites(
 fn without_uprobes(
     sites: &[Site],
     counted: &[Counted],
-    fallback: &[(usize, String)],
+    fallback: &[(usize, PatchRefusal)],
     options: Options,
     error: sbs_probes::error::ProbeError,
 ) -> anyhow::Result<String> {
@@ -569,7 +564,7 @@ fn without_uprobes(
             k if needing.contains(&k) => 1,
             _ => continue,
         };
-        let general = without_addresses(why);
+        let general = why.general();
         match reasons.iter_mut().find(|(r, _)| *r == general) {
             Some((_, m)) => *m += n,
             None => reasons.push((general, n)),
@@ -650,7 +645,7 @@ fn leave_out(
 fn label_engines(
     rows: &mut [PatternRows],
     counted: &[Counted],
-    fallback: &[(usize, String)],
+    fallback: &[(usize, PatchRefusal)],
     shared: &[bool],
     options: Options,
 ) -> Vec<(String, String)> {
@@ -709,7 +704,7 @@ fn label_engines(
             if *k != usize::MAX && !by_uprobe.contains(k) {
                 continue;
             }
-            let general = without_addresses(why);
+            let general = why.general();
             match reasons.iter_mut().find(|(r, _)| *r == general) {
                 Some((_, n)) => *n += 1,
                 None => reasons.push((general, 1)),
@@ -767,23 +762,6 @@ fn start_up_notes(
     notes
 }
 
-/// A reason with its addresses replaced by `…`, so that sites left to uprobes for the
-/// same reason are counted together.
-fn without_addresses(reason: &str) -> String {
-    let mut out = String::new();
-    let mut rest = reason;
-    while let Some(at) = rest.find("0x") {
-        out.push_str(&rest[..at]);
-        let digits = rest[at + 2..]
-            .find(|c: char| !c.is_ascii_hexdigit())
-            .unwrap_or(rest.len() - at - 2);
-        out.push('…');
-        rest = &rest[at + 2 + digits..];
-    }
-    out.push_str(rest);
-    out
-}
-
 impl Invocations {
     /// The in-process counters of the run. A program the engine cannot count (its
     /// library declined to patch, or the program was killed by SIGSYS: a seccomp filter's
@@ -796,14 +774,11 @@ impl Invocations {
         };
         let why = if outcome.exit == ExitKind::Signal(libc::SIGSYS) {
             engine.abort();
-            "the program was killed by SIGSYS in a run counted in-process: a seccomp filter \
-             refused a system call, maybe one the counting library makes"
-                .to_string()
+            PatchRefusal::Sigsys
         } else {
             match engine.read() {
                 Ok(counts) => return Ok(counts),
-                Err(e) if e.is::<inproc::Refused>() => e.to_string(),
-                Err(e) => return Err(e),
+                Err(e) => e.downcast::<inproc::Refused>()?.0,
             }
         };
         if self.options.engine != Engine::Auto || self.runs > 0 {
@@ -814,7 +789,7 @@ impl Invocations {
     }
 
     /// Count every site with uprobes from the next run on, because `why`.
-    fn count_with_uprobes(&mut self, why: &str) -> anyhow::Result<()> {
+    fn count_with_uprobes(&mut self, why: &PatchRefusal) -> anyhow::Result<()> {
         if self.tracefs.is_none() {
             let tracefs = Tracefs::open_or_mount().map_err(|e| {
                 anyhow::anyhow!(
@@ -844,7 +819,7 @@ impl Invocations {
                 }
             }
         }
-        let fallback = [(usize::MAX, why.to_string())];
+        let fallback = [(usize::MAX, why.clone())];
         let shared = vec![false; self.counted.len()];
         self.notes = label_engines(
             &mut self.patterns,
@@ -869,7 +844,7 @@ impl Instrument for Invocations {
         "invocations"
     }
 
-    fn needs_start_gate(&self) -> bool {
+    fn needs_start_latch(&self) -> bool {
         // Uprobe counters attach to the child before it execs; the in-process engine
         // passes descriptors and env vars, and counts the child's execs.
         !self.targets.is_empty()
