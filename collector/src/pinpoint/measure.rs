@@ -14,14 +14,14 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{Read, Seek};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use sbs_probes::callgrind::{self, ObjectCosts};
 use sbs_probes::elf::Image;
 use sbs_probes::valgrind::INSTALL_HINT;
 
-use super::builds::Build;
+use super::builds::{Build, Side};
 use super::costs::Costs;
 use super::dhat;
 use super::{Metric, PinpointRequest, Runs};
@@ -44,10 +44,18 @@ pub fn valgrind() -> anyhow::Result<std::path::PathBuf> {
     })
 }
 
-/// Run both builds under valgrind, alternately (previous, current, previous...), as many
-/// times as `request.runs` says, adding each run's costs to its build. Returns what each
-/// build printed on its first run and, for [`Runs::UnlessRepeated`], whether the previous
-/// build's second run repeated its counts.
+/// Run both builds under valgrind, side by side (previous and current at once, run `i`
+/// of each), as many times as `request.runs` says, adding each run's costs to its build.
+/// Returns what each build printed on its first run and, for [`Runs::UnlessRepeated`],
+/// whether the previous build's second run repeated its counts; that second run runs
+/// beside the first two, so that a check that costs a run costs no wait where a core is
+/// free.
+///
+/// Counts under valgrind do not depend on the timing, so runs at once count what runs one
+/// after the other would. Each build runs from a path of its own of the same length and
+/// file name (`…/a/NAME` and `…/b/NAME`): `argv[0]`, which valgrind sets to the path it
+/// runs, then differs in one letter and not in length, so a program that reads it does
+/// the same work in both.
 pub fn run_builds(
     request: &PinpointRequest,
     [previous, current]: [&mut Build; 2],
@@ -62,69 +70,89 @@ pub fn run_builds(
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .context("cannot create a temporary directory for valgrind's profiles")?;
-    // Both builds run from one path, so that they see the same argv[0].
-    let staged_dir = dir.path().join("bin");
-    std::fs::create_dir(&staged_dir)
-        .context("cannot create a directory in pinpoint's temporary directory")?;
     let name = current
         .exe
         .file_name()
         .map_or_else(|| OsString::from("program"), |n| n.to_os_string());
-    let staged = staged_dir.join(name);
+    let mut staged = [PathBuf::new(), PathBuf::new()];
+    for (at, (build, sub)) in staged.iter_mut().zip([(&*previous, "a"), (&*current, "b")]) {
+        let own = dir.path().join(sub);
+        std::fs::create_dir(&own)
+            .context("cannot create a directory in pinpoint's temporary directory")?;
+        *at = own.join(&name);
+        build.stage(at)?;
+    }
     let setup = Setup {
         valgrind: &valgrind,
         metric: request.metric,
         dir: dir.path(),
-        staged: &staged,
+        staged: [&staged[0], &staged[1]],
     };
     let mut outputs: super::Outputs = [None, None];
-    let (mut from, mut repeated) = (0, None);
+    let mut repeated = None;
+    let mut from = 0;
     if let Runs::UnlessRepeated(_) = request.runs {
-        // The previous build's two runs side by side: counts under valgrind do not
-        // depend on the timing, and a second core makes the check that they repeat
-        // cost little more than one run.
-        previous.stage(&staged)?;
-        let [first, second] = std::thread::scope(|scope| {
-            let build = &*previous;
-            let args = &request.args;
-            let other = scope.spawn(|| measure(&setup, build, args, 1, cancel));
-            let first = measure(&setup, build, args, 0, cancel);
-            let second = other
-                .join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("a valgrind run's thread panicked")));
-            [first, second]
-        });
-        for (costs, printed) in [first?, second?] {
-            previous.runs.push(costs);
-            outputs[0].get_or_insert(printed.stdout);
+        // Run 0 of both builds and run 1 of the previous, at once.
+        let [first, second, other] = side_by_side(
+            &setup,
+            [(&*previous, 0), (&*previous, 1), (&*current, 0)],
+            &request.args,
+            cancel,
+        );
+        for (k, result) in [(0, first), (0, second), (1, other)] {
+            let (costs, printed) = result?;
+            let build = if k == 0 {
+                &mut *previous
+            } else {
+                &mut *current
+            };
+            build.runs.push(costs);
+            outputs[k].get_or_insert(printed.stdout);
         }
-    }
-    let mut run = |k: usize, build: &mut Build, i: usize| -> anyhow::Result<()> {
-        build.stage(&staged)?;
-        let (costs, printed) = measure(&setup, build, &request.args, i, cancel)?;
-        build.runs.push(costs);
-        outputs[k].get_or_insert(printed.stdout);
-        Ok(())
-    };
-    if let Runs::UnlessRepeated(_) = request.runs {
-        run(1, current, 0)?;
         if previous.runs[0] == previous.runs[1] {
             // Counts that repeat exactly: the second run adds nothing.
             previous.runs.truncate(1);
             return Ok((outputs, Some(true)));
         }
-        run(1, current, 1)?;
+        let (costs, _) = measure(&setup, current, &request.args, 1, cancel)?;
+        current.runs.push(costs);
         (from, repeated) = (2, Some(false));
     }
     for i in from..request.runs.most() {
-        run(0, previous, i)?;
-        run(1, current, i)?;
+        let [p, c] = side_by_side(
+            &setup,
+            [(&*previous, i), (&*current, i)],
+            &request.args,
+            cancel,
+        );
+        for (build, k, result) in [(&mut *previous, 0, p), (&mut *current, 1, c)] {
+            let (costs, printed) = result?;
+            build.runs.push(costs);
+            outputs[k].get_or_insert(printed.stdout);
+        }
     }
     Ok((outputs, repeated))
 }
 
+/// The runs `(build, index)` at once, one thread each, their results in order.
+fn side_by_side<const N: usize>(
+    setup: &Setup<'_>,
+    runs: [(&Build, usize); N],
+    args: &[OsString],
+    cancel: &Cancel,
+) -> [anyhow::Result<(Costs, Printed)>; N] {
+    std::thread::scope(|scope| {
+        let started =
+            runs.map(|(build, i)| scope.spawn(move || measure(setup, build, args, i, cancel)));
+        started.map(|run| {
+            run.join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("a valgrind run's thread panicked")))
+        })
+    })
+}
+
 /// Where and how a build runs: valgrind, what it measures, the directory of the run's
-/// files, and the one path both builds are run from (their `argv[0]`).
+/// files, and the path each build is run from (previous, current; see [`run_builds`]).
 pub struct Setup<'a> {
     /// The valgrind executable.
     pub valgrind: &'a Path,
@@ -132,11 +160,21 @@ pub struct Setup<'a> {
     pub metric: Metric,
     /// Where profiles, logs and outputs go.
     pub dir: &'a Path,
-    /// Where each build is put before its run ([`Build::stage`]).
-    pub staged: &'a Path,
+    /// Where each build was put ([`Build::stage`]): the previous, the current.
+    pub staged: [&'a Path; 2],
 }
 
-/// Run `build`, staged at `setup.staged`, once under valgrind with `args`: the run's
+impl Setup<'_> {
+    /// The path `build` runs from.
+    fn staged(&self, build: &Build) -> &Path {
+        match build.side {
+            Side::Previous => self.staged[0],
+            Side::Current => self.staged[1],
+        }
+    }
+}
+
+/// Run `build`, staged at its path of `setup.staged`, once under valgrind with `args`: the run's
 /// costs and what it printed. A signal caught by `cancel` kills the run and ends with
 /// [`crate::run::runner::RunError::Interrupted`].
 pub fn measure(
@@ -150,8 +188,9 @@ pub fn measure(
         valgrind,
         metric,
         dir,
-        staged,
+        ..
     } = *setup;
+    let staged = setup.staged(build);
     let out_file = dir.join(format!("{}-{index}.out", build.side));
     let log_file = dir.join(format!("{}-{index}.log", build.side));
     let wrapper = match metric {
@@ -215,7 +254,7 @@ fn read_profile(setup: &Setup<'_>, build: &Build, out_file: &Path) -> anyhow::Re
             let profile = callgrind::parse(&text).with_context(|| {
                 format!("cannot read callgrind's profile {}", out_file.display())
             })?;
-            let own = own_object(&profile.objects, setup.staged).with_context(|| {
+            let own = own_object(&profile.objects, setup.staged(build)).with_context(|| {
                 format!(
                     "callgrind's profile of {} has no cost in the program itself",
                     build.exe.display()
