@@ -2,15 +2,18 @@
 # `--jobs`: the wall time of counting groups with their runs overlapping, against the
 # same runs one at a time (`-j 1`), interleaved in one run of this script so that both
 # see the same machine; and the counts, which must be the same.
-# Usage: benches/jobs/run.sh [SBS_PROFILE] [PROGRAM ARGS...]
-# (default: target/release/sbs-profile on target/release/wordfreq; build both first).
+# Usage: benches/jobs/run.sh [SBS_PROFILE]
+# (default target/release/sbs-profile; build it first). The program is Debian's xz
+# compressing the first 256 KiB of libc, one thread: a program nobody here wrote, and one
+# whose counts repeat run after run (a Rust program with a randomly seeded HashMap, like
+# the bundled example, varies in instructions from run to run, with or without --jobs).
 set -eu
 sbs=${1:-target/release/sbs-profile}
-[ $# -gt 0 ] && shift
-[ $# -gt 0 ] || set -- target/release/wordfreq
 rounds=${ROUNDS:-3}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+head -c 262144 "$(ldd /bin/sh | awk '/libc.so/ {print $3}')" >"$out/input"
+set -- xz -T1 -6 -c "$out/input"
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # wall seconds of one sbs-profile run; its JSON report in $out/$tag.json
 wall() {
@@ -29,7 +32,8 @@ print(sorted((m["id"], m["samples"]) for b in r["benchmarks"] for m in b["metric
 cores=$(nproc)
 printf '%s cores, load average %s\n\n' "$cores" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '| group | `-j 1` | `-j %s` | ratio | counts equal |\n|---|---:|---:|---:|---|\n' "$cores"
-for group in "--instructions valgrind -r 4" "--alloc -r 10" "--invocations-engine uprobe --invocations wordfreq_bench::count -r 4"; do
+for group in "--instructions valgrind -r 4" "--alloc -r 10" "--invocations lzma_code -r 10" \
+    "--invocations-engine uprobe --invocations lzma_code -r 10"; do
     : >"$out/one"
     : >"$out/all"
     for _ in $(seq "$rounds"); do
