@@ -154,13 +154,15 @@ impl Build {
             );
         }
         let targets = CallTargets::of(&image)?;
+        let mut labels = super::names::monomorph_labels(&image);
+        super::names::add_folded(&image, &mut labels);
         Ok(Build {
             side,
             exe: exe.to_path_buf(),
             targets,
             runs: Vec::new(),
             graph: CallGraph::default(),
-            labels: super::names::monomorph_labels(&image),
+            labels,
             image,
         })
     }

@@ -55,6 +55,41 @@ pub fn monomorph_labels(image: &Image) -> HashMap<u64, String> {
     labels
 }
 
+/// Add to `labels` (start address -> label, the monomorphizations' from
+/// [`monomorph_labels`]) the functions the linker folded into one: several names whose
+/// code is the same bytes at one address (identical code folding, LLVM's merged
+/// functions, an alias). Their costs are those of every name's calls, so the label names
+/// the others too: `a::f (also named b::g)`, `a::f (also named b::g and 2 others)`. The
+/// first name is the one [`Image::function_at`] gives the address.
+pub fn add_folded(image: &Image, labels: &mut HashMap<u64, String>) {
+    let mut names: HashMap<u64, Vec<String>> = HashMap::new();
+    for f in &image.functions {
+        let label = demangle(&f.name).label;
+        let same = names.entry(f.address).or_default();
+        if !same.contains(&label) {
+            same.push(label);
+        }
+    }
+    for (address, mut all) in names.into_iter().filter(|(_, n)| n.len() > 1) {
+        let Some(f) = image.function_at(address).filter(|f| f.address == address) else {
+            continue;
+        };
+        let plain = demangle(&f.name).label;
+        let first = labels
+            .get(&address)
+            .cloned()
+            .unwrap_or_else(|| plain.clone());
+        all.retain(|l| l != &plain);
+        all.sort();
+        let others = match all.len() {
+            0 => continue,
+            1 => all[0].clone(),
+            n => format!("{} and {} others", all[0], n - 1),
+        };
+        labels.insert(address, format!("{first} (also named {others})"));
+    }
+}
+
 /// `a::b::work` and DWARF's `work<u8>` give `a::b::work<u8>`.
 fn with_generic_name(label: &str, name: &str) -> String {
     match label.rsplit_once("::") {
