@@ -63,6 +63,20 @@ fn time_names_the_function_whose_memory_access_got_slow_and_instructions_do_not(
         walk["current"].as_f64().unwrap() > 3.0 * walk["previous"].as_f64().unwrap(),
         "{walk}"
     );
+    // Inside walk, the samples land on its loop (the sampled instruction is the load's or
+    // the one after it, lines 44-45 of timepin.c), where all the change is.
+    let inside = p["inside"].as_array().expect("places inside walk");
+    let lines: Vec<&str> = inside.iter().filter_map(|x| x["what"].as_str()).collect();
+    let on_loop = |what: &str| what.ends_with("timepin.c:44") || what.ends_with("timepin.c:45");
+    let place = inside
+        .iter()
+        .find(|x| x["what"].as_str().is_some_and(on_loop))
+        .unwrap_or_else(|| panic!("no place on walk's loop: {lines:?}"));
+    assert!(
+        place["current"].as_f64() > place["previous"].as_f64()
+            && place["share_percent"].as_f64() > Some(50.0),
+        "{place}"
+    );
     let note = &p["sampling"];
     let samples = note["samples"].as_u64().unwrap();
     assert!(samples > 1000, "{note}");

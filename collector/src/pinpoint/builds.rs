@@ -303,15 +303,28 @@ impl Build {
     /// function of its recursive cycle), the mean over the runs, on the call path `via`:
     /// for instructions, each instruction's own count and the inclusive cost of its calls
     /// out of the node; for allocations, the weight of the stacks on the path through each
-    /// call the node makes (a stack once per call site). `None` for sampled time (the
-    /// sampled instruction is no call site).
+    /// call the node makes (a stack once per call site); for sampled time, the time of the
+    /// samples on the path, each at its innermost address in the node (the sampled
+    /// instruction when the node was running, else its call out of the node), as `perf
+    /// report` places samples in inlined code.
     fn cost_at(&self, f: u64, via: &[Vec<u64>]) -> Option<HashMap<u64, f64>> {
         let n = self.runs.len().max(1) as f64;
         let out_of_node: Vec<u64> = self.node_sites(f).ok()?.iter().map(|s| s.address).collect();
         let mut at: HashMap<u64, f64> = HashMap::new();
+        let members = self.cycle(f);
+        let in_node = |a: u64| {
+            self.image
+                .function_at(a)
+                .is_some_and(|g| members.contains(&g.address))
+        };
         for run in &self.runs {
             if run.timed {
-                return None;
+                for stack in run.stacks.iter().flatten().filter(|s| on_path(s, via)) {
+                    if let Some(&a) = stack.at.iter().find(|&&a| in_node(a)) {
+                        *at.entry(a).or_default() += stack.weight / n;
+                    }
+                }
+                continue;
             }
             for (a, c) in &run.own_at {
                 *at.entry(*a).or_default() += c / n;
@@ -360,6 +373,7 @@ impl Build {
                 order.push(f.address);
                 if i == 0 {
                     // The sampled instruction, not a return address: no call site.
+                    sampled.at.push(frame.address);
                     continue;
                 }
                 let list = site_lists.entry(f.address).or_insert_with(|| {
@@ -372,6 +386,7 @@ impl Build {
                 let k = list.partition_point(|&s| s <= frame.address);
                 if k > 0 {
                     sampled.sites.push(list[k - 1]);
+                    sampled.at.push(list[k - 1]);
                 }
             }
             outside += u64::from(!inside);

@@ -36,4 +36,8 @@ pub struct SampledStack {
     /// Call sites on the stack (the call instruction of each return address), sorted,
     /// each once.
     pub sites: Vec<u64>,
+    /// Time samples only: the program's own frames from the innermost out, as the address
+    /// in each (the sampled instruction, then each call site), in stack order: where in
+    /// a function its time went.
+    pub at: Vec<u64>,
 }

@@ -111,6 +111,7 @@ pub fn costs(points: &[Point], image: &Image, bytes: bool) -> Costs {
             weight: value,
             functions,
             sites,
+            at: Vec::new(),
         });
     }
     costs.edges = Costs::edges_of_stacks(&frames);
