@@ -274,14 +274,8 @@ impl Rounds<'_> {
             }
             done = (round + 1).saturating_sub(warmup);
             for (bench, c) in self.benchmarks.iter_mut().zip(self.collected.iter_mut()) {
-                let Some(group) = bench.groups.get_mut(g) else {
+                let Some((run, group)) = Round::of(bench, g, round) else {
                     continue;
-                };
-                let run = Round {
-                    name: &bench.name,
-                    hooks: &bench.hooks,
-                    config: &bench.run,
-                    round,
                 };
                 one_run(run, group, c, schedule, self.bar, self.cancel, executor)?;
             }
@@ -339,15 +333,8 @@ impl Rounds<'_> {
         );
         let made = results.len();
         for ((b, round), result) in order.iter().copied().zip(results) {
-            let bench = &mut self.benchmarks[b];
-            let Some(group) = bench.groups.get_mut(g) else {
+            let Some((run, group)) = Round::of(&mut self.benchmarks[b], g, round) else {
                 continue;
-            };
-            let run = Round {
-                name: &bench.name,
-                hooks: &bench.hooks,
-                config: &bench.run,
-                round,
             };
             let result = match result {
                 // The instrument changed how it measures: this run again, alone.
@@ -388,6 +375,28 @@ struct Round<'a> {
     hooks: &'a Hooks,
     config: &'a RunConfig,
     round: usize,
+}
+
+impl<'a> Round<'a> {
+    /// Round `round` of group `g` of `bench`, with the group; `None` if `bench` has no
+    /// such group (size probes are some benchmarks' own).
+    fn of(bench: &'a mut Benchmark, g: usize, round: usize) -> Option<(Round<'a>, &'a mut Group)> {
+        let Benchmark {
+            name,
+            hooks,
+            run,
+            groups,
+            ..
+        } = bench;
+        let group = groups.get_mut(g)?;
+        let round = Round {
+            name,
+            hooks,
+            config: run,
+            round,
+        };
+        Some((round, group))
+    }
 }
 
 /// One round of `group` for one benchmark: a warm-up or a measured run (none where the
