@@ -31,6 +31,10 @@ pub struct Following {
     /// Runs not checked (the watch could not be opened), and the first reason.
     unchecked: usize,
     reason: Option<String>,
+    /// Runs in which a process forked while it had another thread, and whether the last
+    /// run read did ([`Following::forked_while_threaded`]).
+    fork_runs: usize,
+    last_forked: bool,
 }
 
 impl Following {
@@ -57,12 +61,37 @@ impl Following {
         if seen.saturated {
             self.saturated += 1;
         }
+        self.last_forked = seen.forked_while_threaded > 0;
+        self.fork_runs += usize::from(self.last_forked);
         if seen.unfollowed.is_empty() {
             return false;
         }
         self.lost_runs += 1;
         self.programs.extend(seen.unfollowed);
         true
+    }
+
+    /// Whether, in the run [`Following::lost_one`] last read, a process forked while it
+    /// had another thread: uprobe counts may then miss calls (see
+    /// `sbs_probes::execs::ExecCount::forked_while_threaded`).
+    pub fn forked_while_threaded(&self) -> bool {
+        self.last_forked
+    }
+
+    /// The warning for uprobe counts (`what`) of runs in which a process forked while it
+    /// had another thread.
+    pub fn fork_warning(&self, what: &str) -> Option<String> {
+        (self.fork_runs > 0).then(|| {
+            format!(
+                "in {} of {} runs a process of the benchmark forked while another of its \
+                 threads ran: the kernel's uprobes can miss calls made around such a fork \
+                 (seen on Linux 6.x, with perf probe too), so {what} of those runs are \
+                 lower bounds, not exact; --invocations-engine inproc counts such programs \
+                 exactly",
+                self.fork_runs,
+                self.runs + self.unchecked
+            )
+        })
     }
 
     /// The run was abandoned.

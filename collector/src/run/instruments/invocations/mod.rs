@@ -897,7 +897,7 @@ impl Instrument for Invocations {
         let inproc = self.read_inproc(outcome)?;
         // A process the kernel stopped following made calls no uprobe counted; an image
         // without the counting library, calls not counted in-process.
-        let lost_uprobe = self.following.lost_one();
+        let lost_uprobe = self.following.lost_one() | self.following.forked_while_threaded();
         let lost_inproc = self.inproc.as_ref().is_some_and(Inproc::missed_images);
         self.runs += 1;
         let count = |i: usize| match self.counted[i] {
@@ -963,6 +963,7 @@ impl Instrument for Invocations {
             out.extend(inproc.warnings());
         }
         out.extend(self.following.warnings("the counts made with uprobes"));
+        out.extend(self.following.fork_warning("the counts made with uprobes"));
         out
     }
 
