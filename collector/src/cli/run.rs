@@ -8,7 +8,7 @@ use anyhow::Context;
 use super::{exit_for, RunArgs};
 use crate::check::{self, CheckRequest};
 use crate::judge::judge;
-use crate::judge::regression::{Mode, Reference, Regression};
+use crate::judge::regression::{Measured, Mode, Reference, Regression};
 use crate::output::{Format, Sinks, Unwritten};
 use crate::plan::{self, Request, Target};
 use crate::run::confirm::confirm;
@@ -64,17 +64,17 @@ pub(super) fn measure(
     // Save first, then write every report that can be written: a failing destination
     // loses neither the history nor the other reports, and a failing history loses no
     // report. Neither depends on stdout having a reader.
-    let saved = regression.save(&report);
+    let finished = regression.finish(&report);
     let written = sinks.write(&report);
     let code = exit_for(&regressions);
     let mut failures = written.err().map(|u| u.failures).unwrap_or_default();
-    if let Err(e) = saved {
+    if let Err(e) = finished.saved {
         failures.insert(0, e);
     }
     failures.extend(unchecked);
     // A --threshold that names no metric switched a gate off: an error, once the
     // measurements are safe.
-    if let Err(e) = regression.check_threshold_names(&report) {
+    if let Err(e) = finished.unnamed {
         failures.push(e);
     }
     // The numbers-only formats have no place for warnings: they go to stderr.
@@ -122,22 +122,22 @@ fn checked_plan(
         controls: args.controls(),
         scan: args.scan()?,
     };
-    let regression = Regression::new(
+    let regression = Regression::prepare(
         &args.regression.settings(args.ignore_failure),
         request.controls.confidence,
         mode,
+        || {
+            let planned = plan::planned_groups(&request)?;
+            Ok(Measured {
+                families: plan::families(planned.iter()),
+                ids: plan::metric_ids(planned.iter()),
+            })
+        },
     )?;
-    let planned = plan::planned_groups(&request)?;
-    regression.check_thresholds(
-        &plan::families(planned.iter()),
-        Some(&plan::metric_ids(planned.iter())),
-    )?;
-    regression.check_writable(&[])?;
     let sinks = Sinks::open(&args.report.destinations())?;
     let plan = plan::build(request)?;
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;
-    regression.check_writable(&names)?;
     if one_program {
         check::one_program(plan.benchmarks.iter().map(|b| &b.run))?;
     }
