@@ -11,7 +11,7 @@ use crate::judge::judge;
 use crate::judge::regression::{Measured, Mode, Reference, Regression};
 use crate::output::{Format, Sinks, Unwritten};
 use crate::plan::{self, Request, Target};
-use crate::run::confirm::confirm;
+use crate::run::confirm::Confirmer;
 use crate::run::runner::Cancel;
 use crate::run::scheduler::execute;
 use crate::run::spec;
@@ -49,17 +49,14 @@ pub(super) fn measure(
         };
         check_all(&benchmarks, &request, &valgrind, &cancel, &mut report).err()
     });
-    let (benchmarks, schedule) = (&mut benchmarks, &plan.schedule);
+    let schedule = &plan.schedule;
     let regressions = judge(
         &mut report,
         &regression,
         &references,
         schedule.confidence,
         schedule.runs,
-        |groups, runs, report| {
-            confirm(benchmarks, schedule, &cancel, groups, runs, report)
-                .context("making confirmation runs (--confirm 0 makes none)")
-        },
+        &mut Confirmer::new(&mut benchmarks, schedule, &cancel),
     )?;
     // Save first, then write every report that can be written: a failing destination
     // loses neither the history nor the other reports, and a failing history loses no
