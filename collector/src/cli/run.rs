@@ -8,7 +8,7 @@ use anyhow::Context;
 use super::{exit_for, RunArgs};
 use crate::check::{self, CheckRequest};
 use crate::judge::judge;
-use crate::judge::regression::{Measured, Mode, Reference, Regression};
+use crate::judge::regression::{Mode, Reference, Regression};
 use crate::output::{Format, Sinks, Unwritten};
 use crate::plan::{self, Request, Target};
 use crate::run::confirm::Confirmer;
@@ -42,11 +42,7 @@ pub(super) fn measure(
     // A check that cannot be made loses none of the measurements: they are judged, saved
     // and written, and the error is said at the end.
     let unchecked = check.and_then(|(debug, valgrind)| {
-        let request = CheckRequest {
-            debug: debug.clone(),
-            patterns: plan::unique(&args.measures().invocations),
-            options: plan::invocation_options(&args.measures(), false),
-        };
+        let request = plan::check_request(debug, &args.measures());
         check_all(&benchmarks, &request, &valgrind, &cancel, &mut report).err()
     });
     let schedule = &plan.schedule;
@@ -123,13 +119,7 @@ fn checked_plan(
         &args.regression.settings(args.ignore_failure),
         request.controls.confidence,
         mode,
-        || {
-            let planned = plan::planned_groups(&request)?;
-            Ok(Measured {
-                families: plan::families(planned.iter()),
-                ids: plan::metric_ids(planned.iter()),
-            })
-        },
+        || plan::metrics(&request),
     )?;
     let sinks = Sinks::open(&args.report.destinations())?;
     let plan = plan::build(request)?;
