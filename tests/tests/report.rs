@@ -344,6 +344,7 @@ fn the_trend_marks_the_latest_entry_as_the_table_judges_it() {
     for _ in 0..4 {
         // The times saved here are replaced below; a noisy machine can make the gate
         // fail a run against the ones before (exit 1), and the run is saved all the same.
+        // No confirmation runs: every entry keeps the 5 runs the times below replace.
         let run = sbs([
             "--history",
             history.to_str().unwrap(),
@@ -353,6 +354,8 @@ fn the_trend_marks_the_latest_entry_as_the_table_judges_it() {
             "--runs",
             "5",
             "--warmup",
+            "0",
+            "--confirm",
             "0",
             "--",
             fixture!("exit_with"),

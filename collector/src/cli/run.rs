@@ -11,7 +11,7 @@ use crate::judge::judge;
 use crate::judge::regression::{Mode, Reference, Regression};
 use crate::output::{Format, Sinks, Unwritten};
 use crate::plan::{self, Request, Target};
-use crate::run::confirm::confirm;
+use crate::run::confirm::Confirmer;
 use crate::run::runner::Cancel;
 use crate::run::scheduler::execute;
 use crate::run::spec;
@@ -42,39 +42,32 @@ pub(super) fn measure(
     // A check that cannot be made loses none of the measurements: they are judged, saved
     // and written, and the error is said at the end.
     let unchecked = check.and_then(|(debug, valgrind)| {
-        let request = CheckRequest {
-            debug: debug.clone(),
-            patterns: plan::unique(&args.measures().invocations),
-            options: plan::invocation_options(&args.measures(), false),
-        };
+        let request = plan::check_request(debug, &args.measures());
         check_all(&benchmarks, &request, &valgrind, &cancel, &mut report).err()
     });
-    let (benchmarks, schedule) = (&mut benchmarks, &plan.schedule);
+    let schedule = &plan.schedule;
     let regressions = judge(
         &mut report,
         &regression,
         &references,
         schedule.confidence,
         schedule.runs,
-        |groups, runs, report| {
-            confirm(benchmarks, schedule, &cancel, groups, runs, report)
-                .context("making confirmation runs (--confirm 0 makes none)")
-        },
+        &mut Confirmer::new(&mut benchmarks, schedule, &cancel),
     )?;
     // Save first, then write every report that can be written: a failing destination
     // loses neither the history nor the other reports, and a failing history loses no
     // report. Neither depends on stdout having a reader.
-    let saved = regression.save(&report);
+    let finished = regression.finish(&report);
     let written = sinks.write(&report);
     let code = exit_for(&regressions);
     let mut failures = written.err().map(|u| u.failures).unwrap_or_default();
-    if let Err(e) = saved {
+    if let Err(e) = finished.saved {
         failures.insert(0, e);
     }
     failures.extend(unchecked);
     // A --threshold that names no metric switched a gate off: an error, once the
     // measurements are safe.
-    if let Err(e) = regression.check_threshold_names(&report) {
+    if let Err(e) = finished.unnamed {
         failures.push(e);
     }
     // The numbers-only formats have no place for warnings: they go to stderr.
@@ -122,22 +115,16 @@ fn checked_plan(
         controls: args.controls(),
         scan: args.scan()?,
     };
-    let regression = Regression::new(
+    let regression = Regression::prepare(
         &args.regression.settings(args.ignore_failure),
         request.controls.confidence,
         mode,
+        || plan::metrics(&request),
     )?;
-    let planned = plan::planned_groups(&request)?;
-    regression.check_thresholds(
-        &plan::families(planned.iter()),
-        Some(&plan::metric_ids(planned.iter())),
-    )?;
-    regression.check_writable(&[])?;
     let sinks = Sinks::open(&args.report.destinations())?;
     let plan = plan::build(request)?;
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;
-    regression.check_writable(&names)?;
     if one_program {
         check::one_program(plan.benchmarks.iter().map(|b| &b.run))?;
     }

@@ -18,8 +18,53 @@ use sbs_reports::model::{
     Verdict,
 };
 
+use crate::judge::regression::{regressions, Reference, Regressed, Regression};
+
 /// A group of runs of one benchmark to extend: (benchmark index in the report, group).
 pub type GroupOf = (usize, String);
+
+/// What makes the confirmation runs: more runs of some groups, their samples added to
+/// the report's series. A run makes them with child processes
+/// ([`crate::run::confirm::Confirmer`]); the judge only says which, and how many.
+pub trait MoreRuns {
+    /// Make `runs` more runs of each group of `groups`, and add their samples to the
+    /// series of `report`.
+    fn more_runs(
+        &mut self,
+        groups: &[GroupOf],
+        runs: usize,
+        report: &mut Report,
+    ) -> anyhow::Result<()>;
+}
+
+/// After the gate's first look at `report` (made over `first_runs` runs): where a
+/// measured metric looks regressed, `runner` makes the confirmation runs of its groups,
+/// the gate judges those groups again over all their runs against the same
+/// `references`, and each final comparison keeps its first look. Returns the verdict's
+/// regressions after the second look, or `None` when no runs were made (the first look
+/// stands).
+pub fn confirm(
+    report: &mut Report,
+    regression: &Regression,
+    references: &[Reference],
+    first_runs: usize,
+    runner: &mut dyn MoreRuns,
+) -> anyhow::Result<Option<Vec<Regressed>>> {
+    let runs = regression.confirm_runs(first_runs);
+    let groups = match runs {
+        0 => Vec::new(),
+        _ => groups_to_confirm(report),
+    };
+    if groups.is_empty() {
+        return Ok(None);
+    }
+    let first = FirstLooks::take(report, &groups);
+    runner.more_runs(&groups, runs, report)?;
+    regression.apply_again(references, report, &groups)?;
+    // The first looks go into the final comparisons, and the regressions say so.
+    first.record(report);
+    Ok(Some(regressions(report)))
+}
 
 /// Whether `metric`'s comparison asks for confirmation runs: a regression of a measured
 /// metric, not decided exactly. A harness's calibrated metric (`X.calibrated`, derived

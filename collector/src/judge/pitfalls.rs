@@ -35,6 +35,15 @@ pub const STEP_MIN_SECONDS: f64 = 20e-6;
 /// fraction between the first and the second half of the window.
 pub const TREND_MIN_CHANGE: f64 = 0.2;
 
+/// Every pitfall pass over a fresh report, in its order: the calibration against the
+/// empty operation ([`calibrate`]), then what it says: [`dead_work`], then
+/// [`constant_inputs`] (which leaves out the dead work already said).
+pub fn all(report: &mut Report, confidence: f64) {
+    calibrate(report, confidence);
+    dead_work(report);
+    constant_inputs(report);
+}
+
 /// Add `X.calibrated` after every pair of per-operation metrics `X` and `X.empty` of each
 /// benchmark: the raw value minus the empty operation's, run by run (the same process for
 /// time, the runs of the calibration group in the same order for counts), with

@@ -128,7 +128,44 @@ impl std::fmt::Display for Regressed {
     }
 }
 
+/// What a plan will measure, known before anything heavy: the families of its metrics
+/// and the id of every metric (`PREFIX*` for ids its runs name).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Measured {
+    /// The families of metric ids the plan's groups may report.
+    pub families: BTreeSet<Family>,
+    /// The id of every metric the plan's groups may report.
+    pub ids: BTreeSet<String>,
+}
+
+/// What the gate says once a run's report is final ([`Regression::finish`]).
+#[derive(Debug)]
+pub struct Finished {
+    /// The history files written (`--save`, `--save-baseline`), or why they could not be.
+    pub saved: anyhow::Result<Vec<PathBuf>>,
+    /// An error naming every `--threshold` that matched no metric of the report.
+    pub unnamed: anyhow::Result<()>,
+}
+
 impl Regression {
+    /// The gate of a run, every flag of it checked before anything heavy, in this order:
+    /// its own settings ([`Regression::new`]); then, only once they are valid, the
+    /// thresholds against what the plan will measure (`measured`, asked for then: a typo
+    /// in the settings wins over an error of the plan); then that `--save` and
+    /// `--save-baseline` can write the history's directory.
+    pub fn prepare(
+        args: &Settings,
+        confidence: f64,
+        mode: Mode,
+        measured: impl FnOnce() -> anyhow::Result<Measured>,
+    ) -> anyhow::Result<Regression> {
+        let regression = Regression::new(args, confidence, mode)?;
+        let measured = measured()?;
+        regression.check_thresholds(&measured.families, Some(&measured.ids))?;
+        regression.check_writable(&[])?;
+        Ok(regression)
+    }
+
     /// Validate the options. `confidence` is the plan's.
     pub fn new(args: &Settings, confidence: f64, mode: Mode) -> anyhow::Result<Regression> {
         let thresholds = Thresholds::from_args(&args.thresholds)?;
@@ -164,9 +201,18 @@ impl Regression {
         })
     }
 
-    /// Load what each benchmark (by name) is compared with. Runs before the measurements, so
-    /// a missing baseline or a corrupt history file fails before minutes of runs.
+    /// Load what each benchmark (by name) is compared with, then check that `--save` and
+    /// `--save-baseline` can write their history. Runs before the measurements, so a
+    /// missing baseline, a corrupt history file or a history that cannot be written fails
+    /// before minutes of runs.
     pub fn load(&self, benchmarks: &[String]) -> anyhow::Result<Vec<Reference>> {
+        let references = self.references(benchmarks)?;
+        self.check_writable(benchmarks)?;
+        Ok(references)
+    }
+
+    /// What each benchmark (by name) is compared with.
+    fn references(&self, benchmarks: &[String]) -> anyhow::Result<Vec<Reference>> {
         if self.mode == Mode::Compare {
             return Ok(benchmarks.iter().map(|_| Reference::Nothing).collect());
         }
@@ -495,7 +541,7 @@ impl Regression {
     /// measure (`families` and, when known, `ids`), so that a typo fails before minutes of
     /// runs. A misspelt name the plan cannot tell from a real one (a harness's metrics
     /// named by its runs) is caught after them, by [`Regression::check_threshold_names`].
-    pub fn check_thresholds(
+    fn check_thresholds(
         &self,
         families: &BTreeSet<Family>,
         ids: Option<&BTreeSet<String>>,
@@ -514,7 +560,7 @@ impl Regression {
     /// Check, before any run, that `--save` or `--save-baseline` can write the history of
     /// `benchmarks` (with none given, its directory), so that saving does not fail after
     /// the runs.
-    pub fn check_writable(&self, benchmarks: &[String]) -> anyhow::Result<()> {
+    fn check_writable(&self, benchmarks: &[String]) -> anyhow::Result<()> {
         if self.save || self.save_baseline.is_some() {
             self.history
                 .check_writable(benchmarks, self.save, self.save_baseline.as_deref())?;
@@ -535,9 +581,19 @@ impl Regression {
         )
     }
 
+    /// Once the report of a run is final: save it as asked, then check that every
+    /// `--threshold` named one of its metrics. Neither stops the other; the caller says
+    /// both once the reports are written.
+    pub fn finish(&self, report: &Report) -> Finished {
+        Finished {
+            saved: self.save(report),
+            unnamed: self.check_threshold_names(report),
+        }
+    }
+
     /// Save the report's benchmarks as asked (`--save`, `--save-baseline`). Returns the
     /// files written.
-    pub fn save(&self, report: &Report) -> anyhow::Result<Vec<PathBuf>> {
+    fn save(&self, report: &Report) -> anyhow::Result<Vec<PathBuf>> {
         if !self.save && self.save_baseline.is_none() {
             return Ok(Vec::new());
         }

@@ -9,8 +9,7 @@ use anyhow::{bail, Context};
 
 use super::groups::{benchmark_groups, refuse_credential_change};
 use super::{
-    bench_binary, BenchmarkSpec, Controls, GroupSpec, HarnessTarget, Plan, Point, Request,
-    Schedule, Target,
+    bench_binary, BenchmarkSpec, Controls, HarnessTarget, Plan, Point, Request, Schedule, Target,
 };
 use crate::run::hooks::{Hook, Hooks};
 use crate::run::runner::RunConfig;
@@ -105,34 +104,6 @@ pub fn build(request: Request) -> anyhow::Result<Plan> {
             jobs: controls.jobs,
         },
     })
-}
-
-/// Stands for every size probe of a harnessed benchmark in [`planned_groups`]: the id
-/// of its instruction count, `counter.instructions/op@*`, is a prefix pattern.
-const ANY_SIZE: &str = "*";
-
-/// The groups the plan of `request` will give its benchmarks, known before anything heavy
-/// (no cargo build, no listing of a harness binary, no program read): what the
-/// `--threshold` names are checked against first. A harness's size probes, known only from
-/// its listing, stand as one probe of any size.
-pub fn planned_groups(request: &Request) -> anyhow::Result<Vec<GroupSpec>> {
-    let mut groups = Vec::new();
-    let commands = request
-        .targets
-        .iter()
-        .any(|t| matches!(t, Target::Command { .. }));
-    if commands {
-        groups.extend(benchmark_groups(&request.measures, None)?);
-    }
-    if request
-        .targets
-        .iter()
-        .any(|t| matches!(t, Target::Harness(_)))
-    {
-        let any_size = [ANY_SIZE.to_string()];
-        groups.extend(benchmark_groups(&request.measures, Some(("", &any_size)))?);
-    }
-    Ok(groups)
 }
 
 /// The hooks of a scan point: `{NAME}` replaced by its value in each command.

@@ -2,11 +2,14 @@
 //! Every benchmark of a plan gets the same list, in the same order (interleaved runs rely
 //! on it), except that a harnessed benchmark's size probes come last, as groups of its own.
 
+use std::path::Path;
+
 use anyhow::bail;
 use sbs_reports::model::Family;
 
 use super::counters::{self, CounterOptions};
 use super::Measures;
+use crate::check::CheckRequest;
 use crate::run::instruments::alloc::{AllocMetrics, AllocPath};
 use crate::run::instruments::invocations::Options as InvocationOptions;
 use crate::run::instruments::per_op::{PerOpMode, NOT_COUNTED};
@@ -226,7 +229,9 @@ fn add_harness_records(
     Ok(())
 }
 
-pub(crate) fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
+/// How the invocation counts of `measures` are made (`region`: only inside a harness's
+/// measured region).
+fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
     InvocationOptions {
         max_probes: measures.max_probes,
         detail: measures.invocations_detail,
@@ -236,8 +241,19 @@ pub(crate) fn invocation_options(measures: &Measures, region: bool) -> Invocatio
     }
 }
 
+/// What `--invocations-check` compares with the debug build `debug`: the `--invocations`
+/// patterns of `measures`, each once, counted as a command's runs count them (no harness
+/// region).
+pub(crate) fn check_request(debug: &Path, measures: &Measures) -> CheckRequest {
+    CheckRequest {
+        debug: debug.to_path_buf(),
+        patterns: unique(&measures.invocations),
+        options: invocation_options(measures, false),
+    }
+}
+
 /// The patterns, each once, in the order first given.
-pub(crate) fn unique(patterns: &[String]) -> Vec<String> {
+fn unique(patterns: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(patterns.len());
     for p in patterns {
         if !out.contains(p) {
@@ -320,7 +336,7 @@ mod tests {
             }]
         );
         assert_eq!(groups, benchmark_groups(&measures, None).unwrap());
-        let ids = crate::plan::metric_ids(groups.iter());
+        let ids = crate::plan::metrics::metric_ids(groups.iter());
         for id in [
             "invocations.push",
             "invocations.pop",
@@ -360,7 +376,7 @@ mod tests {
             assert_eq!(records.benchmark, "sort");
             assert_eq!(records.drift.is_some(), g.name == "timing", "{}", g.name);
         }
-        let ids = crate::plan::metric_ids(groups.iter());
+        let ids = crate::plan::metrics::metric_ids(groups.iter());
         for id in [
             "time.op",
             "time.op.empty",

@@ -6,16 +6,14 @@ pub mod bench_binary;
 mod build;
 pub mod counters;
 mod groups;
+mod metrics;
 mod request;
-
-use std::collections::BTreeSet;
-
-use sbs_reports::model::{Family, MetricId, Variant};
 
 pub use crate::run::spec::{BenchmarkSpec, GroupSpec, InstrumentSpec};
 pub use crate::run::spec::{FailurePolicy, Point, Schedule};
-pub use build::{build, planned_groups, resolve_program};
-pub(crate) use groups::{invocation_options, unique};
+pub use build::{build, resolve_program};
+pub(crate) use groups::check_request;
+pub use metrics::metrics;
 pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, ScanRequest, Target};
 
 /// The whole validated request, as data: what each benchmark's runs will carry, not the
@@ -26,34 +24,4 @@ pub struct Plan {
     pub benchmarks: Vec<BenchmarkSpec>,
     /// How often each group runs, and what a failing child means.
     pub schedule: Schedule,
-}
-
-/// The families of metric ids `groups` may report.
-pub fn families<'a>(groups: impl Iterator<Item = &'a GroupSpec>) -> BTreeSet<Family> {
-    groups
-        .flat_map(|g| &g.instruments)
-        .flat_map(InstrumentSpec::families)
-        .collect()
-}
-
-/// The id of every metric `groups` may report, and the calibrated twin the judge adds for
-/// every metric measured on an empty operation.
-pub fn metric_ids<'a>(groups: impl Iterator<Item = &'a GroupSpec>) -> BTreeSet<String> {
-    let mut ids = BTreeSet::new();
-    for g in groups {
-        let mut group: Vec<String> = Vec::new();
-        for i in &g.instruments {
-            let more = i.metric_ids_after(&group);
-            group.extend(more);
-        }
-        ids.extend(group);
-    }
-    let calibrated: Vec<String> = ids
-        .iter()
-        .filter_map(|id| MetricId::parse(id).ok())
-        .filter(|id| id.variant() == Variant::Empty)
-        .map(|id| id.with_variant(Variant::Calibrated).to_string())
-        .collect();
-    ids.extend(calibrated);
-    ids
 }

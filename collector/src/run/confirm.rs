@@ -3,9 +3,10 @@
 //! (the warm-up runs again, `--setup`, `--prepare` and `--cleanup`, the same failure
 //! policy), their samples added to the report's series.
 
+use anyhow::Context;
 use sbs_reports::model::{BenchmarkResult, Conditions, Detail, GroupRuns, Report};
 
-use crate::judge::confirm::GroupOf;
+use crate::judge::confirm::{GroupOf, MoreRuns};
 use crate::judge::summary::summarize_metric;
 use crate::run::runner::Cancel;
 use crate::run::scheduler::series::Collected;
@@ -14,11 +15,54 @@ use crate::run::scheduler::{
 };
 use crate::run::spec::{Benchmark, FailurePolicy, Schedule};
 
+/// The confirmation runs a run's judge asks for ([`MoreRuns`]): [`confirm`] on the
+/// run's live benchmarks, made as its schedule made the first runs, until `cancel`.
+pub struct Confirmer<'a> {
+    benchmarks: &'a mut [Benchmark],
+    schedule: &'a Schedule,
+    cancel: &'a Cancel,
+}
+
+impl<'a> Confirmer<'a> {
+    /// The confirmation runs of `benchmarks`, run as `schedule` says, until `cancel`.
+    pub fn new(
+        benchmarks: &'a mut [Benchmark],
+        schedule: &'a Schedule,
+        cancel: &'a Cancel,
+    ) -> Confirmer<'a> {
+        Confirmer {
+            benchmarks,
+            schedule,
+            cancel,
+        }
+    }
+}
+
+impl MoreRuns for Confirmer<'_> {
+    /// [`confirm`], its error saying how to make none.
+    fn more_runs(
+        &mut self,
+        groups: &[GroupOf],
+        runs: usize,
+        report: &mut Report,
+    ) -> anyhow::Result<()> {
+        confirm(
+            self.benchmarks,
+            self.schedule,
+            self.cancel,
+            groups,
+            runs,
+            report,
+        )
+        .context("making confirmation runs (--confirm 0 makes none)")
+    }
+}
+
 /// Make `runs` more measured runs of each group of `groups` (benchmark index, group name),
 /// after the schedule's warm-up runs, with real child processes, and add their samples
 /// to the series of `report`. The machine is read again around them: the report's
 /// conditions are those of every run ([`crate::run::machine::and_then`]).
-pub fn confirm(
+fn confirm(
     benchmarks: &mut [Benchmark],
     schedule: &Schedule,
     cancel: &Cancel,
