@@ -61,14 +61,11 @@ use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,
     InstructionBlock, MemoryOperand, Mnemonic, OpKind, Register,
 };
-use sbs_agent_abi::inproc::{pages, Fixup, FixupKind, LiveLayout, SiteRecord, MAX_PATCH};
+use sbs_agent_abi::inproc::{pages, Fixup, FixupKind, LiveLayout, SiteRecord, JMP_LEN, MAX_PATCH};
 
 use crate::elf::{Function, Image};
 use crate::lsda::LsdaError;
 pub use crate::refusal::PatchRefusal;
-
-/// Bytes of the `jmp rel32` written at a site.
-pub(crate) const JMP_LEN: usize = 5;
 
 /// Where a site lies in its function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use sbs_agent_abi::inproc::{Refusal, MAX_PATCH};
 
 use crate::lsda::LsdaError;
-use crate::patch::JMP_LEN;
+use sbs_agent_abi::inproc::JMP_LEN;
 
 /// Why a site is left to the uprobe engine.
 #[derive(Debug, Clone, PartialEq, Eq)]

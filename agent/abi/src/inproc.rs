@@ -53,8 +53,11 @@ pub const TABLE_VERSION: u64 = 2;
 pub const PAGE: u64 = 4096;
 /// Longest build id kept (SHA-1 ids are 20 bytes; 40 leaves room for others).
 pub const MAX_BUILD_ID: usize = 40;
-/// Longest patch: the bytes displaced from a site (whole instructions, at least 5).
+/// Longest patch: the bytes displaced from a site (whole instructions, at least
+/// [`JMP_LEN`]).
 pub const MAX_PATCH: usize = 16;
+/// Bytes of the `jmp rel32` written at a site: the fewest a patch displaces.
+pub const JMP_LEN: usize = 5;
 
 /// Words of the header.
 pub const HEADER_WORDS: usize = 8;

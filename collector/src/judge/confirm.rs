@@ -18,10 +18,8 @@ use sbs_reports::model::{
     Verdict,
 };
 
+pub use crate::judge::regression::GroupOf;
 use crate::judge::regression::{regressions, Reference, Regressed, Regression};
-
-/// A group of runs of one benchmark to extend: (benchmark index in the report, group).
-pub type GroupOf = (usize, String);
 
 /// What makes the confirmation runs: more runs of some groups, their samples added to
 /// the report's series. A run makes them with child processes

@@ -25,11 +25,13 @@ use crate::history::{Entry, EntryMeta, History, SavedMetric};
 use crate::judge::compare::{
     against_sessions, compare, compare_paired, CompareError, Policy, Series, Thresholds,
 };
-use crate::judge::confirm::GroupOf;
 use crate::judge::headline::{headline, speed_ratios};
 use crate::judge::sources::ensure_same_source;
 
 pub use crate::judge::compare::THIS_RUN;
+
+/// A group of runs of one benchmark to extend: (benchmark index in the report, group).
+pub type GroupOf = (usize, String);
 
 /// The regression settings of a run, as asked for (validated by [`Regression::new`]).
 #[derive(Debug, Clone)]
