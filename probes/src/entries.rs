@@ -488,6 +488,47 @@ pub fn unrolled_calls(image: &Image, starts: &[u64], spans: &[(u64, u64)]) -> Op
     (most >= 2).then_some(most)
 }
 
+/// When the whole code of an instance (its `ranges`, in order) is straight-line code made
+/// of `k` copies, one after the other, of one piece (the same instructions with the same
+/// registers, differing only in displacements and immediates): `k`. A loop the optimizer
+/// unrolled completely leaves that (regex-automata's `Pool::new` pushes 8 values in a
+/// `for` loop over a `Vec::with_capacity(8)`, compiled to 8 copies of 5 stores under one
+/// inlined `Vec::push` whose one entry runs once for 8 calls), and its one source line
+/// gives [`unrolled_calls`] nothing to see. A piece of one instruction must repeat at
+/// least 4 times (two or three equal stores are as often one value's fields); `None`
+/// otherwise, or when the code cannot be read.
+pub fn repeated_copies(image: &Image, ranges: &[(u64, u64)]) -> Option<u64> {
+    let function = image.function_at(ranges.first()?.0)?;
+    let code = image.code_of(function)?;
+    let mut shapes = Vec::new();
+    for &(begin, end) in ranges {
+        let from = usize::try_from(begin.checked_sub(function.address)?).ok()?;
+        let to = usize::try_from(end.checked_sub(function.address)?).ok()?;
+        let mut decoder = Decoder::with_ip(64, code.get(from..to)?, begin, DecoderOptions::NONE);
+        while decoder.can_decode() {
+            let i = decoder.decode();
+            if i.is_invalid() || i.flow_control() != FlowControl::Next {
+                return None;
+            }
+            shapes.push(shape(&i));
+        }
+    }
+    let n = shapes.len();
+    (1..=n / 2)
+        .filter(|&p| n % p == 0 && n / p >= if p == 1 { 4 } else { 2 })
+        .find(|&p| shapes.chunks(p).all(|c| c == &shapes[..p]))
+        .map(|p| (n / p) as u64)
+}
+
+/// An instruction without its displacements and immediates: what copies of one piece of
+/// code share.
+fn shape(i: &Instruction) -> (iced_x86::Code, Vec<iced_x86::Register>) {
+    let mut registers: Vec<iced_x86::Register> =
+        (0..i.op_count()).map(|k| i.op_register(k)).collect();
+    registers.extend([i.memory_base(), i.memory_index()]);
+    (i.code(), registers)
+}
+
 /// What [`analyze`] found.
 #[derive(Debug, Default)]
 struct Analysis {

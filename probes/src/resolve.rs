@@ -491,22 +491,36 @@ impl Inlined {
 /// An instance whose code repeats one source line in pieces that every pass runs one
 /// after the other may be a loop the optimizer unrolled: one pass through its entries
 /// makes up to as many calls as that line has instructions (each copy of the call has at
-/// least one). Its entries stay;
-/// it is marked uncertain with that bound.
+/// least one). So may an instance whose whole code is copies of one piece of machine
+/// code, one after the other, on one line ([`crate::entries::repeated_copies`]): up to as
+/// many calls as copies. Its entries stay; it is marked uncertain with that bound.
 fn unrolled(image: &Image, mut e: Entries, instance: &InlinedInstance) -> (Entries, Option<u64>) {
-    let Some(repeated) = &instance.repeated_line else {
+    let from_lines = instance.repeated_line.as_ref().and_then(|repeated| {
+        let most = crate::entries::unrolled_calls(image, &repeated.starts, &repeated.spans)?;
+        Some((
+            format!(
+                "{} pieces of its code, one after the other on every pass, start at the same \
+                 source line, as in a loop the optimizer unrolled: one counted pass may make \
+                 up to {most} calls",
+                repeated.starts.len()
+            ),
+            most,
+        ))
+    });
+    let from_code = || {
+        let copies = crate::entries::repeated_copies(image, &instance.ranges)?;
+        Some((
+            format!(
+                "its code is {copies} copies of one piece, one after the other, as a loop the \
+                 optimizer unrolled completely leaves: one counted pass may make up to \
+                 {copies} calls"
+            ),
+            copies,
+        ))
+    };
+    let Some((why, most)) = from_lines.or_else(from_code) else {
         return (e, None);
     };
-    let starts = &repeated.starts;
-    let Some(most) = crate::entries::unrolled_calls(image, starts, &repeated.spans) else {
-        return (e, None);
-    };
-    let why = format!(
-        "{} pieces of its code, one after the other on every pass, start at the same \
-         source line, as in a loop the optimizer unrolled: one counted pass may make up to \
-         {most} calls",
-        starts.len()
-    );
     e.uncertain = Some(match e.uncertain.take() {
         Some(more) => format!("{why}; {more}"),
         None => why,

@@ -405,8 +405,16 @@ fn boxing_counts_inlined_box_new_in_a_release_build() {
 /// `tests/fixtures/rust/shapes.rs` built at opt-level 3 and at opt-level 0 (where every
 /// push is a call: the truth), in `dir`.
 fn build_shapes(dir: &Path) -> Option<(PathBuf, PathBuf)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/shapes.rs");
-    let (release, debug) = (dir.join("shapes-O3"), dir.join("shapes-O0"));
+    build_pair(dir, "shapes")
+}
+
+/// `tests/fixtures/rust/NAME.rs` built at opt-level 3 and at opt-level 0, in `dir`.
+fn build_pair(dir: &Path, name: &str) -> Option<(PathBuf, PathBuf)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/rust/{name}.rs"));
+    let (release, debug) = (
+        dir.join(format!("{name}-O3")),
+        dir.join(format!("{name}-O0")),
+    );
     build!(
         Need::Rustc,
         sbs_skip::rustc_release().arg("-o").arg(&release).arg(&src)
@@ -533,6 +541,41 @@ fn an_unrolled_loop_is_a_lower_bound_whose_bounds_hold_the_truth() {
             "{engine}: {truth} made, bounds {bounds:?}"
         );
     }
+}
+
+/// A loop unrolled into copies of one piece of code on one source line (the shape of
+/// ripgrep's `Pool::new`, `tests/fixtures/rust/slots.rs`): the line table shows nothing
+/// repeated, the machine code does. Its row was counted as exact, one call per `slots`
+/// for 8 made; it is uncertain now, with bounds that hold the opt-level-0 build's count,
+/// and the check calls that line bounded, not differing.
+#[test]
+fn a_loop_unrolled_into_copies_on_one_line_is_bounded() {
+    if cannot_check() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((release, debug)) = build_pair(dir.path(), "slots") else {
+        return;
+    };
+    let (run, report) = checked_push(&release, &debug, "1000");
+    let m = metric(&report, "invocations.Vec::push");
+    run.check(m["exact"] == false, "the total is no exact count");
+    let notes = m["notes"].to_string();
+    run.check(
+        notes.contains("each run made between") && notes.contains("and 8,0"),
+        "the bounds reach the 8,000 pushes made",
+    );
+    let check = &report["benchmarks"][0]["invocation_checks"][0];
+    let groups = check["groups"].as_array().unwrap();
+    let line = groups
+        .iter()
+        .find(|g| g["made"] == 8000)
+        .unwrap_or_else(|| panic!("no line made 8,000 pushes: {check:#}"));
+    assert_eq!(line["verdict"], "bounded", "{line:#}");
+    run.check(
+        groups.iter().all(|g| g["verdict"] != "differs"),
+        "nothing differs",
+    );
 }
 
 /// Whether `--invocations-check` cannot run here (it needs uprobes for some sites and
