@@ -118,11 +118,7 @@ fn target_ci_adds_runs_until_the_interval_is_narrow_or_the_maximum_comes() {
     // never below ±10% before 40.
     let run = |ci: f64, max_runs: usize| {
         let mut benches = benchmarks(&["a"]);
-        let mut script = Script {
-            exits: Vec::new(),
-            calls: Vec::new(),
-            ..Script::default()
-        };
+        let mut script = Script::default();
         let schedule = Schedule {
             target: Some(TargetCi { ci, max_runs }),
             ..schedule(2, 0, FailurePolicy::Fail)
@@ -184,11 +180,7 @@ fn a_run_an_instrument_asks_again_is_made_again_once() {
             seen: 0,
             overlaps: false,
         })];
-        let mut script = Script {
-            exits: Vec::new(),
-            calls: Vec::new(),
-            ..Script::default()
-        };
+        let mut script = Script::default();
         let result = execute_with(
             &mut benches,
             &schedule(3, 0, FailurePolicy::Fail),
@@ -243,7 +235,6 @@ fn a_check_group_runs_once_without_warm_up_and_its_failure_stops_nothing() {
             .into_iter()
             .chain([ExitKind::Code(1)])
             .collect(),
-        calls: Vec::new(),
         ..Script::default()
     };
     let report = execute_with(
@@ -269,11 +260,7 @@ fn a_check_group_runs_once_without_warm_up_and_its_failure_stops_nothing() {
 #[test]
 fn warmups_are_discarded_and_benchmarks_interleave() {
     let cancel = Cancel::install().unwrap();
-    let mut script = Script {
-        exits: Vec::new(),
-        calls: Vec::new(),
-        ..Script::default()
-    };
+    let mut script = Script::default();
     let mut b = benchmarks(&["a", "b"]);
     let report = execute_with(
         &mut b,
@@ -294,11 +281,7 @@ fn warmups_are_discarded_and_benchmarks_interleave() {
 fn a_benchmark_with_groups_of_its_own_runs_them_after_the_shared_ones() {
     use crate::run::instruments::timing::Timing;
     let cancel = Cancel::install().unwrap();
-    let mut script = Script {
-        exits: Vec::new(),
-        calls: Vec::new(),
-        ..Script::default()
-    };
+    let mut script = Script::default();
     let mut b = benchmarks(&["a", "b"]);
     // `b` has a size probe: a group `a` lacks.
     b[1].groups.push(Group {
@@ -322,7 +305,6 @@ fn failure_policy_decides_about_failed_runs() {
     let exits = vec![ExitKind::Code(0), ExitKind::Signal(9), ExitKind::Code(0)];
     let mut script = Script {
         exits: exits.clone(),
-        calls: Vec::new(),
         ..Script::default()
     };
     let mut b = benchmarks(&["x"]);
@@ -339,7 +321,6 @@ fn failure_policy_decides_about_failed_runs() {
     );
     let mut script = Script {
         exits,
-        calls: Vec::new(),
         ..Script::default()
     };
     let mut b = benchmarks(&["x"]);
@@ -371,7 +352,6 @@ fn timed_out_runs_keep_no_time_samples_and_are_counted() {
             ExitKind::Code(3),
             ExitKind::Code(3),
         ],
-        calls: Vec::new(),
         ..Script::default()
     };
     let mut b = benchmarks(&["x"]);
