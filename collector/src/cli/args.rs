@@ -305,7 +305,8 @@ pub struct RunArgs {
 
     /// Make up to N runs at once in groups whose counts do not depend on a quiet machine
     /// (valgrind instructions, --alloc, harness counting runs); timing runs always run
-    /// alone. Default: the CPUs sbs-profile may run on (those of --pin, if given).
+    /// alone, and so does every run with --prepare or --show-output. Default: the CPUs
+    /// sbs-profile may run on (those of --pin, if given).
     #[arg(short = 'j', long, value_name = "N", value_parser = parse_jobs)]
     pub jobs: Option<usize>,
 

@@ -225,13 +225,15 @@ fn run_groups(
 /// Whether the runs of group `g` may overlap (`--jobs` above 1): every instrument of it
 /// counts exactly whatever else runs ([`Instrument::overlaps`]), it makes its runs
 /// rather than checks, and no benchmark has a `--prepare` (which prepares the one run
-/// that follows it) or a FIFO for input (whose writer feeds one run at a time).
+/// that follows it), a FIFO for input (whose writer feeds one run at a time) or
+/// `--show-output` (whose outputs would interleave).
 ///
 /// [`Instrument::overlaps`]: crate::run::instrument::Instrument::overlaps
 fn overlaps(benchmarks: &[Benchmark], g: usize, schedule: &Schedule) -> bool {
     schedule.jobs > 1
         && benchmarks.iter().all(|b| {
             b.hooks.prepare.is_none()
+                && !b.run.show_output
                 && b.run.input.as_ref().is_none_or(|p| p.is_file())
                 && b.groups.get(g).is_none_or(|group| {
                     check_runs(group).is_none() && group.instruments.iter().all(|i| i.overlaps())

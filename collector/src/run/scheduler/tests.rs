@@ -471,6 +471,12 @@ fn runs_of_a_counting_group_overlap_and_keep_their_order() {
     });
     execute_with(&mut b, &schedule, &cancel, &mut script).unwrap();
     assert!(script.overlapped.is_empty());
+    // Or `--show-output`, whose outputs would interleave.
+    let mut script = Script::default();
+    let mut b = counting(&["a"]);
+    b[0].run.show_output = true;
+    execute_with(&mut b, &schedule, &cancel, &mut script).unwrap();
+    assert!(script.overlapped.is_empty());
 }
 
 /// A failed run among overlapping ones ends the plan with its error, as one at a time.
