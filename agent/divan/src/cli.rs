@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use sbs_harness::adapter::ChildRun;
+use sbs_harness::words::{Word, Words};
 
 /// What this process was asked to do.
 #[derive(Debug)]
@@ -131,29 +132,16 @@ pub(crate) fn parse(args: &[String]) -> Result<Cli, String> {
         return Ok(cli);
     }
     let (mut bench, mut test, mut list, mut help) = (false, false, false, false);
-    // Words as cargo bench and libtest pass them: `--flag value`, `--flag=value`, short
-    // flags (also grouped), and everything after `--` a filter.
-    let mut parser = lexopt::Parser::from_args(args);
-    while let Some(arg) = parser
-        .next()
-        .map_err(|e| format!("{e}; run with --help for the options"))?
-    {
-        let flag = match arg {
-            lexopt::Arg::Long(name) => format!("--{name}"),
-            lexopt::Arg::Short(c) => format!("-{c}"),
-            lexopt::Arg::Value(v) => {
-                cli.filters.push(v.to_string_lossy().into_owned());
+    let mut words = Words::new(args);
+    while let Some(word) = words.next_word()? {
+        let flag = match word {
+            Word::Flag(flag) => flag,
+            Word::Filter(filter) => {
+                cli.filters.push(filter);
                 continue;
             }
         };
-        let mut value = || -> Result<String, String> {
-            match parser.value() {
-                Ok(v) => Ok(v.to_string_lossy().into_owned()),
-                Err(_) => Err(format!(
-                    "{flag} needs a value; run with --help for the options"
-                )),
-            }
-        };
+        let mut value = || words.value(&flag);
         match flag.as_str() {
             "--bench" => bench = true,
             "--test" => test = true,

@@ -45,6 +45,7 @@ mod standalone;
 mod steady;
 mod sys;
 mod valgrind;
+pub mod words;
 
 use std::io::Write;
 
