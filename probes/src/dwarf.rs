@@ -315,6 +315,10 @@ pub struct InlinedInstance {
     /// (`F.part.N`, partial inlining) and inlined back into a copy of the same function:
     /// DWARF nests it in that copy, with the function's own declaration as its call site.
     pub split_from: Option<SplitFrom>,
+    /// The DIE (offset in `.debug_info`) of the function body it was written in: the
+    /// subprogram or inlined instance enclosing it. Instances of one function with the
+    /// same parent are calls written in the same body.
+    pub parent: u64,
 }
 
 /// The copy of a function that one of its split parts was inlined back into.
@@ -470,6 +474,8 @@ fn collect_instances(
         let mut rows: Option<Vec<LineRow>> = None;
         // The enclosing subprograms and inlined instances of the current DIE.
         let mut copies: Vec<Enclosing> = Vec::new();
+        // The enclosing function bodies (subprograms and inlined instances): (depth, DIE).
+        let mut bodies: Vec<(isize, u64)> = Vec::new();
         let mut depth: isize = 0;
         let mut cursor = unit.entries();
         while let Some((delta, entry)) = cursor.next_dfs()? {
@@ -477,10 +483,19 @@ fn collect_instances(
             while copies.last().is_some_and(|c| c.depth >= depth) {
                 copies.pop();
             }
+            while bodies.last().is_some_and(|b| b.0 >= depth) {
+                bodies.pop();
+            }
             let tag = entry.tag();
             if tag != gimli::DW_TAG_inlined_subroutine && tag != gimli::DW_TAG_subprogram {
                 continue;
             }
+            let parent = bodies.last().map_or(0, |b| b.1);
+            let die = entry
+                .offset()
+                .to_debug_info_offset(&unit.header)
+                .map_or(0, |o| o.0 as u64);
+            bodies.push((depth, die));
             let origin = abstract_origin(&unit, entry)?;
             if tag == gimli::DW_TAG_subprogram {
                 // An out-of-line copy (concrete instance) of an inlinable function.
@@ -530,6 +545,7 @@ fn collect_instances(
                 call_line,
                 no_call_line: line == 0,
                 split_from,
+                parent,
             });
         }
     }

@@ -83,6 +83,37 @@ impl Image {
         &self.data
     }
 
+    /// The file-backed parts of the `PT_LOAD` segments: (vaddr, file size, file offset),
+    /// for [`Image::read_at`].
+    pub fn load_segments(&self) -> Vec<(u64, u64, u64)> {
+        use object::read::elf::{FileHeader, ProgramHeader};
+        let data = self.data();
+        let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(data) else {
+            return Vec::new();
+        };
+        let Ok(endian) = header.endian() else {
+            return Vec::new();
+        };
+        let Ok(phdrs) = header.program_headers(endian, data) else {
+            return Vec::new();
+        };
+        phdrs
+            .iter()
+            .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+            .map(|p| (p.p_vaddr(endian), p.p_filesz(endian), p.p_offset(endian)))
+            .collect()
+    }
+
+    /// The file's `len` bytes at link-time address `vaddr` (a jump table in read-only
+    /// data), when `segments` ([`Image::load_segments`]) load them from the file.
+    pub fn read_at(&self, segments: &[(u64, u64, u64)], vaddr: u64, len: usize) -> Option<&[u8]> {
+        let &(at, _, offset) = segments.iter().find(|&&(at, size, _)| {
+            vaddr >= at && vaddr.saturating_add(len as u64) <= at.saturating_add(size)
+        })?;
+        let from = usize::try_from(offset + (vaddr - at)).ok()?;
+        self.data.get(from..from.checked_add(len)?)
+    }
+
     /// The bytes of the ELF file that holds this image's DWARF: the file itself, or its
     /// separate debug file; `None` when neither has a `.debug_info`.
     pub fn dwarf_data(&self) -> Option<&[u8]> {

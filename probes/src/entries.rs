@@ -62,11 +62,14 @@ pub struct Entries {
     pub uncertain: Option<String>,
 }
 
+#[derive(Clone)]
 struct Insn {
     ip: u64,
     len: u64,
     flow: FlowControl,
     target: Option<u64>,
+    /// Where an indirect jump's table sends it, when [`decode_in`] could read the table.
+    table: Vec<u64>,
     /// A NOP or INT3: alignment padding when nothing reaches it.
     padding: bool,
     /// Why a uprobe cannot sit on it, if it cannot.
@@ -76,6 +79,11 @@ struct Insn {
 }
 
 impl Insn {
+    /// Every place it jumps or calls to that is known: its direct target and its table's.
+    fn targets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.target.into_iter().chain(self.table.iter().copied())
+    }
+
     fn new(i: &Instruction, code: &[u8], start: u64) -> Insn {
         let target = match i.flow_control() {
             FlowControl::UnconditionalBranch
@@ -92,6 +100,7 @@ impl Insn {
             len: i.len() as u64,
             flow: i.flow_control(),
             target,
+            table: Vec::new(),
             padding: matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3),
             refused: uprobe_refuses(bytes),
             name: if i.has_lock_prefix() {
@@ -156,6 +165,28 @@ fn decode(code: &[u8], start: u64) -> Result<Vec<Insn>, String> {
             ));
         }
         insns.push(Insn::new(&i, code, start));
+    }
+    Ok(insns)
+}
+
+/// `function`'s instructions ([`decode`]), each indirect jump with the entries of its jump
+/// table where [`crate::jumptable::jump_tables`] can read them from `image`.
+fn decode_in(image: &Image, function: &Function, code: &[u8]) -> Result<Vec<Insn>, String> {
+    let mut insns = decode(code, function.address)?;
+    if !insns.iter().any(|i| i.flow == FlowControl::IndirectBranch) {
+        return Ok(insns);
+    }
+    let full: Vec<Instruction> = Decoder::with_ip(64, code, function.address, DecoderOptions::NONE)
+        .iter()
+        .collect();
+    let segments = image.load_segments();
+    let read = |vaddr: u64, len: usize| image.read_at(&segments, vaddr, len);
+    let mut tables = crate::jumptable::jump_tables(&full, &read);
+    for insn in insns
+        .iter_mut()
+        .filter(|i| i.flow == FlowControl::IndirectBranch)
+    {
+        insn.table = tables.remove(&insn.ip).unwrap_or_default();
     }
     Ok(insns)
 }
@@ -230,12 +261,12 @@ pub fn call_probe(image: &Image, function: &Function) -> Result<u64, EntryRefusa
         why,
         next,
     };
-    let insns = decode(code, function.address).map_err(|e| {
+    let insns = decode_in(image, function, code).map_err(|e| {
         refusal(format!(
             "the function {e}, so the instruction after the first cannot be shown to run once per call"
         ))
     })?;
-    let mut targeted: HashSet<u64> = insns.iter().filter_map(|i| i.target).collect();
+    let mut targeted: HashSet<u64> = insns.iter().flat_map(Insn::targets).collect();
     targeted.extend(cold_part_targets(image, function).map_err(|e| {
         refusal(format!(
             "{e}, so the instruction after the first cannot be shown to run once per call"
@@ -332,6 +363,11 @@ pub fn verify_site(
 
 /// Find the entries of the instance with code `ranges` (sorted, half-open) in `image`.
 pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
+    entries_among(image, ranges, None)
+}
+
+/// [`entries`], keeping only the candidate entries at `only` when given.
+fn entries_among(image: &Image, ranges: &[(u64, u64)], only: Option<&HashSet<u64>>) -> Entries {
     let none = |caller: String, why: String| Entries {
         caller,
         points: Vec::new(),
@@ -374,12 +410,17 @@ pub fn entries(image: &Image, ranges: &[(u64, u64)]) -> Entries {
     let Some(code) = image.code_of(function) else {
         return none(caller, "its function's bytes are not in the file".into());
     };
-    let mut found = analyze(code, function.address, ranges, &HashSet::new());
+    let insns = decode_in(image, function, code);
+    let mut found = insns
+        .clone()
+        .and_then(|insns| analyze(insns, function.address, ranges, &HashSet::new(), only));
     if found.as_ref().is_ok_and(|a| a.stepped) {
         // A probe moved past a refused instruction: check again with the jumps of the
         // function's split-off parts, which could reach the place it moved to.
         found = match cold_part_targets(image, function) {
-            Ok(more) => analyze(code, function.address, ranges, &more),
+            Ok(more) => {
+                insns.and_then(|insns| analyze(insns, function.address, ranges, &more, only))
+            }
             Err(e) => Err(e),
         };
     }
@@ -425,7 +466,7 @@ pub fn shared_entries(
     let Some((function, code)) = code else {
         return Some(entries(image, shared));
     };
-    let Ok(insns) = decode(code, function.address) else {
+    let Ok(insns) = decode_in(image, function, code) else {
         return Some(entries(image, shared));
     };
     let flow = Flow::new(insns, shared);
@@ -444,10 +485,17 @@ pub fn shared_entries(
         let hoisted = !points.is_empty() && flow.graph.always_reaches(c, &points);
         !continued && !hoisted
     };
-    if !candidates.iter().any(|&c| starts_a_call(c)) {
+    let starts: HashSet<u64> = candidates
+        .iter()
+        .filter(|&&c| starts_a_call(c))
+        .map(|&c| flow.insns[c].ip)
+        .collect();
+    if starts.is_empty() {
         return None;
     }
-    let mut own = entries(image, shared);
+    // Only where control comes in from elsewhere: the places the others lead to continue
+    // their calls.
+    let mut own = entries_among(image, shared, Some(&starts));
     let why = "code without a call line that the optimizer shares between calls of the \
                function, entered also from elsewhere: a call may or may not start there";
     own.uncertain = Some(match own.uncertain.take() {
@@ -466,7 +514,7 @@ pub fn shared_entries(
 /// or when the function cannot be read.
 pub fn unrolled_calls(image: &Image, starts: &[u64], spans: &[(u64, u64)]) -> Option<u64> {
     let function = image.function_at(*starts.first()?)?;
-    let insns = decode(image.code_of(function)?, function.address).ok()?;
+    let insns = decode_in(image, function, image.code_of(function)?).ok()?;
     let graph = Graph::new(&insns);
     let index: Vec<usize> = starts
         .iter()
@@ -544,12 +592,13 @@ struct Analysis {
 /// start at `start`, and the reasons for doubt; an error when the function does not
 /// decode. `more_targets`: jump targets from outside the function (its `.cold` parts).
 fn analyze(
-    code: &[u8],
+    insns: Vec<Insn>,
     start: u64,
     ranges: &[(u64, u64)],
     more_targets: &HashSet<u64>,
+    only: Option<&HashSet<u64>>,
 ) -> Result<Analysis, String> {
-    let end = start + code.len() as u64;
+    let end = insns.last().map_or(start, |i| i.ip + i.len);
     let mut reasons = Vec::new();
     if ranges.iter().any(|&(b, e)| b < start || e > end) {
         reasons.push(
@@ -557,8 +606,11 @@ fn analyze(
                 .to_string(),
         );
     }
-    let flow = Flow::new(decode(code, start)?, ranges);
-    let (candidates, orphans) = flow.candidates(&mut reasons);
+    let flow = Flow::new(insns, ranges);
+    let (mut candidates, orphans) = flow.candidates(&mut reasons);
+    if let Some(only) = only {
+        candidates.retain(|&c| only.contains(&flow.insns[c].ip));
+    }
     let (kept, counted_elsewhere) = flow.one_pass(&candidates);
     let moved = flow.moves_to_edges(&kept, &counted_elsewhere);
     flow.doubts(&kept, &moved, &mut reasons);
@@ -594,7 +646,7 @@ impl Flow {
             .iter()
             .map(|i| ranges.iter().any(|&(b, e)| i.ip >= b && i.ip < e))
             .collect();
-        let targeted: HashSet<u64> = insns.iter().filter_map(|i| i.target).collect();
+        let targeted: HashSet<u64> = insns.iter().flat_map(Insn::targets).collect();
         let mut dead = vec![false; insns.len()];
         for k in 1..insns.len() {
             let prev = &insns[k - 1];
@@ -647,15 +699,14 @@ impl Flow {
         let index_of = |a: u64| insns.binary_search_by_key(&a, |i| i.ip).ok();
         let in_ranges = |a: u64| self.ranges.iter().any(|&(b, e)| a >= b && a < e);
         for (_, insn) in insns.iter().enumerate().filter(|&(k, _)| !self.inside[k]) {
-            let Some(t) = insn.target.filter(|&t| in_ranges(t)) else {
-                continue;
-            };
-            match index_of(t) {
-                Some(k) => candidates.push(k),
-                None => reasons.push(format!(
-                    "a jump at {:#x} targets {t:#x}, not an instruction boundary",
-                    insn.ip
-                )),
+            for t in insn.targets().filter(|&t| in_ranges(t)) {
+                match index_of(t) {
+                    Some(k) => candidates.push(k),
+                    None => reasons.push(format!(
+                        "a jump at {:#x} targets {t:#x}, not an instruction boundary",
+                        insn.ip
+                    )),
+                }
             }
         }
         candidates.sort_unstable();
@@ -760,7 +811,7 @@ impl Flow {
             }
         }
         for (_, insn) in insns.iter().enumerate().filter(|&(k, _)| self.inside[k]) {
-            if let Some(t) = insn.target.filter(|&t| {
+            if let Some(t) = insn.targets().find(|&t| {
                 kept.iter()
                     .any(|&k| insns[k].ip == t && !moved.contains_key(&k))
             }) {
@@ -973,6 +1024,15 @@ impl Graph {
                         None => exits[k] = true,
                     }
                 }
+                // A jump whose table is known goes only where the table says.
+                FlowControl::IndirectBranch if !insn.table.is_empty() => {
+                    let targets: Option<Vec<usize>> =
+                        insn.table.iter().map(|&t| index_of(t)).collect();
+                    match targets {
+                        Some(targets) => succ[k].extend(targets),
+                        None => exits[k] = true,
+                    }
+                }
                 FlowControl::Return | FlowControl::IndirectBranch => exits[k] = true,
                 _ => {}
             }
@@ -1051,7 +1111,7 @@ mod tests {
     use super::*;
 
     fn kept(code: &[u8], ranges: &[(u64, u64)]) -> (Vec<u64>, Vec<String>) {
-        let found = analyze(code, 0, ranges, &HashSet::new()).unwrap();
+        let found = analyze(decode(code, 0).unwrap(), 0, ranges, &HashSet::new(), None).unwrap();
         (
             found.points.into_iter().map(|(a, _)| a).collect(),
             found.reasons,
@@ -1256,11 +1316,25 @@ mod tests {
             0x75, 0xf3, // 0xd jne 0x2
             0xc3, // 0xf ret
         ];
-        let found = analyze(&code, 0, &[(0x2, 0x7)], &HashSet::new()).unwrap();
+        let found = analyze(
+            decode(&code, 0).unwrap(),
+            0,
+            &[(0x2, 0x7)],
+            &HashSet::new(),
+            None,
+        )
+        .unwrap();
         assert_eq!(found.points, vec![(0x7, 3)]);
         assert!(found.stepped);
         // ... unless a jump from elsewhere (a cold part) reaches that instruction too.
-        let found = analyze(&code, 0, &[(0x2, 0x7)], &HashSet::from([0x7])).unwrap();
+        let found = analyze(
+            decode(&code, 0).unwrap(),
+            0,
+            &[(0x2, 0x7)],
+            &HashSet::from([0x7]),
+            None,
+        )
+        .unwrap();
         assert_eq!(found.points, vec![]);
         assert!(
             found.reasons[0].contains("a jump also reaches"),
@@ -1298,7 +1372,7 @@ mod tests {
     #[test]
     fn undecodable_code_is_refused() {
         assert!(
-            analyze(&[0x06], 0, &[(0x0, 0x1)], &HashSet::new()).is_err(),
+            decode(&[0x06], 0).is_err(),
             "push es is invalid in 64-bit mode"
         );
     }

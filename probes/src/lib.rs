@@ -19,6 +19,7 @@ pub mod entries;
 pub mod error;
 pub mod execs;
 pub mod hits;
+mod jumptable;
 pub mod lsda;
 pub mod overlap;
 pub mod patch;

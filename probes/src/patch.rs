@@ -140,15 +140,8 @@ pub fn displace(
 ) -> Result<Displaced, PatchRefusal> {
     let code = image.code_of(function).ok_or(PatchRefusal::CodeNotInFile)?;
     let cold = cold_parts(image, function);
-    let segments = load_segments(image);
-    let read = |vaddr: u64, len: usize| -> Option<&[u8]> {
-        let &(at, size, offset) = segments
-            .iter()
-            .find(|&&(at, size, _)| vaddr >= at && vaddr + len as u64 <= at + size)?;
-        let from = usize::try_from(offset + (vaddr - at)).ok()?;
-        let _ = size;
-        image.data().get(from..from.checked_add(len)?)
-    };
+    let segments = image.load_segments();
+    let read = |vaddr: u64, len: usize| image.read_at(&segments, vaddr, len);
     let landing_pads = || crate::lsda::landing_pads(image, function.address);
     let displaced = displace_in(
         code,
@@ -176,29 +169,6 @@ pub fn displace(
     Ok(displaced)
 }
 
-/// The file-backed parts of the `PT_LOAD` segments: (vaddr, file size, file offset).
-fn load_segments(image: &Image) -> Vec<(u64, u64, u64)> {
-    use object::read::elf::{FileHeader, ProgramHeader};
-    let data = image.data();
-    let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(data) else {
-        return Vec::new();
-    };
-    let Ok(endian) = header.endian() else {
-        return Vec::new();
-    };
-    let Ok(phdrs) = header.program_headers(endian, data) else {
-        return Vec::new();
-    };
-    phdrs
-        .iter()
-        .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
-        .map(|p| (p.p_vaddr(endian), p.p_filesz(endian), p.p_offset(endian)))
-        .collect()
-}
-
-/// Longest jump table read.
-const MAX_TABLE: usize = 4096;
-
 /// The possible targets of the function's indirect jumps, if they can be bounded: every
 /// address a RIP-relative `lea` of the function loads that lies inside it (a label taken
 /// for a computed goto), and every entry of each table of 32-bit offsets relative to an
@@ -207,7 +177,7 @@ const MAX_TABLE: usize = 4096;
 /// table's real entries). `None` when the function's indirect jumps cannot be bounded
 /// this way (an indirect jump through memory other than a RIP-relative slot, which is a
 /// tail call through the GOT).
-fn indirect_targets<'d>(
+pub(crate) fn indirect_targets<'d>(
     insns: &[Instruction],
     read: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
 ) -> Result<Vec<u64>, PatchRefusal> {
@@ -239,17 +209,7 @@ fn indirect_targets<'d>(
             out.push(base);
             continue;
         }
-        for n in 0..MAX_TABLE {
-            let Some(entry) = read(base + 4 * n as u64, 4) else {
-                break;
-            };
-            let offset = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
-            let target = base.wrapping_add(offset as i64 as u64);
-            if !boundaries.contains(&target) {
-                break;
-            }
-            out.push(target);
-        }
+        out.extend(crate::jumptable::table_entries(base, read, &boundaries));
     }
     Ok(out)
 }

@@ -40,6 +40,14 @@ pub struct InlinedSite {
     /// At most this many calls per counted pass, when one pass may make several (an
     /// unrolled loop); the count is then a lower bound.
     pub calls_per_pass: Option<u64>,
+    /// For code without a call line that several calls of the function share: the call
+    /// lines (whole paths) of those calls, written in the same body, where the calls it
+    /// counts were made.
+    pub shared_by: Vec<String>,
+    /// A pass through it may continue a call counted at another site rather than start
+    /// one: the count is an upper bound of its own calls (shared code also entered from
+    /// elsewhere).
+    pub may_continue: bool,
 }
 
 impl InlinedSite {
@@ -61,6 +69,8 @@ impl InlinedSite {
             points: e.points,
             uncertain: e.uncertain,
             calls_per_pass,
+            shared_by: Vec::new(),
+            may_continue: false,
         }
     }
 }
@@ -387,11 +397,21 @@ impl Inlined {
     fn add_instances(&mut self, image: &Image, i: usize, instances: Vec<InlinedInstance>) {
         let instances = fold_split_parts(instances);
         let mut shared = Vec::new();
+        // (function body, inlined function) -> the call lines of its calls there.
+        let mut lines_in: HashMap<(u64, String), Vec<String>> = HashMap::new();
         for instance in &instances {
             self.copies
                 .entry((i, instance.demangled.clone()))
                 .or_default()
                 .extend(&instance.ranges);
+            if let Some(line) = &instance.call_line {
+                let lines = lines_in
+                    .entry((instance.parent, instance.demangled.clone()))
+                    .or_default();
+                if !lines.contains(line) {
+                    lines.push(line.clone());
+                }
+            }
         }
         if self.loader {
             // Never the program's calls, whatever their entries (the loader's symbols from
@@ -441,13 +461,24 @@ impl Inlined {
                 .push(InlinedSite::new(image, i, instance, e, calls_per_pass));
         }
         for instance in shared {
-            self.add_shared(image, i, instance);
+            let lines = lines_in
+                .remove(&(instance.parent, instance.demangled.clone()))
+                .unwrap_or_default();
+            self.add_shared(image, i, instance, lines);
         }
     }
 
     /// An instance without a call line: code the optimizer shares between calls of the
-    /// function (see [`shared_entries`]), counted only where a call may start in it.
-    fn add_shared(&mut self, image: &Image, i: usize, instance: InlinedInstance) {
+    /// function written at `lines` (see [`shared_entries`]), counted only where a call may
+    /// start in it. When no other instance of the function has code in the same function,
+    /// the shared code is all there is of those calls: each entry starts one.
+    fn add_shared(
+        &mut self,
+        image: &Image,
+        i: usize,
+        instance: InlinedInstance,
+        lines: Vec<String>,
+    ) {
         let Some(function) = instance
             .ranges
             .first()
@@ -471,7 +502,12 @@ impl Inlined {
             .flat_map(|s| s.points.iter().map(|p| p.address))
             .filter(|&a| within(a))
             .collect();
-        let e = match shared_entries(image, &instance.ranges, &others, &points) {
+        let alone = others.is_empty();
+        let e = match alone {
+            true => Some(entries(image, &instance.ranges)),
+            false => shared_entries(image, &instance.ranges, &others, &points),
+        };
+        let e = match e {
             None => {
                 self.merged_tails += 1;
                 return;
@@ -483,8 +519,32 @@ impl Inlined {
             }
             Some(e) => e,
         };
-        self.sites
-            .push(InlinedSite::new(image, i, instance, e, None));
+        let mut site = InlinedSite::new(image, i, instance, e, None);
+        site.may_continue = !alone;
+        if !alone {
+            self.share_doubt(i, &site.function, &site.caller, &lines);
+        }
+        site.shared_by = lines;
+        self.sites.push(site);
+    }
+
+    /// The instances of `function` in `caller` called at `lines` share code with one
+    /// where a call may start: some of their calls may be counted there, not at theirs.
+    fn share_doubt(&mut self, i: usize, function: &str, caller: &str, lines: &[String]) {
+        let why = "it shares code without a call line with other calls of the function, \
+                   where some of its calls may be counted instead";
+        for s in self.sites.iter_mut().filter(|s| {
+            s.image == i
+                && s.function == function
+                && s.caller == caller
+                && s.call_line.as_ref().is_some_and(|l| lines.contains(l))
+        }) {
+            s.uncertain = Some(match s.uncertain.take() {
+                Some(more) if !more.contains(why) => format!("{why}; {more}"),
+                Some(more) => more,
+                None => why.to_string(),
+            });
+        }
     }
 }
 
@@ -1039,6 +1099,7 @@ mod tests {
             call_site: None,
             call_line: None,
             split_from,
+            parent: 0,
         };
         let folded = fold_split_parts(vec![
             instance(vec![(0x10, 0x20)], None),

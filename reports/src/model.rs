@@ -211,9 +211,12 @@ pub struct CheckGroup {
     pub lines: Vec<String>,
     /// The report rows of the counted sites.
     pub rows: Vec<String>,
-    /// Calls counted at the sites (the fewest, for sites that may count several calls
-    /// per pass).
+    /// Calls counted at the sites: passes through their entries.
     pub counted: u64,
+    /// The fewest calls the counted passes may stand for (fewer than `counted` where a
+    /// pass through shared code may continue a call counted elsewhere).
+    #[serde(default)]
+    pub counted_low: u64,
     /// The most calls the counted passes may stand for.
     pub counted_high: u64,
     /// Calls the debug build made at those lines.

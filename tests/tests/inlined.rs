@@ -578,6 +578,39 @@ fn a_loop_unrolled_into_copies_on_one_line_is_bounded() {
     );
 }
 
+/// Two arms of a `match` that push alike, merged into one piece of code that the match's
+/// jump table enters (the shape of regex-automata's `Builder::patch`,
+/// `tests/fixtures/rust/arms.rs`): DWARF gives that code an inlined `Vec::push` without
+/// a call line and nothing to the two pushes. Its only entry is a jump-table target, which
+/// was not probed: 0 counted, as exact, for 2,000 made. The table is read now, the code is
+/// the calls' only code, so each entry is a call: exact, and equal to the opt-level-0
+/// build's count at both lines.
+#[test]
+fn arms_merged_behind_a_jump_table_are_counted_exactly() {
+    if cannot_check() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((release, debug)) = build_pair(dir.path(), "arms") else {
+        return;
+    };
+    let (run, report) = checked_push(&release, &debug, "1000");
+    let m = metric(&report, "invocations.Vec::push");
+    let check = &report["benchmarks"][0]["invocation_checks"][0];
+    let groups = check["groups"].as_array().unwrap();
+    let arms = groups
+        .iter()
+        .find(|g| g["made"] == 2000)
+        .unwrap_or_else(|| panic!("no group of lines made 2,000 pushes: {check:#}"));
+    assert_eq!(arms["verdict"], "equal", "{arms:#}");
+    assert_eq!(arms["lines"].as_array().map(Vec::len), Some(2), "{arms:#}");
+    run.check(m["exact"] == true, "every site is counted exactly");
+    run.check(
+        groups.iter().all(|g| g["verdict"] == "equal"),
+        "every group is equal",
+    );
+}
+
 /// Whether `--invocations-check` cannot run here (it needs uprobes for some sites and
 /// valgrind for the truth); the skip is recorded.
 fn cannot_check() -> bool {
@@ -775,8 +808,8 @@ fn the_check_refuses_what_it_cannot_use_before_the_runs() {
 /// by cargo in release with debug info and at opt-level 0, in the test cache outside the
 /// clone (util::registry). `--invocations-check` finds every group of call lines equal
 /// to the opt-level-0 build's calls or within its bound: the 800 pushes of
-/// `Value::deserialize` and the 200 of `parse_escape`, whose merged copy has no call line
-/// and meets the line of its function that no other copy stands for.
+/// `Value::deserialize` (equal) and the 200 of `parse_escape` (within the bounds of its
+/// arms and the code without a call line they share).
 #[test]
 fn serde_json_from_the_registry_counts_the_pushes_its_opt_level_0_build_makes() {
     if cannot_check() {
@@ -863,9 +896,17 @@ fn main() {
         Some((Some(800), Some(800))),
         "{c:#}"
     );
-    assert_eq!(
-        made_at("src/read.rs:887"),
-        Some((Some(200), Some(200))),
-        "{c:#}"
+    // `parse_escape`'s arms, behind its jump table, and the code they share: the arms
+    // count their pushes, and the shared code, entered also from elsewhere, may count
+    // them again (bounded, not equal).
+    let escape = groups
+        .iter()
+        .find(|g| g["lines"].to_string().contains("src/read.rs:887"))
+        .unwrap_or_else(|| panic!("no group at read.rs:887: {c:#}"));
+    assert_eq!(escape["made"], 200, "{c:#}");
+    let (low, high) = (&escape["counted_low"], &escape["counted_high"]);
+    assert!(
+        low.as_u64() <= Some(200) && high.as_u64() >= Some(200),
+        "{escape:#}"
     );
 }

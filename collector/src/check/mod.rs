@@ -130,6 +130,7 @@ pub fn check(
                     function,
                     count: s.count,
                     calls_per_pass: s.calls_per_pass,
+                    may_continue: s.may_continue,
                 });
             }
         }

@@ -106,8 +106,9 @@ pub struct Invocations {
     spare: Vec<(usize, ProbeTarget)>,
     /// Runs collected so far.
     runs: usize,
-    /// Per site: at most this many calls per counted pass (an unrolled loop; else 1).
-    calls_per_pass: Vec<u64>,
+    /// Per site: the fewest and most calls one counted pass stands for (0 where it may
+    /// continue a call counted elsewhere, more than 1 in an unrolled loop; else 1 and 1).
+    per_pass: Vec<(u64, u64)>,
     /// Per pattern with such a site: the fewest and most calls its runs may have made.
     bounds: Vec<Option<(f64, f64)>>,
     /// Whether the kernel kept following every process the uprobes count in.
@@ -130,6 +131,8 @@ pub struct CountedSite {
     pub call_lines: Vec<String>,
     /// At most this many calls per counted pass (else 1).
     pub calls_per_pass: u64,
+    /// A pass may continue a call counted at another site rather than start one.
+    pub may_continue: bool,
     /// Its count in the last run.
     pub count: u64,
 }
@@ -146,6 +149,7 @@ impl CountedSite {
             function: s.function,
             call_lines: s.call_lines.clone(),
             calls_per_pass: s.calls_per_pass,
+            may_continue: s.may_continue,
             count: 0,
         }
     }
@@ -195,8 +199,11 @@ impl Invocations {
         };
         let mut warnings = target_warnings(&target);
         warnings.extend(match_warnings);
-        let calls_per_pass: Vec<u64> = sites.iter().map(|s| s.calls_per_pass).collect();
-        not_exact_where_unrolled(&mut rows, &calls_per_pass);
+        let per_pass: Vec<(u64, u64)> = sites
+            .iter()
+            .map(|s| (u64::from(!s.may_continue), s.calls_per_pass))
+            .collect();
+        not_exact_where_bounded(&mut rows, &per_pass);
         let Engines {
             mut counted,
             inproc,
@@ -241,7 +248,7 @@ impl Invocations {
             bounds: vec![None; rows_len],
             following: Following::default(),
             counted_sites: sites.iter().map(CountedSite::of).collect(),
-            calls_per_pass,
+            per_pass,
         })
     }
 
@@ -447,11 +454,12 @@ fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
     }
 }
 
-/// A pattern with a site that may stand for several calls per counted pass (an unrolled
-/// loop) counts a lower bound: never compared as an exact count.
-fn not_exact_where_unrolled(rows: &mut [PatternRows], calls_per_pass: &[u64]) {
+/// A pattern with a site whose counted pass may stand for several calls (an unrolled
+/// loop) or for none (shared code a counted call may continue into) counts within bounds:
+/// never compared as an exact count.
+fn not_exact_where_bounded(rows: &mut [PatternRows], per_pass: &[(u64, u64)]) {
     for p in rows.iter_mut() {
-        if p.sites().iter().any(|&i| calls_per_pass[i] > 1) {
+        if p.sites().iter().any(|&i| per_pass[i] != (1, 1)) {
             p.metric.exact = false;
         }
     }
@@ -919,11 +927,12 @@ impl Instrument for Invocations {
                 .collect();
             if !p.metric.exact {
                 let all = p.sites();
-                let low: u64 = all.iter().map(|&i| count(i)).sum();
-                let high: u64 = all
-                    .iter()
-                    .map(|&i| count(i).saturating_mul(self.calls_per_pass[i]))
-                    .sum();
+                let bound = |f: fn((u64, u64)) -> u64| -> u64 {
+                    all.iter()
+                        .map(|&i| count(i).saturating_mul(f(self.per_pass[i])))
+                        .sum()
+                };
+                let (low, high) = (bound(|p| p.0), bound(|p| p.1));
                 let (low, high) = (low as f64, high as f64);
                 self.bounds[k] = Some(match self.bounds[k] {
                     Some((l, h)) => (l.min(low), h.max(high)),
@@ -971,14 +980,28 @@ impl Instrument for Invocations {
         let mut notes = self.notes.clone();
         for (p, bounds) in self.patterns.iter().zip(&self.bounds) {
             if let Some((low, high)) = bounds.filter(|(l, h)| h > l) {
+                let sites = p.sites();
+                let mut why = Vec::new();
+                if sites.iter().any(|&i| self.per_pass[i].1 > 1) {
+                    why.push(
+                        "the code of an inlined copy repeats as in a loop the optimizer \
+                         unrolled, so one counted pass may be several calls",
+                    );
+                }
+                if sites.iter().any(|&i| self.per_pass[i].0 == 0) {
+                    why.push(
+                        "code that calls of a function share may be entered by a call \
+                         counted already, so a pass there may be no call of its own",
+                    );
+                }
                 notes.push((
                     p.metric.id.clone(),
                     format!(
-                        "a lower bound: each run made between {} and {} calls (the code of \
-                         an inlined copy repeats as in a loop the optimizer unrolled, so one \
-                         counted pass may be several calls; rows marked uncertain)",
+                        "not exact: each run made between {} and {} calls ({}; rows marked \
+                         uncertain)",
                         sbs_reports::human::count(low),
-                        sbs_reports::human::count(high)
+                        sbs_reports::human::count(high),
+                        why.join("; ")
                     ),
                 ));
             }

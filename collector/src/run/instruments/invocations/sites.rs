@@ -31,6 +31,9 @@ pub(super) struct Site {
     pub what: String,
     /// At most this many calls per counted pass (an unrolled loop; else 1).
     pub calls_per_pass: u64,
+    /// A pass may continue a call counted at another site rather than start one (code
+    /// without a call line that calls of the function share): at least no call per pass.
+    pub may_continue: bool,
     /// Where the calls it counts were written (`file:line`): the call site of an inlined
     /// copy, several when copies share the entry point; none for a function's entry (its
     /// callers are anywhere) or a copy whose call line the DWARF does not give.
@@ -135,6 +138,7 @@ fn function_rows(
                 kind: SiteKind::Entry,
                 what: format!("`{}`", f.label),
                 calls_per_pass: 1,
+                may_continue: false,
                 call_lines: Vec::new(),
             });
             (f.label.clone(), vec![i])
@@ -158,7 +162,11 @@ fn inlined_rows(
             "an inlined copy of `{}` in `{}`",
             site.function, site.caller
         );
-        let call_lines: Vec<String> = site.call_line.iter().cloned().collect();
+        // Code shared by calls stands for the lines of those calls.
+        let call_lines: Vec<String> = match &site.call_line {
+            Some(line) => vec![line.clone()],
+            None => site.shared_by.clone(),
+        };
         let indices: Vec<usize> = site
             .points
             .iter()
@@ -172,6 +180,7 @@ fn inlined_rows(
                     kind: SiteKind::Inside,
                     what: what.clone(),
                     calls_per_pass: site.calls_per_pass.unwrap_or(1),
+                    may_continue: site.may_continue,
                     call_lines: call_lines.clone(),
                 })
             })
