@@ -453,8 +453,9 @@ fn entries_among(image: &Image, ranges: &[(u64, u64)], only: Option<&HashSet<u64
 /// the shared code belongs to a call counted elsewhere when every way into it comes from
 /// the others' code (a tail they continue into), or when every path from it reaches one
 /// of their points (code hoisted before them). `None` when every entry is such: the code
-/// is no call of its own. Otherwise a call may start there: the code's own entries,
-/// marked uncertain.
+/// is no call of its own. Otherwise a call may start there: the code's entries where
+/// control comes in from elsewhere (whose passes may yet continue a call: the caller
+/// marks them so).
 pub fn shared_entries(
     image: &Image,
     shared: &[(u64, u64)],
@@ -495,14 +496,7 @@ pub fn shared_entries(
     }
     // Only where control comes in from elsewhere: the places the others lead to continue
     // their calls.
-    let mut own = entries_among(image, shared, Some(&starts));
-    let why = "code without a call line that the optimizer shares between calls of the \
-               function, entered also from elsewhere: a call may or may not start there";
-    own.uncertain = Some(match own.uncertain.take() {
-        Some(more) => format!("{why}; {more}"),
-        None => why.to_string(),
-    });
-    Some(own)
+    Some(entries_among(image, shared, Some(&starts)))
 }
 
 /// How many calls one pass through an inlined instance may make when its code repeats

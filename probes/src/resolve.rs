@@ -48,6 +48,9 @@ pub struct InlinedSite {
     /// one: the count is an upper bound of its own calls (shared code also entered from
     /// elsewhere).
     pub may_continue: bool,
+    /// Its count may be off in a way no bound can be given: a reason in `uncertain` other
+    /// than an unrolled loop's or shared code's, which bound it.
+    pub unbounded: bool,
 }
 
 impl InlinedSite {
@@ -67,6 +70,7 @@ impl InlinedSite {
             call_site: instance.call_site,
             call_line: instance.call_line,
             points: e.points,
+            unbounded: e.uncertain.is_some(),
             uncertain: e.uncertain,
             calls_per_pass,
             shared_by: Vec::new(),
@@ -456,9 +460,11 @@ impl Inlined {
                 }
                 e
             };
+            let unbounded = e.uncertain.is_some();
             let (e, calls_per_pass) = unrolled(image, e, &instance);
-            self.sites
-                .push(InlinedSite::new(image, i, instance, e, calls_per_pass));
+            let mut site = InlinedSite::new(image, i, instance, e, calls_per_pass);
+            site.unbounded = unbounded;
+            self.sites.push(site);
         }
         for instance in shared {
             let lines = lines_in
@@ -522,6 +528,13 @@ impl Inlined {
         let mut site = InlinedSite::new(image, i, instance, e, None);
         site.may_continue = !alone;
         if !alone {
+            let why = "code without a call line that the optimizer shares between calls of \
+                       the function, entered also from elsewhere: a call may or may not start \
+                       there";
+            site.uncertain = Some(match site.uncertain.take() {
+                Some(more) => format!("{why}; {more}"),
+                None => why.to_string(),
+            });
             self.share_doubt(i, &site.function, &site.caller, &lines);
         }
         site.shared_by = lines;

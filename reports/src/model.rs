@@ -235,6 +235,9 @@ pub enum CheckVerdict {
     Bounded,
     /// Counted more or fewer calls than were made, beyond any stated bound.
     Differs,
+    /// Counted more or fewer calls than were made, at a site the report marks uncertain
+    /// with no bound: the disagreement it warned of.
+    Uncertain,
 }
 
 /// Conditions the runs were measured under.

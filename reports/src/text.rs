@@ -195,16 +195,22 @@ fn check_lines(c: &InvocationCheck) -> Vec<String> {
     let of = |v: CheckVerdict| c.groups.iter().filter(|g| g.verdict == v).count();
     let mut lines = vec![format!(
         "  check ({}) against {}: {} counted, {} made; {} group(s) of call lines equal, {} \
-         within their bound, {} differ",
+         within their bound, {} off at uncertain sites, {} differ",
         c.metric,
         c.debug_program,
         human::count(c.counted as f64),
         human::count(c.made as f64),
         of(CheckVerdict::Equal),
         of(CheckVerdict::Bounded),
+        of(CheckVerdict::Uncertain),
         of(CheckVerdict::Differs),
     )];
-    for g in c.differing().take(CHECK_GROUPS_SHOWN) {
+    let off = || {
+        c.groups
+            .iter()
+            .filter(|g| matches!(g.verdict, CheckVerdict::Differs | CheckVerdict::Uncertain))
+    };
+    for g in off().take(CHECK_GROUPS_SHOWN) {
         let at = match g.lines.as_slice() {
             [] => "no line".to_string(),
             [a, b, c, rest @ ..] if !rest.is_empty() => {
@@ -217,13 +223,17 @@ fn check_lines(c: &InvocationCheck) -> Vec<String> {
             1 => "1 row".to_string(),
             n => format!("{n} rows"),
         };
+        let how = match g.verdict {
+            CheckVerdict::Uncertain => "off (uncertain sites)",
+            _ => "differs",
+        };
         lines.push(format!(
-            "    differs at {at}: {} counted, {} made ({sites})",
+            "    {how} at {at}: {} counted, {} made ({sites})",
             human::count(g.counted as f64),
             human::count(g.made as f64)
         ));
     }
-    let more = c.differing().count().saturating_sub(CHECK_GROUPS_SHOWN);
+    let more = off().count().saturating_sub(CHECK_GROUPS_SHOWN);
     if more > 0 {
         lines.push(format!("    ... and {more} more (all in the JSON report)"));
     }

@@ -40,6 +40,8 @@ pub struct Site {
     pub calls_per_pass: u64,
     /// A pass may continue a call counted at another site: none of its own.
     pub may_continue: bool,
+    /// Its count may be off with no bound (an uncertain entry).
+    pub unbounded: bool,
 }
 
 /// The label of the group of sites and calls without a source line.
@@ -69,7 +71,11 @@ pub fn compare(
     let idle = idle - out.len();
     // What disagrees first, the most calls first; then by line.
     out.sort_by(|a, b| {
-        let rank = |g: &CheckGroup| g.verdict != CheckVerdict::Differs;
+        let rank = |g: &CheckGroup| match g.verdict {
+            CheckVerdict::Differs => 0,
+            CheckVerdict::Uncertain => 1,
+            _ => 2,
+        };
         rank(a)
             .cmp(&rank(b))
             .then(b.made.max(b.counted).cmp(&a.made.max(a.counted)))
@@ -145,6 +151,7 @@ fn group(keys: &[Key], sites: &[&Site], truth: &Truth) -> CheckGroup {
         verdict: CheckVerdict::Equal,
     };
     let mut rows = BTreeSet::new();
+    let mut unbounded = false;
     for key in keys {
         match key {
             Key::Site(i) => {
@@ -154,6 +161,7 @@ fn group(keys: &[Key], sites: &[&Site], truth: &Truth) -> CheckGroup {
                 if !s.may_continue {
                     g.counted_low += s.count;
                 }
+                unbounded |= s.unbounded;
                 rows.insert(s.row.clone());
             }
             Key::Line(line) => {
@@ -171,6 +179,8 @@ fn group(keys: &[Key], sites: &[&Site], truth: &Truth) -> CheckGroup {
         CheckVerdict::Equal
     } else if g.counted_low <= g.made && g.made <= g.counted_high {
         CheckVerdict::Bounded
+    } else if unbounded {
+        CheckVerdict::Uncertain
     } else {
         CheckVerdict::Differs
     };
@@ -248,6 +258,7 @@ mod tests {
             count,
             calls_per_pass,
             may_continue: false,
+            unbounded: false,
         }
     }
 
@@ -341,6 +352,7 @@ mod unknown_lines {
                 count: 2,
                 calls_per_pass: 1,
                 may_continue: false,
+                unbounded: false,
             },
             Site {
                 row: "push [a.rs:1]".into(),
@@ -349,6 +361,7 @@ mod unknown_lines {
                 count: 4,
                 calls_per_pass: 1,
                 may_continue: false,
+                unbounded: false,
             },
         ];
         let truth = Truth {
@@ -385,6 +398,7 @@ mod merged_calls {
             count,
             calls_per_pass: 1,
             may_continue: false,
+            unbounded: false,
         };
         let sites = [
             site("push [merged]", &[], 7),
@@ -444,6 +458,7 @@ mod shared_code {
             count,
             calls_per_pass: 1,
             may_continue,
+            unbounded: false,
         };
         let sites = [
             site("push [218]", &["v.rs:218"], 22, false),

@@ -131,6 +131,7 @@ pub fn check(
                     count: s.count,
                     calls_per_pass: s.calls_per_pass,
                     may_continue: s.may_continue,
+                    unbounded: s.unbounded,
                 });
             }
         }

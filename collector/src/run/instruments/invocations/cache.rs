@@ -39,7 +39,7 @@ use crate::run::instrument::MetricSpec;
 /// Bumped when what is stored changes meaning.
 // 4: code without a call line shared by inlined copies is no site of its own; sites
 // carry the calls one pass may make (an unrolled loop).
-const VERSION: u32 = 7;
+const VERSION: u32 = 8;
 /// Entries unused for this long are removed.
 const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 /// At most this many entries are kept.
@@ -104,6 +104,7 @@ struct StoredSite {
     bytes: Vec<u8>,
     calls_per_pass: u64,
     may_continue: bool,
+    unbounded: bool,
     call_lines: Vec<String>,
 }
 
@@ -212,6 +213,7 @@ impl SiteCache {
                 what: s.what,
                 calls_per_pass: s.calls_per_pass,
                 may_continue: s.may_continue,
+                unbounded: s.unbounded,
                 call_lines: s.call_lines,
             })
             .collect::<Vec<_>>();
@@ -248,6 +250,7 @@ impl SiteCache {
                     bytes: sbs_probes::entries::site_bytes(image, s.function, s.address)?,
                     calls_per_pass: s.calls_per_pass,
                     may_continue: s.may_continue,
+                    unbounded: s.unbounded,
                     call_lines: s.call_lines.clone(),
                 })
             })

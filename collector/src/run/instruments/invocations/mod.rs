@@ -107,8 +107,9 @@ pub struct Invocations {
     /// Runs collected so far.
     runs: usize,
     /// Per site: the fewest and most calls one counted pass stands for (0 where it may
-    /// continue a call counted elsewhere, more than 1 in an unrolled loop; else 1 and 1).
-    per_pass: Vec<(u64, u64)>,
+    /// continue a call counted elsewhere, more than 1 in an unrolled loop; else 1 and 1);
+    /// `None` where its count may be off with no bound (an uncertain entry).
+    per_pass: Vec<Option<(u64, u64)>>,
     /// Per pattern with such a site: the fewest and most calls its runs may have made.
     bounds: Vec<Option<(f64, f64)>>,
     /// Whether the kernel kept following every process the uprobes count in.
@@ -133,6 +134,8 @@ pub struct CountedSite {
     pub calls_per_pass: u64,
     /// A pass may continue a call counted at another site rather than start one.
     pub may_continue: bool,
+    /// Its count may be off with no bound (an uncertain entry).
+    pub unbounded: bool,
     /// Its count in the last run.
     pub count: u64,
 }
@@ -150,6 +153,7 @@ impl CountedSite {
             call_lines: s.call_lines.clone(),
             calls_per_pass: s.calls_per_pass,
             may_continue: s.may_continue,
+            unbounded: s.unbounded,
             count: 0,
         }
     }
@@ -199,11 +203,11 @@ impl Invocations {
         };
         let mut warnings = target_warnings(&target);
         warnings.extend(match_warnings);
-        let per_pass: Vec<(u64, u64)> = sites
+        let per_pass: Vec<Option<(u64, u64)>> = sites
             .iter()
-            .map(|s| (u64::from(!s.may_continue), s.calls_per_pass))
+            .map(|s| (!s.unbounded).then_some((u64::from(!s.may_continue), s.calls_per_pass)))
             .collect();
-        not_exact_where_bounded(&mut rows, &per_pass);
+        not_exact_where_uncertain(&mut rows, &per_pass);
         let Engines {
             mut counted,
             inproc,
@@ -455,11 +459,11 @@ fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
 }
 
 /// A pattern with a site whose counted pass may stand for several calls (an unrolled
-/// loop) or for none (shared code a counted call may continue into) counts within bounds:
-/// never compared as an exact count.
-fn not_exact_where_bounded(rows: &mut [PatternRows], per_pass: &[(u64, u64)]) {
+/// loop) or for none (shared code a counted call may continue into), or whose entries are
+/// uncertain, is never compared as an exact count.
+fn not_exact_where_uncertain(rows: &mut [PatternRows], per_pass: &[Option<(u64, u64)>]) {
     for p in rows.iter_mut() {
-        if p.sites().iter().any(|&i| per_pass[i] != (1, 1)) {
+        if p.sites().iter().any(|&i| per_pass[i] != Some((1, 1))) {
             p.metric.exact = false;
         }
     }
@@ -927,9 +931,10 @@ impl Instrument for Invocations {
                 .collect();
             if !p.metric.exact {
                 let all = p.sites();
+                // The sites without a bound count as counted: the note says so.
                 let bound = |f: fn((u64, u64)) -> u64| -> u64 {
                     all.iter()
-                        .map(|&i| count(i).saturating_mul(f(self.per_pass[i])))
+                        .map(|&i| count(i).saturating_mul(self.per_pass[i].map_or(1, f)))
                         .sum()
                 };
                 let (low, high) = (bound(|p| p.0), bound(|p| p.1));
@@ -979,16 +984,33 @@ impl Instrument for Invocations {
     fn metric_notes(&self) -> Vec<(String, String)> {
         let mut notes = self.notes.clone();
         for (p, bounds) in self.patterns.iter().zip(&self.bounds) {
+            let sites = p.sites();
+            let unbounded = sites
+                .iter()
+                .filter(|&&i| self.per_pass[i].is_none())
+                .count();
+            if unbounded > 0 {
+                notes.push((
+                    p.metric.id.clone(),
+                    format!(
+                        "not exact: {unbounded} of the {} places it counts at belong to \
+                         copies whose entries are uncertain (rows marked uncertain with \
+                         --invocations-detail; the warning says why): their counts may be \
+                         off, by no bound that can be given",
+                        sites.len()
+                    ),
+                ));
+            }
             if let Some((low, high)) = bounds.filter(|(l, h)| h > l) {
-                let sites = p.sites();
+                let bounded = |i: usize| self.per_pass[i].unwrap_or((1, 1));
                 let mut why = Vec::new();
-                if sites.iter().any(|&i| self.per_pass[i].1 > 1) {
+                if sites.iter().any(|&i| bounded(i).1 > 1) {
                     why.push(
                         "the code of an inlined copy repeats as in a loop the optimizer \
                          unrolled, so one counted pass may be several calls",
                     );
                 }
-                if sites.iter().any(|&i| self.per_pass[i].0 == 0) {
+                if sites.iter().any(|&i| bounded(i).0 == 0) {
                     why.push(
                         "code that calls of a function share may be entered by a call \
                          counted already, so a pass there may be no call of its own",
@@ -997,10 +1019,14 @@ impl Instrument for Invocations {
                 notes.push((
                     p.metric.id.clone(),
                     format!(
-                        "not exact: each run made between {} and {} calls ({}; rows marked \
+                        "not exact: each run made between {} and {} calls{} ({}; rows marked \
                          uncertain)",
                         sbs_reports::human::count(low),
                         sbs_reports::human::count(high),
+                        match unbounded {
+                            0 => "",
+                            _ => " as far as its other sites bound them",
+                        },
                         why.join("; ")
                     ),
                 ));

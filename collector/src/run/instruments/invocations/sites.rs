@@ -34,6 +34,8 @@ pub(super) struct Site {
     /// A pass may continue a call counted at another site rather than start one (code
     /// without a call line that calls of the function share): at least no call per pass.
     pub may_continue: bool,
+    /// Its count may be off in a way no bound can be given (an uncertain entry).
+    pub unbounded: bool,
     /// Where the calls it counts were written (`file:line`): the call site of an inlined
     /// copy, several when copies share the entry point; none for a function's entry (its
     /// callers are anywhere) or a copy whose call line the DWARF does not give.
@@ -139,6 +141,7 @@ fn function_rows(
                 what: format!("`{}`", f.label),
                 calls_per_pass: 1,
                 may_continue: false,
+                unbounded: f.uncertain.is_some(),
                 call_lines: Vec::new(),
             });
             (f.label.clone(), vec![i])
@@ -181,6 +184,7 @@ fn inlined_rows(
                     what: what.clone(),
                     calls_per_pass: site.calls_per_pass.unwrap_or(1),
                     may_continue: site.may_continue,
+                    unbounded: site.unbounded,
                     call_lines: call_lines.clone(),
                 })
             })
