@@ -147,14 +147,17 @@ mod tests {
         (code, table)
     }
 
+    /// The bytes of `table`, laid out at 0x2000.
+    fn at_0x2000(table: &[u8], a: u64, len: usize) -> Option<&[u8]> {
+        let from = usize::try_from(a.checked_sub(0x2000)?).ok()?;
+        table.get(from..from + len)
+    }
+
     #[test]
     fn a_position_independent_table_gives_its_jump_every_entry() {
         let (code, table) = table_code(false);
         let insns = decode(&code, 0x1000);
-        let read = |a: u64, len: usize| {
-            let from = usize::try_from(a.checked_sub(0x2000)?).ok()?;
-            table.get(from..from + len)
-        };
+        let read = |a: u64, len: usize| at_0x2000(&table, a, len);
         let found = jump_tables(&insns, &read);
         let jump = insns[3].ip();
         assert_eq!(found.len(), 1);
@@ -166,10 +169,7 @@ mod tests {
     fn a_jump_whose_register_is_changed_after_the_addition_is_not_resolved() {
         let (code, table) = table_code(true);
         let insns = decode(&code, 0x1000);
-        let read = |a: u64, len: usize| {
-            let from = usize::try_from(a.checked_sub(0x2000)?).ok()?;
-            table.get(from..from + len)
-        };
+        let read = |a: u64, len: usize| at_0x2000(&table, a, len);
         // The table still lands on the `ret`s: only the changed register refuses it.
         let boundaries: HashSet<u64> = insns.iter().map(|i| i.ip()).collect();
         assert_eq!(table_entries(0x2000, &read, &boundaries).len(), 3);
