@@ -6,29 +6,27 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
-use sbs_reports::model::BenchmarkResult;
+use sbs_reports::model::{BenchmarkResult, Machine};
 
 use super::read::read_entry;
 use super::{io_error, EntryMeta, History, HistoryError, Row, HISTORY_SCHEMA};
 
 impl History {
-    /// Check, before any run, that saving `benchmarks` (as new entries with `entries`,
-    /// as baseline `baseline`) will be able to create its files: the nearest existing
-    /// directory on the way to each, and to the history's own directory, must be a
-    /// directory that takes a new file (a temporary one, deleted at once). Creates nothing
-    /// that stays.
-    pub fn check_writable(
-        &self,
-        benchmarks: &[String],
-        entries: bool,
-        baseline: Option<&str>,
-    ) -> Result<(), HistoryError> {
+    /// Check, before any run, that what the store saves ([`Saving`](super::Saving)) for `benchmarks`
+    /// (with none given, in its directory) will be able to create its files: the nearest
+    /// existing directory on the way to each, and to the history's own directory, must
+    /// be a directory that takes a new file (a temporary one, deleted at once). Creates
+    /// nothing that stays; checks nothing when nothing is saved.
+    pub fn check_writable(&self, benchmarks: &[String]) -> Result<(), HistoryError> {
+        if !self.saving.any() {
+            return Ok(());
+        }
         let mut dirs = vec![self.root.clone()];
         for name in benchmarks {
-            if entries {
+            if self.saving.entries {
                 dirs.push(self.entries_dir(name));
             }
-            if let Some(base) = baseline {
+            if let Some(base) = &self.saving.baseline {
                 let path = self.baseline_path(base, name)?;
                 dirs.extend(path.parent().map(Path::to_path_buf));
             }
@@ -48,6 +46,33 @@ impl History {
                 .map_err(io_error("create a file in", &existing))?;
         }
         Ok(())
+    }
+
+    /// Once a run's report is final: save each of `benchmarks` as the store saves
+    /// ([`Saving`](super::Saving)), a new entry then the baseline, measured on `machine`. Returns the
+    /// files written (none when nothing is saved).
+    pub fn save_run(
+        &self,
+        benchmarks: &[BenchmarkResult],
+        machine: Option<Machine>,
+    ) -> Result<Vec<PathBuf>, HistoryError> {
+        if !self.saving.any() {
+            return Ok(Vec::new());
+        }
+        let meta = EntryMeta {
+            machine,
+            ..EntryMeta::now()
+        };
+        let mut written = Vec::new();
+        for bench in benchmarks {
+            if self.saving.entries {
+                written.push(self.save(bench, &meta)?);
+            }
+            if let Some(name) = &self.saving.baseline {
+                written.push(self.save_baseline(name, bench, &meta)?);
+            }
+        }
+        Ok(written)
     }
 
     /// Save `result` as a new history entry; returns the file written. Never replaces a
