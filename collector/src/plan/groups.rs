@@ -1,6 +1,9 @@
 //! The groups of runs of one benchmark, from the metric groups a [`Measures`] asks for.
 //! Every benchmark of a plan gets the same list, in the same order (interleaved runs rely
 //! on it), except that a harnessed benchmark's size probes come last, as groups of its own.
+//! What a plan will measure is known from these groups before anything heavy
+//! ([`metrics`]): the `--threshold` names are checked against it before a harness is
+//! built or a program read.
 
 use std::path::Path;
 
@@ -8,13 +11,14 @@ use anyhow::bail;
 use sbs_reports::model::Family;
 
 use super::counters::{self, CounterOptions};
-use super::Measures;
+use super::{Measures, Request, Target};
 use crate::check::CheckRequest;
+use crate::judge::regression::Measured;
 use crate::run::instruments::alloc::{AllocMetrics, AllocPath};
 use crate::run::instruments::invocations::Options as InvocationOptions;
 use crate::run::instruments::per_op::{PerOpMode, NOT_COUNTED};
 use crate::run::runner::RunConfig;
-use crate::run::spec::{Drift, GroupSpec, InstrumentSpec, PerOpSpec};
+use crate::run::spec::{self, Drift, GroupSpec, InstrumentSpec, PerOpSpec};
 
 /// Name of the group that counts a harnessed benchmark's first operations (the drift
 /// check), one run under callgrind.
@@ -22,6 +26,41 @@ pub const FIRST_OPS_GROUP: &str = "first operations";
 
 /// Suffix of the name of a counting group's calibration twin (the empty operation's runs).
 pub const EMPTY_GROUP: &str = " (empty op)";
+
+/// What the plan of `request` will measure: the families of its metrics and the id of
+/// every one (`PREFIX*` for ids its runs name), from the groups it will give its
+/// benchmarks, before anything heavy.
+pub fn metrics(request: &Request) -> anyhow::Result<Measured> {
+    Ok(spec::measured(&planned_groups(request)?))
+}
+
+/// Stands for every size probe of a harnessed benchmark in [`planned_groups`]: the id
+/// of its instruction count, `counter.instructions/op@*`, is a prefix pattern.
+const ANY_SIZE: &str = "*";
+
+/// The groups the plan of `request` will give its benchmarks, known before anything heavy
+/// (no cargo build, no listing of a harness binary, no program read): what the
+/// `--threshold` names are checked against first. A harness's size probes, known only from
+/// its listing, stand as one probe of any size.
+fn planned_groups(request: &Request) -> anyhow::Result<Vec<GroupSpec>> {
+    let mut groups = Vec::new();
+    let commands = request
+        .targets
+        .iter()
+        .any(|t| matches!(t, Target::Command { .. }));
+    if commands {
+        groups.extend(benchmark_groups(&request.measures, None)?);
+    }
+    if request
+        .targets
+        .iter()
+        .any(|t| matches!(t, Target::Harness(_)))
+    {
+        let any_size = [ANY_SIZE.to_string()];
+        groups.extend(benchmark_groups(&request.measures, Some(("", &any_size)))?);
+    }
+    Ok(groups)
+}
 
 /// The groups of one benchmark, in run order.
 ///
@@ -336,7 +375,7 @@ mod tests {
             }]
         );
         assert_eq!(groups, benchmark_groups(&measures, None).unwrap());
-        let ids = crate::plan::metrics::metric_ids(groups.iter());
+        let ids = spec::measured(&groups).ids;
         for id in [
             "invocations.push",
             "invocations.pop",
@@ -376,7 +415,7 @@ mod tests {
             assert_eq!(records.benchmark, "sort");
             assert_eq!(records.drift.is_some(), g.name == "timing", "{}", g.name);
         }
-        let ids = crate::plan::metrics::metric_ids(groups.iter());
+        let ids = spec::measured(&groups).ids;
         for id in [
             "time.op",
             "time.op.empty",
