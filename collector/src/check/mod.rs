@@ -18,6 +18,7 @@
 pub mod compare;
 
 use std::cell::RefCell;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -102,9 +103,8 @@ pub fn check(
         program: request.debug.clone(),
         ..run.clone()
     };
-    let matched = debug_functions(&debug_run, request)?;
+    let (matched, debug) = debug_functions(&debug_run, request)?;
     let profile = callgrind_profile(&debug_run, valgrind, cancel)?;
-    let debug = Image::load(&request.debug)?;
     let debug_name = request.debug.display().to_string();
     let mut out = Vec::new();
     for (k, (metric, rows)) in counts.patterns.iter().enumerate() {
@@ -121,9 +121,7 @@ pub fn check(
                     Some(address) => entry_lines.get(&address).cloned().unwrap_or_default(),
                     None => s.call_lines.clone(),
                 };
-                let function = release
-                    .function_at(s.function)
-                    .map(|f| sbs_probes::demangle::demangle(&f.name).label);
+                let function = release.function_label(s.function);
                 sites.push(Site {
                     row: label.clone(),
                     lines,
@@ -289,8 +287,12 @@ struct DebugMatch {
     inlined: HashSet<String>,
 }
 
-/// Per pattern, what the debug build has of it.
-fn debug_functions(debug: &RunConfig, request: &CheckRequest) -> anyhow::Result<Vec<DebugMatch>> {
+/// Per pattern, what the debug build has of it; and its program's image (read once,
+/// for the lines of the calls callgrind counts).
+fn debug_functions(
+    debug: &RunConfig,
+    request: &CheckRequest,
+) -> anyhow::Result<(Vec<DebugMatch>, Image)> {
     let ld_library_path = debug
         .env
         .iter()
@@ -300,7 +302,7 @@ fn debug_functions(debug: &RunConfig, request: &CheckRequest) -> anyhow::Result<
     let matches = match_patterns(&mut target, &request.patterns, request.options.max_probes)
         .with_context(|| format!("--invocations-check {}", debug.program.display()))?;
     let exe = target.exe();
-    Ok(matches
+    let matched = matches
         .iter()
         .map(|m| DebugMatch {
             functions: m
@@ -317,7 +319,8 @@ fn debug_functions(debug: &RunConfig, request: &CheckRequest) -> anyhow::Result<
                 .filter_map(|s| s.call_line.clone())
                 .collect(),
         })
-        .collect())
+        .collect();
+    Ok((matched, target.images.swap_remove(0)))
 }
 
 /// One run of the debug build under callgrind, and its profile.
@@ -405,11 +408,10 @@ fn truth(
         match lines.get(&site) {
             Some(line) => {
                 *truth.by_line.entry(line.clone()).or_default() += n;
-                if let Some(f) = debug.function_at(site) {
-                    truth
-                        .function_of
-                        .entry(line.clone())
-                        .or_insert_with(|| sbs_probes::demangle::demangle(&f.name).label);
+                if let Entry::Vacant(at) = truth.function_of.entry(line.clone()) {
+                    if let Some(label) = debug.function_label(site) {
+                        at.insert(label);
+                    }
                 }
             }
             None => truth.without_line += n,
