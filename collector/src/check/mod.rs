@@ -37,11 +37,12 @@ use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sampl
 use crate::run::instruments::invocations::{Invocations, Options, SiteCounts};
 use crate::run::instruments::valgrind::ValgrindWrapper;
 use crate::run::runner::{run_once, Cancel, RunConfig};
+use crate::run::spec::{BenchmarkSpec, InstrumentSpec};
 use compare::{Site, Truth};
 
 /// What to check: the patterns, counted with `options`, against `debug`.
 #[derive(Debug, Clone)]
-pub struct CheckRequest {
+struct CheckRequest {
     /// The build without optimisation.
     pub debug: PathBuf,
     /// The `--invocations` patterns, each once.
@@ -89,13 +90,45 @@ pub fn one_program<'a>(runs: impl Iterator<Item = &'a RunConfig>) -> anyhow::Res
     Ok(())
 }
 
-/// Check every pattern of `request` for the benchmark `run` starts.
+impl CheckRequest {
+    /// What to check of the benchmark `spec` against `debug`: the patterns its
+    /// invocations group counts, each once, counted as a command's runs count them (no
+    /// harness region).
+    fn of(spec: &BenchmarkSpec, debug: &Path) -> anyhow::Result<CheckRequest> {
+        let counted = spec
+            .groups
+            .iter()
+            .flat_map(|g| &g.instruments)
+            .find_map(|i| match i {
+                InstrumentSpec::Invocations { patterns, options } => Some((patterns, options)),
+                _ => None,
+            });
+        let Some((patterns, options)) = counted else {
+            anyhow::bail!(
+                "--invocations-check checks the counts of --invocations: add --invocations PATTERN"
+            );
+        };
+        Ok(CheckRequest {
+            debug: debug.to_path_buf(),
+            patterns: patterns.clone(),
+            options: Options {
+                region: false,
+                ..*options
+            },
+        })
+    }
+}
+
+/// Check every pattern the benchmark `spec` counts against the build without
+/// optimisation `debug`.
 pub fn check(
-    run: &RunConfig,
-    request: &CheckRequest,
+    spec: &BenchmarkSpec,
+    debug: &Path,
     valgrind: &Path,
     cancel: &Cancel,
 ) -> anyhow::Result<Vec<InvocationCheck>> {
+    let request = &CheckRequest::of(spec, debug)?;
+    let run = &spec.run;
     let counts = count_sites(run, request, cancel)?;
     let release = Image::load(&run.program)?;
     let entry_lines = entry_lines(&release, &counts)?;

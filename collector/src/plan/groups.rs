@@ -5,14 +5,11 @@
 //! ([`metrics`]): the `--threshold` names are checked against it before a harness is
 //! built or a program read.
 
-use std::path::Path;
-
 use anyhow::bail;
 use sbs_reports::model::Family;
 
 use super::counters::{self, CounterOptions};
 use super::{Measures, Request, Target};
-use crate::check::CheckRequest;
 use crate::judge::regression::Measured;
 use crate::run::instruments::alloc::{AllocMetrics, AllocPath};
 use crate::run::instruments::invocations::Options as InvocationOptions;
@@ -277,17 +274,6 @@ fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
         partial: measures.invocations_partial,
         engine: measures.invocations_engine,
         region,
-    }
-}
-
-/// What `--invocations-check` compares with the debug build `debug`: the `--invocations`
-/// patterns of `measures`, each once, counted as a command's runs count them (no harness
-/// region).
-pub(crate) fn check_request(debug: &Path, measures: &Measures) -> CheckRequest {
-    CheckRequest {
-        debug: debug.to_path_buf(),
-        patterns: unique(&measures.invocations),
-        options: invocation_options(measures, false),
     }
 }
 
