@@ -114,11 +114,14 @@ fn checked_plan(
         controls: args.controls(),
         scan: args.scan()?,
     };
+    // What the plan will measure is data, known from the request alone; the gate says
+    // its own errors first.
+    let measured = plan::metrics(&request);
     let regression = Regression::prepare(
         &args.regression.settings(args.ignore_failure),
         request.controls.confidence,
         mode,
-        || plan::metrics(&request),
+        measured,
     )?;
     let sinks = Sinks::open(&args.report.destinations())?;
     let plan = plan::build(request)?;

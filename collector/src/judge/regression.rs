@@ -164,17 +164,17 @@ pub struct Finished {
 impl Regression {
     /// The gate of a run, every flag of it checked before anything heavy, in this order:
     /// its own settings ([`Regression::new`]); then, only once they are valid, the
-    /// thresholds against what the plan will measure (`measured`, asked for then: a typo
-    /// in the settings wins over an error of the plan); then that `--save` and
-    /// `--save-baseline` can write the history's directory.
+    /// thresholds against what the plan will measure (`measured`, or why it cannot be
+    /// known: a typo in the settings wins over an error of the plan); then that `--save`
+    /// and `--save-baseline` can write the history's directory.
     pub fn prepare(
         args: &Settings,
         confidence: f64,
         mode: Mode,
-        measured: impl FnOnce() -> anyhow::Result<Measured>,
+        measured: anyhow::Result<Measured>,
     ) -> anyhow::Result<Regression> {
         let regression = Regression::new(args, confidence, mode)?;
-        let measured = measured()?;
+        let measured = measured?;
         regression.check_thresholds(&measured.families, Some(&measured.ids))?;
         regression.history.check_writable(&[])?;
         Ok(regression)
