@@ -24,6 +24,7 @@
 
 mod entry;
 mod read;
+mod writable;
 mod write;
 
 use std::io;
@@ -33,7 +34,6 @@ use sbs_reports::model::Unit;
 use serde::{Deserialize, Serialize};
 
 pub use entry::{Entry, EntryMeta, SavedMetric};
-pub use read::Wanted;
 
 /// Default history directory, relative to the current directory.
 pub const DEFAULT_DIR: &str = ".sbs";
@@ -207,6 +207,17 @@ impl Saving {
     fn any(&self) -> bool {
         self.entries || self.baseline.is_some()
     }
+}
+
+/// What a run compares each benchmark with, read before its runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted<'a> {
+    /// Nothing saved (`compare`: its commands are compared with each other).
+    Nothing,
+    /// The named baseline, which every benchmark must have.
+    Baseline(&'a str),
+    /// At most this many of the latest saved entries.
+    Latest(usize),
 }
 
 /// The history store rooted at a directory, and what a run saves in it.

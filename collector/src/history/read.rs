@@ -9,7 +9,7 @@ use sbs_reports::model::{MetricId, Unit};
 
 use super::{
     columns_v1, columns_v2, columns_v3, io_error, Entry, EntryMeta, History, HistoryError, Row,
-    SavedMetric, COLUMNS, HISTORY_SCHEMA, MARKER,
+    SavedMetric, Wanted, COLUMNS, HISTORY_SCHEMA, MARKER,
 };
 
 /// The entries of `dir`; none when it does not exist (a store not written yet).
@@ -21,17 +21,6 @@ fn list(dir: &std::path::Path) -> Result<Vec<fs::DirEntry>, HistoryError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(io_error("list", dir)(e)),
     }
-}
-
-/// What a run compares each benchmark with, read before its runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wanted<'a> {
-    /// Nothing saved (`compare`: its commands are compared with each other).
-    Nothing,
-    /// The named baseline, which every benchmark must have.
-    Baseline(&'a str),
-    /// At most this many of the latest saved entries.
-    Latest(usize),
 }
 
 impl History {
