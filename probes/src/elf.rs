@@ -229,6 +229,13 @@ impl Image {
             .min_by_key(|f| f.size)
     }
 
+    /// The name for people (demangled) of the function whose extent holds `address`
+    /// ([`Image::function_at`]).
+    pub fn function_label(&self, address: u64) -> Option<String> {
+        self.function_at(address)
+            .map(|f| crate::demangle::demangle(&f.name).label)
+    }
+
     /// The link-time address of the byte at file offset `offset` of an executable
     /// segment (where a uprobe at that offset sits).
     pub fn address_of_offset(&self, offset: u64) -> Option<u64> {

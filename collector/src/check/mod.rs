@@ -18,6 +18,7 @@
 pub mod compare;
 
 use std::cell::RefCell;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -36,11 +37,12 @@ use crate::run::instrument::{ChildSetup, ExitKind, Instrument, RunOutcome, Sampl
 use crate::run::instruments::invocations::{Invocations, Options, SiteCounts};
 use crate::run::instruments::valgrind::ValgrindWrapper;
 use crate::run::runner::{run_once, Cancel, RunConfig};
+use crate::run::spec::{BenchmarkSpec, InstrumentSpec};
 use compare::{Site, Truth};
 
 /// What to check: the patterns, counted with `options`, against `debug`.
 #[derive(Debug, Clone)]
-pub struct CheckRequest {
+struct CheckRequest {
     /// The build without optimisation.
     pub debug: PathBuf,
     /// The `--invocations` patterns, each once.
@@ -88,13 +90,45 @@ pub fn one_program<'a>(runs: impl Iterator<Item = &'a RunConfig>) -> anyhow::Res
     Ok(())
 }
 
-/// Check every pattern of `request` for the benchmark `run` starts.
+impl CheckRequest {
+    /// What to check of the benchmark `spec` against `debug`: the patterns its
+    /// invocations group counts, each once, counted as a command's runs count them (no
+    /// harness region).
+    fn of(spec: &BenchmarkSpec, debug: &Path) -> anyhow::Result<CheckRequest> {
+        let counted = spec
+            .groups
+            .iter()
+            .flat_map(|g| &g.instruments)
+            .find_map(|i| match i {
+                InstrumentSpec::Invocations { patterns, options } => Some((patterns, options)),
+                _ => None,
+            });
+        let Some((patterns, options)) = counted else {
+            anyhow::bail!(
+                "--invocations-check checks the counts of --invocations: add --invocations PATTERN"
+            );
+        };
+        Ok(CheckRequest {
+            debug: debug.to_path_buf(),
+            patterns: patterns.clone(),
+            options: Options {
+                region: false,
+                ..*options
+            },
+        })
+    }
+}
+
+/// Check every pattern the benchmark `spec` counts against the build without
+/// optimisation `debug`.
 pub fn check(
-    run: &RunConfig,
-    request: &CheckRequest,
+    spec: &BenchmarkSpec,
+    debug: &Path,
     valgrind: &Path,
     cancel: &Cancel,
 ) -> anyhow::Result<Vec<InvocationCheck>> {
+    let request = &CheckRequest::of(spec, debug)?;
+    let run = &spec.run;
     let counts = count_sites(run, request, cancel)?;
     let release = Image::load(&run.program)?;
     let entry_lines = entry_lines(&release, &counts)?;
@@ -102,9 +136,8 @@ pub fn check(
         program: request.debug.clone(),
         ..run.clone()
     };
-    let matched = debug_functions(&debug_run, request)?;
+    let (matched, debug) = debug_functions(&debug_run, request)?;
     let profile = callgrind_profile(&debug_run, valgrind, cancel)?;
-    let debug = Image::load(&request.debug)?;
     let debug_name = request.debug.display().to_string();
     let mut out = Vec::new();
     for (k, (metric, rows)) in counts.patterns.iter().enumerate() {
@@ -121,9 +154,7 @@ pub fn check(
                     Some(address) => entry_lines.get(&address).cloned().unwrap_or_default(),
                     None => s.call_lines.clone(),
                 };
-                let function = release
-                    .function_at(s.function)
-                    .map(|f| sbs_probes::demangle::demangle(&f.name).label);
+                let function = release.function_label(s.function);
                 sites.push(Site {
                     row: label.clone(),
                     lines,
@@ -291,8 +322,12 @@ struct DebugMatch {
     inlined: HashSet<String>,
 }
 
-/// Per pattern, what the debug build has of it.
-fn debug_functions(debug: &RunConfig, request: &CheckRequest) -> anyhow::Result<Vec<DebugMatch>> {
+/// Per pattern, what the debug build has of it; and its program's image (read once,
+/// for the lines of the calls callgrind counts).
+fn debug_functions(
+    debug: &RunConfig,
+    request: &CheckRequest,
+) -> anyhow::Result<(Vec<DebugMatch>, Image)> {
     let ld_library_path = debug
         .env
         .iter()
@@ -302,7 +337,7 @@ fn debug_functions(debug: &RunConfig, request: &CheckRequest) -> anyhow::Result<
     let matches = match_patterns(&mut target, &request.patterns, request.options.max_probes)
         .with_context(|| format!("--invocations-check {}", debug.program.display()))?;
     let exe = target.exe();
-    Ok(matches
+    let matched = matches
         .iter()
         .map(|m| DebugMatch {
             functions: m
@@ -319,7 +354,8 @@ fn debug_functions(debug: &RunConfig, request: &CheckRequest) -> anyhow::Result<
                 .filter_map(|s| s.call_line.clone())
                 .collect(),
         })
-        .collect())
+        .collect();
+    Ok((matched, target.images.swap_remove(0)))
 }
 
 /// One run of the debug build under callgrind, and its profile.
@@ -407,11 +443,10 @@ fn truth(
         match lines.get(&site) {
             Some(line) => {
                 *truth.by_line.entry(line.clone()).or_default() += n;
-                if let Some(f) = debug.function_at(site) {
-                    truth
-                        .function_of
-                        .entry(line.clone())
-                        .or_insert_with(|| sbs_probes::demangle::demangle(&f.name).label);
+                if let Entry::Vacant(at) = truth.function_of.entry(line.clone()) {
+                    if let Some(label) = debug.function_label(site) {
+                        at.insert(label);
+                    }
                 }
             }
             None => truth.without_line += n,

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::{exit_for, RunArgs};
-use crate::check::{self, CheckRequest};
+use crate::check;
 use crate::judge::judge;
 use crate::judge::regression::{Mode, Reference, Regression};
 use crate::output::{Format, Sinks, Unwritten};
-use crate::plan::{self, Request, Target};
+use crate::plan::{self, BenchmarkSpec, Request, Target};
 use crate::run::confirm::Confirmer;
 use crate::run::runner::Cancel;
 use crate::run::scheduler::execute;
@@ -42,8 +42,7 @@ pub(super) fn measure(
     // A check that cannot be made loses none of the measurements: they are judged, saved
     // and written, and the error is said at the end.
     let unchecked = check.and_then(|(debug, valgrind)| {
-        let request = plan::check_request(debug, &args.measures());
-        check_all(&benchmarks, &request, &valgrind, &cancel, &mut report).err()
+        check_all(&plan.benchmarks, debug, &valgrind, &cancel, &mut report).err()
     });
     let schedule = &plan.schedule;
     let regressions = judge(
@@ -115,11 +114,14 @@ fn checked_plan(
         controls: args.controls(),
         scan: args.scan()?,
     };
+    // What the plan will measure is data, known from the request alone; the gate says
+    // its own errors first.
+    let measured = plan::metrics(&request);
     let regression = Regression::prepare(
         &args.regression.settings(args.ignore_failure),
         request.controls.confidence,
         mode,
-        || plan::metrics(&request),
+        measured,
     )?;
     let sinks = Sinks::open(&args.report.destinations())?;
     let plan = plan::build(request)?;
@@ -153,14 +155,14 @@ fn instantiate(plan: &plan::Plan) -> anyhow::Result<Vec<Benchmark>> {
 /// `--invocations-check`: each benchmark's counts against the debug build, in its report,
 /// with a warning where they differ.
 fn check_all(
-    benchmarks: &[Benchmark],
-    request: &CheckRequest,
+    benchmarks: &[BenchmarkSpec],
+    debug: &std::path::Path,
     valgrind: &std::path::Path,
     cancel: &Cancel,
     report: &mut Report,
 ) -> anyhow::Result<()> {
     for (b, result) in benchmarks.iter().zip(report.benchmarks.iter_mut()) {
-        let checks = check::check(&b.run, request, valgrind, cancel)?;
+        let checks = check::check(b, debug, valgrind, cancel)?;
         for c in &checks {
             let differ: Vec<_> = c.differing().collect();
             if differ.is_empty() {

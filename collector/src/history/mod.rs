@@ -24,6 +24,7 @@
 
 mod entry;
 mod read;
+mod writable;
 mod write;
 
 use std::io;
@@ -88,6 +89,18 @@ pub enum HistoryError {
     /// Nothing to save.
     #[error("benchmark `{0}` has no samples to save: check that its runs succeeded")]
     Empty(String),
+    /// A baseline asked for has no file for a benchmark.
+    #[error("baseline `{name}` has no entry for benchmark `{benchmark}` ({} does not exist)", path.display())]
+    NoBaseline {
+        /// The baseline's name.
+        name: String,
+        /// The benchmark.
+        benchmark: String,
+        /// The file that would hold it.
+        path: PathBuf,
+        /// The baselines saved for the benchmark, sorted (for a suggestion).
+        saved: Vec<String>,
+    },
 }
 
 fn io_error<'a>(
@@ -180,16 +193,67 @@ fn columns_v1() -> impl Iterator<Item = &'static str> {
     columns_v2().filter(|c| *c != DETAIL)
 }
 
-/// The history store rooted at a directory.
+/// What a run saves once its report is final.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Saving {
+    /// Each benchmark as a new history entry (`--save`).
+    pub entries: bool,
+    /// Each benchmark as this baseline, replacing the previous one (`--save-baseline`).
+    pub baseline: Option<String>,
+}
+
+impl Saving {
+    /// Whether anything is saved.
+    fn any(&self) -> bool {
+        self.entries || self.baseline.is_some()
+    }
+}
+
+/// What a run compares each benchmark with, read before its runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted<'a> {
+    /// Nothing saved (`compare`: its commands are compared with each other).
+    Nothing,
+    /// The named baseline, which every benchmark must have.
+    Baseline(&'a str),
+    /// At most this many of the latest saved entries.
+    Latest(usize),
+}
+
+/// The history store rooted at a directory, and what a run saves in it.
 #[derive(Debug, Clone)]
 pub struct History {
     root: PathBuf,
+    saving: Saving,
 }
 
 impl History {
-    /// A store rooted at `root` (created on the first save).
+    /// A store rooted at `root` (created on the first save) that saves nothing.
     pub fn new(root: impl Into<PathBuf>) -> History {
-        History { root: root.into() }
+        History {
+            root: root.into(),
+            saving: Saving::default(),
+        }
+    }
+
+    /// The store of a run rooted at `root`, saving as `saving` asks, its baseline names
+    /// checked: `compared_with` (`--baseline`), then the baseline it saves. Reads and
+    /// writes nothing yet.
+    pub fn open(
+        root: impl Into<PathBuf>,
+        saving: Saving,
+        compared_with: Option<&str>,
+    ) -> Result<History, HistoryError> {
+        for name in [compared_with, saving.baseline.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            check_name(name)?;
+        }
+        Ok(History {
+            root: root.into(),
+            saving,
+        })
     }
 
     /// Directory of a benchmark's saved entries.
@@ -747,6 +811,39 @@ mod tests {
             Err(HistoryError::Empty(_))
         ));
         assert!(!h.entries_dir("b").exists());
+    }
+
+    #[test]
+    fn a_run_opens_the_store_once_loads_what_it_compares_with_and_saves_as_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let saving = Saving {
+            entries: true,
+            baseline: Some("main".into()),
+        };
+        assert!(matches!(
+            History::open(dir.path(), saving.clone(), Some(".bad")),
+            Err(HistoryError::BadName(_))
+        ));
+        let h = History::open(dir.path(), saving, None).unwrap();
+        let names = ["b".to_string()];
+        assert_eq!(h.load(&names, Wanted::Latest(5)).unwrap(), [vec![]]);
+        let written = h.save_run(&[bench("b", &[1.0], 1.0)], None).unwrap();
+        assert_eq!(written.len(), 2);
+        let latest = h.load(&names, Wanted::Latest(5)).unwrap();
+        assert_eq!(latest[0].len(), 1);
+        let base = h.load(&names, Wanted::Baseline("main")).unwrap();
+        assert_eq!(base[0][0].benchmark, "b");
+        match h.load(&names, Wanted::Baseline("mian")) {
+            Err(HistoryError::NoBaseline { saved, .. }) => assert_eq!(saved, ["main"]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(h.load(&names, Wanted::Nothing).unwrap(), [vec![]]);
+        // A store that saves nothing writes nothing.
+        let none = History::new(dir.path().join("other"));
+        assert!(none
+            .save_run(&[bench("b", &[1.0], 1.0)], None)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

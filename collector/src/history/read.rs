@@ -9,7 +9,7 @@ use sbs_reports::model::{MetricId, Unit};
 
 use super::{
     columns_v1, columns_v2, columns_v3, io_error, Entry, EntryMeta, History, HistoryError, Row,
-    SavedMetric, COLUMNS, HISTORY_SCHEMA, MARKER,
+    SavedMetric, Wanted, COLUMNS, HISTORY_SCHEMA, MARKER,
 };
 
 /// The entries of `dir`; none when it does not exist (a store not written yet).
@@ -24,6 +24,36 @@ fn list(dir: &std::path::Path) -> Result<Vec<fs::DirEntry>, HistoryError> {
 }
 
 impl History {
+    /// Before a run's measurements: for each of `benchmarks` (by name), in order, the
+    /// entries it is compared with as `wanted` says (the baseline's one, or the latest,
+    /// oldest first; none for [`Wanted::Nothing`]), then that what the run saves can be
+    /// written ([`History::check_writable`]). A missing baseline, a corrupt file or a
+    /// history that cannot be written fails here, before minutes of runs.
+    pub fn load(
+        &self,
+        benchmarks: &[String],
+        wanted: Wanted<'_>,
+    ) -> Result<Vec<Vec<Entry>>, HistoryError> {
+        let entries = benchmarks
+            .iter()
+            .map(|name| match wanted {
+                Wanted::Nothing => Ok(Vec::new()),
+                Wanted::Baseline(base) => match self.baseline(base, name)? {
+                    Some(entry) => Ok(vec![entry]),
+                    None => Err(HistoryError::NoBaseline {
+                        name: base.to_string(),
+                        benchmark: name.clone(),
+                        path: self.baseline_path(base, name)?,
+                        saved: self.baselines_of(name)?,
+                    }),
+                },
+                Wanted::Latest(depth) => self.latest_entries(name, depth),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.check_writable(benchmarks)?;
+        Ok(entries)
+    }
+
     /// Names of the benchmarks with saved entries, sorted. A missing store has none.
     pub fn benchmarks(&self) -> Result<Vec<String>, HistoryError> {
         let dir = self.root.join("history");

@@ -6,48 +6,37 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
-use sbs_reports::model::BenchmarkResult;
+use sbs_reports::model::{BenchmarkResult, Machine};
 
 use super::read::read_entry;
 use super::{io_error, EntryMeta, History, HistoryError, Row, HISTORY_SCHEMA};
 
 impl History {
-    /// Check, before any run, that saving `benchmarks` (as new entries with `entries`,
-    /// as baseline `baseline`) will be able to create its files: the nearest existing
-    /// directory on the way to each, and to the history's own directory, must be a
-    /// directory that takes a new file (a temporary one, deleted at once). Creates nothing
-    /// that stays.
-    pub fn check_writable(
+    /// Once a run's report is final: save each of `benchmarks` as the store saves
+    /// ([`Saving`](super::Saving)), a new entry then the baseline, measured on `machine`. Returns the
+    /// files written (none when nothing is saved).
+    pub fn save_run(
         &self,
-        benchmarks: &[String],
-        entries: bool,
-        baseline: Option<&str>,
-    ) -> Result<(), HistoryError> {
-        let mut dirs = vec![self.root.clone()];
-        for name in benchmarks {
-            if entries {
-                dirs.push(self.entries_dir(name));
+        benchmarks: &[BenchmarkResult],
+        machine: Option<Machine>,
+    ) -> Result<Vec<PathBuf>, HistoryError> {
+        if !self.saving.any() {
+            return Ok(Vec::new());
+        }
+        let meta = EntryMeta {
+            machine,
+            ..EntryMeta::now()
+        };
+        let mut written = Vec::new();
+        for bench in benchmarks {
+            if self.saving.entries {
+                written.push(self.save(bench, &meta)?);
             }
-            if let Some(base) = baseline {
-                let path = self.baseline_path(base, name)?;
-                dirs.extend(path.parent().map(Path::to_path_buf));
+            if let Some(name) = &self.saving.baseline {
+                written.push(self.save_baseline(name, bench, &meta)?);
             }
         }
-        dirs.sort();
-        dirs.dedup();
-        for dir in dirs {
-            let existing = nearest_existing(&dir)?;
-            if !existing.is_dir() {
-                return Err(io_error("create directory", &dir)(io::Error::other(
-                    format!("{} is not a directory", existing.display()),
-                )));
-            }
-            tempfile::Builder::new()
-                .prefix(".sbs-profile-probe-")
-                .tempfile_in(&existing)
-                .map_err(io_error("create a file in", &existing))?;
-        }
-        Ok(())
+        Ok(written)
     }
 
     /// Save `result` as a new history entry; returns the file written. Never replaces a
@@ -185,22 +174,6 @@ fn shell_words(command: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// `dir`, or the nearest of its ancestors that exists (`.` for a relative path none of
-/// whose components exists).
-fn nearest_existing(dir: &Path) -> Result<PathBuf, HistoryError> {
-    let mut at = dir;
-    loop {
-        match fs::metadata(at) {
-            Ok(_) => return Ok(at.to_path_buf()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => match at.parent() {
-                Some(p) if !p.as_os_str().is_empty() => at = p,
-                _ => return Ok(PathBuf::from(".")),
-            },
-            Err(e) => return Err(io_error("inspect", at)(e)),
-        }
-    }
 }
 
 fn create_dir(dir: &Path) -> Result<(), HistoryError> {

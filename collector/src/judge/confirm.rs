@@ -1,6 +1,6 @@
 //! Confirmation runs before the gate fails (`--confirm N`): which groups of runs a
 //! benchmark makes again when a measured metric looks regressed against its history or a
-//! baseline, and what the report keeps of the first look.
+//! baseline (what the report keeps of the first look is [`crate::judge::looks`]'s).
 //!
 //! The rule (docs/statistics.md, "Confirmation runs"): the first look is today's
 //! comparison over the `--runs` runs. Where a measured (not exact) metric of a group
@@ -14,12 +14,11 @@
 //! never ask for confirmation.
 
 use sbs_reports::model::{
-    Comparison, ComparisonMethod, Confirmation, Family, MetricId, MetricResult, Report, Variant,
-    Verdict,
+    Comparison, ComparisonMethod, Family, MetricId, MetricResult, Report, Variant, Verdict,
 };
 
 pub use crate::judge::regression::GroupOf;
-use crate::judge::regression::{regressions, Reference, Regressed, Regression};
+use crate::judge::regression::{FirstLook, Reference, Regressed, Regression};
 
 /// What makes the confirmation runs: more runs of some groups, their samples added to
 /// the report's series. A run makes them with child processes
@@ -35,33 +34,29 @@ pub trait MoreRuns {
     ) -> anyhow::Result<()>;
 }
 
-/// After the gate's first look at `report` (made over `first_runs` runs): where a
-/// measured metric looks regressed, `runner` makes the confirmation runs of its groups,
-/// the gate judges those groups again over all their runs against the same
-/// `references`, and each final comparison keeps its first look. Returns the verdict's
-/// regressions after the second look, or `None` when no runs were made (the first look
-/// stands).
+/// After the gate's `first` look at `report` ([`Regression::first_look`]): where a
+/// measured metric looks regressed, `runner` makes the confirmation runs of its groups
+/// (as many as the first look allows), and the gate judges those groups again over all
+/// their runs against the same `references`, each final comparison keeping its first
+/// look ([`Regression::second_look`]). Returns the verdict's regressions after the
+/// second look, or `None` when no runs were made (the first look stands).
 pub fn confirm(
     report: &mut Report,
     regression: &Regression,
     references: &[Reference],
-    first_runs: usize,
+    first: &FirstLook,
     runner: &mut dyn MoreRuns,
 ) -> anyhow::Result<Option<Vec<Regressed>>> {
-    let runs = regression.confirm_runs(first_runs);
-    let groups = match runs {
+    let groups = match first.confirm_runs {
         0 => Vec::new(),
         _ => groups_to_confirm(report),
     };
     if groups.is_empty() {
         return Ok(None);
     }
-    let first = FirstLooks::take(report, &groups);
-    runner.more_runs(&groups, runs, report)?;
-    regression.apply_again(references, report, &groups)?;
-    // The first looks go into the final comparisons, and the regressions say so.
-    first.record(report);
-    Ok(Some(regressions(report)))
+    runner.more_runs(&groups, first.confirm_runs, report)?;
+    let regressed = regression.second_look(references, report, &groups, first)?;
+    Ok(Some(regressed))
 }
 
 /// Whether `metric`'s comparison asks for confirmation runs: a regression of a measured
@@ -104,65 +99,6 @@ pub fn groups_to_confirm(report: &Report) -> Vec<GroupOf> {
         }
     }
     groups
-}
-
-/// The first look of every metric in `groups`: its comparison and its number of runs,
-/// taken before the confirmation runs.
-#[derive(Debug, Clone)]
-pub struct FirstLooks {
-    looks: Vec<(usize, String, usize, Comparison)>,
-}
-
-impl FirstLooks {
-    /// The comparisons of the metrics of `groups` in `report`, as they are now.
-    pub fn take(report: &Report, groups: &[GroupOf]) -> FirstLooks {
-        let mut looks = Vec::new();
-        for (b, group) in groups {
-            let Some(bench) = report.benchmarks.get(*b) else {
-                continue;
-            };
-            for m in bench.metrics.iter().filter(|m| &m.group == group) {
-                if let Some(c) = &m.comparison {
-                    looks.push((*b, m.id.clone(), m.samples.len(), c.clone()));
-                }
-            }
-        }
-        FirstLooks { looks }
-    }
-
-    /// Record in each final comparison of `report` its first look and how many runs were
-    /// added, and, where either look is a regression, a note that says both, for every
-    /// format.
-    pub fn record(&self, report: &mut Report) {
-        for (b, id, first_runs, first) in &self.looks {
-            let Some(metric) = report
-                .benchmarks
-                .get_mut(*b)
-                .and_then(|bench| bench.metrics.iter_mut().find(|m| &m.id == id))
-            else {
-                continue;
-            };
-            let added_runs = metric.samples.len().saturating_sub(*first_runs);
-            let Some(last) = metric.comparison.as_mut() else {
-                continue;
-            };
-            let confirmation = Confirmation {
-                first_runs: *first_runs,
-                added_runs,
-                first_verdict: first.verdict,
-                first_relative: first.relative,
-                first_relative_ci_low: first.relative_ci_low,
-                first_relative_ci_high: first.relative_ci_high,
-                first_p_value: first.p_value,
-            };
-            // Said in every format where it matters: a regression at either look. The
-            // JSON keeps every metric's first look.
-            if first.verdict == Verdict::Regressed || last.verdict == Verdict::Regressed {
-                metric.notes.push(confirmation.describe(last));
-            }
-            last.confirmation = Some(confirmation);
-        }
-    }
 }
 
 /// The gate of one measured metric with confirmation, over numbers only (the simulation

@@ -6,6 +6,7 @@ pub mod confirm;
 pub mod from_history;
 pub mod growth;
 pub mod headline;
+pub mod looks;
 pub mod pitfalls;
 pub mod regression;
 pub mod shape;
@@ -39,9 +40,9 @@ pub fn judge(
     more_runs: &mut dyn MoreRuns,
 ) -> anyhow::Result<Vec<Regressed>> {
     pitfalls::all(report, confidence);
-    let first = regression.apply(references, report)?;
-    let regressions =
-        confirm::confirm(report, regression, references, first_runs, more_runs)?.unwrap_or(first);
+    let first = regression.first_look(references, report, first_runs)?;
+    let regressions = confirm::confirm(report, regression, references, &first, more_runs)?
+        .unwrap_or(first.regressions);
     growth::fit_scans(report);
     Ok(regressions)
 }

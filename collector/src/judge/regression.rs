@@ -21,11 +21,12 @@ use sbs_reports::model::{
     Variant,
 };
 
-use crate::history::{Entry, EntryMeta, History, SavedMetric};
+use crate::history::{Entry, History, HistoryError, SavedMetric, Saving, Wanted};
 use crate::judge::compare::{
     against_sessions, compare, compare_paired, CompareError, Policy, Series, Thresholds,
 };
 use crate::judge::headline::{headline, speed_ratios};
+use crate::judge::looks::FirstLooks;
 use crate::judge::sources::ensure_same_source;
 
 pub use crate::judge::compare::THIS_RUN;
@@ -69,9 +70,8 @@ pub enum Mode {
 #[derive(Debug, Clone)]
 pub struct Regression {
     mode: Mode,
+    /// The store, and what this run saves in it.
     history: History,
-    save: bool,
-    save_baseline: Option<String>,
     baseline: Option<String>,
     thresholds: Thresholds,
     depth: usize,
@@ -140,6 +140,18 @@ pub struct Measured {
     pub ids: BTreeSet<String>,
 }
 
+/// The gate's first look at a run ([`Regression::first_look`]).
+#[derive(Debug, Clone)]
+pub struct FirstLook {
+    /// The metrics that regressed at the first look.
+    pub regressions: Vec<Regressed>,
+    /// The confirmation runs to make of a group whose measured metric looks regressed
+    /// (0: none).
+    pub confirm_runs: usize,
+    /// Every metric's first comparison, kept for the second look when runs may follow.
+    looks: FirstLooks,
+}
+
 /// What the gate says once a run's report is final ([`Regression::finish`]).
 #[derive(Debug)]
 pub struct Finished {
@@ -152,30 +164,30 @@ pub struct Finished {
 impl Regression {
     /// The gate of a run, every flag of it checked before anything heavy, in this order:
     /// its own settings ([`Regression::new`]); then, only once they are valid, the
-    /// thresholds against what the plan will measure (`measured`, asked for then: a typo
-    /// in the settings wins over an error of the plan); then that `--save` and
-    /// `--save-baseline` can write the history's directory.
+    /// thresholds against what the plan will measure (`measured`, or why it cannot be
+    /// known: a typo in the settings wins over an error of the plan); then that `--save`
+    /// and `--save-baseline` can write the history's directory.
     pub fn prepare(
         args: &Settings,
         confidence: f64,
         mode: Mode,
-        measured: impl FnOnce() -> anyhow::Result<Measured>,
+        measured: anyhow::Result<Measured>,
     ) -> anyhow::Result<Regression> {
         let regression = Regression::new(args, confidence, mode)?;
-        let measured = measured()?;
+        let measured = measured?;
         regression.check_thresholds(&measured.families, Some(&measured.ids))?;
-        regression.check_writable(&[])?;
+        regression.history.check_writable(&[])?;
         Ok(regression)
     }
 
     /// Validate the options. `confidence` is the plan's.
     pub fn new(args: &Settings, confidence: f64, mode: Mode) -> anyhow::Result<Regression> {
         let thresholds = Thresholds::from_args(&args.thresholds)?;
-        let history = History::new(&args.history);
-        for name in [&args.baseline, &args.save_baseline].into_iter().flatten() {
-            // Checks the name (the benchmark part is irrelevant here).
-            history.baseline_path(name, "")?;
-        }
+        let saving = Saving {
+            entries: args.save,
+            baseline: args.save_baseline.clone(),
+        };
+        let history = History::open(&args.history, saving, args.baseline.as_deref())?;
         if mode == Mode::Compare && args.confirm.is_some_and(|n| n > 0) {
             bail!(
                 "--confirm adds runs before a run fails against its history or a baseline, \
@@ -192,8 +204,6 @@ impl Regression {
         Ok(Regression {
             mode,
             history,
-            save: args.save,
-            save_baseline: args.save_baseline.clone(),
             baseline: args.baseline.clone(),
             thresholds,
             depth: args.depth,
@@ -204,52 +214,30 @@ impl Regression {
     }
 
     /// Load what each benchmark (by name) is compared with, then check that `--save` and
-    /// `--save-baseline` can write their history. Runs before the measurements, so a
-    /// missing baseline, a corrupt history file or a history that cannot be written fails
-    /// before minutes of runs.
+    /// `--save-baseline` can write their history: one read of the store
+    /// ([`History::load`]). Runs before the measurements, so a missing baseline, a
+    /// corrupt history file or a history that cannot be written fails before minutes of
+    /// runs.
     pub fn load(&self, benchmarks: &[String]) -> anyhow::Result<Vec<Reference>> {
-        let references = self.references(benchmarks)?;
-        self.check_writable(benchmarks)?;
-        Ok(references)
-    }
-
-    /// What each benchmark (by name) is compared with.
-    fn references(&self, benchmarks: &[String]) -> anyhow::Result<Vec<Reference>> {
-        if self.mode == Mode::Compare {
-            return Ok(benchmarks.iter().map(|_| Reference::Nothing).collect());
-        }
-        benchmarks
-            .iter()
-            .map(|name| {
-                if let Some(base) = &self.baseline {
-                    let Some(entry) = self.history.baseline(base, name)? else {
-                        let path = self
-                            .history
-                            .baseline_path(base, name)
-                            .map(|p| p.display().to_string())
-                            .unwrap_or_default();
-                        // A typo (`mian`) of a baseline that is saved for it.
-                        let saved = self.history.baselines_of(name)?;
-                        let hint = closest(base, saved.iter().map(String::as_str))
-                            .map(|n| format!("did you mean `{n}`? Else "))
-                            .unwrap_or_default();
-                        bail!(
-                            "baseline `{base}` has no entry for benchmark `{name}` ({path} does \
-                             not exist): {hint}save one first with --save-baseline {base}, or \
-                             check --history and --name"
-                        );
-                    };
-                    Ok(Reference::Baseline(base.clone(), Box::new(entry)))
-                } else {
-                    let entries = self.history.latest_entries(name, self.depth)?;
-                    Ok(if entries.is_empty() {
-                        Reference::Nothing
-                    } else {
-                        Reference::History(entries)
-                    })
+        let wanted = match (self.mode, &self.baseline) {
+            (Mode::Compare, _) => Wanted::Nothing,
+            (Mode::Run, Some(base)) => Wanted::Baseline(base),
+            (Mode::Run, None) => Wanted::Latest(self.depth),
+        };
+        let loaded = self.history.load(benchmarks, wanted).map_err(no_baseline)?;
+        Ok(loaded
+            .into_iter()
+            .map(|mut entries| match (wanted, entries.pop()) {
+                (Wanted::Baseline(base), Some(entry)) => {
+                    Reference::Baseline(base.to_string(), Box::new(entry))
+                }
+                (_, None) => Reference::Nothing,
+                (_, Some(last)) => {
+                    entries.push(last);
+                    Reference::History(entries)
                 }
             })
-            .collect()
+            .collect())
     }
 
     /// Compare every metric of `report` with its reference (or, in `compare` mode, with the
@@ -270,10 +258,33 @@ impl Regression {
         Ok(regressions(report))
     }
 
+    /// The gate's first look at a fresh `report` of `first_runs` runs per group: its
+    /// comparisons recorded ([`Regression::apply`]), its regressions, and the
+    /// confirmation runs the gate allows before a measured metric fails (with the first
+    /// comparisons, kept for [`Regression::second_look`] when runs may follow).
+    pub fn first_look(
+        &self,
+        references: &[Reference],
+        report: &mut Report,
+        first_runs: usize,
+    ) -> anyhow::Result<FirstLook> {
+        let regressions = self.apply(references, report)?;
+        let confirm_runs = self.confirm_runs(first_runs);
+        let looks = match confirm_runs {
+            0 => FirstLooks::default(),
+            _ => FirstLooks::take(report),
+        };
+        Ok(FirstLook {
+            regressions,
+            confirm_runs,
+            looks,
+        })
+    }
+
     /// The confirmation runs to make after a first look of `first_runs` runs whose
     /// measured metric looked regressed (`--confirm N`; by default as many again): 0 when
     /// disabled, and always 0 in `compare`, whose commands are judged on their pairs.
-    pub fn confirm_runs(&self, first_runs: usize) -> usize {
+    fn confirm_runs(&self, first_runs: usize) -> usize {
         match self.mode {
             Mode::Run => self.confirm.unwrap_or(first_runs),
             Mode::Compare => 0,
@@ -282,17 +293,21 @@ impl Regression {
 
     /// After confirmation runs were added to `groups` (benchmark index, group name) of
     /// `report`: judge every metric of those groups again, over all its runs, against the
-    /// same references, and give the report its headline again ([`regressions`] then
-    /// gives the verdict's regressions).
-    pub fn apply_again(
+    /// same references, give the report its headline again, and record in each final
+    /// comparison its `first` look. Returns the regressions of the whole report then
+    /// ([`regressions`]).
+    pub fn second_look(
         &self,
         references: &[Reference],
         report: &mut Report,
         groups: &[GroupOf],
-    ) -> anyhow::Result<()> {
+        first: &FirstLook,
+    ) -> anyhow::Result<Vec<Regressed>> {
         self.judge_saved(references, report, Some(groups))?;
         report.headline = headline(report, &against(self.mode, references, report));
-        Ok(())
+        // The first looks go into the final comparisons, and the regressions say so.
+        first.looks.record(report, groups);
+        Ok(regressions(report))
     }
 
     /// Compare each gated metric of `report` with its benchmark's saved reference; with
@@ -559,17 +574,6 @@ impl Regression {
         Ok(())
     }
 
-    /// Check, before any run, that `--save` or `--save-baseline` can write the history of
-    /// `benchmarks` (with none given, its directory), so that saving does not fail after
-    /// the runs.
-    fn check_writable(&self, benchmarks: &[String]) -> anyhow::Result<()> {
-        if self.save || self.save_baseline.is_some() {
-            self.history
-                .check_writable(benchmarks, self.save, self.save_baseline.as_deref())?;
-        }
-        Ok(())
-    }
-
     /// An error naming every `--threshold` metric that matched no metric of `report`.
     pub fn check_threshold_names(&self, report: &Report) -> anyhow::Result<()> {
         let unknown = unknown_threshold_names(&self.thresholds, report);
@@ -596,24 +600,32 @@ impl Regression {
     /// Save the report's benchmarks as asked (`--save`, `--save-baseline`). Returns the
     /// files written.
     fn save(&self, report: &Report) -> anyhow::Result<Vec<PathBuf>> {
-        if !self.save && self.save_baseline.is_none() {
-            return Ok(Vec::new());
-        }
-        let meta = EntryMeta {
-            machine: report.conditions.machine.clone(),
-            ..EntryMeta::now()
-        };
-        let mut written = Vec::new();
-        for bench in &report.benchmarks {
-            if self.save {
-                written.push(self.history.save(bench, &meta)?);
-            }
-            if let Some(name) = &self.save_baseline {
-                written.push(self.history.save_baseline(name, bench, &meta)?);
-            }
-        }
-        Ok(written)
+        let machine = report.conditions.machine.clone();
+        Ok(self.history.save_run(&report.benchmarks, machine)?)
     }
+}
+
+/// A baseline that has no entry for a benchmark, said with what to do (and the closest
+/// saved name, for a typo such as `mian`); any other error of the store as it is.
+fn no_baseline(e: HistoryError) -> anyhow::Error {
+    let HistoryError::NoBaseline {
+        name: base,
+        benchmark: name,
+        path,
+        saved,
+    } = e
+    else {
+        return e.into();
+    };
+    let path = path.display();
+    let hint = closest(&base, saved.iter().map(String::as_str))
+        .map(|n| format!("did you mean `{n}`? Else "))
+        .unwrap_or_default();
+    anyhow::anyhow!(
+        "baseline `{base}` has no entry for benchmark `{name}` ({path} does \
+         not exist): {hint}save one first with --save-baseline {base}, or \
+         check --history and --name"
+    )
 }
 
 /// The option that measures a family of metrics, for messages.

@@ -1,20 +1,21 @@
 //! The groups of runs of one benchmark, from the metric groups a [`Measures`] asks for.
 //! Every benchmark of a plan gets the same list, in the same order (interleaved runs rely
 //! on it), except that a harnessed benchmark's size probes come last, as groups of its own.
-
-use std::path::Path;
+//! What a plan will measure is known from these groups before anything heavy
+//! ([`metrics`]): the `--threshold` names are checked against it before a harness is
+//! built or a program read.
 
 use anyhow::bail;
 use sbs_reports::model::Family;
 
 use super::counters::{self, CounterOptions};
-use super::Measures;
-use crate::check::CheckRequest;
+use super::{Measures, Request, Target};
+use crate::judge::regression::Measured;
 use crate::run::instruments::alloc::{AllocMetrics, AllocPath};
 use crate::run::instruments::invocations::Options as InvocationOptions;
 use crate::run::instruments::per_op::{PerOpMode, NOT_COUNTED};
 use crate::run::runner::RunConfig;
-use crate::run::spec::{Drift, GroupSpec, InstrumentSpec, PerOpSpec};
+use crate::run::spec::{self, Drift, GroupSpec, InstrumentSpec, PerOpSpec};
 
 /// Name of the group that counts a harnessed benchmark's first operations (the drift
 /// check), one run under callgrind.
@@ -22,6 +23,41 @@ pub const FIRST_OPS_GROUP: &str = "first operations";
 
 /// Suffix of the name of a counting group's calibration twin (the empty operation's runs).
 pub const EMPTY_GROUP: &str = " (empty op)";
+
+/// What the plan of `request` will measure: the families of its metrics and the id of
+/// every one (`PREFIX*` for ids its runs name), from the groups it will give its
+/// benchmarks, before anything heavy.
+pub fn metrics(request: &Request) -> anyhow::Result<Measured> {
+    Ok(spec::measured(&planned_groups(request)?))
+}
+
+/// Stands for every size probe of a harnessed benchmark in [`planned_groups`]: the id
+/// of its instruction count, `counter.instructions/op@*`, is a prefix pattern.
+const ANY_SIZE: &str = "*";
+
+/// The groups the plan of `request` will give its benchmarks, known before anything heavy
+/// (no cargo build, no listing of a harness binary, no program read): what the
+/// `--threshold` names are checked against first. A harness's size probes, known only from
+/// its listing, stand as one probe of any size.
+fn planned_groups(request: &Request) -> anyhow::Result<Vec<GroupSpec>> {
+    let mut groups = Vec::new();
+    let commands = request
+        .targets
+        .iter()
+        .any(|t| matches!(t, Target::Command { .. }));
+    if commands {
+        groups.extend(benchmark_groups(&request.measures, None)?);
+    }
+    if request
+        .targets
+        .iter()
+        .any(|t| matches!(t, Target::Harness(_)))
+    {
+        let any_size = [ANY_SIZE.to_string()];
+        groups.extend(benchmark_groups(&request.measures, Some(("", &any_size)))?);
+    }
+    Ok(groups)
+}
 
 /// The groups of one benchmark, in run order.
 ///
@@ -241,17 +277,6 @@ fn invocation_options(measures: &Measures, region: bool) -> InvocationOptions {
     }
 }
 
-/// What `--invocations-check` compares with the debug build `debug`: the `--invocations`
-/// patterns of `measures`, each once, counted as a command's runs count them (no harness
-/// region).
-pub(crate) fn check_request(debug: &Path, measures: &Measures) -> CheckRequest {
-    CheckRequest {
-        debug: debug.to_path_buf(),
-        patterns: unique(&measures.invocations),
-        options: invocation_options(measures, false),
-    }
-}
-
 /// The patterns, each once, in the order first given.
 fn unique(patterns: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(patterns.len());
@@ -336,7 +361,7 @@ mod tests {
             }]
         );
         assert_eq!(groups, benchmark_groups(&measures, None).unwrap());
-        let ids = crate::plan::metrics::metric_ids(groups.iter());
+        let ids = spec::measured(&groups).ids;
         for id in [
             "invocations.push",
             "invocations.pop",
@@ -376,7 +401,7 @@ mod tests {
             assert_eq!(records.benchmark, "sort");
             assert_eq!(records.drift.is_some(), g.name == "timing", "{}", g.name);
         }
-        let ids = crate::plan::metrics::metric_ids(groups.iter());
+        let ids = spec::measured(&groups).ids;
         for id in [
             "time.op",
             "time.op.empty",

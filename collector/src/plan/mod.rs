@@ -6,14 +6,12 @@ pub mod bench_binary;
 mod build;
 pub mod counters;
 mod groups;
-mod metrics;
 mod request;
 
-pub use crate::run::spec::{BenchmarkSpec, GroupSpec, InstrumentSpec};
+pub use crate::run::spec::BenchmarkSpec;
 pub use crate::run::spec::{FailurePolicy, Point, Schedule};
 pub use build::{build, resolve_program};
-pub(crate) use groups::check_request;
-pub use metrics::metrics;
+pub(crate) use groups::metrics;
 pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, ScanRequest, Target};
 
 /// The whole validated request, as data: what each benchmark's runs will carry, not the

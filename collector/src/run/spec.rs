@@ -5,12 +5,14 @@
 //! before the first run. What a spec will report (its metric families and ids) is known
 //! from the spec alone, so a `--threshold` that can never fire is refused first.
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 
 use sbs_probes::counters::{CounterBackend, PerfBackend, SeriesPlan};
 use sbs_reports::model::{Family, MetricId, Variant};
 
 use crate::judge::pitfalls::instructions_per_op;
+use crate::judge::regression::Measured;
 use crate::run::hooks::Hooks;
 use crate::run::instrument::{Group, Instrument};
 use crate::run::instruments::alloc::{self, AgentError, AllocAgent, AllocMetrics, AllocPath};
@@ -201,9 +203,35 @@ pub enum Drift {
     TimingOnly(String),
 }
 
+/// What `groups` may report, known from their specs alone, before anything heavy: the
+/// families of their metrics and the id of every metric (`PREFIX*` for ids the runs
+/// name), with the calibrated twin the judge adds for every metric measured on an empty
+/// operation.
+pub fn measured<'a>(groups: impl IntoIterator<Item = &'a GroupSpec>) -> Measured {
+    let mut families = BTreeSet::new();
+    let mut ids = BTreeSet::new();
+    for g in groups {
+        let mut group: Vec<String> = Vec::new();
+        for i in &g.instruments {
+            families.extend(i.families());
+            let more = i.metric_ids_after(&group);
+            group.extend(more);
+        }
+        ids.extend(group);
+    }
+    let calibrated: Vec<String> = ids
+        .iter()
+        .filter_map(|id| MetricId::parse(id).ok())
+        .filter(|id| id.variant() == Variant::Empty)
+        .map(|id| id.with_variant(Variant::Calibrated).to_string())
+        .collect();
+    ids.extend(calibrated);
+    Measured { families, ids }
+}
+
 impl InstrumentSpec {
     /// The families of metric ids it may report.
-    pub fn families(&self) -> Vec<Family> {
+    fn families(&self) -> Vec<Family> {
         match self {
             InstrumentSpec::Timing { rss } => timing::families(*rss),
             InstrumentSpec::Memory => vec![Family::Rss],
@@ -221,7 +249,7 @@ impl InstrumentSpec {
 
     /// The id of every metric it may report (`PREFIX*` for ids the runs name), given the
     /// ids of the instruments before it in its group (the harness reports `/op` of theirs).
-    pub fn metric_ids_after(&self, before: &[String]) -> Vec<String> {
+    fn metric_ids_after(&self, before: &[String]) -> Vec<String> {
         let owned = |ids: &[&str]| ids.iter().map(|id| id.to_string()).collect();
         match self {
             InstrumentSpec::Timing { rss } => owned(timing::metric_ids(*rss)),

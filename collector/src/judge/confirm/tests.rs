@@ -5,6 +5,7 @@ use sbs_reports::model::{BenchmarkResult, Conditions, Report, Unit, SCHEMA_VERSI
 
 use super::*;
 use crate::judge::compare::{compare, Policy, Series};
+use crate::judge::looks::FirstLooks;
 use crate::judge::regression::judge_against_history;
 use crate::judge::summary::metric_result;
 
@@ -120,12 +121,12 @@ fn the_first_look_is_kept_and_said_beside_the_final_decision() {
         judged("alloc.count", "alloc", true, &[10.0], &[12.0]),
     ]);
     let groups = groups_to_confirm(&r);
-    let first = FirstLooks::take(&r, &groups);
+    let first = FirstLooks::take(&r);
     // 25 confirmation runs at the reference's level: the final look over all 30 runs.
     let mut all = SLOWER.to_vec();
     all.extend(BASE.repeat(5));
     r.benchmarks[0].metrics[0] = judged("time.wall", "timing", false, &BASE, &all);
-    first.record(&mut r);
+    first.record(&mut r, &groups);
     let wall = &r.benchmarks[0].metrics[0];
     let c = wall.comparison.as_ref().unwrap();
     let confirmation = c.confirmation.as_ref().expect("confirmation recorded");
