@@ -104,6 +104,33 @@ impl Image {
             .collect()
     }
 
+    /// Where the loader's view of this file shows its parts, for finding it among the
+    /// loaded objects by load bias and dynamic section: the link-time address of the
+    /// dynamic section (`PT_DYNAMIC`), of the program headers (inside the `PT_LOAD`
+    /// segment that maps them from the file) and their number. `None` when the file has
+    /// no dynamic section or its program headers are not loaded.
+    pub fn headers_in_memory(&self) -> Option<(u64, u64, u64)> {
+        use object::read::elf::{FileHeader, ProgramHeader};
+        let data = self.data();
+        let header = object::elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
+        let endian = header.endian().ok()?;
+        let phdrs = header.program_headers(endian, data).ok()?;
+        let dynamic = phdrs
+            .iter()
+            .find(|p| p.p_type(endian) == object::elf::PT_DYNAMIC)?
+            .p_vaddr(endian);
+        let phoff = header.e_phoff(endian);
+        let size = std::mem::size_of_val(phdrs) as u64;
+        let phdr_vaddr = phdrs.iter().find_map(|p| {
+            let (offset, filesz) = (p.p_offset(endian), p.p_filesz(endian));
+            let inside = p.p_type(endian) == object::elf::PT_LOAD
+                && phoff >= offset
+                && phoff.checked_add(size)? <= offset.checked_add(filesz)?;
+            inside.then(|| p.p_vaddr(endian) + (phoff - offset))
+        })?;
+        Some((dynamic, phdr_vaddr, phdrs.len() as u64))
+    }
+
     /// The file's `len` bytes at link-time address `vaddr` (a jump table in read-only
     /// data), when `segments` ([`Image::load_segments`]) load them from the file.
     pub fn read_at(&self, segments: &[(u64, u64, u64)], vaddr: u64, len: usize) -> Option<&[u8]> {
