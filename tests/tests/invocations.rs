@@ -2235,3 +2235,75 @@ fn a_library_loaded_at_run_time_is_counted_in_process_with_its_constructor_s_cal
         assert_eq!(samples(m), vec![calls; 2], "uprobe, {mode}: {m:#}");
     }
 }
+
+/// Where the counting library cannot install its hook on the loader (here: a library of
+/// the program, `tests/fixtures/c/thread_at_load.c`, starts a thread before the counting
+/// library's constructor runs, so patching the loader is not safe), a library loaded at
+/// run time is not counted in-process: `inproc` stops and says why, `auto` counts it with
+/// uprobes (107) and its note gives the reason.
+#[test]
+fn without_the_loader_hook_a_library_loaded_at_run_time_is_counted_with_uprobes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Some((_, lib)) = build_dlopen(d) else {
+        return;
+    };
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
+    let threads = build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(d.join("libthreadatload.so"))
+            .arg(fixtures.join("thread_at_load.c"))
+            .arg("-lpthread")
+    );
+    let exe = d.join("dlopen_threaded");
+    let Some(()) = threads.and_then(|()| {
+        build!(
+            Need::Gcc,
+            Command::new("gcc")
+                .args(["-O2", "-g", "-Wall", "-o"])
+                .arg(&exe)
+                .arg(fixtures.join("dlopen_main.c"))
+                .arg("-ldl")
+                .arg(format!("-L{}", d.display()))
+                .arg(format!("-Wl,-rpath,{}", d.display()))
+                .args(["-Wl,--no-as-needed", "-lthreadatload"])
+        )
+    }) else {
+        return;
+    };
+    let pattern = format!("{}:plugin_step", lib.display());
+    let run = |engine: &str| {
+        sbs([
+            "--invocations-engine",
+            engine,
+            "--runs",
+            "2",
+            "-w",
+            "0",
+            "-f",
+            "json",
+            "--invocations",
+            &pattern,
+            "--",
+            exe.to_str().unwrap(),
+            lib.to_str().unwrap(),
+            "100",
+        ])
+    };
+    run("inproc").fails_with(2, "threads were already running");
+    if skip_without_uprobes("uprobe counts of a library loaded at run time") {
+        return;
+    }
+    let report = run("auto").success().json();
+    let m = metric(&report, &format!("invocations.{pattern}"));
+    assert_eq!(samples(m), vec![107.0; 2], "{m:#}");
+    assert_eq!(m["source"], "uprobe", "{m:#}");
+    assert!(
+        m["notes"]
+            .to_string()
+            .contains("threads were already running"),
+        "{m:#}"
+    );
+}
