@@ -706,6 +706,36 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn headers_in_memory_are_where_pt_phdr_and_pt_dynamic_say() {
+        use object::read::elf::{FileHeader, ProgramHeader};
+        let exe = Image::load(&std::env::current_exe().unwrap()).unwrap();
+        let (_, images) = resolve_libraries(&exe, None);
+        let libc = images
+            .into_iter()
+            .find(|i| i.file_name().starts_with("libc.so"))
+            .expect("libc found");
+        for image in [exe, libc] {
+            let (dynamic, phdrs, phnum) = image.headers_in_memory().expect("loaded headers");
+            let data = image.data();
+            let header = object::elf::FileHeader64::<object::Endianness>::parse(data).unwrap();
+            let endian = header.endian().unwrap();
+            let all = header.program_headers(endian, data).unwrap();
+            assert_eq!(phnum, all.len() as u64);
+            let vaddr = |kind: u32| {
+                all.iter()
+                    .find(|p| p.p_type(endian) == kind)
+                    .map(|p| p.p_vaddr(endian))
+            };
+            assert_eq!(Some(dynamic), vaddr(object::elf::PT_DYNAMIC));
+            // PT_PHDR, where the linker wrote one, says where the headers are loaded.
+            if let Some(at) = vaddr(object::elf::PT_PHDR) {
+                assert_eq!(phdrs, at, "{}", image.path.display());
+            }
+            assert_eq!(phdrs % 8, 0);
+        }
+    }
+
+    #[test]
     fn non_elf_is_rejected() {
         let dir = tempfile_dir();
         let p = dir.join("notelf");
