@@ -2167,7 +2167,7 @@ fn build_dlopen(dir: &Path) -> Option<(PathBuf, PathBuf)> {
             .args(["-O2", "-g", "-Wall", "-o"])
             .arg(&exe)
             .arg(fixtures.join("dlopen_main.c"))
-            .arg("-ldl")
+            .args(["-ldl", "-lpthread"])
     )?;
     Some((exe, lib))
 }
@@ -2176,8 +2176,10 @@ fn build_dlopen(dir: &Path) -> Option<(PathBuf, PathBuf)> {
 /// (issue 32): the counting library redirects the loader's `_dl_debug_state` and patches
 /// the library once `dlopen` has mapped it, before its constructor runs, so the
 /// constructor's 7 calls are counted with the program's 100 (107), equal to uprobes;
-/// loaded, closed and loaded again, twice that; never loaded, 0 with no warning that an
-/// image went without the counting library and no note about calls before it started.
+/// loaded, closed and loaded again, twice that; loaded while three other threads run,
+/// which then call it too, 7 + 400; loaded in a forked child, 107; never loaded, 0 with
+/// no warning that an image went without the counting library and no note about calls
+/// before it started.
 #[test]
 fn a_library_loaded_at_run_time_is_counted_in_process_with_its_constructor_s_calls() {
     let dir = tempfile::tempdir().unwrap();
@@ -2208,7 +2210,13 @@ fn a_library_loaded_at_run_time_is_counted_in_process_with_its_constructor_s_cal
         }
         sbs(args).success().json()
     };
-    let cases = [("", 107.0), ("again", 214.0), ("never", 0.0)];
+    let cases = [
+        ("", 107.0),
+        ("again", 214.0),
+        ("threads", 407.0),
+        ("fork", 107.0),
+        ("never", 0.0),
+    ];
     for (mode, calls) in cases {
         let report = run("inproc", mode);
         let m = metric(&report, &id);
@@ -2265,7 +2273,7 @@ fn without_the_loader_hook_a_library_loaded_at_run_time_is_counted_with_uprobes(
                 .args(["-O2", "-g", "-Wall", "-o"])
                 .arg(&exe)
                 .arg(fixtures.join("dlopen_main.c"))
-                .arg("-ldl")
+                .args(["-ldl", "-lpthread"])
                 .arg(format!("-L{}", d.display()))
                 .arg(format!("-Wl,-rpath,{}", d.display()))
                 .args(["-Wl,--no-as-needed", "-lthreadatload"])
