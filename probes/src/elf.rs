@@ -104,6 +104,33 @@ impl Image {
             .collect()
     }
 
+    /// Where the loader's view of this file shows its parts, for finding it among the
+    /// loaded objects by load bias and dynamic section: the link-time address of the
+    /// dynamic section (`PT_DYNAMIC`), of the program headers (inside the `PT_LOAD`
+    /// segment that maps them from the file) and their number. `None` when the file has
+    /// no dynamic section or its program headers are not loaded.
+    pub fn headers_in_memory(&self) -> Option<(u64, u64, u64)> {
+        use object::read::elf::{FileHeader, ProgramHeader};
+        let data = self.data();
+        let header = object::elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
+        let endian = header.endian().ok()?;
+        let phdrs = header.program_headers(endian, data).ok()?;
+        let dynamic = phdrs
+            .iter()
+            .find(|p| p.p_type(endian) == object::elf::PT_DYNAMIC)?
+            .p_vaddr(endian);
+        let phoff = header.e_phoff(endian);
+        let size = std::mem::size_of_val(phdrs) as u64;
+        let phdr_vaddr = phdrs.iter().find_map(|p| {
+            let (offset, filesz) = (p.p_offset(endian), p.p_filesz(endian));
+            let inside = p.p_type(endian) == object::elf::PT_LOAD
+                && phoff >= offset
+                && phoff.checked_add(size)? <= offset.checked_add(filesz)?;
+            inside.then(|| p.p_vaddr(endian) + (phoff - offset))
+        })?;
+        Some((dynamic, phdr_vaddr, phdrs.len() as u64))
+    }
+
     /// The file's `len` bytes at link-time address `vaddr` (a jump table in read-only
     /// data), when `segments` ([`Image::load_segments`]) load them from the file.
     pub fn read_at(&self, segments: &[(u64, u64, u64)], vaddr: u64, len: usize) -> Option<&[u8]> {
@@ -683,6 +710,36 @@ pub(crate) mod tests {
             .iter()
             .any(|f| f.name == "malloc" && f.exported));
         assert!(images.iter().any(|i| i.file_name().starts_with("ld-linux")));
+    }
+
+    #[test]
+    fn headers_in_memory_are_where_pt_phdr_and_pt_dynamic_say() {
+        use object::read::elf::{FileHeader, ProgramHeader};
+        let exe = Image::load(&std::env::current_exe().unwrap()).unwrap();
+        let (_, images) = resolve_libraries(&exe, None);
+        let libc = images
+            .into_iter()
+            .find(|i| i.file_name().starts_with("libc.so"))
+            .expect("libc found");
+        for image in [exe, libc] {
+            let (dynamic, phdrs, phnum) = image.headers_in_memory().expect("loaded headers");
+            let data = image.data();
+            let header = object::elf::FileHeader64::<object::Endianness>::parse(data).unwrap();
+            let endian = header.endian().unwrap();
+            let all = header.program_headers(endian, data).unwrap();
+            assert_eq!(phnum, all.len() as u64);
+            let vaddr = |kind: u32| {
+                all.iter()
+                    .find(|p| p.p_type(endian) == kind)
+                    .map(|p| p.p_vaddr(endian))
+            };
+            assert_eq!(Some(dynamic), vaddr(object::elf::PT_DYNAMIC));
+            // PT_PHDR, where the linker wrote one, says where the headers are loaded.
+            if let Some(at) = vaddr(object::elf::PT_PHDR) {
+                assert_eq!(phdrs, at, "{}", image.path.display());
+            }
+            assert_eq!(phdrs % 8, 0);
+        }
     }
 
     #[test]

@@ -158,7 +158,8 @@ pub enum PatchRefusal {
     },
     /// The plan neither patched nor overlapped a patchable site (a bug).
     Unplanned,
-    /// The site is in a library loaded at run time.
+    /// The site is in a library loaded at run time whose dynamic section or program
+    /// headers are not loaded (the counting library finds such a library by them).
     LoadedLater,
     /// Its module has no build id (the counting library matches modules by it).
     NoBuildId {
@@ -255,8 +256,9 @@ impl fmt::Display for PatchRefusal {
 }
 
 /// Why the sites of a library loaded at run time are left to uprobes.
-const LOADED_LATER: &str = "it is in a library the program loads at run time (dlopen), and \
-                            the in-process engine patches the libraries loaded at start";
+const LOADED_LATER: &str = "it is in a library the program loads at run time (dlopen) whose \
+                            dynamic section or program headers are not loaded, by which the \
+                            in-process engine finds such a library in memory";
 
 impl PatchRefusal {
     /// The reason with its addresses elided (`…`): the same for every site refused for

@@ -2146,3 +2146,172 @@ fn calls_before_the_counting_library_starts_are_said_to_be_uncounted_in_process(
         assert!(m["notes"].to_string().contains(said), "{engine}: {m:#}");
     }
 }
+
+/// `dlopen_main` and the library it loads at run time, `libplugin.so`, whose constructor
+/// calls `plugin_step` 7 times inside `dlopen` (`tests/fixtures/c/dlopen_main.c`,
+/// `dlopen_lib.c`), built in `dir`.
+fn build_dlopen(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
+    let lib = dir.join("libplugin.so");
+    build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(fixtures.join("dlopen_lib.c"))
+    )?;
+    let exe = dir.join("dlopen_main");
+    build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-g", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(fixtures.join("dlopen_main.c"))
+            .args(["-ldl", "-lpthread"])
+    )?;
+    Some((exe, lib))
+}
+
+/// A library the program loads at run time (`LIBRARY:NAME`) is counted in-process
+/// (issue 32): the counting library redirects the loader's `_dl_debug_state` and patches
+/// the library once `dlopen` has mapped it, before its constructor runs, so the
+/// constructor's 7 calls are counted with the program's 100 (107), equal to uprobes;
+/// loaded, closed and loaded again, twice that; loaded while three other threads run,
+/// which then call it too, 7 + 400; loaded in a forked child, 107; never loaded, 0 with
+/// no warning that an image went without the counting library and no note about calls
+/// before it started.
+#[test]
+fn a_library_loaded_at_run_time_is_counted_in_process_with_its_constructor_s_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((exe, lib)) = build_dlopen(dir.path()) else {
+        return;
+    };
+    let pattern = format!("{}:plugin_step", lib.display());
+    let id = format!("invocations.{pattern}");
+    let run = |engine: &str, mode: &str| {
+        let mut args = vec![
+            "--invocations-engine",
+            engine,
+            "--runs",
+            "2",
+            "-w",
+            "0",
+            "-f",
+            "json",
+            "--invocations",
+            &pattern,
+            "--",
+            exe.to_str().unwrap(),
+            lib.to_str().unwrap(),
+            "100",
+        ];
+        if !mode.is_empty() {
+            args.push(mode);
+        }
+        sbs(args).success().json()
+    };
+    let cases = [
+        ("", 107.0),
+        ("again", 214.0),
+        ("threads", 407.0),
+        ("fork", 107.0),
+        ("never", 0.0),
+    ];
+    for (mode, calls) in cases {
+        let report = run("inproc", mode);
+        let m = metric(&report, &id);
+        assert_eq!(samples(m), vec![calls; 2], "{mode}: {m:#}");
+        assert_eq!(m["exact"], true, "{mode}: {m:#}");
+        assert_eq!(m["source"], "inproc", "{mode}: {m:#}");
+        let notes = m["notes"].to_string();
+        assert!(
+            !notes.contains("before the in-process counting library does"),
+            "{mode}: {m:#}"
+        );
+        let warnings = report["benchmarks"][0]["warnings"].to_string();
+        assert!(
+            !warnings.contains("did not load the in-process counting library"),
+            "{mode}: {warnings}"
+        );
+    }
+    if skip_without_uprobes("uprobe counts of a library loaded at run time") {
+        return;
+    }
+    for (mode, calls) in cases {
+        let report = run("uprobe", mode);
+        let m = metric(&report, &id);
+        assert_eq!(samples(m), vec![calls; 2], "uprobe, {mode}: {m:#}");
+    }
+}
+
+/// Where the counting library cannot install its hook on the loader (here: a library of
+/// the program, `tests/fixtures/c/thread_at_load.c`, starts a thread before the counting
+/// library's constructor runs, so patching the loader is not safe), a library loaded at
+/// run time is not counted in-process: `inproc` stops and says why, `auto` counts it with
+/// uprobes (107) and its note gives the reason.
+#[test]
+fn without_the_loader_hook_a_library_loaded_at_run_time_is_counted_with_uprobes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Some((_, lib)) = build_dlopen(d) else {
+        return;
+    };
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
+    let threads = build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(d.join("libthreadatload.so"))
+            .arg(fixtures.join("thread_at_load.c"))
+            .arg("-lpthread")
+    );
+    let exe = d.join("dlopen_threaded");
+    let Some(()) = threads.and_then(|()| {
+        build!(
+            Need::Gcc,
+            Command::new("gcc")
+                .args(["-O2", "-g", "-Wall", "-o"])
+                .arg(&exe)
+                .arg(fixtures.join("dlopen_main.c"))
+                .args(["-ldl", "-lpthread"])
+                .arg(format!("-L{}", d.display()))
+                .arg(format!("-Wl,-rpath,{}", d.display()))
+                .args(["-Wl,--no-as-needed", "-lthreadatload"])
+        )
+    }) else {
+        return;
+    };
+    let pattern = format!("{}:plugin_step", lib.display());
+    let run = |engine: &str| {
+        sbs([
+            "--invocations-engine",
+            engine,
+            "--runs",
+            "2",
+            "-w",
+            "0",
+            "-f",
+            "json",
+            "--invocations",
+            &pattern,
+            "--",
+            exe.to_str().unwrap(),
+            lib.to_str().unwrap(),
+            "100",
+        ])
+    };
+    run("inproc").fails_with(2, "threads were already running");
+    if skip_without_uprobes("uprobe counts of a library loaded at run time") {
+        return;
+    }
+    let report = run("auto").success().json();
+    let m = metric(&report, &format!("invocations.{pattern}"));
+    assert_eq!(samples(m), vec![107.0; 2], "{m:#}");
+    assert_eq!(m["source"], "uprobe", "{m:#}");
+    assert!(
+        m["notes"]
+            .to_string()
+            .contains("threads were already running"),
+        "{m:#}"
+    );
+}

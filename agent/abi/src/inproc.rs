@@ -48,7 +48,7 @@
 /// First word of the table.
 pub const TABLE_MAGIC: u64 = 0x5342_5349_4e50_5243; // "SBSINPRC"
 /// Layout version.
-pub const TABLE_VERSION: u64 = 2;
+pub const TABLE_VERSION: u64 = 3;
 /// Page size the layout assumes (x86-64).
 pub const PAGE: u64 = 4096;
 /// Longest build id kept (SHA-1 ids are 20 bytes; 40 leaves room for others).
@@ -62,7 +62,7 @@ pub const JMP_LEN: usize = 5;
 /// Words of the header.
 pub const HEADER_WORDS: usize = 8;
 /// Words of a module record.
-pub const MODULE_WORDS: usize = 16;
+pub const MODULE_WORDS: usize = 20;
 /// Words of a fixup.
 pub const FIXUP_WORDS: usize = 3;
 /// Words of a site.
@@ -97,6 +97,10 @@ pub enum Refusal {
     /// The kernel cannot mark the per-thread slots wipe-on-fork (`MADV_WIPEONFORK`,
     /// Linux 4.14+): a forked child would share its parent's counter blocks.
     WipeOnFork = 9,
+    /// The module is one the program loads at run time (`dlopen`), and the library
+    /// could not redirect the dynamic loader's `_dl_debug_state` to learn when it is
+    /// mapped (a loader other than glibc's, or code there it does not know).
+    NoLoaderHook = 10,
 }
 
 impl Refusal {
@@ -117,6 +121,7 @@ impl Refusal {
             7 => Some(Refusal::ShadowStack),
             8 => Some(Refusal::Seccomp),
             9 => Some(Refusal::WipeOnFork),
+            10 => Some(Refusal::NoLoaderHook),
             _ => None,
         }
     }
@@ -133,6 +138,7 @@ impl Refusal {
             Refusal::ShadowStack => "the process runs with the x86 shadow stack (CET), which the trampolines' emulated calls would break",
             Refusal::Seccomp => "a seccomp filter forbids making code writable or executable (mprotect with PROT_EXEC, as systemd's MemoryDenyWriteExecute= and sandboxes do)",
             Refusal::WipeOnFork => "the kernel cannot mark memory wipe-on-fork (MADV_WIPEONFORK, Linux 4.14+), which the per-thread counters need",
+            Refusal::NoLoaderHook => "it is loaded at run time (dlopen), and the dynamic loader's _dl_debug_state, which tells the counting library when a library is mapped, is not code it knows how to redirect (a loader other than glibc's?)",
         }
     }
 }
@@ -214,6 +220,48 @@ pub struct ModuleRecord {
     pub sites_offset: u64,
     /// Number of sites.
     pub sites: u64,
+}
+
+/// How the library recognises a module the program loads at run time (`dlopen`) rather
+/// than at start, among the loader's list of objects (`_r_debug.r_map`: load bias and
+/// dynamic section only): an object whose dynamic section lies at `bias + dynamic`, whose
+/// program headers (at `bias + phdrs`, `phnum` of them) hold the module's build id.
+/// Stored in words 13 to 16 of the module's record (word 13 is 0 for a module loaded at
+/// start); kept apart from [`ModuleRecord`] so that neither is copied with `memcpy` in
+/// the library, which must call nothing once it has patched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadedLater {
+    /// Link-time address of the dynamic section (`PT_DYNAMIC`).
+    pub dynamic: u64,
+    /// Link-time address of the program headers, inside a `PT_LOAD` segment.
+    pub phdrs: u64,
+    /// Number of program headers.
+    pub phnum: u64,
+}
+
+impl LoadedLater {
+    /// Byte offset of its words in a module record.
+    const AT: usize = 104;
+
+    /// Encode `later` (`None`: loaded at start) into the module record at byte `at`.
+    pub fn write(later: Option<LoadedLater>, out: &mut [u8], at: usize) {
+        let words = later.map_or([0; 4], |l| [1, l.dynamic, l.phdrs, l.phnum]);
+        for (i, w) in words.iter().enumerate() {
+            put(out, at + Self::AT + i * 8, *w);
+        }
+    }
+
+    /// Decode from the module record at byte `at`; `None` for a module loaded at start
+    /// (or a record that does not fit).
+    pub fn read(bytes: &[u8], at: usize) -> Option<LoadedLater> {
+        let w = |i: usize| word(bytes, at + Self::AT + i * 8);
+        (w(0)? != 0).then_some(())?;
+        Some(LoadedLater {
+            dynamic: w(1)?,
+            phdrs: w(2)?,
+            phnum: w(3)?,
+        })
+    }
 }
 
 impl ModuleRecord {
@@ -554,6 +602,17 @@ mod tests {
         };
         m.write(&mut table, MODULES_AT);
         assert_eq!(ModuleRecord::read(&table, MODULES_AT), Some(m));
+        assert_eq!(LoadedLater::read(&table, MODULES_AT), None);
+        let later = LoadedLater {
+            dynamic: 0x3de8,
+            phdrs: 0x40,
+            phnum: 11,
+        };
+        LoadedLater::write(Some(later), &mut table, MODULES_AT);
+        assert_eq!(LoadedLater::read(&table, MODULES_AT), Some(later));
+        assert_eq!(ModuleRecord::read(&table, MODULES_AT), Some(m));
+        LoadedLater::write(None, &mut table, MODULES_AT);
+        assert_eq!(LoadedLater::read(&table, MODULES_AT), None);
         assert_eq!(m.build_id(), &[1, 2, 3]);
         // Parts outside the table are refused.
         assert_eq!(ModuleRecord::read(&table[..1300], MODULES_AT), None);

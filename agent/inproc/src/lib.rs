@@ -5,6 +5,8 @@
 //! `sbs_agent_abi::inproc`), finds each module of the table among the loaded objects by
 //! its build id, and redirects each site to a trampoline stub that increments the site's
 //! counter (in memory shared with the collector) and runs the displaced instructions.
+//! A library the program loads later (`dlopen`) is patched as the loader maps it, before
+//! its constructors run, from a hook on the loader's `_dl_debug_state` (see `patch`).
 //! Each thread counts in a block of counters of its own, found through the library's one
 //! initial-exec TLS word (see `sbs_agent_abi::inproc`), so the hot path is a plain `inc`.
 //! The collector did all the decoding and relocation; this library only maps pages,

@@ -11,19 +11,36 @@
 //! nothing as far as the checks go (bytes, room, reach are checked before the first
 //! write); if `mprotect` fails half way the module is reported refused and the collector
 //! fails the run.
+//!
+//! Libraries the program loads at run time (`dlopen`; the table marks them with a
+//! `LoadedLater`): when one is not loaded at start, the constructor redirects the
+//! dynamic loader's `_dl_debug_state` (the debugger's breakpoint function, an empty
+//! function at `_r_debug.r_brk`) through a thunk to [`on_loader_change`]. glibc calls it
+//! with `_r_debug.r_state == RT_CONSISTENT` once a `dlopen` has mapped its objects, before
+//! it relocates them and runs their constructors; the hook walks the loader's list
+//! (`_r_debug.r_map`), recognises the table's module by where its dynamic section and
+//! program headers lie and by its build id, and patches it as the constructor would: no
+//! thread can be running its code yet, whatever other threads do. The hook runs with the
+//! loader's lock held, so it calls nothing (no `dl_iterate_phdr`, which takes a lock of
+//! its own) and allocates nothing; it maps the table's live region next to the
+//! trampolines with `mremap` from the table's mapping, since the descriptor is closed by
+//! then. Where the hook cannot be installed (other threads, a shadow stack, seccomp, a
+//! loader whose `_dl_debug_state` is not such an empty function), the modules not loaded
+//! yet are reported refused and the collector counts with uprobes.
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 use core::sync::atomic::{AtomicBool, AtomicU64};
 
 use sbs_agent_abi::inproc::{
-    build_id_in_notes, rel32, slot_bytes, status_at, Fixup, FixupKind, ModuleRecord, Refusal,
-    SiteRecord, TableHeader, FIXUP_WORDS, HEADER_WORDS, MODULES_AT, MODULE_WORDS, PAGE, SITE_WORDS,
+    build_id_in_notes, rel32, slot_bytes, status_at, Fixup, FixupKind, LoadedLater, ModuleRecord,
+    Refusal, SiteRecord, TableHeader, FIXUP_WORDS, HEADER_WORDS, MODULES_AT, MODULE_WORDS, PAGE,
+    SITE_WORDS,
 };
 use sbs_agent_abi::stamp::{proc_fd_path, Stamp, StampValues, PROC_FD_PATH_MAX};
 
-use crate::plan::{candidates, within_reach};
-use crate::sys::{self, DlPhdrInfo, Phdr};
+use crate::plan::{candidates, loader_hook_fits, thunk, within_reach, HOOK_JUMP};
+use crate::sys::{self, DlPhdrInfo, LinkMap, Phdr};
 
 /// Modules one table may name.
 const MAX_MODULES: usize = 64;
@@ -31,6 +48,19 @@ const MAX_MODULES: usize = 64;
 const MAX_SEGMENTS: usize = 8;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// What the loader hook needs, set before the hook is installed: the table (address and
+/// length of the part before the live region) and the live region's address in the
+/// table's mapping. Zero while there is no hook.
+static HOOK_TABLE: AtomicU64 = AtomicU64::new(0);
+static HOOK_TABLE_LEN: AtomicU64 = AtomicU64::new(0);
+static HOOK_LIVE: AtomicU64 = AtomicU64::new(0);
+
+/// Per module of the table: the load bias of the copy this image patched or refused
+/// (0: none mapped). The loader hook patches a module it finds mapped at another bias,
+/// and forgets one no longer listed (`dlclose`). Only the hook and the constructor touch
+/// it, and the loader calls the hook with its lock held, one thread at a time.
+static MAPPED_AT: [AtomicU64; MAX_MODULES] = [const { AtomicU64::new(0) }; MAX_MODULES];
 
 /// Where this run's site table is: written by the collector into each run's copy of the
 /// library (see `sbs_agent_abi::stamp`); all zero in the library as built.
@@ -183,7 +213,9 @@ unsafe fn start() {
     sys::close(mapped.fd);
 }
 
-/// Patch what the mapped table names, in the modules the loader lists.
+/// Patch what the mapped table names, in the modules the loader lists; when modules the
+/// program may load at run time are not loaded yet, redirect the loader's
+/// `_dl_debug_state` to [`on_loader_change`], which patches them once they are mapped.
 ///
 /// # Safety
 /// Runs once, in the constructor.
@@ -208,49 +240,321 @@ unsafe fn patch_table(mapped: &Mapped) {
     // SAFETY: the callback only reads the loader's program headers and the notes they
     // point to; `search` outlives the call.
     unsafe { sys::dl_iterate_phdr(on_object, (&mut search as *mut Search).cast::<c_void>()) };
+    let found = &search.found[..search.count];
+    let waiting =
+        |m: usize| later_of(mapped.table, m).is_some() && !found.iter().any(|f| f.module == m);
+    let any_waiting = (0..modules).any(waiting);
+    if found.is_empty() && !any_waiting {
+        return;
+    }
+    let allowed = patching_allowed();
     // SAFETY: the modules were just listed by the loader; the constructor.
-    unsafe { patch_found(mapped, &search.found[..search.count]) };
+    unsafe { patch_found(mapped, found, allowed) };
+    if !any_waiting {
+        return;
+    }
+    // SAFETY: the constructor, in a process allowed to patch (so with one thread).
+    let hooked = allowed.and_then(|()| unsafe { install_hook(mapped) });
+    if let Err(why) = hooked {
+        for m in (0..modules).filter(|&m| waiting(m)) {
+            // SAFETY: status words of a module of the table.
+            unsafe { refuse(live, m, why) };
+        }
+    }
+}
+
+/// Whether this process may patch at all: no shadow stack, no seccomp filter against it
+/// (asked once per image, and only when the table has something for it), one thread.
+fn patching_allowed() -> Result<(), Refusal> {
+    // SAFETY: a plain read of a `char` glibc exports for this purpose.
+    let single = unsafe { core::ptr::addr_of!(sys::__libc_single_threaded).read() } != 0;
+    if sys::shadow_stack_enabled() {
+        Err(Refusal::ShadowStack)
+    } else if sys::seccomp_forbids_patching() {
+        Err(Refusal::Seccomp)
+    } else if !single {
+        Err(Refusal::Threads)
+    } else {
+        Ok(())
+    }
 }
 
 /// Patch each module the loader listed and the table names, and record in the live
 /// region whether it was patched or why not.
 ///
 /// # Safety
-/// The modules are mapped (the loader just listed them); runs in the constructor.
-unsafe fn patch_found(mapped: &Mapped, found: &[Loaded]) {
+/// The modules are mapped (the loader just listed them); runs in the constructor, and
+/// with `allowed` Ok the process has one thread.
+unsafe fn patch_found(mapped: &Mapped, found: &[Loaded], allowed: Result<(), Refusal>) {
     let Mapped {
-        fd,
         header,
         table,
         live,
+        ..
     } = mapped;
-    // SAFETY: a plain read of a `char` glibc exports for this purpose.
-    let single = unsafe { core::ptr::addr_of!(sys::__libc_single_threaded).read() } != 0;
-    // Asked once per image, and only when a module of the table is loaded.
-    let seccomp = !found.is_empty() && sys::seccomp_forbids_patching();
     for loaded in found {
         let Some(record) = ModuleRecord::read(table, MODULES_AT + loaded.module * MODULE_WORDS * 8)
         else {
             continue;
         };
-        let result = if sys::shadow_stack_enabled() {
-            Err(Refusal::ShadowStack)
-        } else if seccomp {
-            Err(Refusal::Seccomp)
-        } else if single {
-            // SAFETY: the module is mapped (the loader just listed it), the process has
-            // one thread, and the record's parts lie inside the table.
-            unsafe { patch_module(table, *fd, header, &record, loaded) }
-        } else {
-            Err(Refusal::Threads)
-        };
-        match result {
-            // SAFETY: status words of a module of the table.
-            Ok(()) => unsafe { live_word(*live, status_at(loaded.module)) }.fetch_add(1, Relaxed),
-            // SAFETY: as above.
-            Err(why) => unsafe { refuse(*live, loaded.module, why) },
-        };
+        MAPPED_AT[loaded.module].store(loaded.bias, Relaxed);
+        // SAFETY: the module is mapped (the loader just listed it), the process has one
+        // thread (allowed), and the record's parts lie inside the table.
+        let result =
+            allowed.and_then(|()| unsafe { patch_module(table, *live, header, &record, loaded) });
+        // SAFETY: status words of a module of the table.
+        unsafe { record_result(*live, loaded.module, result) };
     }
+}
+
+/// Record in module `m`'s status words that this image patched it, or why not.
+///
+/// # Safety
+/// Module `m`'s status words lie inside the live region.
+unsafe fn record_result(live: u64, m: usize, result: Result<(), Refusal>) {
+    match result {
+        // SAFETY: contract.
+        Ok(()) => unsafe { live_word(live, status_at(m)) }.fetch_add(1, Relaxed),
+        // SAFETY: contract.
+        Err(why) => unsafe { refuse(live, m, why) },
+    };
+}
+
+/// Redirect the loader's `_dl_debug_state` (`_r_debug.r_brk`) to [`on_loader_change`]:
+/// a thunk within reach of it jumps to the hook, wherever this library lies, and a
+/// `jmp rel32` over the function's `ret` (and the padding after it) goes to the thunk.
+/// The hook's statics are set before the jump is written.
+///
+/// # Safety
+/// Runs in the constructor of a process with one thread; `mapped` stays mapped.
+unsafe fn install_hook(mapped: &Mapped) -> Result<(), Refusal> {
+    let debug = core::ptr::addr_of!(sys::_r_debug);
+    // SAFETY: the loader's own `_r_debug`, which it set up before any constructor ran.
+    let brk = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*debug).r_brk)) };
+    if brk == 0 || brk % 16 != 0 {
+        return Err(Refusal::NoLoaderHook);
+    }
+    let mut code = [0u8; 16];
+    for (k, b) in code.iter_mut().enumerate() {
+        // SAFETY: `_dl_debug_state` is code of the loader, mapped and readable, and the
+        // 16 bytes from its 16-aligned start lie on the same page.
+        *b = unsafe { core::ptr::read_volatile((brk + k as u64) as *const u8) };
+    }
+    if !loader_hook_fits(&code, brk) {
+        return Err(Refusal::NoLoaderHook);
+    }
+    let stub = thunk(on_loader_change as *const () as u64);
+    // SAFETY: a fresh mapping of ours.
+    let t = unsafe { reserve_near(brk, brk + 16, PAGE) }.ok_or(Refusal::NoRoom)?;
+    for (k, b) in stub.iter().enumerate() {
+        // SAFETY: inside the page just mapped, writable.
+        unsafe { core::ptr::write_volatile((t + k as u64) as *mut u8, *b) };
+    }
+    // SAFETY: our own page, now complete.
+    if !unsafe { sys::mprotect(t, PAGE, sys::PROT_READ | sys::PROT_EXEC) } {
+        // SAFETY: the page just mapped, unused.
+        unsafe { sys::munmap(t, PAGE) };
+        return Err(Refusal::Protect);
+    }
+    let Some(rel) = rel32(brk + HOOK_JUMP as u64, t) else {
+        // SAFETY: as above.
+        unsafe { sys::munmap(t, PAGE) };
+        return Err(Refusal::OutOfRange);
+    };
+    HOOK_TABLE.store(mapped.table.as_ptr() as u64, Relaxed);
+    HOOK_TABLE_LEN.store(mapped.table.len() as u64, Relaxed);
+    HOOK_LIVE.store(mapped.live, Relaxed);
+    let mut jump = [0u8; HOOK_JUMP];
+    jump[0] = 0xe9;
+    jump[1..].copy_from_slice(&rel.to_le_bytes());
+    let page = brk & !(PAGE - 1);
+    // SAFETY: the loader's text page holding `_dl_debug_state`; it stays executable
+    // while writable, and the process has one thread, so nothing runs the bytes while
+    // they change.
+    if !unsafe {
+        sys::mprotect(
+            page,
+            PAGE,
+            sys::PROT_READ | sys::PROT_WRITE | sys::PROT_EXEC,
+        )
+    } {
+        return Err(Refusal::Protect);
+    }
+    for (k, b) in jump.iter().enumerate() {
+        // SAFETY: the function's `ret` and the padding after it (checked), writable now.
+        unsafe { core::ptr::write_volatile((brk + k as u64) as *mut u8, *b) };
+    }
+    // SAFETY: back to the loader's text protection.
+    if !unsafe { sys::mprotect(page, PAGE, sys::PROT_READ | sys::PROT_EXEC) } {
+        return Err(Refusal::Protect);
+    }
+    Ok(())
+}
+
+/// What `_dl_debug_state` now runs: the loader calls it after every change of its list
+/// of objects, with its lock held. Once a `dlopen` has mapped its objects (and before it
+/// relocates them or runs their constructors: `RT_CONSISTENT`), patch the modules of the
+/// table that are newly mapped. Returns as the empty function did.
+extern "C" fn on_loader_change() {
+    // SAFETY: called by the loader, with its lock held, only after `install_hook` set the
+    // statics.
+    unsafe { loader_changed() }
+}
+
+/// Objects of the loader's list walked at most (a list broken under us ends the walk).
+const MAX_OBJECTS: usize = 1 << 16;
+
+/// The work of [`on_loader_change`]. Calls nothing of libc or the loader (it may not
+/// take the loader's locks, and a call might be counted), allocates nothing.
+///
+/// # Safety
+/// Called by the loader from `_dl_debug_state`, with its lock held.
+unsafe fn loader_changed() {
+    let debug = core::ptr::addr_of!(sys::_r_debug);
+    // SAFETY: the loader's `_r_debug`, which it updates before calling us.
+    let state = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*debug).r_state)) };
+    let (at, len, live) = (
+        HOOK_TABLE.load(Relaxed),
+        HOOK_TABLE_LEN.load(Relaxed),
+        HOOK_LIVE.load(Relaxed),
+    );
+    if state != sys::RT_CONSISTENT || at == 0 {
+        return;
+    }
+    // SAFETY: the table part of the table's mapping, which is never unmapped.
+    let table = unsafe { core::slice::from_raw_parts(at as *const u8, len as usize) };
+    let Some(header) = TableHeader::read(table) else {
+        return;
+    };
+    let modules = (header.modules as usize).min(MAX_MODULES);
+    // SAFETY: the loader's list, complete (RT_CONSISTENT) and not changing while it
+    // holds its lock.
+    let head = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*debug).r_map)) };
+    // Forget the copies no longer listed (unloaded by `dlclose`).
+    for (m, mapped_at) in MAPPED_AT.iter().enumerate().take(modules) {
+        let bias = mapped_at.load(Relaxed);
+        let Some(later) = later_of(table, m) else {
+            continue;
+        };
+        // SAFETY: as above.
+        let listed = bias != 0
+            && unsafe {
+                any_object(head, |l| {
+                    l.l_addr == bias && l.l_ld == bias.wrapping_add(later.dynamic)
+                })
+            };
+        if !listed {
+            mapped_at.store(0, Relaxed);
+        }
+    }
+    // Patch the copies newly mapped.
+    let mut l = head;
+    for _ in 0..MAX_OBJECTS {
+        if l.is_null() {
+            break;
+        }
+        // SAFETY: an entry of the loader's list, which does not change meanwhile.
+        let entry = unsafe { &*l };
+        // SAFETY: as above; the table and its live region are the hook's.
+        unsafe { patch_if_new(table, live, &header, modules, entry) };
+        l = entry.l_next;
+    }
+}
+
+/// Patch the module of the table that the loader's object `l` is, if it is one the
+/// program loads at run time and not patched at this bias yet.
+///
+/// # Safety
+/// `l` is an entry of the loader's list, complete (`RT_CONSISTENT`), with the loader's
+/// lock held; `table` and `live` are the mapped table's.
+unsafe fn patch_if_new(table: &[u8], live: u64, header: &TableHeader, modules: usize, l: &LinkMap) {
+    if l.l_addr == 0 || l.l_ld == 0 {
+        return;
+    }
+    for (m, mapped_at) in MAPPED_AT.iter().enumerate().take(modules) {
+        let Some(r) = ModuleRecord::read(table, MODULES_AT + m * MODULE_WORDS * 8) else {
+            continue;
+        };
+        let Some(later) = later_of(table, m) else {
+            continue;
+        };
+        if mapped_at.load(Relaxed) != 0 || l.l_ld != l.l_addr.wrapping_add(later.dynamic) {
+            continue;
+        }
+        // All zero (a copy of `NONE` would be a call of `memcpy`); `object_at` fills it.
+        let mut loaded = Loaded {
+            module: 0,
+            bias: 0,
+            lo: 0,
+            hi: 0,
+            segments: [(0, 0, 0); MAX_SEGMENTS],
+            segment_count: 0,
+        };
+        // SAFETY: an object of the loader's list whose dynamic section lies where the
+        // module's does, so its program headers where the module's do: mapped, in its
+        // first segment (a shared object with a non-zero load bias).
+        let Some(id) = (unsafe { object_at(l.l_addr, later, &mut loaded) }) else {
+            continue;
+        };
+        if !same(r.build_id(), id) {
+            continue;
+        }
+        loaded.module = m;
+        mapped_at.store(l.l_addr, Relaxed);
+        // SAFETY: the module was just mapped and is not relocated yet: no thread can run
+        // its code (other threads may run, but not it), and the record's parts lie
+        // inside the table.
+        let result = unsafe { patch_module(table, live, header, &r, &loaded) };
+        // SAFETY: status words of a module of the table.
+        unsafe { record_result(live, m, result) };
+        return;
+    }
+}
+
+/// Whether `pred` holds for an object of the loader's list from `head`.
+///
+/// # Safety
+/// `head` starts the loader's list, which does not change meanwhile.
+unsafe fn any_object(head: *const LinkMap, mut pred: impl FnMut(&LinkMap) -> bool) -> bool {
+    let mut l = head;
+    for _ in 0..MAX_OBJECTS {
+        if l.is_null() {
+            return false;
+        }
+        // SAFETY: contract: an entry of the list.
+        let entry = unsafe { &*l };
+        if pred(entry) {
+            return true;
+        }
+        l = entry.l_next;
+    }
+    false
+}
+
+/// Module `m`'s [`LoadedLater`], for a module the program loads at run time.
+fn later_of(table: &[u8], m: usize) -> Option<LoadedLater> {
+    LoadedLater::read(table, MODULES_AT + m * MODULE_WORDS * 8)
+}
+
+/// Describe in `loaded` the object at load bias `bias` whose program headers lie as
+/// `later` says, and return its build id.
+///
+/// # Safety
+/// `bias + later.phdrs` holds `later.phnum` mapped program headers.
+unsafe fn object_at(bias: u64, later: LoadedLater, loaded: &mut Loaded) -> Option<&'static [u8]> {
+    let at = bias.checked_add(later.phdrs)?;
+    if at % 8 != 0 || later.phnum == 0 || later.phnum > 256 {
+        return None;
+    }
+    // SAFETY: contract.
+    let phdrs = unsafe { core::slice::from_raw_parts(at as *const Phdr, later.phnum as usize) };
+    let dynamic_listed = phdrs
+        .iter()
+        .any(|p| p.p_type == sys::PT_DYNAMIC && p.p_vaddr == later.dynamic);
+    if !dynamic_listed {
+        return None;
+    }
+    object_of(bias, phdrs, loaded)
 }
 
 /// The live region's word at byte `at`.
@@ -282,10 +586,36 @@ unsafe extern "C" fn on_object(info: *mut DlPhdrInfo, _size: usize, data: *mut c
     }
     // SAFETY: the loader's program headers of this object, dlpi_phnum of them.
     let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-    let bias = info.dlpi_addr;
-    let mut loaded = NONE;
+    let count = search.count;
+    let (found, rest) = search.found.split_at_mut(count);
+    let loaded = &mut rest[0];
+    let Some(id) = object_of(info.dlpi_addr, phdrs, loaded) else {
+        return 0;
+    };
+    for m in 0..search.modules {
+        let Some(record) = ModuleRecord::read(search.table, MODULES_AT + m * MODULE_WORDS * 8)
+        else {
+            continue;
+        };
+        let taken = found.iter().any(|f| f.module == m);
+        if !taken && same(record.build_id(), id) {
+            loaded.module = m;
+            search.count += 1;
+            break;
+        }
+    }
+    0
+}
+
+/// Describe in `loaded` (filled in place: a copy of it would be a call of libc's
+/// `memcpy`) the object with load bias `bias` and program headers `phdrs`: its segments;
+/// and return its build id (`None` without one).
+fn object_of(bias: u64, phdrs: &[Phdr], loaded: &mut Loaded) -> Option<&'static [u8]> {
+    loaded.module = usize::MAX;
     loaded.bias = bias;
     loaded.lo = u64::MAX;
+    loaded.hi = 0;
+    loaded.segment_count = 0;
     for p in phdrs.iter().filter(|p| p.p_type == sys::PT_LOAD) {
         let start = bias.wrapping_add(p.p_vaddr);
         let end = start.wrapping_add(p.p_memsz);
@@ -296,27 +626,10 @@ unsafe extern "C" fn on_object(info: *mut DlPhdrInfo, _size: usize, data: *mut c
             loaded.segment_count += 1;
         }
     }
-    let Some(id) = phdrs
+    phdrs
         .iter()
         .filter(|p| p.p_type == sys::PT_NOTE)
-        .find_map(|p| note_build_id(&loaded, bias, p))
-    else {
-        return 0;
-    };
-    for m in 0..search.modules {
-        let Some(record) = ModuleRecord::read(search.table, MODULES_AT + m * MODULE_WORDS * 8)
-        else {
-            continue;
-        };
-        let taken = search.found[..search.count].iter().any(|f| f.module == m);
-        if !taken && same(record.build_id(), id) {
-            loaded.module = m;
-            search.found[search.count] = loaded;
-            search.count += 1;
-            break;
-        }
-    }
-    0
+        .find_map(|p| note_build_id(loaded, bias, p))
 }
 
 /// The build id in a `PT_NOTE` segment, if the segment lies in loaded memory.
@@ -363,11 +676,12 @@ fn site(table: &[u8], record: &ModuleRecord, i: u64) -> Option<SiteRecord> {
 /// checked and written.
 ///
 /// # Safety
-/// `loaded` describes a mapped object, the process has a single thread, and `record`
-/// was read from `table`.
+/// `loaded` describes a mapped object whose code no thread runs meanwhile (the process
+/// has a single thread, or the object is not relocated yet), `record` was read from
+/// `table`, and `live` is the table's live region in the table's shared mapping.
 unsafe fn patch_module(
     table: &[u8],
-    fd: i64,
+    live: u64,
     header: &TableHeader,
     record: &ModuleRecord,
     loaded: &Loaded,
@@ -376,9 +690,9 @@ unsafe fn patch_module(
     unsafe { check_sites(table, record, loaded) }?;
     let size = record.code_pages + header.live_len + slot_bytes(header.blocks);
     // SAFETY: as above.
-    let t = unsafe { reserve_near(loaded, size) }.ok_or(Refusal::NoRoom)?;
+    let t = unsafe { reserve_near(loaded.lo, loaded.hi, size) }.ok_or(Refusal::NoRoom)?;
     // SAFETY: [t, t + size) is the mapping just made, unused; on failure it is undone.
-    let written = unsafe { fill_area(table, fd, header, record, loaded, t) };
+    let written = unsafe { fill_area(table, live, header, record, loaded, t) };
     if let Err(refusal) = written {
         // SAFETY: the mapping just made; nothing refers to it yet.
         unsafe { sys::munmap(t, size) };
@@ -410,14 +724,14 @@ unsafe fn check_sites(table: &[u8], record: &ModuleRecord, loaded: &Loaded) -> R
     Ok(())
 }
 
-/// `size` bytes of fresh anonymous memory within a rel32 jump of every byte of the
-/// module, or `None`.
+/// `size` bytes of fresh anonymous memory within a rel32 jump of every byte of
+/// `[lo, hi)`, or `None`.
 ///
 /// # Safety
-/// `loaded` describes a mapped object.
-unsafe fn reserve_near(loaded: &Loaded, size: u64) -> Option<u64> {
-    for cand in candidates(loaded.lo, loaded.hi, size) {
-        if !within_reach(cand, size, loaded.lo, loaded.hi) {
+/// None beyond the system call's: the mapping never replaces another.
+unsafe fn reserve_near(lo: u64, hi: u64, size: u64) -> Option<u64> {
+    for cand in candidates(lo, hi, size) {
+        if !within_reach(cand, size, lo, hi) {
             continue;
         }
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
@@ -449,27 +763,19 @@ unsafe fn reserve_near(loaded: &Loaded, size: u64) -> Option<u64> {
 ///
 /// # Safety
 /// `[t, t + record.code_pages + header.live_len + slot_bytes(header.blocks))` is a fresh
-/// private anonymous writable mapping of ours.
+/// private anonymous writable mapping of ours; `live` is the table's live region in the
+/// table's shared mapping (`header.live_len` bytes).
 unsafe fn fill_area(
     table: &[u8],
-    fd: i64,
+    live: u64,
     header: &TableHeader,
     record: &ModuleRecord,
     loaded: &Loaded,
     t: u64,
 ) -> Result<(), Refusal> {
-    // SAFETY: replaces our own anonymous pages with the table's live region.
-    let live = unsafe {
-        sys::mmap(
-            t + record.code_pages,
-            header.live_len,
-            sys::PROT_READ | sys::PROT_WRITE,
-            sys::MAP_SHARED | sys::MAP_FIXED,
-            fd,
-            header.live_offset,
-        )
-    };
-    if live != Some(t + record.code_pages) {
+    // SAFETY: replaces our own anonymous pages with the same pages as the table's live
+    // region (no descriptor needed: the loader hook runs after it was closed).
+    if !unsafe { sys::map_again(live, header.live_len, t + record.code_pages) } {
         return Err(Refusal::NoRoom);
     }
     let slots = t + record.code_pages + header.live_len;

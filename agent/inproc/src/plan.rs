@@ -49,6 +49,64 @@ pub fn protection(flags: u32) -> u64 {
     prot
 }
 
+/// Bytes of the jump written over the dynamic loader's `_dl_debug_state`.
+pub const HOOK_JUMP: usize = 5;
+
+/// Whether the 16 bytes at the dynamic loader's `_dl_debug_state` (at address `at`) are
+/// an empty function that a 5-byte jump can replace: `endbr64; ret` (the whole function),
+/// or a `ret` at a 16-byte boundary followed by nothing but padding (`nop`s of any
+/// length, `int3`) up to the next boundary, where the next function may start. Nothing
+/// runs or enters the padding, so the jump may cover it.
+pub fn loader_hook_fits(code: &[u8; 16], at: u64) -> bool {
+    if code[..5] == [0xf3, 0x0f, 0x1e, 0xfa, 0xc3] {
+        return true;
+    }
+    if code[0] != 0xc3 || at % 16 != 0 {
+        return false;
+    }
+    let mut k = 1;
+    while k < code.len() {
+        match padding_len(&code[k..]) {
+            Some(n) => k += n,
+            None => return false,
+        }
+    }
+    k == code.len()
+}
+
+/// Length of the padding instruction at the start of `code` (`nop`, `int3`, or a long
+/// `nop` `[66|2e]* 0f 1f /0`), if it is one and lies wholly inside `code`.
+fn padding_len(code: &[u8]) -> Option<usize> {
+    match code.first()? {
+        0x90 | 0xcc => return Some(1),
+        _ => {}
+    }
+    let prefixes = code.iter().take_while(|&&b| b == 0x66 || b == 0x2e).count();
+    let rest = code.get(prefixes..)?;
+    if rest.len() < 3 || rest[0] != 0x0f || rest[1] != 0x1f || (rest[2] >> 3) & 7 != 0 {
+        return None;
+    }
+    let (md, rm) = (rest[2] >> 6, rest[2] & 7);
+    let sib = usize::from(md != 3 && rm == 4);
+    let disp = match md {
+        1 => 1,
+        2 => 4,
+        0 if rm == 5 => 4,
+        _ => 0,
+    };
+    let len = prefixes + 3 + sib + disp;
+    (len <= code.len()).then_some(len)
+}
+
+/// The hook's thunk, placed within a `jmp rel32` of the loader: `jmp [rip+0]` and the
+/// absolute address of the hook (which may lie anywhere).
+pub fn thunk(hook: u64) -> [u8; 14] {
+    let mut out = [0u8; 14];
+    out[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+    out[6..].copy_from_slice(&hook.to_le_bytes());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +128,44 @@ mod tests {
         assert!(all.iter().any(|&a| a > hi));
         // Nothing below address 0 or at the bottom page.
         assert!(candidates(0x40_0000, 0x50_0000, size).all(|a| a >= STEP));
+    }
+
+    #[test]
+    fn the_loader_s_empty_function_is_recognised() {
+        // Debian 12's ld.so 2.36: `ret`, then gas's padding to the next 16 bytes.
+        let glibc = [
+            0xc3, 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0, 0x0f, 0x1f, 0x40, 0,
+        ];
+        assert!(loader_hook_fits(&glibc, 0x7f00_0000_2060));
+        // Not at a function boundary: the padding might be someone's code.
+        assert!(!loader_hook_fits(&glibc, 0x7f00_0000_2061));
+        let mut cet = [0xccu8; 16];
+        cet[..5].copy_from_slice(&[0xf3, 0x0f, 0x1e, 0xfa, 0xc3]);
+        assert!(loader_hook_fits(&cet, 0x1003));
+        let mut nops = [0x90u8; 16];
+        nops[0] = 0xc3;
+        assert!(loader_hook_fits(&nops, 0x2000));
+        // A function that does something, or code where padding should be.
+        let mut busy = nops;
+        busy[0] = 0x55;
+        assert!(!loader_hook_fits(&busy, 0x2000));
+        let mut next = nops;
+        next[3] = 0x55;
+        assert!(!loader_hook_fits(&next, 0x2000));
+        // A long nop running past the boundary.
+        let mut long = nops;
+        long[13..].copy_from_slice(&[0x0f, 0x1f, 0x80]);
+        assert!(!loader_hook_fits(&long, 0x2000));
+    }
+
+    #[test]
+    fn the_thunk_jumps_through_the_address_after_it() {
+        let t = thunk(0x1122_3344_5566_7788);
+        assert_eq!(t[..6], [0xff, 0x25, 0, 0, 0, 0]);
+        assert_eq!(
+            u64::from_le_bytes(t[6..].try_into().unwrap()),
+            0x1122_3344_5566_7788
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! to that libc function would be counted (`--invocations mprotect`), and before that a
 //! libc function the engine leaves to a uprobe (`--invocations pread` with `auto`) would
 //! count the library's own call. So the library calls nothing outside itself but
-//! `dl_iterate_phdr`, before the first patch.
+//! `dl_iterate_phdr`, before the first patch; the loader hook (`patch::on_loader_change`)
+//! calls nothing at all, and reads the loader's list of objects through `_r_debug`.
 
 use core::ffi::{c_char, c_int, c_void};
 
@@ -15,10 +16,10 @@ pub const PROT_WRITE: u64 = 2;
 pub const PROT_EXEC: u64 = 4;
 pub const MAP_SHARED: u64 = 0x01;
 pub const MAP_PRIVATE: u64 = 0x02;
-pub const MAP_FIXED: u64 = 0x10;
 pub const MAP_ANONYMOUS: u64 = 0x20;
 pub const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
 pub const PT_LOAD: u32 = 1;
+pub const PT_DYNAMIC: u32 = 2;
 pub const PT_NOTE: u32 = 4;
 pub const PF_X: u32 = 1;
 pub const PF_R: u32 = 4;
@@ -33,6 +34,9 @@ const SYS_MMAP: u64 = 9;
 const SYS_MPROTECT: u64 = 10;
 const SYS_MUNMAP: u64 = 11;
 const SYS_MADVISE: u64 = 28;
+const SYS_MREMAP: u64 = 25;
+const MREMAP_MAYMOVE: u64 = 1;
+const MREMAP_FIXED: u64 = 2;
 /// `madvise` advice: the child of a `fork` sees the range zeroed (Linux 4.14+).
 const MADV_WIPEONFORK: u64 = 18;
 const SYS_ARCH_PRCTL: u64 = 158;
@@ -70,6 +74,36 @@ pub struct DlPhdrInfo {
     pub dlpi_phnum: u16,
 }
 
+/// glibc's `struct r_debug` (`<link.h>`), the debugger interface of the dynamic loader.
+#[repr(C)]
+pub struct RDebug {
+    pub r_version: c_int,
+    /// The loader's list of loaded objects.
+    pub r_map: *const LinkMap,
+    /// The address of `_dl_debug_state`, which the loader calls around every change of
+    /// the list.
+    pub r_brk: u64,
+    /// `RT_CONSISTENT` (0), `RT_ADD` (1) or `RT_DELETE` (2).
+    pub r_state: c_int,
+    pub r_ldbase: u64,
+}
+
+/// `r_state` once the list is complete again (after a `dlopen` mapped its objects, before
+/// it relocates them; after a `dlclose` unmapped them).
+pub const RT_CONSISTENT: c_int = 0;
+
+/// The public start of glibc's `struct link_map`.
+#[repr(C)]
+pub struct LinkMap {
+    /// Load bias.
+    pub l_addr: u64,
+    pub l_name: *const c_char,
+    /// Address of the dynamic section.
+    pub l_ld: u64,
+    pub l_next: *const LinkMap,
+    pub l_prev: *const LinkMap,
+}
+
 pub type PhdrCallback = unsafe extern "C" fn(*mut DlPhdrInfo, usize, *mut c_void) -> c_int;
 
 #[link(name = "c")]
@@ -78,6 +112,9 @@ extern "C" {
     pub fn abort() -> !;
     /// Non-zero while the process has a single thread (glibc 2.32+).
     pub static __libc_single_threaded: c_char;
+    /// The dynamic loader's debugger interface (exported by `ld.so`, reached through
+    /// libc's linker script).
+    pub static _r_debug: RDebug;
 }
 
 /// A raw system call with up to six arguments; returns the kernel's value (negative
@@ -182,6 +219,24 @@ pub unsafe fn mprotect(addr: u64, len: u64, prot: u64) -> bool {
 pub unsafe fn munmap(addr: u64, len: u64) {
     // SAFETY: contract.
     unsafe { syscall6(SYS_MUNMAP, [addr, len, 0, 0, 0, 0]) };
+}
+
+/// `mremap(from, 0, len, MREMAP_MAYMOVE | MREMAP_FIXED, to)`: map the pages of the
+/// *shared* mapping at `from` a second time, at `to` (replacing what is there); whether
+/// that worked.
+///
+/// # Safety
+/// `[to, to + len)` is memory the caller owns and nothing uses; `from` starts a shared
+/// mapping at least `len` long.
+pub unsafe fn map_again(from: u64, len: u64, to: u64) -> bool {
+    // SAFETY: contract; an old size of 0 duplicates a shared mapping and leaves it be.
+    let r = unsafe {
+        syscall6(
+            SYS_MREMAP,
+            [from, 0, len, MREMAP_MAYMOVE | MREMAP_FIXED, to, 0],
+        )
+    };
+    r == to as i64
 }
 
 /// `madvise(addr, len, MADV_WIPEONFORK)`: whether the kernel took it.

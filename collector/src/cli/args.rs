@@ -375,9 +375,10 @@ pub struct RunArgs {
     /// program loads are included (`malloc` finds glibc's); each matched function is its
     /// own row in the report. `LIBRARY:NAME` (a path, or a file name with `.so`) looks in
     /// that library only, also one the program loads at run time with dlopen (counted
-    /// with uprobes, root). Calls inlined into their callers are counted too, from the
-    /// debug info (in the file or a separate debug file under /usr/lib/debug): a counter on
-    /// each place where control enters an inlined copy; their row is labelled
+    /// from the moment dlopen maps it, its constructors' calls included). Calls inlined
+    /// into their callers are counted too, from the debug info (in the file or a separate
+    /// debug file under /usr/lib/debug): a counter on each place where control enters an
+    /// inlined copy; their row is labelled
     /// `[inlined, N sites]`. Inlined copies that cannot be counted are reported in a warning.
     #[arg(long = "invocations", value_name = "PATTERN", verbatim_doc_comment)]
     pub invocations: Vec<String>,

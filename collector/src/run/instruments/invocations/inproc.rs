@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use sbs_agent_abi::inproc::{
-    pages, LiveLayout, ModuleRecord, ModuleStatus, Refusal, TableHeader, FIXUP_WORDS, MAX_BUILD_ID,
-    MODULES_AT, MODULE_WORDS, SITE_WORDS,
+    pages, LiveLayout, LoadedLater, ModuleRecord, ModuleStatus, Refusal, TableHeader, FIXUP_WORDS,
+    MAX_BUILD_ID, MODULES_AT, MODULE_WORDS, SITE_WORDS,
 };
 use sbs_probes::execs::ExecWatch;
 use sbs_probes::patch::{module_code, ModuleCode, Patch, PatchRefusal};
@@ -52,6 +52,9 @@ const BLOCKS: u64 = 256;
 #[derive(Debug)]
 struct Module {
     path: PathBuf,
+    /// A library the program may load at run time (`dlopen`): a run that never loads it
+    /// patches it nowhere, and its sites count 0.
+    later: bool,
 }
 
 /// The in-process engine of one group of runs.
@@ -109,7 +112,10 @@ impl Inproc {
             layout,
             modules: modules
                 .into_iter()
-                .map(|m| Module { path: m.path })
+                .map(|m| Module {
+                    path: m.path,
+                    later: m.later.is_some(),
+                })
                 .collect(),
             counters,
             existing_preload: existing_preload.map(OsStr::to_os_string),
@@ -187,7 +193,7 @@ impl Inproc {
                 })
                 .into());
             }
-            if status.patched == 0 {
+            if status.patched == 0 && !module.later {
                 anyhow::bail!(
                     "the in-process engine did not patch {} in any process of the run ({images} \
                      loaded the counting library): did the loader pick another copy of it, or \
@@ -324,6 +330,8 @@ struct EncodedModule {
     path: PathBuf,
     build_id: Vec<u8>,
     code: ModuleCode,
+    /// How the library finds it, for a library loaded at run time.
+    later: Option<LoadedLater>,
 }
 
 /// The modules that could be encoded, and where each patch's counters are.
@@ -371,6 +379,24 @@ fn encode_modules(
             }
             continue;
         };
+        // A library loaded at run time is found among the loader's objects by where its
+        // dynamic section and program headers lie (see `sbs_agent_abi::inproc`).
+        let later = match target.loaded_at_run_time(image) {
+            false => None,
+            true => match img.headers_in_memory() {
+                Some((dynamic, phdrs, phnum)) => Some(LoadedLater {
+                    dynamic,
+                    phdrs,
+                    phnum,
+                }),
+                None => {
+                    for &k in &idx {
+                        out.refused.push((k, PatchRefusal::LoadedLater));
+                    }
+                    continue;
+                }
+            },
+        };
         let mut next = out.counters;
         let list: Vec<(Patch, usize)> = idx
             .iter()
@@ -390,6 +416,7 @@ fn encode_modules(
                     path: img.path.clone(),
                     build_id,
                     code,
+                    later,
                 });
             }
             Err(why) => {
@@ -406,7 +433,14 @@ fn encode_modules(
 fn lay_out_table(modules: &[EncodedModule], layout: &LiveLayout) -> Vec<u8> {
     let mut table = vec![0u8; MODULES_AT + modules.len() * MODULE_WORDS * 8];
     let mut records = Vec::new();
-    for EncodedModule { build_id, code, .. } in modules {
+    let mut laters = Vec::new();
+    for EncodedModule {
+        build_id,
+        code,
+        later,
+        ..
+    } in modules
+    {
         while table.len() % 16 != 0 {
             table.push(0);
         }
@@ -437,9 +471,11 @@ fn lay_out_table(modules: &[EncodedModule], layout: &LiveLayout) -> Vec<u8> {
             sites_offset,
             sites: code.sites.len() as u64,
         });
+        laters.push(*later);
     }
-    for (m, r) in records.iter().enumerate() {
+    for (m, (r, later)) in records.iter().zip(laters).enumerate() {
         r.write(&mut table, MODULES_AT + m * MODULE_WORDS * 8);
+        LoadedLater::write(later, &mut table, MODULES_AT + m * MODULE_WORDS * 8);
     }
     let live_offset = pages(table.len() as u64);
     table.resize(live_offset as usize, 0);

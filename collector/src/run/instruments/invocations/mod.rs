@@ -230,7 +230,7 @@ impl Invocations {
         notes.extend(label_engines(
             &mut rows, &counted, &fallback, &shared, options,
         ));
-        notes.extend(start_up_notes(&rows, &counted, &sites));
+        notes.extend(start_up_notes(&rows, &counted, &sites, &target));
         let rows_len = rows.len();
         Ok(Invocations {
             patterns: rows,
@@ -494,10 +494,6 @@ fn patch_sites(
         let which: Vec<usize> = (0..sites.len())
             .filter(|&k| sites[k].image == image)
             .collect();
-        if target.loaded_at_run_time(image) {
-            planned_fallback.extend(which.iter().map(|&k| (k, PatchRefusal::LoadedLater)));
-            continue;
-        }
         let candidates: Vec<Candidate> = which
             .iter()
             .map(|&k| {
@@ -750,13 +746,19 @@ fn start_up_notes(
     rows: &[PatternRows],
     counted: &[Counted],
     sites: &[Site],
+    target: &Program,
 ) -> Vec<(String, String)> {
     let mut notes = Vec::new();
     for p in rows {
         let all = p.sites();
+        // A library loaded at run time is patched before its constructors run.
         let in_libraries = all
             .iter()
-            .filter(|&&i| sites[i].image != 0 && matches!(counted[i], Counted::Inproc(_)))
+            .filter(|&&i| {
+                sites[i].image != 0
+                    && !target.loaded_at_run_time(sites[i].image)
+                    && matches!(counted[i], Counted::Inproc(_))
+            })
             .count();
         if in_libraries > 0 {
             notes.push((
