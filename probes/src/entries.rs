@@ -8,13 +8,15 @@
 //! segment. An instruction of the instance is an entry when
 //! - it is the function's first instruction (reached by a call), or
 //! - the instruction before it lies outside the instance and can fall through to it, or
-//! - a direct jump or call from outside the instance targets it.
+//! - a direct jump or call from outside the instance targets it, or an indirect jump
+//!   from outside it does through a jump table read from the file
+//!   ([`crate::jumptable`]).
 //!
 //! What can make the sum differ from the number of calls is reported as `uncertain`:
 //! a jump from inside the instance back to one of its entries (a loop whose head the
 //! compiler attributed to the instance: each iteration counts), blocks of the instance
-//! that nothing falls into and no direct jump targets (jump-table targets, landing pads:
-//! not probed), code of the instance outside its enclosing symbol (a split-off cold
+//! that nothing falls into and no jump targets (landing pads, targets of a jump table
+//! that cannot be read: not probed), code of the instance outside its enclosing symbol (a split-off cold
 //! part), and two kept entries one of which can reach the other (one call could pass
 //! both and count twice).
 //!
@@ -610,7 +612,7 @@ fn analyze(
     flow.doubts(&kept, &moved, &mut reasons);
     if orphans > 0 {
         reasons.push(format!(
-            "{orphans} of its blocks are reached by no direct jump nor fall-through (jump-table targets or landing pads): not probed"
+            "{orphans} of its blocks are reached by no direct jump nor fall-through (landing pads, or targets of a jump table that cannot be read): not probed"
         ));
     }
     flow.place_probes(&kept, &moved, more_targets, reasons)
