@@ -319,6 +319,10 @@ pub struct InlinedInstance {
     /// subprogram or inlined instance enclosing it. Instances of one function with the
     /// same parent are calls written in the same body.
     pub parent: u64,
+    /// It lies inside an inlined instance without a call line (of any function): code
+    /// the optimizer merged out of several calls of that function, so this instance too
+    /// is code shared by several calls of its own function, named after one of them.
+    pub in_merged: bool,
 }
 
 /// The copy of a function that one of its split parts was inlined back into.
@@ -474,8 +478,9 @@ fn collect_instances(
         let mut rows: Option<Vec<LineRow>> = None;
         // The enclosing subprograms and inlined instances of the current DIE.
         let mut copies: Vec<Enclosing> = Vec::new();
-        // The enclosing function bodies (subprograms and inlined instances): (depth, DIE).
-        let mut bodies: Vec<(isize, u64)> = Vec::new();
+        // The enclosing function bodies (subprograms and inlined instances): (depth, DIE,
+        // whether it or a body enclosing it is an inlined instance without a call line).
+        let mut bodies: Vec<(isize, u64, bool)> = Vec::new();
         let mut depth: isize = 0;
         let mut cursor = unit.entries();
         while let Some((delta, entry)) = cursor.next_dfs()? {
@@ -490,12 +495,14 @@ fn collect_instances(
             if tag != gimli::DW_TAG_inlined_subroutine && tag != gimli::DW_TAG_subprogram {
                 continue;
             }
-            let parent = bodies.last().map_or(0, |b| b.1);
+            let (parent, in_merged) = bodies.last().map_or((0, false), |b| (b.1, b.2));
             let die = entry
                 .offset()
                 .to_debug_info_offset(&unit.header)
                 .map_or(0, |o| o.0 as u64);
-            bodies.push((depth, die));
+            let merged =
+                tag == gimli::DW_TAG_inlined_subroutine && (in_merged || call_line_of(entry)? == 0);
+            bodies.push((depth, die, merged));
             let origin = abstract_origin(&unit, entry)?;
             if tag == gimli::DW_TAG_subprogram {
                 // An out-of-line copy (concrete instance) of an inlinable function.
@@ -546,6 +553,7 @@ fn collect_instances(
                 no_call_line: line == 0,
                 split_from,
                 parent,
+                in_merged,
             });
         }
     }
@@ -656,11 +664,15 @@ fn call_position(
     entry: &gimli::DebuggingInformationEntry<Reader<'_>>,
 ) -> gimli::Result<(Option<String>, u64)> {
     let file = call_file_index(entry)?.and_then(|i| file_name(dwarf, unit, i));
-    let line = match entry.attr_value(gimli::DW_AT_call_line)? {
+    Ok((file, call_line_of(entry)?))
+}
+
+/// An inlined instance's `DW_AT_call_line`, 0 when it has none.
+fn call_line_of(entry: &gimli::DebuggingInformationEntry<Reader<'_>>) -> gimli::Result<u64> {
+    Ok(match entry.attr_value(gimli::DW_AT_call_line)? {
         Some(v) => v.udata_value().unwrap_or(0),
         None => 0,
-    };
-    Ok((file, line))
+    })
 }
 
 /// An inlined instance's call site with the file's whole path, when it has a `line`

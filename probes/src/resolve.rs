@@ -338,6 +338,8 @@ struct Inlined {
     no_debug_info: Vec<String>,
     /// (image, demangled name) -> the code of its inlined copies.
     copies: HashMap<(usize, String), Vec<(u64, u64)>>,
+    /// (image, demangled name, call line) -> the code of its inlined copies called there.
+    copies_at: HashMap<(usize, String, String), Vec<(u64, u64)>>,
     /// Split parts counted with the copy they were split from.
     split_parts: usize,
     /// Instances without a call line counted with the calls that enter them.
@@ -409,6 +411,10 @@ impl Inlined {
                 .or_default()
                 .extend(&instance.ranges);
             if let Some(line) = &instance.call_line {
+                self.copies_at
+                    .entry((i, instance.demangled.clone(), line.clone()))
+                    .or_default()
+                    .extend(&instance.ranges);
                 let lines = lines_in
                     .entry((instance.parent, instance.demangled.clone()))
                     .or_default();
@@ -447,8 +453,10 @@ impl Inlined {
                     "no code of their own (optimised away or merged)".into(),
                 );
                 continue;
-            } else if instance.no_call_line {
-                // Judged once the instances with a call line have their entries.
+            } else if instance.no_call_line || instance.in_merged {
+                // Judged once the instances with a call line have their entries: code
+                // without a call line, or inside an instance without one (its call line
+                // names one of the calls merged into it).
                 shared.push(instance);
                 continue;
             } else {
@@ -468,7 +476,8 @@ impl Inlined {
         }
         for instance in shared {
             let lines = lines_in
-                .remove(&(instance.parent, instance.demangled.clone()))
+                .get(&(instance.parent, instance.demangled.clone()))
+                .cloned()
                 .unwrap_or_default();
             self.add_shared(image, i, instance, lines);
         }
@@ -496,7 +505,14 @@ impl Inlined {
         let (lo, hi) = (function.address, function.address + function.size);
         let within = |a: u64| a >= lo && a < hi;
         let own = |r: &(u64, u64)| instance.ranges.contains(r);
-        let others: Vec<(u64, u64)> = self.copies[&(i, instance.demangled.clone())]
+        // Code merged out of calls at one line (inside a merged copy of the function that
+        // makes them) continues only the calls at that line; code without a call line,
+        // any call of the function.
+        let copies = match &instance.call_line {
+            Some(line) => &self.copies_at[&(i, instance.demangled.clone(), line.clone())],
+            None => &self.copies[&(i, instance.demangled.clone())],
+        };
+        let others: Vec<(u64, u64)> = copies
             .iter()
             .filter(|r| within(r.0) && !own(r))
             .copied()
@@ -1113,6 +1129,7 @@ mod tests {
             call_line: None,
             split_from,
             parent: 0,
+            in_merged: false,
         };
         let folded = fold_split_parts(vec![
             instance(vec![(0x10, 0x20)], None),

@@ -615,6 +615,34 @@ fn arms_merged_behind_a_jump_table_are_counted_exactly() {
     );
 }
 
+/// Two inlined calls of one function merged into code of their own (the shape of
+/// regex-syntax's `parse_flags`, `tests/fixtures/rust/merged.rs`): DWARF gives the merged
+/// `add_item` no call line and the push inside it the push's line, so it was counted as
+/// calls of its own: 10,000 pushes, as exact, for 5,000 made. It is code that the two
+/// calls' pushes continue into now, part of their calls: equal to the opt-level-0 build.
+#[test]
+fn a_push_inside_merged_copies_of_its_caller_is_part_of_their_calls() {
+    if cannot_check() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((release, debug)) = build_pair(dir.path(), "merged") else {
+        return;
+    };
+    let (run, report) = checked_push(&release, &debug, "1000");
+    let check = &report["benchmarks"][0]["invocation_checks"][0];
+    let groups = check["groups"].as_array().unwrap();
+    let pushes = groups
+        .iter()
+        .find(|g| g["made"] == 5000)
+        .unwrap_or_else(|| panic!("no group of lines made 5,000 pushes: {check:#}"));
+    assert_eq!(pushes["counted"], 5000, "{pushes:#}");
+    run.check(
+        groups.iter().all(|g| g["verdict"] != "differs"),
+        "nothing differs",
+    );
+}
+
 /// Whether `--invocations-check` cannot run here (it needs uprobes for some sites and
 /// valgrind for the truth); the skip is recorded.
 fn cannot_check() -> bool {

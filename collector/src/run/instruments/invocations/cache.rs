@@ -39,7 +39,7 @@ use crate::run::instrument::MetricSpec;
 /// Bumped when what is stored changes meaning.
 // 4: code without a call line shared by inlined copies is no site of its own; sites
 // carry the calls one pass may make (an unrolled loop).
-const VERSION: u32 = 8;
+const VERSION: u32 = 9;
 /// Entries unused for this long are removed.
 const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 /// At most this many entries are kept.
