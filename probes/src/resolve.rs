@@ -471,6 +471,7 @@ impl Inlined {
             let unbounded = e.uncertain.is_some();
             let (e, calls_per_pass) = unrolled(image, e, &instance);
             let mut site = InlinedSite::new(image, i, instance, e, calls_per_pass);
+            // The doubts of its entries, not the unrolled loop's, which has a bound.
             site.unbounded = unbounded;
             self.sites.push(site);
         }
@@ -544,9 +545,9 @@ impl Inlined {
         let mut site = InlinedSite::new(image, i, instance, e, None);
         site.may_continue = !alone;
         if !alone {
-            let why = "code without a call line that the optimizer shares between calls of \
-                       the function, entered also from elsewhere: a call may or may not start \
-                       there";
+            let why = "code that the optimizer shares between calls of the function (without \
+                       a call line, or inside a merged copy of its caller), entered also from \
+                       elsewhere: a call may or may not start there";
             site.uncertain = Some(match site.uncertain.take() {
                 Some(more) => format!("{why}; {more}"),
                 None => why.to_string(),
