@@ -1166,14 +1166,7 @@ fn unsafe_sites_are_left_to_uprobes_and_safe_ones_patched() {
     }
     let dir = tempfile::tempdir().unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
-    let lib = dir.path().join("libpatchlib.so");
-    let Some(()) = build!(
-        Need::Gcc,
-        Command::new("gcc")
-            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(fixtures.join("patch_lib.c"))
-    ) else {
+    let Some(_) = gcc_shared(dir.path(), "libpatchlib.so", "patch_lib.c") else {
         return;
     };
     let exe = dir.path().join("patch_cases");
@@ -2043,18 +2036,28 @@ fn without_root_the_sites_that_need_uprobes_are_named_and_the_rest_can_be_counte
     );
 }
 
-/// `early_calls` and its library `libearly.so`, whose constructor calls `early_work` 7
-/// times before main (`tests/fixtures/c/early_calls.c`), built in `dir`.
-fn build_early_calls(dir: &Path) -> Option<PathBuf> {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
-    let lib = dir.join("libearly.so");
+/// `tests/fixtures/c/SOURCE` built with debug info as the shared library `dir/NAME`.
+fn gcc_shared(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
+    let lib = dir.join(name);
     build!(
         Need::Gcc,
         Command::new("gcc")
             .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
             .arg(&lib)
-            .arg(fixtures.join("early_lib.c"))
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("fixtures/c")
+                    .join(source)
+            )
     )?;
+    Some(lib)
+}
+
+/// `early_calls` and its library `libearly.so`, whose constructor calls `early_work` 7
+/// times before main (`tests/fixtures/c/early_calls.c`), built in `dir`.
+fn build_early_calls(dir: &Path) -> Option<PathBuf> {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
+    gcc_shared(dir, "libearly.so", "early_lib.c")?;
     let exe = dir.join("early_calls");
     build!(
         Need::Gcc,
@@ -2152,14 +2155,7 @@ fn calls_before_the_counting_library_starts_are_said_to_be_uncounted_in_process(
 /// `dlopen_lib.c`), built in `dir`.
 fn build_dlopen(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
-    let lib = dir.join("libplugin.so");
-    build!(
-        Need::Gcc,
-        Command::new("gcc")
-            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(fixtures.join("dlopen_lib.c"))
-    )?;
+    let lib = gcc_shared(dir, "libplugin.so", "dlopen_lib.c")?;
     let exe = dir.join("dlopen_main");
     build!(
         Need::Gcc,
