@@ -550,14 +550,9 @@ fn an_unrolled_loop_is_a_lower_bound_whose_bounds_hold_the_truth() {
 /// and the check calls that line bounded, not differing.
 #[test]
 fn a_loop_unrolled_into_copies_on_one_line_is_bounded() {
-    if cannot_check() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let Some((release, debug)) = build_pair(dir.path(), "slots") else {
+    let Some((run, report)) = checked_fixture("slots", "1000") else {
         return;
     };
-    let (run, report) = checked_push(&release, &debug, "1000");
     let m = metric(&report, "invocations.Vec::push");
     run.check(m["exact"] == false, "the total is no exact count");
     let notes = m["notes"].to_string();
@@ -565,13 +560,9 @@ fn a_loop_unrolled_into_copies_on_one_line_is_bounded() {
         notes.contains("each run made between") && notes.contains("and 8,0"),
         "the bounds reach the 8,000 pushes made",
     );
-    let check = &report["benchmarks"][0]["invocation_checks"][0];
-    let groups = check["groups"].as_array().unwrap();
-    let line = groups
-        .iter()
-        .find(|g| g["made"] == 8000)
-        .unwrap_or_else(|| panic!("no line made 8,000 pushes: {check:#}"));
+    let line = group_that_made(&report, 8000);
     assert_eq!(line["verdict"], "bounded", "{line:#}");
+    let groups = check_groups(&report);
     run.check(
         groups.iter().all(|g| g["verdict"] != "differs"),
         "nothing differs",
@@ -587,21 +578,12 @@ fn a_loop_unrolled_into_copies_on_one_line_is_bounded() {
 /// at both lines.
 #[test]
 fn arms_merged_behind_a_jump_table_are_counted_exactly() {
-    if cannot_check() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let Some((release, debug)) = build_pair(dir.path(), "arms") else {
+    let Some((run, report)) = checked_fixture("arms", "1000") else {
         return;
     };
-    let (run, report) = checked_push(&release, &debug, "1000");
     let m = metric(&report, "invocations.Vec::push");
-    let check = &report["benchmarks"][0]["invocation_checks"][0];
-    let groups = check["groups"].as_array().unwrap();
-    let arms = groups
-        .iter()
-        .find(|g| g["made"] == 2000)
-        .unwrap_or_else(|| panic!("no group of lines made 2,000 pushes: {check:#}"));
+    let arms = group_that_made(&report, 2000);
+    let groups = check_groups(&report);
     assert_eq!(arms["verdict"], "equal", "{arms:#}");
     assert_eq!(arms["lines"].as_array().map(Vec::len), Some(2), "{arms:#}");
     // The arms' site is no shared code a call may continue into: no bounds for it.
@@ -622,25 +604,44 @@ fn arms_merged_behind_a_jump_table_are_counted_exactly() {
 /// calls' pushes continue into now, part of their calls: equal to the opt-level-0 build.
 #[test]
 fn a_push_inside_merged_copies_of_its_caller_is_part_of_their_calls() {
-    if cannot_check() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let Some((release, debug)) = build_pair(dir.path(), "merged") else {
+    let Some((run, report)) = checked_fixture("merged", "1000") else {
         return;
     };
-    let (run, report) = checked_push(&release, &debug, "1000");
-    let check = &report["benchmarks"][0]["invocation_checks"][0];
-    let groups = check["groups"].as_array().unwrap();
-    let pushes = groups
-        .iter()
-        .find(|g| g["made"] == 5000)
-        .unwrap_or_else(|| panic!("no group of lines made 5,000 pushes: {check:#}"));
+    let pushes = group_that_made(&report, 5000);
     assert_eq!(pushes["counted"], 5000, "{pushes:#}");
     run.check(
-        groups.iter().all(|g| g["verdict"] != "differs"),
+        check_groups(&report)
+            .iter()
+            .all(|g| g["verdict"] != "differs"),
         "nothing differs",
     );
+}
+
+/// `tests/fixtures/rust/NAME.rs` built at opt-level 3 and 0, the first run with `N` and
+/// its `Vec::push` counts checked against the second: the run and its report; `None` when
+/// the check or the builds cannot run here (the skip is recorded).
+fn checked_fixture(name: &str, n: &str) -> Option<(util::Finished, serde_json::Value)> {
+    if cannot_check() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (release, debug) = build_pair(dir.path(), name)?;
+    Some(checked_push(&release, &debug, n))
+}
+
+/// The groups of call lines of the report's first check.
+fn check_groups(report: &serde_json::Value) -> &Vec<serde_json::Value> {
+    report["benchmarks"][0]["invocation_checks"][0]["groups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no check in the report: {report:#}"))
+}
+
+/// The group of call lines of the report's first check where `made` calls were made.
+fn group_that_made(report: &serde_json::Value, made: u64) -> &serde_json::Value {
+    check_groups(report)
+        .iter()
+        .find(|g| g["made"] == made)
+        .unwrap_or_else(|| panic!("no group of call lines made {made} calls: {report:#}"))
 }
 
 /// Whether `--invocations-check` cannot run here (it needs uprobes for some sites and

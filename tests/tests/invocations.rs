@@ -4,6 +4,7 @@
 
 mod util;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -2150,6 +2151,17 @@ fn calls_before_the_counting_library_starts_are_said_to_be_uncounted_in_process(
     }
 }
 
+/// Two JSON runs of `exe LIB 100` (a `dlopen_main`) counting `pattern` with `engine`.
+fn plugin_args(engine: &str, pattern: &str, exe: &Path, lib: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = ["--invocations-engine", engine, "--runs", "2", "-w", "0"]
+        .into_iter()
+        .chain(["-f", "json", "--invocations", pattern, "--"])
+        .map(OsString::from)
+        .collect();
+    args.extend([exe.as_os_str().into(), lib.as_os_str().into(), "100".into()]);
+    args
+}
+
 /// `dlopen_main` and the library it loads at run time, `libplugin.so`, whose constructor
 /// calls `plugin_step` 7 times inside `dlopen` (`tests/fixtures/c/dlopen_main.c`,
 /// `dlopen_lib.c`), built in `dir`.
@@ -2185,24 +2197,9 @@ fn a_library_loaded_at_run_time_is_counted_in_process_with_its_constructor_s_cal
     let pattern = format!("{}:plugin_step", lib.display());
     let id = format!("invocations.{pattern}");
     let run = |engine: &str, mode: &str| {
-        let mut args = vec![
-            "--invocations-engine",
-            engine,
-            "--runs",
-            "2",
-            "-w",
-            "0",
-            "-f",
-            "json",
-            "--invocations",
-            &pattern,
-            "--",
-            exe.to_str().unwrap(),
-            lib.to_str().unwrap(),
-            "100",
-        ];
+        let mut args = plugin_args(engine, &pattern, &exe, &lib);
         if !mode.is_empty() {
-            args.push(mode);
+            args.push(mode.into());
         }
         sbs(args).success().json()
     };
@@ -2278,24 +2275,7 @@ fn without_the_loader_hook_a_library_loaded_at_run_time_is_counted_with_uprobes(
         return;
     };
     let pattern = format!("{}:plugin_step", lib.display());
-    let run = |engine: &str| {
-        sbs([
-            "--invocations-engine",
-            engine,
-            "--runs",
-            "2",
-            "-w",
-            "0",
-            "-f",
-            "json",
-            "--invocations",
-            &pattern,
-            "--",
-            exe.to_str().unwrap(),
-            lib.to_str().unwrap(),
-            "100",
-        ])
-    };
+    let run = |engine: &str| sbs(plugin_args(engine, &pattern, &exe, &lib));
     run("inproc").fails_with(2, "threads were already running");
     if skip_without_uprobes("uprobe counts of a library loaded at run time") {
         return;
