@@ -1166,21 +1166,12 @@ fn unsafe_sites_are_left_to_uprobes_and_safe_ones_patched() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
     let Some(_) = gcc_shared(dir.path(), "libpatchlib.so", "patch_lib.c") else {
         return;
     };
-    let exe = dir.path().join("patch_cases");
-    let Some(()) = build!(
-        Need::Gcc,
-        Command::new("gcc")
-            .args(["-O2", "-g", "-Wall", "-DPATCH_LIB", "-o"])
-            .arg(&exe)
-            .arg(fixtures.join("patch_cases.c"))
-            .arg(format!("-L{}", dir.path().display()))
-            .arg(format!("-Wl,-rpath,{}", dir.path().display()))
-            .arg("-lpatchlib")
-    ) else {
+    let mut args = vec!["-DPATCH_LIB".to_string(), "-lpatchlib".to_string()];
+    args.extend(linking_from(dir.path()));
+    let Some(exe) = gcc_program(dir.path(), "patch_cases", "patch_cases.c", &args) else {
         return;
     };
     let cases = [
@@ -2037,6 +2028,33 @@ fn without_root_the_sites_that_need_uprobes_are_named_and_the_rest_can_be_counte
     );
 }
 
+/// `tests/fixtures/c/SOURCE` built with debug info as the program `dir/NAME`, `args`
+/// (libraries, defines) after the source.
+fn gcc_program(dir: &Path, name: &str, source: &str, args: &[String]) -> Option<PathBuf> {
+    let exe = dir.join(name);
+    build!(
+        Need::Gcc,
+        Command::new("gcc")
+            .args(["-O2", "-g", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("fixtures/c")
+                    .join(source)
+            )
+            .args(args)
+    )?;
+    Some(exe)
+}
+
+/// The flags that link a program with the libraries in `dir` and find them at run time.
+fn linking_from(dir: &Path) -> [String; 2] {
+    [
+        format!("-L{}", dir.display()),
+        format!("-Wl,-rpath,{}", dir.display()),
+    ]
+}
+
 /// `tests/fixtures/c/SOURCE` built with debug info as the shared library `dir/NAME`.
 fn gcc_shared(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
     let lib = dir.join(name);
@@ -2057,20 +2075,10 @@ fn gcc_shared(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
 /// `early_calls` and its library `libearly.so`, whose constructor calls `early_work` 7
 /// times before main (`tests/fixtures/c/early_calls.c`), built in `dir`.
 fn build_early_calls(dir: &Path) -> Option<PathBuf> {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
     gcc_shared(dir, "libearly.so", "early_lib.c")?;
-    let exe = dir.join("early_calls");
-    build!(
-        Need::Gcc,
-        Command::new("gcc")
-            .args(["-O2", "-g", "-Wall", "-o"])
-            .arg(&exe)
-            .arg(fixtures.join("early_calls.c"))
-            .arg(format!("-L{}", dir.display()))
-            .arg(format!("-Wl,-rpath,{}", dir.display()))
-            .arg("-learly")
-    )?;
-    Some(exe)
+    let mut args = vec!["-learly".to_string()];
+    args.extend(linking_from(dir));
+    gcc_program(dir, "early_calls", "early_calls.c", &args)
 }
 
 /// The counting libraries call nothing the program could count: `__cxa_finalize` runs
@@ -2166,17 +2174,9 @@ fn plugin_args(engine: &str, pattern: &str, exe: &Path, lib: &Path) -> Vec<OsStr
 /// calls `plugin_step` 7 times inside `dlopen` (`tests/fixtures/c/dlopen_main.c`,
 /// `dlopen_lib.c`), built in `dir`.
 fn build_dlopen(dir: &Path) -> Option<(PathBuf, PathBuf)> {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
     let lib = gcc_shared(dir, "libplugin.so", "dlopen_lib.c")?;
-    let exe = dir.join("dlopen_main");
-    build!(
-        Need::Gcc,
-        Command::new("gcc")
-            .args(["-O2", "-g", "-Wall", "-o"])
-            .arg(&exe)
-            .arg(fixtures.join("dlopen_main.c"))
-            .args(["-ldl", "-lpthread"])
-    )?;
+    let libs = ["-ldl".to_string(), "-lpthread".to_string()];
+    let exe = gcc_program(dir, "dlopen_main", "dlopen_main.c", &libs)?;
     Some((exe, lib))
 }
 
@@ -2258,20 +2258,12 @@ fn without_the_loader_hook_a_library_loaded_at_run_time_is_counted_with_uprobes(
             .arg(fixtures.join("thread_at_load.c"))
             .arg("-lpthread")
     );
-    let exe = d.join("dlopen_threaded");
-    let Some(()) = threads.and_then(|()| {
-        build!(
-            Need::Gcc,
-            Command::new("gcc")
-                .args(["-O2", "-g", "-Wall", "-o"])
-                .arg(&exe)
-                .arg(fixtures.join("dlopen_main.c"))
-                .args(["-ldl", "-lpthread"])
-                .arg(format!("-L{}", d.display()))
-                .arg(format!("-Wl,-rpath,{}", d.display()))
-                .args(["-Wl,--no-as-needed", "-lthreadatload"])
-        )
-    }) else {
+    let mut args: Vec<String> = ["-ldl", "-lpthread", "-Wl,--no-as-needed", "-lthreadatload"]
+        .map(String::from)
+        .into();
+    args.extend(linking_from(d));
+    let program = || gcc_program(d, "dlopen_threaded", "dlopen_main.c", &args);
+    let Some(exe) = threads.and_then(|()| program()) else {
         return;
     };
     let pattern = format!("{}:plugin_step", lib.display());
