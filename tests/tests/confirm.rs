@@ -187,6 +187,8 @@ fn twice_the_cpu_time_fails_after_confirmation() {
             "time.sys=1000",
             "--threshold",
             "rss.*=1000",
+            // Twice the work must fail also while other tests keep the machine busy.
+            "--judge-busy",
             "--history",
         ];
         let history = h.display().to_string();

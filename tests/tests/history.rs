@@ -985,3 +985,148 @@ fn saved_entries_keep_the_machine_conditions_and_report_gives_them() {
         "report gives the latest entry's conditions as they were saved",
     );
 }
+
+/// A neighbour that keeps a third of the machine's CPUs (at least one) spinning until
+/// dropped: a busy machine, as the report measures it.
+struct Neighbour(std::process::Child);
+
+impl Neighbour {
+    fn spin() -> Neighbour {
+        let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = usable.div_ceil(3).to_string();
+        let child = Command::new(fixture!("spin_threads"))
+            .args([threads.as_str(), "100000000000000"])
+            .spawn()
+            .expect("spin_threads starts");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        Neighbour(child)
+    }
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Twice the work stands in for what load does to an identical binary (+19% `time.cpu`
+/// on a busy machine, confirmation runs included): while a neighbour spins, a time that
+/// would regress is not judged (exit 0, verdict `inconclusive`, a note saying the machine
+/// was busy, a warning naming the exact count that decides instead); `--judge-busy` judges
+/// it (exit 1). The busy side may be the saved one: `report` names that entry (issue 44
+/// item 9).
+#[test]
+fn a_time_measured_on_a_busy_machine_does_not_fail_the_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h").display().to_string();
+    let work = |n: &str, extra: &[&str]| {
+        let mut args = vec![
+            "--runs",
+            "5",
+            "--warmup",
+            "1",
+            "--name",
+            "work",
+            "--confirm",
+            "0",
+            "-f",
+            "json",
+            "--threshold",
+            "time.wall=1000",
+            "--threshold",
+            "time.sys=1000",
+            "--threshold",
+            "rss.*=1000",
+            "--history",
+            &history,
+        ];
+        args.extend_from_slice(extra);
+        args.extend(["--", fixture!("work"), n]);
+        sbs(args)
+    };
+    let neighbour = Neighbour::spin();
+    work("20000000", &["--save", "--judge-busy"]).success();
+    let busy = work("40000000", &[]);
+    let judged = work("40000000", &["--judge-busy"]);
+    drop(neighbour);
+
+    busy.check(
+        busy.code() == Some(0),
+        "a busy machine's time does not fail",
+    );
+    let report = busy.json();
+    let cpu = metric(&report, "time.cpu");
+    busy.check(
+        cpu["comparison"]["verdict"] == "inconclusive",
+        "time.cpu is not judged",
+    );
+    busy.check(
+        cpu["notes"]
+            .to_string()
+            .contains("not judged: the machine was busy during this run (other processes took")
+            && cpu["notes"].to_string().contains("REGRESSED without it"),
+        "the note says why and what it would have been",
+    );
+    let warnings = report["benchmarks"][0]["warnings"].to_string();
+    busy.check(
+        warnings.contains("time.cpu") && warnings.contains("--instructions valgrind"),
+        "the warning names the count that decides",
+    );
+    judged.check(judged.code() == Some(1), "--judge-busy judges the time");
+    judged.check(
+        metric(&judged.json(), "time.cpu")["comparison"]["verdict"] == "regressed",
+        "and it regressed",
+    );
+
+    // `report` compares the latest entry with those before it: the first was saved busy,
+    // and is named. (The latest is saved with --judge-busy: its own run is judged.)
+    work("40000000", &["--save", "--judge-busy"]);
+    let from_history = sbs(["report", "--history", &history, "-f", "json"]);
+    from_history.check(
+        from_history.code() == Some(0),
+        "not judged from the history",
+    );
+    let cpu = metric(&from_history.json(), "time.cpu").clone();
+    from_history.check(
+        cpu["comparison"]["verdict"] == "inconclusive" && cpu["notes"].to_string().contains("#1 "),
+        "the busy saved entry is named",
+    );
+    let again = sbs([
+        "report",
+        "--history",
+        &history,
+        "-f",
+        "json",
+        "--judge-busy",
+    ]);
+    again.check(again.code() == Some(1), "--judge-busy judges it");
+}
+
+/// `compare` runs its commands interleaved on one machine: a busy spell is both sides',
+/// and their times are not judged unless asked (issue 44 item 9).
+#[test]
+fn compare_on_a_busy_machine_does_not_judge_times() {
+    let a = format!("{} 20000000", fixture!("work"));
+    let b = format!("{} 40000000", fixture!("work"));
+    let neighbour = Neighbour::spin();
+    let run = sbs([
+        "compare", "--runs", "4", "--warmup", "0", "-f", "json", &a, &b,
+    ]);
+    drop(neighbour);
+    run.check(run.code() == Some(0), "not judged: no regression");
+    let cpu = &run.json()["benchmarks"][1]["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "time.cpu")
+        .unwrap()
+        .clone();
+    run.check(
+        cpu["comparison"]["verdict"] == "inconclusive"
+            && cpu["notes"]
+                .to_string()
+                .contains("the machine was busy during these runs"),
+        "time.cpu not judged, saying why",
+    );
+}

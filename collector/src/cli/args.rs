@@ -502,6 +502,12 @@ pub struct RegressionArgs {
     /// (default: as many as the first runs; 0: fail on the first look, as before).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000))]
     pub confirm: Option<u64>,
+
+    /// Judge times also when this run or a saved run it is compared with ran on a busy
+    /// machine (other processes took 10% of the CPUs); by default such a time is reported
+    /// as not judged and cannot fail, and an exact count decides.
+    #[arg(long)]
+    pub judge_busy: bool,
 }
 
 impl OutputArgs {
@@ -557,6 +563,7 @@ impl RegressionArgs {
             confirm: self
                 .confirm
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            judge_busy: self.judge_busy,
         }
     }
 }

@@ -38,6 +38,11 @@ pub struct ReportArgs {
     /// Confidence level of the intervals, as a percentage or a fraction.
     #[arg(long, value_name = "LEVEL", default_value = "95", value_parser = parse_confidence)]
     pub confidence: f64,
+
+    /// Judge times also where the latest entry or one it is compared with was measured on
+    /// a busy machine (by default such a time is not judged and cannot fail).
+    #[arg(long)]
+    pub judge_busy: bool,
 }
 
 /// Render the report of the saved history.
@@ -49,6 +54,7 @@ pub(super) fn execute(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         thresholds: args.threshold.clone(),
         depth: usize::try_from(args.history_depth).unwrap_or(usize::MAX),
         confidence: args.confidence,
+        judge_busy: args.judge_busy,
     })?;
     let written = sinks.write(&report);
     let code = exit_for(&regressions);

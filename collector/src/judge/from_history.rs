@@ -24,6 +24,8 @@ pub struct HistoryRequest {
     pub depth: usize,
     /// Confidence level of the intervals, in (0, 1).
     pub confidence: f64,
+    /// Judge times measured on a busy machine (`--judge-busy`).
+    pub judge_busy: bool,
 }
 
 /// Build the report and the regressions of the latest entries.
@@ -40,6 +42,7 @@ pub fn build(args: &HistoryRequest) -> anyhow::Result<(Report, Vec<Regressed>)> 
             depth: args.depth,
             include_failed: false,
             confirm: Some(0),
+            judge_busy: args.judge_busy,
         },
         args.confidence,
         Mode::Run,
@@ -94,7 +97,7 @@ pub fn build(args: &HistoryRequest) -> anyhow::Result<(Report, Vec<Regressed>)> 
         speed: Vec::new(),
         scans: Vec::new(),
     };
-    let regressions = regression.apply(&references, &mut report)?;
+    let regressions = regression.apply_to_latest(&references, &mut report, &latest_machines)?;
     regression.check_threshold_names(&report)?;
     for (bench, label) in report.benchmarks.iter_mut().zip(latest_labels) {
         name_latest(bench, &label);

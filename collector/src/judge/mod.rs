@@ -1,6 +1,7 @@
 //! Judging measurements: summaries of a series, comparisons between series (Welch,
 //! ANOVA, exact), thresholds and verdicts, and the regression gate that compares a run
 //! with its saved history or a baseline.
+pub mod busy;
 pub mod compare;
 pub mod confirm;
 pub mod from_history;

@@ -17,11 +17,12 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use sbs_reports::model::{
-    BenchmarkResult, Comparison, Conditions, Family, MetricId, MetricResult, Report, TrendPoint,
-    Variant,
+    BenchmarkResult, Comparison, Conditions, Family, Machine, MetricId, MetricResult, Report,
+    TrendPoint, Variant,
 };
 
 use crate::history::{Entry, History, HistoryError, SavedMetric, Saving, Wanted};
+use crate::judge::busy::{self, BusySide};
 use crate::judge::compare::{
     against_sessions, compare, compare_paired, CompareError, Policy, Series, Thresholds,
 };
@@ -55,6 +56,9 @@ pub struct Settings {
     /// Confirmation runs made before a measured metric fails the gate (`--confirm N`;
     /// 0: none); `None` when not given (a run then makes as many as its `--runs`).
     pub confirm: Option<usize>,
+    /// Judge measured times also when a side of their comparison ran on a busy machine
+    /// (`--judge-busy`); otherwise such a time is not judged ([`crate::judge::busy`]).
+    pub judge_busy: bool,
 }
 
 /// Whether the benchmarks are compared with saved data or with each other.
@@ -80,6 +84,8 @@ pub struct Regression {
     /// Confirmation runs per group that looks regressed (0: none; `None`: as many as
     /// the first look's runs).
     confirm: Option<usize>,
+    /// Judge times measured on a busy machine (`--judge-busy`).
+    judge_busy: bool,
 }
 
 /// What a benchmark is compared with, loaded before its runs.
@@ -210,6 +216,7 @@ impl Regression {
             include_failed: args.include_failed,
             confidence,
             confirm: args.confirm,
+            judge_busy: args.judge_busy,
         })
     }
 
@@ -247,8 +254,28 @@ impl Regression {
         references: &[Reference],
         report: &mut Report,
     ) -> anyhow::Result<Vec<Regressed>> {
+        self.apply_with(references, report, None)
+    }
+
+    /// [`Regression::apply`] to a report made from the history's latest entries, each
+    /// benchmark's measured on the machine `latest[b]` (not the report's conditions).
+    pub fn apply_to_latest(
+        &self,
+        references: &[Reference],
+        report: &mut Report,
+        latest: &[Option<Machine>],
+    ) -> anyhow::Result<Vec<Regressed>> {
+        self.apply_with(references, report, Some(latest))
+    }
+
+    fn apply_with(
+        &self,
+        references: &[Reference],
+        report: &mut Report,
+        latest: Option<&[Option<Machine>]>,
+    ) -> anyhow::Result<Vec<Regressed>> {
         match self.mode {
-            Mode::Run => self.judge_saved(references, report, None)?,
+            Mode::Run => self.judge_saved(references, report, None, latest)?,
             Mode::Compare => self.compare_benchmarks(&mut report.benchmarks, &report.conditions)?,
         }
         if self.mode == Mode::Compare {
@@ -303,7 +330,7 @@ impl Regression {
         groups: &[GroupOf],
         first: &FirstLook,
     ) -> anyhow::Result<Vec<Regressed>> {
-        self.judge_saved(references, report, Some(groups))?;
+        self.judge_saved(references, report, Some(groups), None)?;
         report.headline = headline(report, &against(self.mode, references, report));
         // The first looks go into the final comparisons, and the regressions say so.
         first.looks.record(report, groups);
@@ -318,8 +345,14 @@ impl Regression {
         references: &[Reference],
         report: &mut Report,
         only: Option<&[GroupOf]>,
+        latest: Option<&[Option<Machine>]>,
     ) -> anyhow::Result<()> {
+        let conditions = report.conditions.machine.clone();
         for (b, (bench, reference)) in report.benchmarks.iter_mut().zip(references).enumerate() {
+            let this_run = match latest {
+                Some(machines) => machines.get(b).cloned().flatten(),
+                None => conditions.clone(),
+            };
             let chosen = |m: &MetricResult| {
                 only.is_none_or(|groups| groups.iter().any(|(gb, g)| *gb == b && *g == m.group))
             };
@@ -337,8 +370,33 @@ impl Regression {
                     }
                 }
             }
+            if !self.judge_busy {
+                busy::set_aside(bench, &self.busy_sides(this_run.as_ref(), reference));
+            }
         }
         Ok(())
+    }
+
+    /// The sides of a benchmark's comparisons that ran on a busy machine: this run, and
+    /// the saved entries within the history depth (or the baseline) it is compared with.
+    fn busy_sides(&self, this_run: Option<&Machine>, reference: &Reference) -> Vec<BusySide> {
+        let saved: Vec<&Entry> = match reference {
+            Reference::Nothing => Vec::new(),
+            Reference::Baseline(_, entry) => vec![entry.as_ref()],
+            Reference::History(entries) => entries[entries.len().saturating_sub(self.depth)..]
+                .iter()
+                .collect(),
+        };
+        BusySide::of(THIS_RUN, this_run)
+            .into_iter()
+            .chain(saved.into_iter().filter_map(|e| {
+                let label = match reference {
+                    Reference::Baseline(name, _) => format!("baseline {name}"),
+                    _ => e.label(),
+                };
+                BusySide::of(label, e.meta.machine.as_ref())
+            }))
+            .collect()
     }
 
     fn policy(&self, metric: &MetricResult) -> Policy {
@@ -549,6 +607,15 @@ impl Regression {
             };
             for (&(b, m), comparison) in found[1..].iter().zip(comparisons) {
                 benchmarks[b].metrics[m].comparison = Some(comparison);
+            }
+        }
+        // The commands ran interleaved on the same machine: a busy spell was both sides'.
+        if !self.judge_busy {
+            let sides: Vec<BusySide> = BusySide::of("these runs", conditions.machine.as_ref())
+                .into_iter()
+                .collect();
+            for bench in benchmarks.iter_mut().skip(1) {
+                busy::set_aside(bench, &sides);
             }
         }
         Ok(())
@@ -1004,6 +1071,7 @@ mod tests {
             depth: 5,
             include_failed: true,
             confirm: None,
+            judge_busy: false,
         };
         let regression = Regression::new(&settings, 0.95, Mode::Compare).unwrap();
         let (a, b) = ([1.0, 1.2, 0.9, 1.1], [1.03, 1.23, 0.93, 1.14]);
