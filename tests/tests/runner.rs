@@ -1435,3 +1435,48 @@ fn a_drifting_series_and_a_series_with_two_modes_are_named() {
         "{steady}"
     );
 }
+
+/// A `--cleanup` that fails after every run succeeded loses no measurement: the report
+/// (`-o`) and the `--save` are written, then the cleanup's failure is one line, exit 2.
+/// It used to throw them all away and say "nothing was measured after it" (issue 43).
+#[test]
+fn a_failing_cleanup_keeps_the_report_and_the_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let history = dir.path().join("h");
+    let out = sbs([
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--cleanup",
+        "echo cannot remove the scratch files >&2; exit 3",
+        "--save",
+        "--history",
+        history.to_str().unwrap(),
+        "-f",
+        "json",
+        "-o",
+        report.to_str().unwrap(),
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .fails_with(
+        2,
+        "--cleanup command `echo cannot remove the scratch files >&2; exit 3` exited with code 3 \
+         (its last words: cannot remove the scratch files)",
+    );
+    out.check(
+        !out.stderr().contains("nothing was measured"),
+        "a cleanup runs after the runs: their measurements stand",
+    );
+    let written = std::fs::read(&report).unwrap_or_default();
+    out.check(!written.is_empty(), "the -o report was written");
+    let json: serde_json::Value = serde_json::from_slice(&written).unwrap();
+    assert_eq!(samples(metric(&json, "time.wall")).len(), 2);
+    let saved: Vec<_> = std::fs::read_dir(history.join("history"))
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    out.check(saved.len() == 1, "the --save was made");
+}

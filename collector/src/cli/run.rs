@@ -64,6 +64,12 @@ pub(super) fn measure(
         failures.insert(0, e);
     }
     failures.extend(unchecked);
+    // A --cleanup that failed after the runs: said once the measurements are safe.
+    failures.extend(
+        benchmarks
+            .iter_mut()
+            .filter_map(|b| b.failed_cleanup.take()),
+    );
     // A --threshold that names no metric switched a gate off: an error, once the
     // measurements are safe.
     if let Err(e) = finished.unnamed {
