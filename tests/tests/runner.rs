@@ -1480,3 +1480,68 @@ fn a_failing_cleanup_keeps_the_report_and_the_save() {
         .unwrap_or_default();
     out.check(saved.len() == 1, "the --save was made");
 }
+
+/// `-o` (or an export) naming the benchmark's own program or its `--input`, whatever the
+/// spelling (`./x` for `x`, a symbolic link), is refused before anything runs; it used to
+/// replace the program with the report (issue 43).
+#[test]
+fn a_report_that_would_replace_the_program_or_its_input_is_refused_before_any_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("prog");
+    std::fs::copy(fixture!("exit_with"), &prog).unwrap();
+    let original = std::fs::read(&prog).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&prog, &link).unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "data\n").unwrap();
+    let marker = dir.path().join("setup-ran");
+    let setup = format!("touch {}", marker.display());
+    let dotted = dir.path().join(".").join("prog");
+    let dotted_input = dir.path().join(".").join("in.txt");
+    let cases: [(&str, &std::path::Path, &str); 4] = [
+        ("-o", &dotted, "is the benchmark's program"),
+        ("-o", &link, "is the benchmark's program"),
+        ("--export-json", &dotted_input, "is the benchmark's --input"),
+        ("-o", &input, "is the benchmark's --input"),
+    ];
+    for (option, path, needle) in cases {
+        sbs([
+            "--runs",
+            "1",
+            "--setup",
+            &setup,
+            "--input",
+            input.to_str().unwrap(),
+            option,
+            path.to_str().unwrap(),
+            "--",
+            prog.to_str().unwrap(),
+            "0",
+        ])
+        .fails_with(2, needle);
+        assert!(
+            !marker.exists(),
+            "{option} {}: something ran",
+            path.display()
+        );
+        assert_eq!(
+            std::fs::read(&prog).unwrap(),
+            original,
+            "the program changed"
+        );
+        assert_eq!(std::fs::read_to_string(&input).unwrap(), "data\n");
+    }
+    // Writing through a device changes no file: /dev/null as output and input is fine.
+    sbs([
+        "--runs",
+        "1",
+        "--input",
+        "/dev/null",
+        "-o",
+        "/dev/null",
+        "--",
+        prog.to_str().unwrap(),
+        "0",
+    ])
+    .success();
+}

@@ -131,6 +131,20 @@ fn checked_plan(
     )?;
     let sinks = Sinks::open(&args.report.destinations())?;
     let plan = plan::build(request)?;
+    // A report that would replace what the runs read (-o naming the program).
+    let read: Vec<(&str, &std::path::Path)> = plan
+        .benchmarks
+        .iter()
+        .flat_map(|b| {
+            let input = b
+                .run
+                .input
+                .as_deref()
+                .map(|i| ("the benchmark's --input", i));
+            std::iter::once(("the benchmark's program", b.run.program.as_path())).chain(input)
+        })
+        .collect();
+    sinks.refuse_read_files(&read)?;
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;
     if one_program {
