@@ -985,3 +985,24 @@ fn saved_entries_keep_the_machine_conditions_and_report_gives_them() {
         "report gives the latest entry's conditions as they were saved",
     );
 }
+
+/// A history that cannot be read is said to be unreadable, not to need write access
+/// (issue 43): here a benchmark's directory that is a file.
+#[test]
+fn a_history_that_cannot_be_read_gets_advice_about_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save"], "10").success();
+    let bench_dir = entry_files(&h)[0].parent().unwrap().to_path_buf();
+    std::fs::remove_dir_all(&bench_dir).unwrap();
+    std::fs::write(&bench_dir, "not a directory\n").unwrap();
+    let out = run(&h, &[], "10").fails_with(2, &bench_dir.display().to_string());
+    out.check(
+        out.stderr().contains("that this user can read"),
+        "advice about reading",
+    );
+    out.check(
+        !out.stderr().contains("writable"),
+        "no advice about writing",
+    );
+}

@@ -319,6 +319,19 @@ fn bad_input_gets_one_line_and_exit_2() {
         source.to_str().unwrap(),
     ])
     .fails_with(2, "is not an executable file");
+    // A script is a script, not "not ... a script starting with `#!`" (issue 43).
+    let script = b.dir().join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec true\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sbs([
+        "pinpoint",
+        "--previous",
+        b.exe(0).to_str().unwrap(),
+        "--",
+        script.to_str().unwrap(),
+    ])
+    .fails_with(2, "is a script (`#!/bin/sh`), not a compiled program");
     let stripped = b.dir().join("stripped");
     std::fs::copy(b.exe(1), &stripped).unwrap();
     if Command::new("strip")

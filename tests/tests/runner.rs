@@ -1545,3 +1545,64 @@ fn a_report_that_would_replace_the_program_or_its_input_is_refused_before_any_ru
     ])
     .success();
 }
+
+/// A script whose `#!` interpreter is missing is said to be that, not a missing script
+/// (issue 43).
+#[test]
+fn a_missing_interpreter_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.sh");
+    std::fs::write(&script, "#!/nonexistent/interp -x\necho hi\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sbs(["--runs", "1", "--", script.to_str().unwrap()]).fails_with(
+        2,
+        "the interpreter its `#!` line names, `/nonexistent/interp`, does not exist; install it, \
+         or fix the script's `#!` line",
+    );
+}
+
+/// A benchmark that kills its parent process is said to have done so (or something else
+/// to have killed the parent), not to be a program that "cannot start" (issue 43).
+#[test]
+fn a_child_that_kills_its_parent_is_not_a_start_failure() {
+    let out = sbs(["--runs", "1", "--shell", "sh", "kill $PPID; sleep 1"]).fails_with(
+        2,
+        "was killed before the run ended, so how it ended is unknown: a benchmark must not \
+         signal its parent",
+    );
+    out.check(!out.stderr().contains("cannot start"), "it did start");
+}
+
+/// Assert exit 2 and a clap error whose first line contains `needle`.
+fn refused(args: &[&str], needle: &str) -> util::Finished {
+    let out = sbs(args);
+    assert_eq!(out.code(), Some(2), "{}", out.stderr());
+    let first = out.stderr().lines().next().unwrap_or_default().to_string();
+    assert!(first.contains(needle), "{}", out.stderr());
+    out
+}
+
+/// Numbers out of range say so: a count of runs too large for one gives the maximum, a
+/// confidence level finer than a report prints is refused and one it prints is printed in
+/// full (`99.99999999% CI`, not `100% CI`; `99.5`, not `100`) (issue 43).
+#[test]
+fn numbers_out_of_range_say_what_is_wrong() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--warmup", "0"];
+        args.extend(extra);
+        args.extend(["--", fixture!("exit_with"), "0"]);
+        args.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let args = run(&["--runs", "99999999999999999999"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    refused(&args, "is too large: at most 1000000000 runs per group");
+    for (level, shown) in [("99.99999999", "99.99999999% CI"), ("99.5", "99.5% CI")] {
+        let args = run(&["--runs", "2", "--confidence", level]);
+        let out = sbs(&args).success();
+        out.check(out.stdout().contains(shown), shown);
+    }
+    let args = run(&["--runs", "2", "--confidence", "99.999999999999"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    refused(&args, "at most 10 decimals");
+}

@@ -437,7 +437,7 @@ pub struct RunArgs {
     pub params: Vec<String>,
 
     /// Harness: operations per counting run (invocations, allocations, counters).
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = parse_ops)]
     pub ops: u64,
 
     /// Harness: measurements kept per timing process (also the steady-state window).
@@ -671,18 +671,30 @@ fn default_jobs(pin: &[usize]) -> usize {
 }
 
 fn parse_jobs(s: &str) -> Result<usize, String> {
-    match s.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("'{s}' is not a whole number of runs at once")),
-    }
+    let n = whole(s, "runs at once", usize::MAX as u64)?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 fn parse_runs(s: &str) -> Result<u64, String> {
+    whole(s, "runs per group", crate::plan::MAX_RUNS as u64)
+}
+
+fn parse_ops(s: &str) -> Result<u64, String> {
+    whole(s, "operations", u64::MAX)
+}
+
+/// A whole number of `what` from 1 to `most`, with an error that says which bound it
+/// missed.
+fn whole(s: &str, what: &str, most: u64) -> Result<u64, String> {
+    use std::num::IntErrorKind;
     match s.trim().parse::<u64>() {
         Ok(0) => Err("must be at least 1".into()),
+        Ok(n) if n > most => Err(format!("'{s}' is too large: at most {most} {what}")),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("'{s}' is not a whole number of runs")),
+        Err(e) if *e.kind() == IntErrorKind::PosOverflow => {
+            Err(format!("'{s}' is too large: at most {most} {what}"))
+        }
+        Err(_) => Err(format!("'{s}' is not a whole number of {what}")),
     }
 }
 
@@ -716,11 +728,22 @@ pub(super) fn parse_confidence(s: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("'{s}' is not a confidence level; write 95 or 0.95"))?;
     let v = if v >= 1.0 { v / 100.0 } else { v };
-    if v > 0.0 && v < 1.0 {
-        Ok(v)
-    } else {
-        Err(format!("'{s}' must lie strictly between 0 and 100 percent"))
+    if !(v > 0.0 && v < 1.0) {
+        return Err(format!("'{s}' must lie strictly between 0 and 100 percent"));
     }
+    // Reports print the level in full, to LEVEL_DECIMALS decimals of a percent: a finer
+    // one would print rounded (99.999999999999 as 100).
+    let decimals = sbs_reports::human::LEVEL_DECIMALS;
+    let scale = 10f64.powi(decimals as i32);
+    let percent = v * 100.0;
+    let shown = (percent * scale).round() / scale;
+    if (percent - shown).abs() > 1e-12 || shown >= 100.0 || shown <= 0.0 {
+        return Err(format!(
+            "'{s}' is finer than a report can print: give the level as a percentage with at \
+             most {decimals} decimals, below 100 (e.g. 99.9999999999)"
+        ));
+    }
+    Ok(v)
 }
 
 fn parse_env(s: &str) -> Result<(OsString, OsString), String> {
@@ -751,6 +774,13 @@ mod tests {
         assert_eq!(parse_confidence("0.99"), Ok(0.99));
         assert_eq!(parse_confidence("90%"), Ok(0.9));
         assert!(parse_confidence("100").is_err());
+        let fine = parse_confidence("99.99999999").unwrap();
+        assert_eq!(sbs_reports::human::level(fine), "99.99999999");
+        let e = parse_confidence("99.999999999999").unwrap_err();
+        assert!(e.contains("at most 10 decimals"), "{e}");
+        assert_eq!(sbs_reports::human::level(0.9999999999), "99.99999999");
+        assert_eq!(sbs_reports::human::level(0.995), "99.5");
+        assert_eq!(sbs_reports::human::level(0.95), "95");
         assert!(parse_confidence("0").is_err());
     }
 }
