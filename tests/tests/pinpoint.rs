@@ -135,6 +135,11 @@ fn depth_function_and_ignore_bound_the_search() {
     assert_eq!(run.code(), Some(1));
     assert_eq!(chain(&run), ["main", "outer"]);
     assert_eq!(run.json()["pinpoint"]["stop"], "depth");
+    // Depth 0: main's own verdict and no layer below it (it used to act as 1; issue 43).
+    let run = b.pinpoint(0, 1, &["--depth", "0", "--runs", "1"], &[]);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(chain(&run), ["main"]);
+    assert_eq!(run.json()["pinpoint"]["stop"], "depth");
 
     let run = b.pinpoint(0, 1, &["--function", "middle", "--runs", "1"], &[]);
     assert_eq!(chain(&run), ["middle (also named middle_again)", "deep"]);

@@ -1606,3 +1606,34 @@ fn numbers_out_of_range_say_what_is_wrong() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     refused(&args, "at most 10 decimals");
 }
+
+/// A blank benchmark name is refused (it saved under a directory named by a hash alone),
+/// and an empty command of `compare` is called empty, not a quoting error (issue 43).
+#[test]
+fn a_blank_name_and_an_empty_compare_command_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h");
+    for name in ["", "  "] {
+        refused(
+            &[
+                "--runs",
+                "1",
+                "--name",
+                name,
+                "--save",
+                "--history",
+                history.to_str().unwrap(),
+                "--",
+                fixture!("exit_with"),
+                "0",
+            ],
+            "a benchmark's name cannot be empty or blank",
+        );
+        assert!(!history.exists(), "nothing was saved");
+    }
+    let exe = fixture!("exit_with");
+    for empty in ["", "   "] {
+        sbs(["compare", "--runs", "1", &format!("{exe} 0"), empty])
+            .fails_with(2, "command 2 of compare is empty");
+    }
+}

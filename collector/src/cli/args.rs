@@ -344,7 +344,7 @@ pub struct RunArgs {
 
     /// Name of the benchmark in reports (default: the command line). `compare` takes one
     /// per command, in the order of the commands (`-n old -n new`), for short labels
-    #[arg(short = 'n', long, value_name = "NAME")]
+    #[arg(short = 'n', long, value_name = "NAME", value_parser = parse_name)]
     pub name: Vec<String>,
 
     /// History, baselines, thresholds.
@@ -744,6 +744,19 @@ pub(super) fn parse_confidence(s: &str) -> Result<f64, String> {
         ));
     }
     Ok(v)
+}
+
+/// A benchmark's name: anything but blank, which no report, no history directory and no
+/// `--baseline` lookup could tell apart.
+fn parse_name(s: &str) -> Result<String, String> {
+    match s.trim().is_empty() {
+        true => Err(
+            "a benchmark's name cannot be empty or blank: give a name with a visible \
+             character, or drop --name to name it by its command line"
+                .into(),
+        ),
+        false => Ok(s.to_string()),
+    }
 }
 
 fn parse_env(s: &str) -> Result<(OsString, OsString), String> {

@@ -75,7 +75,8 @@ pub struct PinpointArgs {
     #[arg(long, value_enum, default_value_t = MetricArg::Instructions)]
     pub metric: MetricArg,
 
-    /// Layers below the inspected function the search may reach (default: unlimited).
+    /// Layers below the inspected function the search may reach (default: unlimited; 0
+    /// judges the inspected function alone and digs no layer).
     #[arg(long, value_name = "D")]
     pub depth: Option<usize>,
 
