@@ -1006,3 +1006,37 @@ fn a_history_that_cannot_be_read_gets_advice_about_reading() {
         "no advice about writing",
     );
 }
+
+/// `--strict` with a regression and a warning: the regression's exit code 1 stands, so a
+/// gate sees it, and the warnings are still said on stderr; it used to exit 2 and hide
+/// it. Without a regression, the same warning fails the run with 2 (issue 43).
+#[test]
+fn strict_keeps_the_exit_code_of_a_regression() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    for _ in 0..3 {
+        run(&h, &["--alloc", "--save"], "200").success();
+    }
+    // An interval of 0.0001% is never reached: the report warns that --max-runs came first.
+    let warned = [
+        "--alloc",
+        "--time",
+        "--strict",
+        "--target-ci",
+        "0.0001",
+        "--max-runs",
+        "5",
+    ];
+    let variant = run(&h, &warned, "210");
+    assert_eq!(variant.code(), Some(1), "{}", variant.stderr());
+    let err = variant.stderr();
+    variant.check(
+        err.contains("regression: alloc.count of `fixture`"),
+        "names the regression",
+    );
+    variant.check(
+        err.contains("and --strict") && err.contains("the regression comes first"),
+        "says the warnings and why they do not decide",
+    );
+    run(&h, &warned, "200").fails_with(2, "and --strict");
+}

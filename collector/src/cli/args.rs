@@ -353,7 +353,8 @@ pub struct RunArgs {
 
     /// Exit with code 2 when the report has warnings (a harnessed benchmark that measures
     /// nothing, a constant input, state that drifts, probes that could not be placed...),
-    /// once the report is written and the history saved: for CI.
+    /// once the report is written and the history saved: for CI. A regression keeps its
+    /// exit code 1 (the warnings are still said on stderr).
     #[arg(long)]
     pub strict: bool,
 

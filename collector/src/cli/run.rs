@@ -84,9 +84,15 @@ pub(super) fn measure(
         }
     }
     if let (true, Some(summary)) = (args.strict, report.warnings_summary()) {
-        failures.push(anyhow::anyhow!(
-            "{summary} and --strict: fix what they say, or drop --strict to let them pass"
-        ));
+        let strict =
+            format!("{summary} and --strict: fix what they say, or drop --strict to let them pass");
+        // A regression keeps its exit code 1 under --strict: a gate must see it. The
+        // warnings are still said; only an error (2) goes before a regression.
+        if failures.is_empty() && !regressions.is_empty() {
+            eprintln!("strict: {strict} (exit code 1: the regression comes first)");
+            return Ok(code);
+        }
+        failures.push(anyhow::anyhow!(strict));
     }
     if failures.is_empty() {
         Ok(code)
