@@ -296,6 +296,15 @@ struct FileSink {
 }
 
 impl Sinks {
+    /// [`refuse_read_files`] for every file destination of these sinks.
+    pub fn refuse_read_files(&self, inputs: &[(&str, &Path)]) -> anyhow::Result<()> {
+        let outputs: Vec<(&str, &Path)> = std::iter::once(("--output", &self.output))
+            .chain(self.files.iter().map(|f| (f.option, &f.output)))
+            .filter_map(|(option, output)| output.path().map(|p| (option, p)))
+            .collect();
+        refuse_read_files(&outputs, inputs)
+    }
+
     /// Open every destination, failing now if one cannot be written or if two of them are
     /// the same file (one report would silently replace the other).
     pub fn open(destinations: &Destinations) -> anyhow::Result<Sinks> {
@@ -404,6 +413,45 @@ pub fn refuse_same_files(all: &[(&str, &Path)]) -> anyhow::Result<()> {
                     "{a_opt} {} and {b_opt} {} are the same file; give each report its own path",
                     a.display(),
                     b.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuse a report destination (`outputs`: `(option, path)`) that names one of the files
+/// the runs read (`inputs`: `(what, path)`, e.g. the benchmark's program or its
+/// `--input`), symbolic links followed: the report would replace it. Two names are one
+/// file when they resolve to the same path (`./x` and `x`, a link and its target) or,
+/// both existing, to the same device and inode (a hard link, a bind mount). Only a
+/// destination that is replaced counts: writing through a device (`/dev/null`) or a
+/// FIFO changes no file.
+pub fn refuse_read_files(
+    outputs: &[(&str, &Path)],
+    inputs: &[(&str, &Path)],
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for (option, out) in outputs {
+        let out_meta = std::fs::metadata(out).ok();
+        if out_meta.as_ref().is_some_and(|m| !m.is_file()) {
+            continue;
+        }
+        for (what, input) in inputs {
+            let same_path = match (resolved(out), resolved(input)) {
+                (Some(x), Some(y)) => x == y,
+                _ => out == input,
+            };
+            let same_inode = match (&out_meta, std::fs::metadata(input)) {
+                (Some(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+                _ => false,
+            };
+            if same_path || same_inode {
+                anyhow::bail!(
+                    "{option} {} is {what} {} (the same file), which the report would replace; \
+                     give the report another path",
+                    out.display(),
+                    input.display()
                 );
             }
         }

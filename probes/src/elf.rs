@@ -395,6 +395,14 @@ fn function_symbols(
 }
 
 fn check_header(path: &Path, data: &[u8]) -> Result<(), ProbeError> {
+    if data.starts_with(b"#!") {
+        let head = &data[..data.len().min(256)];
+        let end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
+        return Err(ProbeError::Script {
+            path: path.into(),
+            line: String::from_utf8_lossy(&head[..end]).trim_end().to_string(),
+        });
+    }
     if data.len() < 20 || &data[..4] != b"\x7fELF" {
         return Err(ProbeError::NotElf { path: path.into() });
     }

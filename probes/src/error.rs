@@ -17,11 +17,20 @@ pub enum ProbeError {
         /// The OS error.
         cause: io::Error,
     },
-    /// The target is not an ELF file nor a script with a `#!` line.
-    #[error("{path} is not an ELF executable nor a script starting with `#!`: give the path of a compiled program")]
+    /// The target is not an ELF file (nor, where scripts are followed, a script with a
+    /// `#!` line).
+    #[error("{path} is not an ELF executable: give the path of a compiled program")]
     NotElf {
         /// The file.
         path: PathBuf,
+    },
+    /// A script where the ELF file itself must be read (its symbols, its code).
+    #[error("{path} is a script (`{line}`), not a compiled program, so it has no functions to read: give the compiled program that does the work")]
+    Script {
+        /// The script.
+        path: PathBuf,
+        /// Its `#!` line.
+        line: String,
     },
     /// An ELF file this crate cannot probe (wrong class or machine, malformed).
     #[error("{path}: {reason}")]

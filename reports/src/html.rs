@@ -218,7 +218,7 @@ fn metric_figures(page: &mut String, m: &MetricResult) -> Result<(), String> {
             page,
             "<figure><figcaption>{} — samples, mean (red) and {}% CI (band)</figcaption>{svg}</figure>",
             escape(&m.id),
-            (m.summary.confidence * 100.0).round()
+            human::level(m.summary.confidence)
         );
     }
     if with_trend {

@@ -127,6 +127,18 @@ pub fn percent(f: f64) -> String {
     }
 }
 
+/// The most decimals of a confidence level's percentage: what `--confidence` accepts,
+/// and so what a report can print in full.
+pub const LEVEL_DECIMALS: usize = 10;
+
+/// A confidence level (a fraction) as a percentage with every decimal it was given and
+/// none more (`95`, `99.5`, `99.99999999`): rounding would print `99.5` as `100`.
+pub fn level(confidence: f64) -> String {
+    let text = format!("{:.*}", LEVEL_DECIMALS, confidence * 100.0);
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    text.to_string()
+}
+
 /// A signed percentage (`+5.00%`, `-0.120%`).
 pub fn signed_percent(f: f64) -> String {
     if f > 0.0 {

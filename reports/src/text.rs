@@ -108,7 +108,7 @@ fn conditions_line(c: &Conditions, confidence: Option<f64>) -> String {
         c.warmup
     )];
     if let Some(conf) = confidence {
-        parts.push(format!("{}% CI", (conf * 100.0).round()));
+        parts.push(format!("{}% CI", human::level(conf)));
     }
     parts.push(
         if c.aslr_disabled {

@@ -1508,3 +1508,90 @@ fn harness_tree_peak_counts_a_forked_child_and_leaves_at_exit() {
     let warnings = report["benchmarks"][0]["warnings"].to_string();
     assert!(!warnings.contains("without leaving"), "{warnings}");
 }
+
+/// A minimal static 32-bit x86 program (`exit(0)` through `int 0x80`), written byte by
+/// byte: no 32-bit compiler or C library needed.
+fn write_elf32_exit0(path: &Path) {
+    const BASE: u32 = 0x0804_8000;
+    let code: [u8; 9] = [0xb8, 1, 0, 0, 0, 0x31, 0xdb, 0xcd, 0x80];
+    let total = (52 + 32 + code.len()) as u32;
+    let mut elf = Vec::new();
+    elf.extend_from_slice(b"\x7fELF");
+    elf.extend_from_slice(&[1, 1, 1, 0]); // ELFCLASS32, little-endian, version 1, SysV
+    elf.extend_from_slice(&[0; 8]);
+    let half = |v: &mut Vec<u8>, x: u16| v.extend_from_slice(&x.to_le_bytes());
+    let word = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_le_bytes());
+    half(&mut elf, 2); // ET_EXEC
+    half(&mut elf, 3); // EM_386
+    word(&mut elf, 1);
+    word(&mut elf, BASE + 52 + 32); // entry: the code after the headers
+    word(&mut elf, 52); // program headers right after this header
+    word(&mut elf, 0);
+    word(&mut elf, 0);
+    for x in [52, 32, 1, 0, 0, 0] {
+        half(&mut elf, x);
+    }
+    // One PT_LOAD of the whole file, read and execute.
+    for x in [1, 0, BASE, BASE, total, total, 5, 0x1000] {
+        word(&mut elf, x);
+    }
+    elf.extend_from_slice(&code);
+    std::fs::write(path, elf).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A 32-bit program is refused before any run with why (the agent is a 64-bit library);
+/// it used to run and end in the generic "the agent did not report" (issue 43).
+#[test]
+fn a_32_bit_program_is_refused_before_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("exit32");
+    write_elf32_exit0(&exe);
+    let marker = dir.path().join("setup-ran");
+    sbs([
+        "--alloc",
+        "-r",
+        "1",
+        "--setup",
+        &format!("touch {}", marker.display()),
+        "--",
+        exe.to_str().unwrap(),
+    ])
+    .fails_with(
+        2,
+        "it is a 32-bit program, and the allocation agent is a 64-bit library",
+    );
+    assert!(!marker.exists(), "nothing runs before the refusal");
+}
+
+/// `heap.tree_peak` is never below what one process of the tree held alone: two
+/// concurrent children of `tree.c` each hold 100 bytes (both at once: 200), far below the
+/// granule that each keeps to itself, and the figure read 0 B (issue 43).
+#[test]
+fn the_tree_peak_is_not_below_the_largest_process_peak() {
+    let Some((_dir, exe)) = c_fixture("tree") else {
+        return;
+    };
+    let report = sbs([
+        "--alloc",
+        "-r",
+        "2",
+        "-w",
+        "0",
+        "-f",
+        "json",
+        "--",
+        exe.to_str().unwrap(),
+        "concurrent",
+        "0",
+        "100",
+    ])
+    .success()
+    .json();
+    let tree = metric(&report, "heap.tree_peak");
+    for v in samples(tree) {
+        assert!((100.0..=200.0).contains(&v), "{tree:#}");
+    }
+    assert_eq!(samples(metric(&report, "heap.peak")), vec![200.0, 200.0]);
+}

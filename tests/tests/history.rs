@@ -1130,3 +1130,58 @@ fn compare_on_a_busy_machine_does_not_judge_times() {
         "time.cpu not judged, saying why",
     );
 }
+
+/// A history that cannot be read is said to be unreadable, not to need write access
+/// (issue 43): here a benchmark's directory that is a file.
+#[test]
+fn a_history_that_cannot_be_read_gets_advice_about_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save"], "10").success();
+    let bench_dir = entry_files(&h)[0].parent().unwrap().to_path_buf();
+    std::fs::remove_dir_all(&bench_dir).unwrap();
+    std::fs::write(&bench_dir, "not a directory\n").unwrap();
+    let out = run(&h, &[], "10").fails_with(2, &bench_dir.display().to_string());
+    out.check(
+        out.stderr().contains("that this user can read"),
+        "advice about reading",
+    );
+    out.check(
+        !out.stderr().contains("writable"),
+        "no advice about writing",
+    );
+}
+
+/// `--strict` with a regression and a warning: the regression's exit code 1 stands, so a
+/// gate sees it, and the warnings are still said on stderr; it used to exit 2 and hide
+/// it. Without a regression, the same warning fails the run with 2 (issue 43).
+#[test]
+fn strict_keeps_the_exit_code_of_a_regression() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    for _ in 0..3 {
+        run(&h, &["--alloc", "--save"], "200").success();
+    }
+    // An interval of 0.0001% is never reached: the report warns that --max-runs came first.
+    let warned = [
+        "--alloc",
+        "--time",
+        "--strict",
+        "--target-ci",
+        "0.0001",
+        "--max-runs",
+        "5",
+    ];
+    let variant = run(&h, &warned, "210");
+    assert_eq!(variant.code(), Some(1), "{}", variant.stderr());
+    let err = variant.stderr();
+    variant.check(
+        err.contains("regression: alloc.count of `fixture`"),
+        "names the regression",
+    );
+    variant.check(
+        err.contains("and --strict") && err.contains("the regression comes first"),
+        "says the warnings and why they do not decide",
+    );
+    run(&h, &warned, "200").fails_with(2, "and --strict");
+}

@@ -135,6 +135,11 @@ fn depth_function_and_ignore_bound_the_search() {
     assert_eq!(run.code(), Some(1));
     assert_eq!(chain(&run), ["main", "outer"]);
     assert_eq!(run.json()["pinpoint"]["stop"], "depth");
+    // Depth 0: main's own verdict and no layer below it (it used to act as 1; issue 43).
+    let run = b.pinpoint(0, 1, &["--depth", "0", "--runs", "1"], &[]);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(chain(&run), ["main"]);
+    assert_eq!(run.json()["pinpoint"]["stop"], "depth");
 
     let run = b.pinpoint(0, 1, &["--function", "middle", "--runs", "1"], &[]);
     assert_eq!(chain(&run), ["middle (also named middle_again)", "deep"]);
@@ -319,6 +324,19 @@ fn bad_input_gets_one_line_and_exit_2() {
         source.to_str().unwrap(),
     ])
     .fails_with(2, "is not an executable file");
+    // A script is a script, not "not ... a script starting with `#!`" (issue 43).
+    let script = b.dir().join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec true\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sbs([
+        "pinpoint",
+        "--previous",
+        b.exe(0).to_str().unwrap(),
+        "--",
+        script.to_str().unwrap(),
+    ])
+    .fails_with(2, "is a script (`#!/bin/sh`), not a compiled program");
     let stripped = b.dir().join("stripped");
     std::fs::copy(b.exe(1), &stripped).unwrap();
     if Command::new("strip")

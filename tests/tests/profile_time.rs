@@ -127,6 +127,25 @@ fn a_stripped_program_is_refused_with_what_to_do() {
     );
 }
 
+/// A `#!` script is refused as a script, not as something that is neither ELF "nor a
+/// script starting with `#!`" (issue 43).
+#[test]
+fn a_script_is_refused_as_a_script() {
+    if let Err(e) = sbs_probes::execs::check() {
+        skip!(Need::PerfEvents, "perf events unavailable: {e}");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = dir.path().join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sbs(["--profile-time", "-r", "1", "--", script.to_str().unwrap()]).fails_with(
+        2,
+        "is a script (`#!/bin/sh`), not a compiled program, so it has no functions to read",
+    );
+}
+
 /// The rows of `--profile-time` are ordered by mean, largest first, whatever the run that
 /// chose the functions said; and no interval of a time reaches below 0. On
 /// `fixtures/c/by_run.c`, `burst` leads the warm-up (80 ms) but takes 0, 30 and 0 ms in the

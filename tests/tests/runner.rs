@@ -1435,3 +1435,205 @@ fn a_drifting_series_and_a_series_with_two_modes_are_named() {
         "{steady}"
     );
 }
+
+/// A `--cleanup` that fails after every run succeeded loses no measurement: the report
+/// (`-o`) and the `--save` are written, then the cleanup's failure is one line, exit 2.
+/// It used to throw them all away and say "nothing was measured after it" (issue 43).
+#[test]
+fn a_failing_cleanup_keeps_the_report_and_the_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let history = dir.path().join("h");
+    let out = sbs([
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--cleanup",
+        "echo cannot remove the scratch files >&2; exit 3",
+        "--save",
+        "--history",
+        history.to_str().unwrap(),
+        "-f",
+        "json",
+        "-o",
+        report.to_str().unwrap(),
+        "--",
+        fixture!("exit_with"),
+        "0",
+    ])
+    .fails_with(
+        2,
+        "--cleanup command `echo cannot remove the scratch files >&2; exit 3` exited with code 3 \
+         (its last words: cannot remove the scratch files)",
+    );
+    out.check(
+        !out.stderr().contains("nothing was measured"),
+        "a cleanup runs after the runs: their measurements stand",
+    );
+    let written = std::fs::read(&report).unwrap_or_default();
+    out.check(!written.is_empty(), "the -o report was written");
+    let json: serde_json::Value = serde_json::from_slice(&written).unwrap();
+    assert_eq!(samples(metric(&json, "time.wall")).len(), 2);
+    let saved: Vec<_> = std::fs::read_dir(history.join("history"))
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    out.check(saved.len() == 1, "the --save was made");
+}
+
+/// `-o` (or an export) naming the benchmark's own program or its `--input`, whatever the
+/// spelling (`./x` for `x`, a symbolic link), is refused before anything runs; it used to
+/// replace the program with the report (issue 43).
+#[test]
+fn a_report_that_would_replace_the_program_or_its_input_is_refused_before_any_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("prog");
+    std::fs::copy(fixture!("exit_with"), &prog).unwrap();
+    let original = std::fs::read(&prog).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&prog, &link).unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "data\n").unwrap();
+    let marker = dir.path().join("setup-ran");
+    let setup = format!("touch {}", marker.display());
+    let dotted = dir.path().join(".").join("prog");
+    let dotted_input = dir.path().join(".").join("in.txt");
+    let cases: [(&str, &std::path::Path, &str); 4] = [
+        ("-o", &dotted, "is the benchmark's program"),
+        ("-o", &link, "is the benchmark's program"),
+        ("--export-json", &dotted_input, "is the benchmark's --input"),
+        ("-o", &input, "is the benchmark's --input"),
+    ];
+    for (option, path, needle) in cases {
+        sbs([
+            "--runs",
+            "1",
+            "--setup",
+            &setup,
+            "--input",
+            input.to_str().unwrap(),
+            option,
+            path.to_str().unwrap(),
+            "--",
+            prog.to_str().unwrap(),
+            "0",
+        ])
+        .fails_with(2, needle);
+        assert!(
+            !marker.exists(),
+            "{option} {}: something ran",
+            path.display()
+        );
+        assert_eq!(
+            std::fs::read(&prog).unwrap(),
+            original,
+            "the program changed"
+        );
+        assert_eq!(std::fs::read_to_string(&input).unwrap(), "data\n");
+    }
+    // Writing through a device changes no file: /dev/null as output and input is fine.
+    sbs([
+        "--runs",
+        "1",
+        "--input",
+        "/dev/null",
+        "-o",
+        "/dev/null",
+        "--",
+        prog.to_str().unwrap(),
+        "0",
+    ])
+    .success();
+}
+
+/// A script whose `#!` interpreter is missing is said to be that, not a missing script
+/// (issue 43).
+#[test]
+fn a_missing_interpreter_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.sh");
+    std::fs::write(&script, "#!/nonexistent/interp -x\necho hi\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sbs(["--runs", "1", "--", script.to_str().unwrap()]).fails_with(
+        2,
+        "the interpreter its `#!` line names, `/nonexistent/interp`, does not exist; install it, \
+         or fix the script's `#!` line",
+    );
+}
+
+/// A benchmark that kills its parent process is said to have done so (or something else
+/// to have killed the parent), not to be a program that "cannot start" (issue 43).
+#[test]
+fn a_child_that_kills_its_parent_is_not_a_start_failure() {
+    let out = sbs(["--runs", "1", "--shell", "sh", "kill $PPID; sleep 1"]).fails_with(
+        2,
+        "was killed before the run ended, so how it ended is unknown: a benchmark must not \
+         signal its parent",
+    );
+    out.check(!out.stderr().contains("cannot start"), "it did start");
+}
+
+/// Assert exit 2 and a clap error whose first line contains `needle`.
+fn refused(args: &[&str], needle: &str) -> util::Finished {
+    let out = sbs(args);
+    assert_eq!(out.code(), Some(2), "{}", out.stderr());
+    let first = out.stderr().lines().next().unwrap_or_default().to_string();
+    assert!(first.contains(needle), "{}", out.stderr());
+    out
+}
+
+/// Numbers out of range say so: a count of runs too large for one gives the maximum, a
+/// confidence level finer than a report prints is refused and one it prints is printed in
+/// full (`99.99999999% CI`, not `100% CI`; `99.5`, not `100`) (issue 43).
+#[test]
+fn numbers_out_of_range_say_what_is_wrong() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--warmup", "0"];
+        args.extend(extra);
+        args.extend(["--", fixture!("exit_with"), "0"]);
+        args.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let args = run(&["--runs", "99999999999999999999"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    refused(&args, "is too large: at most 1000000000 runs per group");
+    for (level, shown) in [("99.99999999", "99.99999999% CI"), ("99.5", "99.5% CI")] {
+        let args = run(&["--runs", "2", "--confidence", level]);
+        let out = sbs(&args).success();
+        out.check(out.stdout().contains(shown), shown);
+    }
+    let args = run(&["--runs", "2", "--confidence", "99.999999999999"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    refused(&args, "at most 10 decimals");
+}
+
+/// A blank benchmark name is refused (it saved under a directory named by a hash alone),
+/// and an empty command of `compare` is called empty, not a quoting error (issue 43).
+#[test]
+fn a_blank_name_and_an_empty_compare_command_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h");
+    for name in ["", "  "] {
+        refused(
+            &[
+                "--runs",
+                "1",
+                "--name",
+                name,
+                "--save",
+                "--history",
+                history.to_str().unwrap(),
+                "--",
+                fixture!("exit_with"),
+                "0",
+            ],
+            "a benchmark's name cannot be empty or blank",
+        );
+        assert!(!history.exists(), "nothing was saved");
+    }
+    let exe = fixture!("exit_with");
+    for empty in ["", "   "] {
+        sbs(["compare", "--runs", "1", &format!("{exe} 0"), empty])
+            .fails_with(2, "command 2 of compare is empty");
+    }
+}

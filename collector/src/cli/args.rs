@@ -344,7 +344,7 @@ pub struct RunArgs {
 
     /// Name of the benchmark in reports (default: the command line). `compare` takes one
     /// per command, in the order of the commands (`-n old -n new`), for short labels
-    #[arg(short = 'n', long, value_name = "NAME")]
+    #[arg(short = 'n', long, value_name = "NAME", value_parser = parse_name)]
     pub name: Vec<String>,
 
     /// History, baselines, thresholds.
@@ -353,7 +353,8 @@ pub struct RunArgs {
 
     /// Exit with code 2 when the report has warnings (a harnessed benchmark that measures
     /// nothing, a constant input, state that drifts, probes that could not be placed...),
-    /// once the report is written and the history saved: for CI.
+    /// once the report is written and the history saved: for CI. A regression keeps its
+    /// exit code 1 (the warnings are still said on stderr).
     #[arg(long)]
     pub strict: bool,
 
@@ -437,7 +438,7 @@ pub struct RunArgs {
     pub params: Vec<String>,
 
     /// Harness: operations per counting run (invocations, allocations, counters).
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = parse_runs)]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = parse_ops)]
     pub ops: u64,
 
     /// Harness: measurements kept per timing process (also the steady-state window).
@@ -678,18 +679,30 @@ fn default_jobs(pin: &[usize]) -> usize {
 }
 
 fn parse_jobs(s: &str) -> Result<usize, String> {
-    match s.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("'{s}' is not a whole number of runs at once")),
-    }
+    let n = whole(s, "runs at once", usize::MAX as u64)?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 fn parse_runs(s: &str) -> Result<u64, String> {
+    whole(s, "runs per group", crate::plan::MAX_RUNS as u64)
+}
+
+fn parse_ops(s: &str) -> Result<u64, String> {
+    whole(s, "operations", u64::MAX)
+}
+
+/// A whole number of `what` from 1 to `most`, with an error that says which bound it
+/// missed.
+fn whole(s: &str, what: &str, most: u64) -> Result<u64, String> {
+    use std::num::IntErrorKind;
     match s.trim().parse::<u64>() {
         Ok(0) => Err("must be at least 1".into()),
+        Ok(n) if n > most => Err(format!("'{s}' is too large: at most {most} {what}")),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("'{s}' is not a whole number of runs")),
+        Err(e) if *e.kind() == IntErrorKind::PosOverflow => {
+            Err(format!("'{s}' is too large: at most {most} {what}"))
+        }
+        Err(_) => Err(format!("'{s}' is not a whole number of {what}")),
     }
 }
 
@@ -723,10 +736,34 @@ pub(super) fn parse_confidence(s: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("'{s}' is not a confidence level; write 95 or 0.95"))?;
     let v = if v >= 1.0 { v / 100.0 } else { v };
-    if v > 0.0 && v < 1.0 {
-        Ok(v)
-    } else {
-        Err(format!("'{s}' must lie strictly between 0 and 100 percent"))
+    if !(v > 0.0 && v < 1.0) {
+        return Err(format!("'{s}' must lie strictly between 0 and 100 percent"));
+    }
+    // Reports print the level in full, to LEVEL_DECIMALS decimals of a percent: a finer
+    // one would print rounded (99.999999999999 as 100).
+    let decimals = sbs_reports::human::LEVEL_DECIMALS;
+    let scale = 10f64.powi(decimals as i32);
+    let percent = v * 100.0;
+    let shown = (percent * scale).round() / scale;
+    if (percent - shown).abs() > 1e-12 || shown >= 100.0 || shown <= 0.0 {
+        return Err(format!(
+            "'{s}' is finer than a report can print: give the level as a percentage with at \
+             most {decimals} decimals, below 100 (e.g. 99.9999999999)"
+        ));
+    }
+    Ok(v)
+}
+
+/// A benchmark's name: anything but blank, which no report, no history directory and no
+/// `--baseline` lookup could tell apart.
+fn parse_name(s: &str) -> Result<String, String> {
+    match s.trim().is_empty() {
+        true => Err(
+            "a benchmark's name cannot be empty or blank: give a name with a visible \
+             character, or drop --name to name it by its command line"
+                .into(),
+        ),
+        false => Ok(s.to_string()),
     }
 }
 
@@ -758,6 +795,13 @@ mod tests {
         assert_eq!(parse_confidence("0.99"), Ok(0.99));
         assert_eq!(parse_confidence("90%"), Ok(0.9));
         assert!(parse_confidence("100").is_err());
+        let fine = parse_confidence("99.99999999").unwrap();
+        assert_eq!(sbs_reports::human::level(fine), "99.99999999");
+        let e = parse_confidence("99.999999999999").unwrap_err();
+        assert!(e.contains("at most 10 decimals"), "{e}");
+        assert_eq!(sbs_reports::human::level(0.9999999999), "99.99999999");
+        assert_eq!(sbs_reports::human::level(0.995), "99.5");
+        assert_eq!(sbs_reports::human::level(0.95), "95");
         assert!(parse_confidence("0").is_err());
     }
 }

@@ -54,12 +54,18 @@ pub(super) fn targets(args: &RunArgs) -> anyhow::Result<Vec<Target>> {
             shell_argv(args, text)?
         } else {
             shlex::split(text)
-                .filter(|w| !w.is_empty())
                 .with_context(|| format!("cannot split `{text}` into words: check its quotes"))?
                 .into_iter()
                 .map(OsString::from)
                 .collect()
         };
+        if words.is_empty() {
+            bail!(
+                "command {} of compare is empty: give each command as one quoted argument \
+                 naming its program, e.g. sbs-profile compare './old --n 100' './new --n 100'",
+                i + 1
+            );
+        }
         let text = text.trim();
         let earlier = texts.iter().filter(|t| **t == text).count();
         texts.push(text);

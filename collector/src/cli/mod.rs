@@ -38,12 +38,14 @@ pub use args::{OutputArgs, RunArgs};
     about,
     after_help = "Each metric group runs in its own series of fresh child processes, so timing is \
 never measured in a run that carries an agent, a probe or a counter.\n\n\
-Exit codes: 0 success, 1 a metric regressed past its threshold, 2 error, 130 interrupted.",
+Exit codes: 0 success, 1 a metric regressed past its threshold (also with --strict and \
+warnings), 2 error (it comes before 1; the regressions are still named), 130 interrupted.",
     after_long_help = "Each metric group runs in its own series of fresh child processes, so timing \
 is never measured in a run that carries an agent, a probe or a counter.\n\n\
 Examples:\n  sbs-profile -- ./target/release/mybench\n  \
 sbs-profile --runs 20 --format json --output result.json -- ./mybench --size 1000\n\n\
-Exit codes: 0 success, 1 a metric regressed past its threshold, 2 error, 130 interrupted."
+Exit codes: 0 success, 1 a metric regressed past its threshold (also with --strict and \
+warnings), 2 error (it comes before 1; the regressions are still named), 130 interrupted."
 )]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
@@ -69,8 +71,8 @@ pub enum Subcommand {
             .help("Two or more commands, each one quoted argument (split into words; no shell unless --shell)")),
         after_help = "Each COMMAND is one argument, split into words as a shell would (no shell \
 runs it): sbs-profile compare './old --n 100' './new --n 100'\n\n\
-Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first, \
-2 error, 130 interrupted."
+Exit codes: 0 no regression, 1 a later command regressed past its threshold against the first \
+(also with --strict and warnings), 2 error (it comes before 1; the regressions are still named), 130 interrupted."
     )]
     Compare(Box<RunArgs>),
     /// Render a report from the saved history without running anything: per benchmark,

@@ -11,7 +11,7 @@ use clap::Args;
 
 use super::args::parse_confidence;
 use crate::judge::compare::Thresholds;
-use crate::output::{refuse_same_files, Output, Unwritten};
+use crate::output::{refuse_read_files, refuse_same_files, Output, Unwritten};
 use crate::pinpoint::search::Strategy;
 use crate::pinpoint::{pinpoint, Metric, PinpointRequest, Runs};
 use crate::run::runner::Cancel;
@@ -75,7 +75,8 @@ pub struct PinpointArgs {
     #[arg(long, value_enum, default_value_t = MetricArg::Instructions)]
     pub metric: MetricArg,
 
-    /// Layers below the inspected function the search may reach (default: unlimited).
+    /// Layers below the inspected function the search may reach (default: unlimited; 0
+    /// judges the inspected function alone and digs no layer).
     #[arg(long, value_name = "D")]
     pub depth: Option<usize>,
 
@@ -162,6 +163,13 @@ pub fn execute(args: &PinpointArgs) -> anyhow::Result<ExitCode> {
         .filter_map(|(option, path)| path.as_deref().map(|p| (option, p)))
         .collect();
     refuse_same_files(&named)?;
+    refuse_read_files(
+        &named,
+        &[
+            ("the previous build", request.previous.as_path()),
+            ("the current build", request.current.as_path()),
+        ],
+    )?;
     let output = Output::open(args.output.as_deref())?;
     let html = match &args.html {
         Some(path) => Some(Output::open_named(path, "--html")?),

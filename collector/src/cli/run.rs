@@ -64,6 +64,12 @@ pub(super) fn measure(
         failures.insert(0, e);
     }
     failures.extend(unchecked);
+    // A --cleanup that failed after the runs: said once the measurements are safe.
+    failures.extend(
+        benchmarks
+            .iter_mut()
+            .filter_map(|b| b.failed_cleanup.take()),
+    );
     // A --threshold that names no metric switched a gate off: an error, once the
     // measurements are safe.
     if let Err(e) = finished.unnamed {
@@ -78,9 +84,15 @@ pub(super) fn measure(
         }
     }
     if let (true, Some(summary)) = (args.strict, report.warnings_summary()) {
-        failures.push(anyhow::anyhow!(
-            "{summary} and --strict: fix what they say, or drop --strict to let them pass"
-        ));
+        let strict =
+            format!("{summary} and --strict: fix what they say, or drop --strict to let them pass");
+        // A regression keeps its exit code 1 under --strict: a gate must see it. The
+        // warnings are still said; only an error (2) goes before a regression.
+        if failures.is_empty() && !regressions.is_empty() {
+            eprintln!("strict: {strict} (exit code 1: the regression comes first)");
+            return Ok(code);
+        }
+        failures.push(anyhow::anyhow!(strict));
     }
     if failures.is_empty() {
         Ok(code)
@@ -125,6 +137,20 @@ fn checked_plan(
     )?;
     let sinks = Sinks::open(&args.report.destinations())?;
     let plan = plan::build(request)?;
+    // A report that would replace what the runs read (-o naming the program).
+    let read: Vec<(&str, &std::path::Path)> = plan
+        .benchmarks
+        .iter()
+        .flat_map(|b| {
+            let input = b
+                .run
+                .input
+                .as_deref()
+                .map(|i| ("the benchmark's --input", i));
+            std::iter::once(("the benchmark's program", b.run.program.as_path())).chain(input)
+        })
+        .collect();
+    sinks.refuse_read_files(&read)?;
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;
     if one_program {

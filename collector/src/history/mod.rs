@@ -48,7 +48,7 @@ const MARKER: &str = "sbs_history_schema";
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
     /// A file system operation failed.
-    #[error("cannot {action} {path}: {error}; check that the history directory (--history) is writable and the disk has room")]
+    #[error("cannot {action} {path}: {error}; {}", advice(action))]
     Io {
         /// What was attempted (`create directory`, `write`...).
         action: &'static str,
@@ -101,6 +101,17 @@ pub enum HistoryError {
         /// The baselines saved for the benchmark, sorted (for a suggestion).
         saved: Vec<String>,
     },
+}
+
+/// What to check after a failed `action` on the history: reading needs permission to
+/// read, writing also room.
+fn advice(action: &str) -> &'static str {
+    match action {
+        "list" | "open" | "read" => {
+            "check that --history names an sbs-profile history directory that this user can read"
+        }
+        _ => "check that the history directory (--history) is writable and the disk has room",
+    }
 }
 
 fn io_error<'a>(

@@ -676,11 +676,15 @@ pub fn dig<B: Builds>(builds: &B, inspected: &B::F, options: &Options) -> anyhow
     }
     let mut visited = vec![builds.name(inspected)];
     let mut current = inspected.clone();
-    let stopped = loop {
-        match search.step(&current, &mut chain, &mut visited)? {
-            Ok(callee) => current = callee,
-            Err(stop) => break stop,
-        }
+    // `--depth 0`: no layer below the inspected function; its verdict is the answer.
+    let stopped = match options.depth {
+        Some(0) => Stop::Depth(0),
+        _ => loop {
+            match search.step(&current, &mut chain, &mut visited)? {
+                Ok(callee) => current = callee,
+                Err(stop) => break stop,
+            }
+        },
     };
     let total = delta(&chain[0].samples);
     let share = |d: f64| (total != 0.0).then(|| d / total);
@@ -878,6 +882,11 @@ mod tests {
         let out = dig(&b, &"main", &options(Strategy::Binary, Some(1))).unwrap();
         assert_eq!(out.bottleneck.as_deref(), Some("outer"));
         assert_eq!(out.stopped, Stop::Depth(1));
+        // Depth 0: main's own verdict, one comparison, no layer below it.
+        let out = dig(&b, &"main", &options(Strategy::Binary, Some(0))).unwrap();
+        assert_eq!(out.bottleneck.as_deref(), Some("main"));
+        assert_eq!(out.stopped, Stop::Depth(0));
+        assert_eq!((out.chain.len(), out.comparisons), (1, 1));
     }
 
     #[test]

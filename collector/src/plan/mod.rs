@@ -10,7 +10,7 @@ mod request;
 
 pub use crate::run::spec::BenchmarkSpec;
 pub use crate::run::spec::{FailurePolicy, Point, Schedule};
-pub use build::{build, resolve_program};
+pub use build::{build, resolve_program, MAX_RUNS};
 pub(crate) use groups::metrics;
 pub use request::{Controls, HarnessBinary, HarnessTarget, Measures, Request, ScanRequest, Target};
 

@@ -93,8 +93,13 @@ impl Hook {
             .find(|l| !l.trim().is_empty())
             .map(|l| format!(" (its last words: {})", l.trim()))
             .unwrap_or_default();
+        // A cleanup runs after the runs: what they measured stands.
+        let after = match self.option {
+            "--cleanup" => "",
+            _ => "nothing was measured after it; ",
+        };
         anyhow::bail!(
-            "{} command `{}` {how}{last}; nothing was measured after it; fix the command or drop {}",
+            "{} command `{}` {how}{last}; {after}fix the command or drop {}",
             self.option,
             self.command,
             self.option

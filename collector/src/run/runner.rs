@@ -60,6 +60,31 @@ pub enum RunError {
         /// The errno reported by the child.
         source: io::Error,
     },
+    /// `execve` found no such file although the program exists: what it needs to start
+    /// (a script's `#!` interpreter, a program's dynamic loader) is missing.
+    #[error("cannot execute {program:?}: {missing} does not exist; {advice}")]
+    Missing {
+        /// The program.
+        program: PathBuf,
+        /// What is missing, named.
+        missing: String,
+        /// What to do.
+        advice: &'static str,
+    },
+    /// The benchmark's parent (the launcher's child that starts it and waits for it)
+    /// ended before it could say how the benchmark ended.
+    #[error(
+        "the parent process of {program:?} (pid {run_parent}, which sbs-profile starts each run \
+         from and which waits for it) was killed before the run ended, so how it ended is \
+         unknown: a benchmark must not signal its parent (kill $PPID, kill(getppid(), ...)); \
+         if it does not, look for what killed it (`dmesg` shows the OOM killer)"
+    )]
+    ParentGone {
+        /// The program.
+        program: PathBuf,
+        /// The run parent's pid.
+        run_parent: i32,
+    },
     /// The `--input` file could not be opened for a run.
     #[error("--input {}: {source}; check the path", path.display())]
     Input {
@@ -422,10 +447,7 @@ fn wait_for_writer(
 /// The error for a message the launcher should not have sent at this point.
 fn launcher_error(config: &RunConfig, message: Message) -> RunError {
     match message {
-        Message::ExecFailed { errno } => RunError::Exec {
-            program: config.program.clone(),
-            source: io::Error::from_raw_os_error(errno),
-        },
+        Message::ExecFailed { errno } => exec_error(config, errno),
         Message::LauncherFailed { step, errno } => spawn_error(
             config,
             io::Error::new(
@@ -440,6 +462,67 @@ fn launcher_error(config: &RunConfig, message: Message) -> RunError {
             config,
             io::Error::other(format!("the launcher sent {other:?} out of turn")),
         ),
+    }
+}
+
+/// The error of an `execve` of the run's program that failed with `errno`. ENOENT for a
+/// program that exists means that what it needs to start is missing: the interpreter of
+/// its `#!` line, or the dynamic loader an ELF program names (a program built for another
+/// system, a 32-bit one without the 32-bit libraries).
+fn exec_error(config: &RunConfig, errno: i32) -> RunError {
+    let exec = || RunError::Exec {
+        program: config.program.clone(),
+        source: io::Error::from_raw_os_error(errno),
+    };
+    if errno != libc::ENOENT {
+        return exec();
+    }
+    let Ok(data) = std::fs::read(&config.program) else {
+        return exec();
+    };
+    let program = config.program.clone();
+    if let Some(line) = data.strip_prefix(b"#!") {
+        let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+        let line = String::from_utf8_lossy(line);
+        let interpreter = line.split_whitespace().next().unwrap_or_default();
+        return RunError::Missing {
+            program,
+            missing: format!("the interpreter its `#!` line names, `{interpreter}`,"),
+            advice: "install it, or fix the script's `#!` line",
+        };
+    }
+    match elf_interpreter(&data) {
+        Some(loader) => RunError::Missing {
+            program,
+            missing: format!("the dynamic loader it names, `{loader}`,"),
+            advice: "it was built for another system: install that loader (for a 32-bit \
+                     program, the 32-bit C library) or build the program on this machine",
+        },
+        None => exec(),
+    }
+}
+
+/// The `PT_INTERP` path of an ELF file (32- or 64-bit), if it names one.
+fn elf_interpreter(data: &[u8]) -> Option<String> {
+    use object::elf::{FileHeader32, FileHeader64, ELFCLASS32, ELFCLASS64, PT_INTERP};
+    use object::read::elf::{FileHeader, ProgramHeader};
+    use object::Endianness;
+    fn of<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<String> {
+        let header = H::parse(data).ok()?;
+        let endian = header.endian().ok()?;
+        let interp = header
+            .program_headers(endian, data)
+            .ok()?
+            .iter()
+            .find(|ph| ph.p_type(endian) == PT_INTERP)?;
+        let path = interp.data(endian, data).ok()?;
+        let path = path.split(|&b| b == 0).next().unwrap_or_default();
+        Some(String::from_utf8_lossy(path).into_owned())
+    }
+    match *data.get(4)? {
+        ELFCLASS32 => of::<FileHeader32<Endianness>>(data),
+        ELFCLASS64 => of::<FileHeader64<Endianness>>(data),
+        _ => None,
     }
 }
 
@@ -589,10 +672,10 @@ fn reap(
             }) => (status, user_us, sys_us, max_rss_kib, wall_ns),
             Some(other) => return Err(launcher_error(config, other)),
             None => {
-                return Err(err(io::Error::other(
-                    "the launcher that starts each run ended without reporting the exit \
-                     status (was it killed?)",
-                )))
+                return Err(RunError::ParentGone {
+                    program: config.program.clone(),
+                    run_parent: guard.run_parent.as_raw(),
+                })
             }
         };
     // The run parent is the launcher's to reap.

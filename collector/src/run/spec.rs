@@ -108,6 +108,9 @@ pub struct Benchmark {
     pub hooks: Hooks,
     /// Its value of a scanned parameter, if it is a point of a scan.
     pub point: Option<Point>,
+    /// Its `--cleanup` that failed after every run of it had succeeded: the measurements
+    /// stand (they are judged, reported and saved), and the failure is said at the end.
+    pub failed_cleanup: Option<anyhow::Error>,
 }
 
 /// A group of runs: instruments that measure the same runs.
@@ -415,6 +418,7 @@ pub fn instantiate(spec: &BenchmarkSpec) -> anyhow::Result<Benchmark> {
         groups,
         hooks: spec.hooks.clone(),
         point: spec.point.clone(),
+        failed_cleanup: None,
     })
 }
 

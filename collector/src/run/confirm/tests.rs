@@ -89,6 +89,7 @@ fn benchmarks(names: &[&str]) -> Vec<Benchmark> {
                 cleanup: hook("--cleanup"),
             },
             point: None,
+            failed_cleanup: None,
         })
         .collect()
 }

@@ -249,16 +249,18 @@ impl Reports {
         t
     }
 
-    /// The tree's peak and its bound. An image that never joined the tree was the only
-    /// one alive all along, so its own peak is a peak of the tree (the agent also adds it
-    /// when such an image ends, but not for one killed).
+    /// The tree's peak and its bound. Every image's own peak is a lower bound of the
+    /// tree's: that image alone held that much, at a moment when the others held zero or
+    /// more. The agent's total can be below it: an image in the tree keeps less than a
+    /// granule of change to itself (children that each held 100 bytes left the total at
+    /// 0), and an image that never joined the tree adds its own peak only when it ends
+    /// (not when killed). So the figure is never below the largest own peak.
     fn tree_totals(&self, t: &mut Totals) {
         let mut stranded_bytes = 0u64;
         t.tree_peak = clamp(self.tree.peak);
         for s in &self.images {
-            if s.tree == tree::OUT {
-                t.tree_peak = t.tree_peak.max(clamp(s.peak));
-            } else if tree::in_tree(s.tree) {
+            t.tree_peak = t.tree_peak.max(clamp(s.peak));
+            if tree::in_tree(s.tree) {
                 t.stranded += 1;
                 stranded_bytes += clamp(s.tree);
             }
@@ -358,6 +360,13 @@ pub fn preflight(program: &Path) -> Result<Vec<String>, AgentError> {
         // A script: its interpreter gets the agent.
         return Ok(Vec::new());
     }
+    if let Some(reason) = foreign_elf(&data) {
+        return Err(AgentError::Unsupported {
+            path: program.to_path_buf(),
+            reason,
+            advice: "Build it as a 64-bit program for this machine to count its allocations.",
+        });
+    }
     if !has_interpreter(&data) {
         return Err(AgentError::Unsupported {
             path: program.to_path_buf(),
@@ -366,6 +375,35 @@ pub fn preflight(program: &Path) -> Result<Vec<String>, AgentError> {
         });
     }
     Ok(allocator_warnings(program, &data))
+}
+
+/// Why the agent, a 64-bit library for this machine, can never load into the ELF file
+/// `data` (a 32-bit program, one built for another architecture), if it cannot. Such a
+/// program runs without it (a 32-bit loader skips a 64-bit library; a static one has no
+/// loader), so the runs would be made and then report nothing.
+fn foreign_elf<'data, R: object::ReadRef<'data>>(data: R) -> Option<String> {
+    let ident = object::ReadRef::read_bytes_at(data, 0, 20).ok()?;
+    let class = ident[4];
+    if class == object::elf::ELFCLASS32 {
+        return Some(
+            "it is a 32-bit program, and the allocation agent is a 64-bit library".to_string(),
+        );
+    }
+    let machine = match ident[5] {
+        object::elf::ELFDATA2LSB => u16::from_le_bytes([ident[18], ident[19]]),
+        _ => u16::from_be_bytes([ident[18], ident[19]]),
+    };
+    let native = if cfg!(target_arch = "aarch64") {
+        object::elf::EM_AARCH64
+    } else {
+        object::elf::EM_X86_64
+    };
+    (class == object::elf::ELFCLASS64 && machine != native).then(|| {
+        format!(
+            "it is built for another architecture (ELF machine {machine}), and the allocation \
+             agent is a library for this one"
+        )
+    })
 }
 
 fn has_interpreter<'data, R: object::ReadRef<'data>>(data: R) -> bool {

@@ -7,7 +7,7 @@ use sbs_reports::model::{GroupRuns, Report};
 
 use crate::run::hooks::Hooks;
 use crate::run::instrument::{ExitKind, Group, Instrument, RunOutcome, Sample};
-use crate::run::runner::{Cancel, Planned, RunConfig, RunResult};
+use crate::run::runner::{Cancel, Planned, RunConfig, RunError, RunResult};
 use crate::run::spec::{Benchmark, FailurePolicy, Schedule};
 
 mod executor;
@@ -137,8 +137,11 @@ fn run_all(
 /// `body` between the `--setup` and the `--cleanup` of the benchmarks `involved`: a
 /// cleanup runs for every benchmark whose setup began, also after a failure, its setup's
 /// included (a setup that failed halfway may have made what the cleanup removes; a
-/// cleanup that fails then is a warning on stderr, the first error stands). `again` ends
-/// the name of a failed setup in its error (` again` for the confirmation runs).
+/// cleanup that fails then is a warning on stderr, the first error stands). A cleanup
+/// that fails after `body` succeeded loses nothing it measured: the failure is kept in
+/// the benchmark's `failed_cleanup`, for the command layer to say once the report and
+/// the history are written. `again` ends the name of a failed setup in its error
+/// (` again` for the confirmation runs).
 pub(super) fn with_hooks<T>(
     benchmarks: &mut [Benchmark],
     involved: &[usize],
@@ -163,20 +166,34 @@ pub(super) fn with_hooks<T>(
         None => body(benchmarks, executor),
     };
     for &b in &involved[..set_up] {
-        let bench = &benchmarks[b];
+        let bench = &mut benchmarks[b];
         let Some(cleanup) = &bench.hooks.cleanup else {
             continue;
         };
-        if let Err(e) = executor.hook(cleanup, &bench.run) {
-            let e = e.context(format!("cleaning up after `{}`", bench.name));
-            if result.is_ok() {
-                result = Err(e);
-            } else {
-                eprintln!("warning: {e:#}");
-            }
+        let Err(e) = executor.hook(cleanup, &bench.run) else {
+            continue;
+        };
+        if result.is_err() {
+            eprintln!("warning: {:#}", e.context(cleaning_up(&bench.name)));
+        } else if e
+            .chain()
+            .any(|c| matches!(c.downcast_ref(), Some(RunError::Interrupted)))
+        {
+            // Stopped by a signal: the run ends as every interrupted one does.
+            result = Err(e);
+        } else if bench.failed_cleanup.is_none() {
+            bench.failed_cleanup = Some(e.context(format!(
+                "{} (its measurements were kept: reported, and saved if asked)",
+                cleaning_up(&bench.name)
+            )));
         }
     }
     result
+}
+
+/// What a failed `--cleanup` of the benchmark `name` was doing.
+fn cleaning_up(name: &str) -> String {
+    format!("cleaning up after `{name}`")
 }
 
 /// Every run of every group, benchmarks interleaved: the samples of the measured runs.

@@ -95,6 +95,7 @@ fn benchmarks(names: &[&str]) -> Vec<Benchmark> {
             }],
             hooks: Hooks::default(),
             point: None,
+            failed_cleanup: None,
         })
         .collect()
 }
