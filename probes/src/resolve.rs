@@ -3,7 +3,7 @@
 //! matches every pattern against their demangled function names.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::clones::{clone_name, References};
 use crate::demangle::{demangle, Demangled};
@@ -962,6 +962,23 @@ fn no_match(
     dwarf_errors: &[String],
 ) -> ProbeError {
     let exe = target.exe();
+    if let Some(script) = &target.script {
+        // The functions wanted are most likely in the program the script runs, not in
+        // its interpreter: say that first, and leave out the interpreter's own details.
+        let (context, shell) = script_context(script, &exe.path);
+        let closest = closest_names(target, pattern);
+        let closest = if shell || closest.is_empty() {
+            String::new()
+        } else {
+            format!("; closest names in it: {}", closest.join(", "))
+        };
+        return ProbeError::NoMatch {
+            pattern: pattern.as_str().to_string(),
+            target: exe.path.clone(),
+            context,
+            closest,
+        };
+    }
     let mut context = String::new();
     if inlined.instances > 0 {
         context.push_str(&format!(
@@ -1028,6 +1045,54 @@ fn no_match(
         context,
         closest,
     }
+}
+
+/// Version managers whose commands on `PATH` are shims: scripts that exec the real
+/// program, which `TOOL which NAME` prints.
+const SHIM_MANAGERS: [&str; 6] = ["pyenv", "rbenv", "nodenv", "goenv", "jenv", "plenv"];
+
+/// What to say when a pattern matched nothing in `interpreter`, which runs `script`: the
+/// program is a script, which runs another program (and how to name that one); and whether
+/// the interpreter is a shell (then its own function names are no help).
+fn script_context(script: &Path, interpreter: &Path) -> (String, bool) {
+    use std::io::Read;
+    let mut text = Vec::new();
+    let _ = std::fs::File::open(script).and_then(|f| f.take(64 * 1024).read_to_end(&mut text));
+    let text = String::from_utf8_lossy(&text);
+    let shebang = text.lines().next().unwrap_or_default().trim();
+    let name = script
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let shell = interpreter.file_name().is_some_and(|f| {
+        ["sh", "bash", "dash", "zsh", "ksh", "mksh", "busybox"]
+            .iter()
+            .any(|s| f == *s)
+    });
+    let how = match SHIM_MANAGERS
+        .iter()
+        .find(|m| text.contains(&format!("{m} exec")) || text.contains(&format!("libexec/{m}")))
+    {
+        Some(manager) => format!(
+            "it is a {manager} shim: pass the real executable, which `{manager} which {name}` \
+             prints (e.g. `sbs-profile ... -- \"$({manager} which {name})\" ARGS`)"
+        ),
+        None if shell => "pass the executable the script runs instead of the script".into(),
+        None => "if the script runs another program, pass that executable instead".into(),
+    };
+    let runs = if shell || how.contains(" shim") {
+        ", which runs another program"
+    } else {
+        ""
+    };
+    (
+        format!(
+            ": {} is a script run by {} (`{shebang}`){runs}; {how}",
+            script.display(),
+            interpreter.display()
+        ),
+        shell,
+    )
 }
 
 /// Up to 5 existing function names whose last segment is closest to the pattern's.

@@ -2283,3 +2283,97 @@ fn without_the_loader_hook_a_library_loaded_at_run_time_is_counted_with_uprobes(
         "{m:#}"
     );
 }
+
+/// A script that execs the real program (a wrapper; a version manager's shim, as pyenv
+/// puts `python3` on `PATH`) is not the program: a pattern that matches nothing in the
+/// script's interpreter is an error that says the program is a script run by that
+/// interpreter, which runs another program, and how to name the real one; named, it counts.
+#[test]
+fn a_script_that_runs_the_program_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("calls");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", fixture!("calls")),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let wrapper = wrapper.to_str().unwrap();
+    let count = |program: &str| {
+        sbs([
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--format",
+            "json",
+            "--invocations",
+            "calls::work",
+            "--",
+            program,
+            "10",
+            "1",
+        ])
+    };
+    let sh = Path::new("/bin/sh").canonicalize().unwrap();
+    let failed = count(wrapper).fails_with(
+        2,
+        &format!(
+            "pattern `calls::work` matches no function in {}: {wrapper} is a script run by {} \
+             (`#!/bin/sh`), which runs another program; pass the executable the script runs \
+             instead of the script",
+            sh.display(),
+            sh.display()
+        ),
+    );
+    let err = failed.stderr();
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        !err.contains("stripped"),
+        "nothing about the shell itself: {err}"
+    );
+    // The real program, named: 10 calls from main, 10 from the thread, 10 in the fork.
+    let report = count(fixture!("calls")).success().json();
+    assert_eq!(
+        samples(metric(&report, "invocations.calls::work")),
+        vec![30.0]
+    );
+
+    // pyenv's own shim of a python it built, which execs `pyenv exec`, which execs python.
+    let Some(python) = util::python_o3() else {
+        return;
+    };
+    let root = python.ancestors().nth(4).unwrap().to_path_buf();
+    let shim = root.join("shims/python3.11");
+    if !shim.is_file() {
+        skip!(
+            Need::Pyenv311,
+            "pyenv has no shim {} (run `pyenv rehash`)",
+            shim.display()
+        );
+        return;
+    }
+    let shim = shim.to_str().unwrap();
+    let pattern = ["--invocations", "PyList_Append"];
+    let run = |program: &str| {
+        let mut args = vec!["--runs", "1", "--warmup", "0", "--format", "json"];
+        args.extend(pattern);
+        args.extend(["--", program, "-c", "[].append(1)"]);
+        sbs(args)
+    };
+    let failed = run(shim).fails_with(
+        2,
+        &format!(
+            "{shim} is a script run by /usr/bin/bash (`#!/usr/bin/env bash`), which runs another \
+             program; it is a pyenv shim: pass the real executable, which `pyenv which \
+             python3.11` prints"
+        ),
+    );
+    assert_eq!(failed.stderr().lines().count(), 1, "{}", failed.stderr());
+    let report = run(python.to_str().unwrap()).success().json();
+    assert!(samples(metric(&report, "invocations.PyList_Append"))[0] >= 1.0);
+}

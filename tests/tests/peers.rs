@@ -102,6 +102,25 @@ fn regrtest_summary(out: &Output) -> Vec<String> {
         .collect()
 }
 
+/// What regrtest printed, line by line, without what changes from run to run: the clock
+/// and load average that start a progress line, and the durations.
+fn without_timings(text: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .map(|l| {
+            let l = match l.split_once(" load avg: ") {
+                Some((_, rest)) => rest.split_once(' ').map_or("", |(_, r)| r),
+                None => l,
+            };
+            match (l.find(" passed in "), l.starts_with("Total duration:")) {
+                (Some(i), _) => l[..i + " passed in".len()].to_string(),
+                (None, true) => "Total duration:".to_string(),
+                (None, false) => l.to_string(),
+            }
+        })
+        .collect()
+}
+
 /// Whether Debian's python3.11, its test suite and its symbols are here; a recorded skip
 /// when not.
 fn python_testsuite() -> bool {
@@ -122,10 +141,12 @@ fn python_testsuite() -> bool {
 }
 
 /// Python's own test modules pass exactly as they do alone: the same summary (tests run,
-/// passed, skipped, failed) and exit status bare, under `--alloc`, and with twenty dict
-/// functions counted in-process. (`test_json` failed 12 `test_tool` tests under `--alloc`
-/// when the agent was named `/proc/self/fd/N`: children that close their descriptors
-/// printed a loader error.)
+/// passed, skipped, failed), the same stdout but for timings, the same stderr and exit
+/// status bare, under `--alloc`, and with twenty dict functions counted in-process.
+/// (`test_json` failed 12 `test_tool` tests under `--alloc` when the agent was named
+/// `/proc/self/fd/N`: children that close their descriptors printed a loader error; and
+/// `test_subprocess`'s children run as `nobody` printed four more into its stderr while it
+/// was named `/proc/<sbs-profile's pid>/fd/N`.)
 #[test]
 fn python_s_own_test_modules_pass_alike_bare_and_measured() {
     if !python_testsuite() {
@@ -158,6 +179,16 @@ fn python_s_own_test_modules_pass_alike_bare_and_measured() {
                 measured.status.success(),
                 "{module} under {mode}: {}",
                 String::from_utf8_lossy(&measured.stderr)
+            );
+            assert_eq!(
+                without_timings(&measured.stdout),
+                without_timings(&alone.stdout),
+                "{module} under {mode}: stdout"
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&measured.stderr),
+                String::from_utf8_lossy(&alone.stderr),
+                "{module} under {mode}: stderr"
             );
         }
     }

@@ -264,7 +264,7 @@ fn environment_is_controlled() {
 
 /// What the program sees of the allocation agent and of the in-process counting engine:
 /// the environment, descriptors and limit on open files of a bare run, plus one variable,
-/// `LD_PRELOAD`, naming a descriptor of sbs-profile; and the two in-memory files mapped
+/// `LD_PRELOAD`, naming the run's copy of the library; and the in-memory file mapped
 /// (docs/alloc.md and docs/invocations.md, "What the program sees").
 #[test]
 fn preloaded_libraries_add_only_ld_preload_to_what_the_program_sees() {
@@ -304,22 +304,221 @@ fn preloaded_libraries_add_only_ld_preload_to_what_the_program_sees() {
         .iter()
         .find_map(|l| l.strip_prefix("env.LD_PRELOAD="))
         .map(str::to_string);
-    for (rec, what, memfds) in [
-        (&alloc, "--alloc", ["sbs-alloc-agent", "sbs-alloc-report"]),
-        (&inproc, "inproc", ["sbs-inproc", "sbs-inproc-table"]),
+    for (rec, what, memfds, library) in [
+        (
+            &alloc,
+            "--alloc",
+            ["sbs-alloc-agent", "sbs-alloc-report"],
+            "alloc-agent.so",
+        ),
+        (
+            &inproc,
+            "inproc",
+            ["sbs-inproc", "sbs-inproc-table"],
+            "inproc.so",
+        ),
     ] {
-        let mut expected = seen(&bare);
-        expected.extend(memfds.map(|m| format!("memfd={m} (deleted)")));
-        assert_eq!(seen(rec), expected, "{what}: what the program sees");
         // Ours first, then the caller's own, if any.
         let preload = field(rec, "env.LD_PRELOAD");
         let (ours, rest) = preload.split_once(' ').unwrap_or((preload, ""));
         assert_eq!(Some(rest).filter(|r| !r.is_empty()), theirs.as_deref());
+        let mut expected = seen(&bare);
         let parts: Vec<&str> = ours.split('/').collect();
+        if let ["", "proc", pid, "fd", n] = parts.as_slice() {
+            // No directory every user can load from: sbs-profile's descriptor of a memfd.
+            assert!(
+                pid.parse::<u32>().is_ok() && n.parse::<u32>().is_ok(),
+                "{preload}"
+            );
+            expected.extend(memfds.map(|m| format!("memfd={m} (deleted)")));
+        } else {
+            // A file every user can load, in a directory of its own, removed after the run.
+            let ours = std::path::Path::new(ours);
+            assert_eq!(
+                ours.file_name().unwrap(),
+                library,
+                "{what}: LD_PRELOAD={preload}"
+            );
+            let dir = ours.parent().unwrap();
+            assert!(
+                dir.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("sbs-profile."),
+                "{what}: LD_PRELOAD={preload}"
+            );
+            assert!(
+                !dir.exists(),
+                "{what}: {} left after the run",
+                dir.display()
+            );
+            expected.push(format!("memfd={} (deleted)", memfds[1]));
+        }
+        assert_eq!(seen(rec), expected, "{what}: what the program sees");
+    }
+}
+
+#[test]
+fn a_descendant_run_as_another_user_gets_no_loader_message() {
+    if !util::is_root() {
+        sbs_skip::skip!(
+            sbs_skip::Need::Root,
+            "switching a child to `nobody` needs root"
+        );
+        return;
+    }
+    if let Err(e) = sbs_probes::execs::check() {
+        sbs_skip::skip!(
+            sbs_skip::Need::PerfEvents,
+            "execs cannot be counted: {e}; {}",
+            e.fix()
+        );
+        return;
+    }
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        sbs_skip::skip!(
+            sbs_skip::Need::UtilLinux,
+            "`setpriv` (util-linux) is not installed"
+        );
+        return;
+    }
+    if !util::shared_dir_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let program = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "/bin/echo",
+        "hi",
+    ];
+    let bare = std::process::Command::new(program[0])
+        .args(&program[1..])
+        .output()
+        .unwrap();
+    assert_eq!(
+        (&bare.stdout[..], &bare.stderr[..]),
+        (&b"hi\n"[..], &b""[..])
+    );
+    for mode in [&["--alloc"][..], &["--invocations", "malloc"]] {
+        let out = std::process::Command::new(util::sbs_profile())
+            .args([
+                "--runs",
+                "1",
+                "--warmup",
+                "0",
+                "--show-output",
+                "-f",
+                "json",
+                "-o",
+            ])
+            .arg(&report)
+            .args(mode)
+            .arg("--")
+            .args(program)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{mode:?}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n", "{mode:?}");
+        assert_eq!(err, "", "{mode:?}: the program's stderr and sbs-profile's");
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let warnings = report["benchmarks"][0]["warnings"].to_string();
+        if mode[0] == "--alloc" {
+            // setpriv reported; the echo it exec'd as nobody could not, and says so.
+            assert_eq!(samples(metric(&report, "alloc.processes")), vec![1.0]);
+            assert_eq!(
+                samples(metric(&report, "alloc.unmeasured_images")),
+                vec![1.0],
+                "{warnings}"
+            );
+            assert_eq!(metric(&report, "alloc.count")["exact"], false);
+            assert!(
+                warnings.contains("1 exec'd program per run was not measured"),
+                "{warnings}"
+            );
+        } else {
+            assert_eq!(metric(&report, "invocations.malloc")["exact"], false);
+            assert!(
+                warnings.contains("1 of the 2 process images of a run did not load"),
+                "{warnings}"
+            );
+        }
+    }
+}
+
+/// The run's copy of the preload library (a file every user can read, in a directory of
+/// its own) is gone once the run ends, when the run fails, and when sbs-profile is
+/// stopped by SIGTERM or Ctrl-C in the middle of a run.
+#[test]
+fn the_preload_library_s_copy_is_removed_after_the_run_an_error_and_a_signal() {
+    if !util::shared_dir_available() {
+        return;
+    }
+    let path = util::preload_path();
+    assert!(!path.starts_with("/proc"), "LD_PRELOAD={}", path.display());
+    let gone = |p: &std::path::Path| !p.parent().unwrap().exists();
+    assert!(gone(&path), "{} left after the run", path.display());
+    // A failing run: the program prints its LD_PRELOAD, then fails.
+    let failed = std::process::Command::new(util::sbs_profile())
+        .args([
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--show-output",
+            "--alloc",
+            "--",
+        ])
+        .args(["sh", "-c", "echo $LD_PRELOAD; exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&failed.stdout);
+    let copy = std::path::PathBuf::from(stdout.split_whitespace().next().unwrap());
+    assert!(
+        copy.starts_with(path.parent().unwrap().parent().unwrap()),
+        "{stdout}"
+    );
+    assert!(gone(&copy), "{} left after a failed run", copy.display());
+    for (options, signal) in [
+        (&["--alloc"][..], libc::SIGTERM),
+        (
+            &["--invocations-engine", "inproc", "--invocations", "malloc"],
+            libc::SIGINT,
+        ),
+    ] {
+        let (collector, child) = collector_running_forever(options);
+        let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap();
+        let preload = environ
+            .split(|&b| b == 0)
+            .find_map(|v| v.strip_prefix(b"LD_PRELOAD="))
+            .map(|v| std::path::PathBuf::from(String::from_utf8_lossy(v).into_owned()))
+            .expect("LD_PRELOAD in the child's environment");
+        let meta = std::fs::metadata(&preload).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
+            0o444
+        );
+        // SAFETY: plain kill(2) on the pid of our own child, not yet reaped.
+        let sent = unsafe { libc::kill(collector.id() as libc::pid_t, signal) };
+        assert_eq!(sent, 0);
+        let out = collector.wait_with_output().unwrap();
+        let child_gone = gone_within(child, Duration::from_secs(1));
+        assert_eq!(out.status.code(), Some(130), "{options:?}");
+        assert!(child_gone, "{options:?}");
         assert!(
-            matches!(parts.as_slice(), ["", "proc", pid, "fd", n]
-                if pid.parse::<u32>().is_ok() && n.parse::<u32>().is_ok()),
-            "{what}: LD_PRELOAD={preload}"
+            gone(&preload),
+            "{options:?}: {} left after signal {signal}",
+            preload.display()
         );
     }
 }

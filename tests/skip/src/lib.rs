@@ -83,11 +83,15 @@ pub enum Need {
     /// under `/usr/lib/debug/.build-id/`: a real program whose symbols and DWARF are
     /// elsewhere.
     PythonDbg,
+    /// A directory every user can reach and load a library from (`/dev/shm` or the
+    /// temporary directory, not mounted `noexec`), where sbs-profile puts its preload
+    /// libraries for a run.
+    SharedDir,
 }
 
 impl Need {
     /// Every capability, in the order the docs list them.
-    pub const ALL: [Need; 20] = [
+    pub const ALL: [Need; 21] = [
         Need::Root,
         Need::Tracefs,
         Need::PerfEvents,
@@ -108,6 +112,7 @@ impl Need {
         Need::Python3,
         Need::PythonTestsuite,
         Need::PythonDbg,
+        Need::SharedDir,
     ];
 
     /// The name used in `SBS_REQUIRE` and in reports.
@@ -133,6 +138,7 @@ impl Need {
             Need::Python3 => "python3",
             Need::PythonTestsuite => "python3.11-testsuite",
             Need::PythonDbg => "python3.11-dbg",
+            Need::SharedDir => "shared-dir",
         }
     }
 

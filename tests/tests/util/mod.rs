@@ -511,3 +511,71 @@ pub fn child_stderrs(file: &std::path::Path) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// Whether this machine has a directory every user can load a library from (`/dev/shm`
+/// or the temporary directory: searchable by others all the way down, not mounted
+/// `noexec`), where sbs-profile puts a run's preload libraries; a recorded skip when not.
+pub fn shared_dir_available() -> bool {
+    let problems: Vec<String> = [PathBuf::from("/dev/shm"), std::env::temp_dir()]
+        .iter()
+        .filter_map(|d| shared_dir_problem(d))
+        .collect();
+    if problems.len() < 2 {
+        return true;
+    }
+    skip!(
+        Need::SharedDir,
+        "no directory every user can load a library from: {}",
+        problems.join("; ")
+    );
+    false
+}
+
+fn shared_dir_problem(dir: &std::path::Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = match dir.canonicalize() {
+        Ok(d) => d,
+        Err(e) => return Some(format!("{}: {e}", dir.display())),
+    };
+    for component in dir.ancestors() {
+        let mode = component
+            .metadata()
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0);
+        if mode & 0o001 == 0 {
+            return Some(format!("{}: not searchable by others", component.display()));
+        }
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs with a NUL-terminated path and a zeroed struct it fills in.
+    let noexec = unsafe {
+        let mut fs: libc::statvfs = std::mem::zeroed();
+        libc::statvfs(c.as_ptr(), &mut fs) == 0 && fs.f_flag & libc::ST_NOEXEC != 0
+    };
+    noexec.then(|| format!("{}: mounted noexec", dir.display()))
+}
+
+/// The path of the preload library in a run's `LD_PRELOAD` (`printenv` prints it).
+pub fn preload_path() -> PathBuf {
+    let out = Command::new(sbs_profile())
+        .args(["--runs", "1", "--warmup", "0", "--alloc", "--show-output"])
+        .args([
+            "-f",
+            "json",
+            "-o",
+            "/dev/null",
+            "--",
+            "printenv",
+            "LD_PRELOAD",
+        ])
+        .output()
+        .expect("run sbs-profile");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(stdout.split_whitespace().next().unwrap_or_default())
+}

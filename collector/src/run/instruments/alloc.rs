@@ -718,7 +718,8 @@ impl ExecCheck {
                  alloc.* and heap.* metrics (lower bounds in those runs, not exact){counted}; likely causes: LD_PRELOAD replaced or \
                  cleared, a statically linked or setuid program, a program run as another \
                  user than sbs-profile or in a pid namespace with a /proc of its own (it \
-                 cannot open the agent, which it loads from /proc/<sbs-profile's pid>/fd); \
+                 cannot open the report file, which it reaches through /proc/<sbs-profile's \
+                 pid>/fd); \
                  keep LD_PRELOAD for the children, link them dynamically, or profile the \
                  child program on its own",
                 self.missing_runs
