@@ -43,13 +43,16 @@ pub struct ReportArgs {
 /// Render the report of the saved history.
 pub(super) fn execute(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let sinks = Sinks::open(&args.report.destinations())?;
-    let (report, regressions) = from_history::build(&from_history::HistoryRequest {
+    let (report, regressions, notes) = from_history::build(&from_history::HistoryRequest {
         history: args.history.clone(),
         names: args.name.clone(),
         thresholds: args.threshold.clone(),
         depth: usize::try_from(args.history_depth).unwrap_or(usize::MAX),
         confidence: args.confidence,
     })?;
+    for note in notes {
+        eprintln!("sbs-profile: note: {note}");
+    }
     let written = sinks.write(&report);
     let code = exit_for(&regressions);
     written?;
