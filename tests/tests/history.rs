@@ -268,6 +268,181 @@ fn a_saved_time_no_run_can_take_is_corrupt_not_an_infinite_change() {
     assert_eq!(entry_files(&h).len(), 1, "nothing saved after the error");
 }
 
+/// `text` with the `machine` column of its last row made `machine`, through a CSV reader
+/// and writer (the column is JSON, commas and all).
+fn with_last_machine(text: &str, machine: &str) -> String {
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    let at = headers.iter().position(|h| h == "machine").unwrap();
+    let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    writer.write_record(&headers).unwrap();
+    for (i, record) in records.iter().enumerate() {
+        let fields: Vec<&str> = record
+            .iter()
+            .enumerate()
+            .map(|(c, f)| match c == at && i + 1 == records.len() {
+                true => machine,
+                false => f,
+            })
+            .collect();
+        writer.write_record(&fields).unwrap();
+    }
+    String::from_utf8(writer.into_inner().unwrap()).unwrap()
+}
+
+/// A saved entry cut short anywhere inside a row (a copy interrupted, a disk that filled
+/// up) is corrupt: refused with its path and the line of the cut, left as it was, and
+/// nothing is saved after it. (Before: a cut inside a later row's quoted `machine`
+/// column, or just before its closing quote or its line end, was read as an entry of the
+/// rows before it, exit 0, and became the next comparison's reference.)
+#[test]
+fn an_entry_cut_short_inside_a_row_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save"], "50").success();
+    let file = entry_files(&h).pop().unwrap();
+    let good = std::fs::read_to_string(&file).unwrap();
+    let starts: Vec<usize> = good.match_indices('\n').map(|(i, _)| i + 1).collect();
+    assert!(starts.len() > 6, "a few rows to cut: {good}");
+    // The quoted machine column of the row starting at `row` (its opening quote).
+    let machine_of = |row: usize| row + good[row..].find(",\"{").unwrap() + 1;
+    assert!(
+        machine_of(starts[0]) < starts[1],
+        "rows carry the machine: {good}"
+    );
+    let last = starts[starts.len() - 2];
+    assert!(good[..machine_of(last)].ends_with(",false,"), "{good}");
+    let cuts = [
+        (
+            "just inside the second row's machine",
+            machine_of(starts[1]) + 1,
+        ),
+        (
+            "in the middle of the second row's machine",
+            machine_of(starts[1]) + 40,
+        ),
+        (
+            "in the middle of a middle row's machine",
+            machine_of(starts[4]) + 60,
+        ),
+        // `...,VALUE,false,"{`: two characters short of the value's end.
+        ("in the last row's value", machine_of(last) - 9),
+        ("before the last row's closing quote", good.len() - 2),
+        ("before the last row's line end", good.len() - 1),
+    ];
+    for (what, cut) in cuts {
+        let torn = &good[..cut];
+        std::fs::write(&file, torn).unwrap();
+        let line = torn.matches('\n').count() + 1;
+        let out = run(&h, &["--save"], "50");
+        let out = out.fails_with(2, &file.display().to_string());
+        out.check(
+            out.stderr().contains(&format!("is corrupt (line {line}:")),
+            &format!("cut {what}: corrupt at line {line}"),
+        );
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            torn,
+            "left as it was"
+        );
+        assert_eq!(entry_files(&h).len(), 1, "nothing saved after the error");
+    }
+}
+
+/// A `machine` column that is not JSON is corrupt in any row, not only the first.
+/// (Before: `{broken` in the last row was read, exit 0.)
+#[test]
+fn a_broken_machine_column_in_the_last_row_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save"], "50").success();
+    let file = entry_files(&h).pop().unwrap();
+    let good = std::fs::read_to_string(&file).unwrap();
+    let bad = with_last_machine(&good, "{broken");
+    assert_ne!(good, bad);
+    std::fs::write(&file, &bad).unwrap();
+    let last = bad.trim_end().lines().count();
+    let out = run(&h, &["--save"], "50").fails_with(2, &file.display().to_string());
+    out.check(
+        out.stderr().contains(&format!(
+            "is corrupt (line {last}: the machine column is not the JSON of one"
+        )),
+        "names the last row and its machine column",
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        bad,
+        "left as it was"
+    );
+    // Valid JSON of other conditions is no better: an entry ran on one machine.
+    let mut reader = csv::Reader::from_reader(good.as_bytes());
+    let at = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "machine");
+    let first = reader.records().next().unwrap().unwrap()[at.unwrap()].to_string();
+    let more_cpus = first.replacen(r#""cpus":"#, r#""cpus":6"#, 1);
+    assert_ne!(first, more_cpus);
+    let other = with_last_machine(&good, &more_cpus);
+    std::fs::write(&file, &other).unwrap();
+    let out = run(&h, &["--save"], "50").fails_with(2, &file.display().to_string());
+    out.check(
+        out.stderr().contains(&format!(
+            "is corrupt (line {last}: its machine conditions differ"
+        )),
+        "names the row whose conditions differ",
+    );
+    assert_eq!(entry_files(&h).len(), 1, "nothing saved after the errors");
+}
+
+/// A copy of an entry's file under another name is the same session: counted once, with
+/// a one-line note naming the copy and the file it copies, in a run and in `report`; the
+/// copy is left alone. (Before: "3 saved sessions, pooled" for two.)
+#[test]
+fn a_copy_of_an_entry_is_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("hist");
+    run(&h, &["--save"], "200").success();
+    run(&h, &["--save"], "200").success();
+    let files = entry_files(&h);
+    let copy = files[0].with_file_name("copy of the first.csv");
+    std::fs::copy(&files[0], &copy).unwrap();
+    let text = std::fs::read(&copy).unwrap();
+    let note = format!(
+        "sbs-profile: note: {} holds the same saved entry as {} (entry ",
+        copy.display(),
+        files[0].display()
+    );
+    let out = run(&h, &[], "200").success();
+    let report = out.json();
+    let trend = metric(&report, "rss.peak")["trend"]
+        .as_array()
+        .unwrap()
+        .len();
+    out.check(trend == 3, "two saved entries and this run");
+    out.check(
+        out.stderr().matches(&note).count() == 1 && out.stderr().contains("counted once"),
+        "says once which file copies which",
+    );
+    let history = h.display().to_string();
+    let report = sbs(["report", "--history", &history, "-f", "json"]).success();
+    let json = report.json();
+    let trend = metric(&json, "rss.peak")["trend"].as_array().unwrap().len();
+    report.check(trend == 2, "report: the latest entry and one before it");
+    report.check(
+        report.stderr().matches(&note).count() == 1,
+        "report says it too",
+    );
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        text,
+        "the copy is left alone"
+    );
+    assert_eq!(entry_files(&h).len(), 3);
+}
+
 #[test]
 fn concurrent_collectors_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();

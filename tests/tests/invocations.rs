@@ -1845,6 +1845,155 @@ fn a_site_cache_entry_that_does_not_match_the_file_is_not_used() {
     );
 }
 
+/// The uid and gid of the `nobody` account.
+fn nobody() -> (u32, u32) {
+    let id = |flag: &str| {
+        let out = Command::new("id").args([flag, "nobody"]).output().unwrap();
+        assert!(out.status.success(), "no `nobody` account: {out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+    };
+    (id("-u"), id("-g"))
+}
+
+/// Every file under `dir`: name, content and modification time.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>, std::time::SystemTime)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            let content = match m.is_file() {
+                true => std::fs::read(e.path()).unwrap(),
+                false => Vec::new(),
+            };
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, content, m.modified().unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// As root, with the site cache's directory in a directory another user may write, or
+/// another user's, or reached through a link another user planted: two runs with the
+/// cache there count exactly, say once each that the cache was not used and where, and
+/// leave the victim directory as it was (its 210 files named and written as cache
+/// entries, 40 days old, are neither trimmed nor joined by a new one), and nothing is
+/// written in the other user's directories. (Before: the link was followed, an entry
+/// written into the victim directory and 11 of its files deleted; without the link, the
+/// entry went into the other user's directory.)
+#[test]
+fn the_site_cache_follows_no_planted_link_and_writes_in_no_other_users_directory() {
+    use std::os::unix::fs::{lchown, symlink, PermissionsExt};
+    if !util::is_root() {
+        skip!(Need::Root, "making another user's directories needs root");
+        return;
+    }
+    let (uid, gid) = nobody();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("calls");
+    std::fs::copy(fixture!("calls"), &exe).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let forty_days = std::time::Duration::from_secs(40 * 24 * 3600);
+    for i in 0..210u32 {
+        let path = victim.join(format!("{i:016x}.json"));
+        let content = format!(
+            "{{\"format\":\"sbs-profile invocation sites\",\"version\":10,\"precious\":{i}}}"
+        );
+        std::fs::write(&path, content).unwrap();
+        let f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.set_modified(std::time::SystemTime::now() - forty_days)
+            .unwrap();
+    }
+    let before = snapshot(&victim);
+    assert_eq!(before.len(), 210);
+    // A directory of `nobody`'s: made by it, `mode` on it.
+    let theirs = |path: &Path, mode: u32| {
+        std::fs::create_dir(path).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        lchown(path, Some(uid), Some(gid)).unwrap();
+    };
+    let planted = |link: &Path| {
+        symlink(&victim, link).unwrap();
+        lchown(link, Some(uid), Some(gid)).unwrap();
+    };
+    // 1. The issue's case: XDG_CACHE_HOME is nobody's, every user may write it, and
+    // nobody made `sbs-profile/sites` a link to the victim.
+    let shared = dir.path().join("shared");
+    theirs(&shared, 0o777);
+    theirs(&shared.join("sbs-profile"), 0o777);
+    planted(&shared.join("sbs-profile/sites"));
+    // 2. XDG_CACHE_HOME is the user's, `sbs-profile/sites` nobody's (no link).
+    let mine = dir.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    theirs(&mine.join("sbs-profile"), 0o777);
+    theirs(&mine.join("sbs-profile/sites"), 0o777);
+    // 3. The user's `sbs-profile`, in which nobody planted `sites` as a link (made
+    // before the user's directory was private).
+    let linked = dir.path().join("linked");
+    std::fs::create_dir_all(linked.join("sbs-profile")).unwrap();
+    planted(&linked.join("sbs-profile/sites"));
+    let cases = [
+        (&shared, shared.clone(), "belongs to uid"),
+        (&mine, mine.join("sbs-profile"), "belongs to uid"),
+        (
+            &linked,
+            linked.join("sbs-profile/sites"),
+            "is a symbolic link, which sbs-profile never makes",
+        ),
+    ];
+    for (cache, named, why) in cases {
+        for run in 0..2 {
+            let out = Command::new(util::sbs_profile())
+                .env("XDG_CACHE_HOME", cache)
+                .args(["--invocations-engine", "inproc", "--runs", "1", "-w", "0"])
+                .args(["-f", "json", "--invocations", "calls::work", "--"])
+                .arg(&exe)
+                .args(["10", "0"])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "run {run} in {cache:?}: {stderr}");
+            let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let work = metric(&report, "invocations.calls::work");
+            assert_eq!(samples(work), vec![20.0], "{cache:?}");
+            let after = snapshot(&victim);
+            assert!(
+                after == before,
+                "run {run} in {cache:?} changed the victim directory: {} files, {} of them \
+                 not as they were",
+                after.len(),
+                after.iter().filter(|f| !before.contains(f)).count()
+            );
+            let note = format!(
+                "sbs-profile: note: the invocation site cache was not used: {} {why}",
+                named.display()
+            );
+            assert_eq!(
+                stderr
+                    .matches("the invocation site cache was not used")
+                    .count(),
+                1,
+                "said once, run {run} in {cache:?}: {stderr}"
+            );
+            assert!(stderr.contains(&note), "{note:?} in {stderr}");
+        }
+    }
+    // Nothing was written in nobody's directories.
+    let listing = |d: &Path| snapshot(d).into_iter().map(|f| f.0).collect::<Vec<_>>();
+    assert_eq!(listing(&shared), ["sbs-profile"]);
+    assert_eq!(listing(&shared.join("sbs-profile")), ["sites"]);
+    assert_eq!(listing(&mine), ["sbs-profile"]);
+    assert_eq!(listing(&mine.join("sbs-profile")), ["sites"]);
+    assert!(listing(&mine.join("sbs-profile/sites")).is_empty());
+    assert_eq!(listing(&linked.join("sbs-profile")), ["sites"]);
+}
+
 /// A program without a build id rewritten in place, keeping its size, inode and
 /// modification time, is resolved again: its cache entry is keyed by its content. The
 /// two builds differ only in the order of two functions with the same code, so a stale

@@ -48,7 +48,7 @@ pub struct ReportArgs {
 /// Render the report of the saved history.
 pub(super) fn execute(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let sinks = Sinks::open(&args.report.destinations())?;
-    let (report, regressions) = from_history::build(&from_history::HistoryRequest {
+    let (report, regressions, notes) = from_history::build(&from_history::HistoryRequest {
         history: args.history.clone(),
         names: args.name.clone(),
         thresholds: args.threshold.clone(),
@@ -56,6 +56,9 @@ pub(super) fn execute(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         confidence: args.confidence,
         judge_busy: args.judge_busy,
     })?;
+    for note in notes {
+        eprintln!("sbs-profile: note: {note}");
+    }
     let written = sinks.write(&report);
     let code = exit_for(&regressions);
     written?;

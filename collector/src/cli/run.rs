@@ -153,6 +153,13 @@ fn checked_plan(
     sinks.refuse_read_files(&read)?;
     let names: Vec<String> = plan.benchmarks.iter().map(|b| b.name.clone()).collect();
     let references = regression.load(&names)?;
+    for reference in &references {
+        if let Reference::History(entries) = reference {
+            for note in entries.iter().flat_map(|e| e.duplicate_notes()) {
+                eprintln!("sbs-profile: note: {note}");
+            }
+        }
+    }
     if one_program {
         check::one_program(plan.benchmarks.iter().map(|b| &b.run))?;
     }

@@ -134,6 +134,9 @@ pub struct Entry {
     /// 1 for the benchmark's oldest entry, counting up; 0 for a baseline (not read from
     /// the history's entries).
     pub position: usize,
+    /// Other files of the history holding this very entry (a copy under another name),
+    /// counted once, as this one.
+    pub duplicates: Vec<PathBuf>,
 }
 
 impl Entry {
@@ -155,6 +158,27 @@ impl Entry {
                     .replace('T', " ")
             ),
         }
+    }
+
+    /// Whether `other` is this entry again (a copy of its file): the same session (id,
+    /// time, benchmark, command, tool, commit, host, machine) with the same samples.
+    pub fn same_entry(&self, other: &Entry) -> bool {
+        self.meta == other.meta
+            && self.benchmark == other.benchmark
+            && self.command == other.command
+            && self.metrics == other.metrics
+    }
+
+    /// One line per copy of this entry counted once (for a note).
+    pub fn duplicate_notes(&self) -> impl Iterator<Item = String> + '_ {
+        self.duplicates.iter().map(|copy| {
+            format!(
+                "{} holds the same saved entry as {} (entry {}): counted once; delete the copy",
+                copy.display(),
+                self.path.display(),
+                self.meta.id
+            )
+        })
     }
 
     /// The metric with this id, unit and source (series from different sources or in
@@ -211,6 +235,7 @@ mod tests {
             meta: meta(commit),
             metrics: Vec::new(),
             position,
+            duplicates: Vec::new(),
         };
         assert_eq!(entry(Some("55533dc0ffee"), 3).label(), "#3 @55533dc");
         assert_eq!(entry(None, 12).label(), "#12 2026-11-22 00:31");

@@ -858,6 +858,71 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_of_an_entry_counts_once_and_displaces_no_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        let saved: Vec<PathBuf> = (1..=4)
+            .map(|i| {
+                let id = format!("20261121T0{i}0000Z-1");
+                let time = format!("2026-11-21T0{i}:00:00.000000000Z");
+                h.save(&bench("b", &[f64::from(i)], 1.0), &meta(&id, &time))
+                    .unwrap()
+            })
+            .collect();
+        // The oldest under a name that sorts last; the newest as if saved twice.
+        let old_copy = saved[0].with_file_name("zz copy.csv");
+        fs::copy(&saved[0], &old_copy).unwrap();
+        let new_copy = saved[3].with_file_name("20261121T040000Z-1-1.csv");
+        fs::copy(&saved[3], &new_copy).unwrap();
+        // Same id and time, other samples: another entry (two benchmarks of one run
+        // saved under one name), kept.
+        h.save(
+            &bench("b", &[9.0], 1.0),
+            &meta("20261121T020000Z-1", "2026-11-21T02:00:00.000000000Z"),
+        )
+        .unwrap();
+        let all = h.entries("b").unwrap();
+        let paths: Vec<&Path> = all.iter().map(|e| e.path.as_path()).collect();
+        assert_eq!(paths.len(), 5, "{paths:?}");
+        assert_eq!(paths[0], saved[0], "the file named after the id is kept");
+        assert_eq!(all[0].duplicates, std::slice::from_ref(&old_copy));
+        assert_eq!(all[4].path, saved[3]);
+        assert_eq!(all[4].duplicates, std::slice::from_ref(&new_copy));
+        assert!(all[1..4].iter().all(|e| e.duplicates.is_empty()));
+        assert_eq!(
+            all.iter().map(|e| e.position).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+        let note: Vec<String> = all[0].duplicate_notes().collect();
+        assert_eq!(
+            note,
+            [format!(
+                "{} holds the same saved entry as {} (entry 20261121T010000Z-1): counted \
+                 once; delete the copy",
+                old_copy.display(),
+                saved[0].display()
+            )]
+        );
+        // The two latest are the two newest, the copy of the oldest notwithstanding.
+        let latest = h.latest_entries("b", 2).unwrap();
+        let times: Vec<&str> = latest.iter().map(|e| e.meta.time.as_str()).collect();
+        assert_eq!(
+            times,
+            [
+                "2026-11-21T03:00:00.000000000Z",
+                "2026-11-21T04:00:00.000000000Z"
+            ]
+        );
+        assert_eq!(latest[1].duplicates, [new_copy]);
+        assert_eq!(
+            latest.iter().map(|e| e.position).collect::<Vec<_>>(),
+            [4, 5]
+        );
+        // Nothing was changed or removed.
+        assert!(old_copy.exists() && saved.iter().all(|p| p.exists()));
+    }
+
+    #[test]
     fn slugs_are_safe_and_distinct() {
         let a = slug("/usr/bin/sort -n /tmp/data file");
         assert!(a.starts_with("usr_bin_sort_-n__tmp_data_file-"), "{a}");

@@ -1,11 +1,12 @@
 //! Reading the history: the benchmarks saved, their entries, baselines, and the checks
 //! that refuse a foreign or corrupt file with its path instead of guessing.
 
-use std::fs::{self, File};
+use std::collections::HashMap;
+use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use sbs_reports::model::{MetricId, Unit};
+use sbs_reports::model::{Machine, MetricId, Unit};
 
 use super::{
     columns_v1, columns_v2, columns_v3, io_error, Entry, EntryMeta, History, HistoryError, Row,
@@ -105,8 +106,9 @@ impl History {
     }
 
     /// The `n` latest saved entries of `benchmark`, oldest first. Only those files are
-    /// read (entry file names start with their UTC time, so they sort by time); the other
-    /// names in the directory are still checked.
+    /// read (entry file names start with their UTC time, so they sort by time), and the
+    /// files under other names (a copy may hold any entry); the other names in the
+    /// directory are still checked. A copy of an entry counts once.
     pub fn latest_entries(&self, benchmark: &str, n: usize) -> Result<Vec<Entry>, HistoryError> {
         self.read_entries(benchmark, n)
     }
@@ -136,23 +138,36 @@ impl History {
             paths.push(path);
         }
         paths.sort();
-        let total = paths.len();
-        let paths = paths.split_off(total.saturating_sub(latest));
-        let skipped = total - paths.len();
-        let mut entries = Vec::with_capacity(paths.len());
-        for path in paths {
-            let entry = read_entry(&path)?;
-            if entry.benchmark != benchmark {
-                return Err(HistoryError::Foreign {
-                    path,
-                    reason: format!("it holds benchmark `{}`", entry.benchmark),
-                });
+        // Names made of an entry's id sort by time: the newest first, until `latest`
+        // distinct entries. A file under another name (a copy, renamed) may hold any
+        // entry: all such files are read. A copy of an entry is the same session, counted
+        // once (with the copy named in it).
+        let (dated, renamed): (Vec<PathBuf>, Vec<PathBuf>) =
+            paths.into_iter().partition(|p| named_after_a_time(p));
+        let mut found = Found::default();
+        for path in dated.iter().rev() {
+            if found.entries.len() >= latest {
+                break;
             }
-            entries.push(entry);
+            found.add(read_entry(path)?, benchmark)?;
         }
+        for path in &renamed {
+            found.add(read_entry(path)?, benchmark)?;
+        }
+        let unread = dated.len() + renamed.len() - found.read;
+        let mut entries = found.entries;
         entries.sort_by(|a, b| (&a.meta.time, &a.meta.id).cmp(&(&b.meta.time, &b.meta.id)));
+        let older = entries.len().saturating_sub(latest);
+        // Positions count the files not read as entries of their own, and the older
+        // entries read but left out, except those found only under another name (most
+        // likely copies of files not read).
+        let older_dated = entries[..older]
+            .iter()
+            .filter(|e| named_after_a_time(&e.path))
+            .count();
+        let mut entries = entries.split_off(older);
         for (i, e) in entries.iter_mut().enumerate() {
-            e.position = skipped + i + 1;
+            e.position = unread + older_dated + i + 1;
         }
         Ok(entries)
     }
@@ -192,7 +207,74 @@ impl History {
     }
 }
 
-/// Read and check one history file.
+/// Whether a file's name starts as an entry id does, with its UTC time
+/// (`20261121T234208...`): such names sort by time.
+fn named_after_a_time(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let b = name.as_bytes();
+    b.len() > 9 && b[..8].iter().all(u8::is_ascii_digit) && b[8] == b'T'
+}
+
+/// The entries of a benchmark read so far, each once.
+#[derive(Default)]
+struct Found {
+    entries: Vec<Entry>,
+    /// Indices into `entries` by entry id and time.
+    by_id: HashMap<(String, String), Vec<usize>>,
+    /// Files read.
+    read: usize,
+}
+
+impl Found {
+    /// Add the entry read from a file of `benchmark`'s directory: a new one, or a copy of
+    /// one already found (counted once).
+    fn add(&mut self, entry: Entry, benchmark: &str) -> Result<(), HistoryError> {
+        self.read += 1;
+        if entry.benchmark != benchmark {
+            return Err(HistoryError::Foreign {
+                path: entry.path,
+                reason: format!("it holds benchmark `{}`", entry.benchmark),
+            });
+        }
+        let same = self
+            .by_id
+            .entry((entry.meta.id.clone(), entry.meta.time.clone()))
+            .or_default();
+        match same.iter().find(|&&i| self.entries[i].same_entry(&entry)) {
+            Some(&i) => counted_once(&mut self.entries[i], entry.path),
+            None => {
+                same.push(self.entries.len());
+                self.entries.push(entry);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Count `copy` (a file holding `kept`'s entry again) once, as `kept`: the file named
+/// after the entry's id is the one kept, the other named as its copy.
+fn counted_once(kept: &mut Entry, copy: PathBuf) {
+    let named_after_id = |path: &Path| {
+        path.file_stem()
+            .is_some_and(|s| s.to_string_lossy().starts_with(&kept.meta.id))
+    };
+    if named_after_id(&copy) && !named_after_id(&kept.path) {
+        let other = std::mem::replace(&mut kept.path, copy);
+        kept.duplicates.push(other);
+    } else {
+        kept.duplicates.push(copy);
+    }
+    kept.duplicates.sort();
+}
+
+/// Read and check one history file: every row, every column. The rows of one entry
+/// agree on everything but the metric, its detail, unit, source, kind, run and value
+/// (they were written at once), every row's `machine` is the JSON of the machine's
+/// conditions, and the file ends with a line end: a file cut short (a copy interrupted,
+/// a disk that filled up) is corrupt, wherever the cut fell inside a row.
 pub(super) fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
     let corrupt = |line: u64, reason: String| HistoryError::Corrupt {
         path: path.to_path_buf(),
@@ -203,19 +285,16 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
         path: path.to_path_buf(),
         reason: reason.to_string(),
     };
-    let file = File::open(path).map_err(io_error("open", path))?;
-    let mut reader = csv::Reader::from_reader(io::BufReader::new(file));
+    let bytes = fs::read(path).map_err(io_error("read", path))?;
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
     let headers = match reader.headers() {
         Ok(h) => h.clone(),
-        Err(e) if matches!(e.kind(), csv::ErrorKind::Io(_)) => {
-            return Err(io_error("read", path)(io::Error::other(e.to_string())))
-        }
         Err(_) => return Err(foreign("its first line is not a CSV header")),
     };
     if headers.get(0) != Some(MARKER) {
         return Err(foreign(&format!("its first column is not `{MARKER}`")));
     }
-    let mut entry: Option<Entry> = None;
+    let mut entry: Option<(Row, Entry)> = None;
     for record in reader.records() {
         let record = record.map_err(|e| {
             let line = e.position().map_or(0, |p| p.line());
@@ -244,24 +323,47 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, HistoryError> {
         let row: Row = record
             .deserialize(Some(&headers))
             .map_err(|e| corrupt(line, e.to_string()))?;
-        let e = match &mut entry {
-            Some(e) => e,
-            None => entry.insert(first_row_entry(path, &row).map_err(|r| corrupt(line, r))?),
-        };
-        add_row(e, row).map_err(|reason| corrupt(line, reason))?;
+        match &mut entry {
+            Some((first, e)) => {
+                same_entry(first, &row).map_err(|r| corrupt(line, r))?;
+                add_row(e, row).map_err(|r| corrupt(line, r))?;
+            }
+            None => {
+                let mut e = first_row_entry(path, &row).map_err(|r| corrupt(line, r))?;
+                let first = row.clone();
+                add_row(&mut e, row).map_err(|r| corrupt(line, r))?;
+                entry = Some((first, e));
+            }
+        }
     }
-    entry.ok_or_else(|| corrupt(1, "no samples".to_string()))
+    let Some((_, entry)) = entry else {
+        return Err(corrupt(1, "no samples".to_string()));
+    };
+    // The writer ends every row with a line end: without one, the last row was cut
+    // (its last column may still read, e.g. a quoted `machine` whose closing quote went).
+    if !bytes.ends_with(b"\n") {
+        let line = bytes.iter().filter(|&&b| b == b'\n').count() + 1;
+        return Err(corrupt(
+            line as u64,
+            "the file ends inside this row (no line end after it): it was cut short".to_string(),
+        ));
+    }
+    Ok(entry)
+}
+
+/// Parse a `machine` column: empty when it was not read, else the JSON of the machine's
+/// conditions.
+fn machine(column: &str) -> Result<Option<Machine>, String> {
+    match column.trim() {
+        "" => Ok(None),
+        json => serde_json::from_str(json)
+            .map(Some)
+            .map_err(|e| format!("the machine column is not the JSON of one: {e}")),
+    }
 }
 
 /// The entry a file's first row opens, or why its machine conditions do not read.
 fn first_row_entry(path: &Path, row: &Row) -> Result<Entry, String> {
-    let machine = match row.machine.trim() {
-        "" => None,
-        json => Some(
-            serde_json::from_str(json)
-                .map_err(|e| format!("the machine column is not the JSON of one: {e}"))?,
-        ),
-    };
     Ok(Entry {
         position: 0,
         path: path.to_path_buf(),
@@ -273,18 +375,60 @@ fn first_row_entry(path: &Path, row: &Row) -> Result<Entry, String> {
             tool_version: row.tool_version.clone(),
             git_commit: (!row.git_commit.is_empty()).then(|| row.git_commit.clone()),
             host: row.host.clone(),
-            machine,
+            machine: machine(&row.machine)?,
         },
         metrics: Vec::new(),
+        duplicates: Vec::new(),
     })
+}
+
+/// Check that a later row of an entry agrees with its first row on what the whole entry
+/// shares (its schema, id, time, benchmark, command, tool version, commit, host and
+/// machine conditions), or say which column does not.
+fn same_entry(first: &Row, row: &Row) -> Result<(), String> {
+    if row.entry != first.entry || row.benchmark != first.benchmark || row.time != first.time {
+        return Err("rows of different entries or benchmarks in one file".to_string());
+    }
+    if row.machine != first.machine {
+        // Say first what is wrong with the column itself (torn or not JSON).
+        machine(&row.machine)?;
+        return Err(
+            "its machine conditions differ from the first row's, while an entry's rows \
+             were measured on one machine"
+                .to_string(),
+        );
+    }
+    let shared = [
+        (
+            "sbs_history_schema",
+            first.schema.to_string(),
+            row.schema.to_string(),
+        ),
+        ("command", first.command.clone(), row.command.clone()),
+        (
+            "tool_version",
+            first.tool_version.clone(),
+            row.tool_version.clone(),
+        ),
+        (
+            "git_commit",
+            first.git_commit.clone(),
+            row.git_commit.clone(),
+        ),
+        ("host", first.host.clone(), row.host.clone()),
+    ];
+    match shared.iter().find(|(_, a, b)| a != b) {
+        Some((column, a, b)) => Err(format!(
+            "its {column} `{b}` differs from the first row's `{a}`, while an entry's rows \
+             share it"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Add one row to its entry, or say why it does not belong there.
 fn add_row(e: &mut Entry, row: Row) -> Result<(), String> {
     check_value(&row)?;
-    if row.entry != e.meta.id || row.benchmark != e.benchmark || row.time != e.meta.time {
-        return Err("rows of different entries or benchmarks in one file".to_string());
-    }
     if row.detail.is_empty() {
         add_metric_row(e, row)
     } else {

@@ -28,8 +28,9 @@ pub struct HistoryRequest {
     pub judge_busy: bool,
 }
 
-/// Build the report and the regressions of the latest entries.
-pub fn build(args: &HistoryRequest) -> anyhow::Result<(Report, Vec<Regressed>)> {
+/// Build the report and the regressions of the latest entries, with a note for each copy
+/// of an entry the history holds (counted once).
+pub fn build(args: &HistoryRequest) -> anyhow::Result<(Report, Vec<Regressed>, Vec<String>)> {
     let store = History::new(&args.history);
     let names = benchmark_names(&store, args)?;
     let regression = Regression::new(
@@ -51,8 +52,10 @@ pub fn build(args: &HistoryRequest) -> anyhow::Result<(Report, Vec<Regressed>)> 
     let mut references = Vec::new();
     let mut latest_labels = Vec::new();
     let mut latest_machines = Vec::new();
+    let mut notes = Vec::new();
     for name in &names {
         let mut entries = store.entries(name)?;
+        notes.extend(entries.iter().flat_map(|e| e.duplicate_notes()));
         let Some(latest) = entries.pop() else {
             continue;
         };
@@ -102,7 +105,7 @@ pub fn build(args: &HistoryRequest) -> anyhow::Result<(Report, Vec<Regressed>)> 
     for (bench, label) in report.benchmarks.iter_mut().zip(latest_labels) {
         name_latest(bench, &label);
     }
-    Ok((report, regressions))
+    Ok((report, regressions, notes))
 }
 
 /// The benchmarks asked for (all saved ones by default), each checked to be saved.

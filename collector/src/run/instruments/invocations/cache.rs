@@ -14,32 +14,40 @@
 //! function's calls are counted), its rows must name its sites, and the file must be the
 //! user's own (not writable by others, in a directory of mode 0700). Any doubt is a miss.
 //!
-//! Stored in `$XDG_CACHE_HOME/sbs-profile/sites/` (else `~/.cache/...`), one JSON file
-//! per key (program, library path, patterns, options, the sbs-profile build), written
-//! atomically; a file that cannot be read, or that holds another key or another version,
-//! is a miss. Nothing is ever an error: the cache only saves time. A hit refreshes the
-//! file's modification time; each store removes the entries unused for [`MAX_AGE`] and,
-//! past [`MAX_ENTRIES`], the least recently used ones (entries of older sbs-profile
-//! builds are never hit again, so they go this way).
+//! Stored in `$XDG_CACHE_HOME/sbs-profile/sites/` (else `~/.cache/...`), reached and
+//! written as [`super::cache_dir`] says (never through a link, never in another user's
+//! or a shared directory: then the run goes without the cache and says so once), one
+//! JSON file per key (program, library path, patterns, options, the sbs-profile build),
+//! written atomically; a file that cannot be read, or that holds another key or another
+//! version, is a miss. Nothing is ever an error: the cache only saves time. A hit
+//! refreshes the file's modification time; each store removes the entries unused for
+//! [`MAX_AGE`] and, past [`MAX_ENTRIES`], the least recently used ones (entries of older
+//! sbs-profile builds are never hit again, so they go this way). Only files sbs-profile
+//! wrote are removed: named as it names them (16 hex digits, `.json`) and starting as it
+//! starts them ([`FORMAT`]).
 
 use std::ffi::OsStr;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sbs_probes::patch::SiteKind;
 use sbs_probes::program::Program;
 use sbs_reports::model::Unit;
 use serde::{Deserialize, Serialize};
 
+use super::cache_dir::{self, CacheDir, NotUsed};
 use super::sites::{PatternRows, Site};
 use crate::run::instrument::MetricSpec;
 
 /// Bumped when what is stored changes meaning.
 // 4: code without a call line shared by inlined copies is no site of its own; sites
-// carry the calls one pass may make (an unrolled loop).
-const VERSION: u32 = 9;
+// carry the calls one pass may make (an unrolled loop). 10: files start with [`FORMAT`].
+const VERSION: u32 = 10;
+/// The first field of every entry: marks a file as one sbs-profile wrote.
+const FORMAT: &str = "sbs-profile invocation sites";
 /// Entries unused for this long are removed.
 const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 /// At most this many entries are kept.
@@ -116,6 +124,8 @@ struct StoredRows {
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
+    /// [`FORMAT`], first, so that the file starts with it.
+    format: String,
     version: u32,
     key: String,
     files: Vec<FileId>,
@@ -130,7 +140,10 @@ pub(super) type Resolved = (Vec<String>, Vec<Site>, Vec<PatternRows>);
 /// The cache entry of one resolution.
 #[derive(Debug)]
 pub(super) struct SiteCache {
-    file: Option<PathBuf>,
+    /// The cache's base directory (`$XDG_CACHE_HOME`), if known.
+    base: Option<PathBuf>,
+    /// The entry's file name in `sbs-profile/sites`.
+    name: String,
     key: String,
 }
 
@@ -153,20 +166,26 @@ impl SiteCache {
         );
         let mut h = std::hash::DefaultHasher::new();
         key.hash(&mut h);
-        let file = cache_dir().map(|d| d.join(format!("{:016x}.json", h.finish())));
-        SiteCache { file, key }
+        SiteCache {
+            base: cache_dir::base(),
+            name: format!("{:016x}.json", h.finish()),
+            key,
+        }
     }
 
     /// The cached resolution, if every file `target` is made of is the one it was made
     /// from.
     pub fn load(&self, target: &mut Program) -> Option<Resolved> {
-        let path = self.file.as_ref()?;
-        if !own_private(path) || !path.parent().is_some_and(own_private) {
-            return None;
-        }
-        let text = std::fs::read(path).ok()?;
+        let dir = opened(CacheDir::open(self.base.as_ref()?, false))?;
+        let mut file = dir.open_own_file(&self.name)?;
+        let mut text = Vec::new();
+        file.read_to_end(&mut text).ok()?;
         let entry: Entry = serde_json::from_slice(&text).ok()?;
-        if entry.version != VERSION || entry.key != self.key || entry.files != files(target)? {
+        if entry.format != FORMAT
+            || entry.version != VERSION
+            || entry.key != self.key
+            || entry.files != files(target)?
+        {
             return None;
         }
         let sound = entry.sites.iter().all(|s| {
@@ -192,10 +211,7 @@ impl SiteCache {
             return None;
         }
         // Used now: pruning keeps it.
-        let _ = std::fs::File::options()
-            .write(true)
-            .open(path)
-            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        let _ = file.set_modified(std::time::SystemTime::now());
         let sites = entry
             .sites
             .into_iter()
@@ -230,7 +246,7 @@ impl SiteCache {
 
     /// Keep `resolved` for the next run (errors ignored: the cache only saves time).
     pub fn store(&self, target: &mut Program, resolved: &Resolved) {
-        let (Some(file), Some(files)) = (&self.file, files(target)) else {
+        let (Some(base), Some(files)) = (&self.base, files(target)) else {
             return;
         };
         let (warnings, sites, rows) = resolved;
@@ -259,6 +275,7 @@ impl SiteCache {
             return;
         };
         let entry = Entry {
+            format: FORMAT.to_string(),
             version: VERSION,
             key: self.key.clone(),
             files,
@@ -272,48 +289,79 @@ impl SiteCache {
                 })
                 .collect(),
         };
-        let Some(dir) = file.parent() else {
+        let Ok(json) = serde_json::to_vec(&entry) else {
             return;
         };
-        let write = || -> std::io::Result<()> {
-            create_private(dir)?;
-            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-            tmp.write_all(&serde_json::to_vec(&entry).map_err(std::io::Error::other)?)?;
-            tmp.persist(file).map_err(|e| e.error)?;
-            Ok(())
+        let Some(dir) = opened(CacheDir::open(base, true)) else {
+            return;
         };
-        if write().is_ok() {
-            prune(dir, MAX_AGE, MAX_ENTRIES);
+        if dir.write(&self.name, &json).is_ok() {
+            prune(&dir, MAX_AGE, MAX_ENTRIES);
         }
     }
 }
 
-/// Remove the entries of `dir` unused for `max_age`, then the least recently used ones
-/// past `max_entries` (errors ignored, like every cache error).
-fn prune(dir: &Path, max_age: std::time::Duration, max_entries: usize) {
-    let Ok(read) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let now = std::time::SystemTime::now();
-    let mut kept: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
-    for entry in read.flatten() {
-        let path = entry.path();
-        if path.extension() != Some(OsStr::new("json")) {
-            continue;
+/// The cache's directory, or none; the first time it is not safe to use, a note says
+/// why (once per run: every program resolved meets the same directory).
+fn opened(dir: Result<CacheDir, NotUsed>) -> Option<CacheDir> {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    match dir {
+        Ok(dir) => Some(dir),
+        Err(NotUsed::Unsafe(why)) => {
+            if !SAID.swap(true, Ordering::Relaxed) {
+                eprintln!("sbs-profile: note: the invocation site cache was not used: {why}");
+            }
+            None
         }
-        let Ok(used) = entry.metadata().and_then(|m| m.modified()) else {
-            continue;
-        };
-        if now.duration_since(used).is_ok_and(|age| age > max_age) {
-            let _ = std::fs::remove_file(&path);
+        Err(NotUsed::Absent | NotUsed::Io) => None,
+    }
+}
+
+/// Whether `name` is the name of an entry: 16 hex digits, `.json`.
+fn entry_name(name: &str) -> bool {
+    name.strip_suffix(".json")
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Whether a file starting with `head` is an entry sbs-profile wrote: one starting with
+/// [`FORMAT`], or one of the builds before it (`{"version":N,"key":"vN `).
+fn written_by_us(head: &[u8]) -> bool {
+    let marked = format!("{{\"format\":{}", serde_json::Value::from(FORMAT));
+    if head.starts_with(marked.as_bytes()) {
+        return true;
+    }
+    let Some(rest) = head.strip_prefix(b"{\"version\":") else {
+        return false;
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let (version, rest) = rest.split_at(digits);
+    let key = [b",\"key\":\"v", version, b" "].concat();
+    digits > 0 && rest.starts_with(&key)
+}
+
+/// Remove the entries of `dir` unused for `max_age`, then the least recently used ones
+/// past `max_entries`, and temporaries left by a killed writer; only files sbs-profile
+/// wrote ([`entry_name`], [`written_by_us`]). Errors are ignored, like every cache error.
+fn prune(dir: &CacheDir, max_age: std::time::Duration, max_entries: usize) {
+    let now = std::time::SystemTime::now();
+    let age = |used: std::time::SystemTime| now.duration_since(used).unwrap_or_default();
+    for (used, name) in dir.own_files(cache_dir::is_temporary, written_by_us) {
+        if age(used) > cache_dir::STALE_TEMPORARY {
+            dir.remove(&name);
+        }
+    }
+    let mut kept = Vec::new();
+    for (used, name) in dir.own_files(entry_name, written_by_us) {
+        if age(used) > max_age {
+            dir.remove(&name);
         } else {
-            kept.push((used, path));
+            kept.push((used, name));
         }
     }
     if kept.len() > max_entries {
         kept.sort();
-        for (_, path) in &kept[..kept.len() - max_entries] {
-            let _ = std::fs::remove_file(path);
+        for (_, name) in &kept[..kept.len() - max_entries] {
+            dir.remove(name);
         }
     }
 }
@@ -331,72 +379,124 @@ fn files(target: &mut Program) -> Option<Vec<FileId>> {
     Some(out)
 }
 
-/// Whether `path` is ours and nobody else may write it (a directory: nobody else may
-/// enter it either).
-fn own_private(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let Ok(m) = std::fs::symlink_metadata(path) else {
-        return false;
-    };
-    let others = match m.is_dir() {
-        true => 0o077,
-        false => 0o022,
-    };
-    m.uid() == nix::unistd::geteuid().as_raw() && m.permissions().mode() & others == 0
-}
-
-/// Create `dir` and its missing parents up to the cache's own folder with mode 0700,
-/// whatever the umask, and make an existing one of ours 0700.
-fn create_private(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    // `sites` and `sbs-profile` are ours; their parents (`~/.cache`) are not ours to set.
-    for d in [Some(dir), dir.parent()].into_iter().flatten() {
-        let m = std::fs::symlink_metadata(d)?;
-        if m.uid() == nix::unistd::geteuid().as_raw() && m.permissions().mode() & 0o077 != 0 {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))?;
-        }
-    }
-    Ok(())
-}
-
-fn cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("sbs-profile").join("sites"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
-    #[test]
-    fn pruning_removes_old_entries_then_the_least_recently_used() {
-        let dir = tempfile::tempdir().unwrap();
-        let now = std::time::SystemTime::now();
-        let day = std::time::Duration::from_secs(24 * 3600);
-        let make = |name: &str, age_days: u32| {
-            let path = dir.path().join(name);
-            std::fs::write(&path, b"{}").unwrap();
-            let f = std::fs::File::options().write(true).open(&path).unwrap();
-            f.set_modified(now - day * age_days).unwrap();
-        };
-        make("ancient.json", 40);
-        make("old.json", 3);
-        make("older.json", 4);
-        make("new.json", 0);
-        make("not-an-entry.txt", 40);
-        prune(dir.path(), day * 30, 2);
-        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+    fn set_age(path: &Path, age: std::time::Duration) {
+        let f = std::fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(std::time::SystemTime::now() - age).unwrap();
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        left.sort();
-        assert_eq!(left, ["new.json", "not-an-entry.txt", "old.json"]);
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn pruning_removes_old_entries_then_the_least_recently_used_and_only_its_own() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = CacheDir::open(base.path(), true).unwrap();
+        let sites = base.path().join("sbs-profile/sites");
+        assert_eq!(
+            std::fs::metadata(&sites).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        let ours = format!("{{\"format\":\"{FORMAT}\",\"version\":{VERSION}}}");
+        let hour = std::time::Duration::from_secs(3600);
+        let day = hour * 24;
+        let make = |name: &str, content: &str, age| {
+            let path = sites.join(name);
+            std::fs::write(&path, content).unwrap();
+            set_age(&path, age);
+        };
+        make("000000000000000a.json", &ours, day * 40); // ancient
+        make("000000000000000b.json", &ours, day * 3); // old
+        make("000000000000000c.json", &ours, day * 4); // older
+        make("000000000000000d.json", &ours, std::time::Duration::ZERO); // new
+        make(
+            "000000000000000e.json",
+            r#"{"version":9,"key":"v9 /bin/x | None"#,
+            day * 40,
+        );
+        make(".tmp-0123456789abcdef.json", &ours, hour * 2); // left by a killed writer
+        make(".tmp-fedcba9876543210.json", &ours, hour / 2); // being written
+                                                             // Not ours: a name it does not make, content it does not write, a link.
+        make("not-an-entry.txt", &ours, day * 40);
+        make(
+            "00000000000000aa.json",
+            r#"{"version":9,"key":"other"}"#,
+            day * 40,
+        );
+        make("00000000000000ab.json", "precious", day * 40);
+        let victim = base.path().join("victim.json");
+        std::fs::write(&victim, &ours).unwrap();
+        set_age(&victim, day * 40);
+        std::os::unix::fs::symlink(&victim, sites.join("00000000000000ac.json")).unwrap();
+        prune(&dir, day * 30, 2);
+        assert_eq!(
+            names(&sites),
+            [
+                ".tmp-fedcba9876543210.json",
+                "000000000000000b.json",
+                "000000000000000d.json",
+                "00000000000000aa.json",
+                "00000000000000ab.json",
+                "00000000000000ac.json",
+                "not-an-entry.txt",
+            ]
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), ours);
+    }
+
+    #[test]
+    fn a_cache_directory_through_a_link_or_writable_by_others_is_not_used() {
+        let base = tempfile::tempdir().unwrap();
+        let victim = tempfile::tempdir().unwrap();
+        std::fs::create_dir(base.path().join("sbs-profile")).unwrap();
+        let sites = base.path().join("sbs-profile/sites");
+        std::os::unix::fs::symlink(victim.path(), &sites).unwrap();
+        for create in [false, true] {
+            match CacheDir::open(base.path(), create) {
+                Err(NotUsed::Unsafe(why)) => assert_eq!(
+                    why,
+                    format!(
+                        "{} is a symbolic link, which sbs-profile never makes: remove it \
+                         (sbs-profile makes its own directory)",
+                        sites.display()
+                    )
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(names(victim.path()).is_empty());
+        // A link at `sbs-profile` too.
+        std::fs::remove_file(&sites).unwrap();
+        std::fs::remove_dir(base.path().join("sbs-profile")).unwrap();
+        std::os::unix::fs::symlink(victim.path(), base.path().join("sbs-profile")).unwrap();
+        assert!(matches!(
+            CacheDir::open(base.path(), true),
+            Err(NotUsed::Unsafe(why)) if why.contains("sbs-profile is a symbolic link")
+        ));
+        assert!(names(victim.path()).is_empty());
+        // A base every user may write.
+        let shared = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(
+            CacheDir::open(shared.path(), true),
+            Err(NotUsed::Unsafe(why)) if why.contains("may be written by other users")
+        ));
+        assert!(names(shared.path()).is_empty());
+        // What entries are: named and written as sbs-profile writes them.
+        assert!(entry_name("0123456789abcdef.json"));
+        assert!(!entry_name("0123456789abcdeg.json") && !entry_name("x.json"));
+        assert!(written_by_us(br#"{"version":9,"key":"v9 /bin/true"#));
+        assert!(!written_by_us(br#"{"version":9,"key":"v8 /bin/true"#));
+        assert!(!written_by_us(b"{}"));
     }
 }

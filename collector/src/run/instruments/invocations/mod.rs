@@ -17,6 +17,7 @@
 //! made.
 
 mod cache;
+mod cache_dir;
 mod inproc;
 mod sites;
 
