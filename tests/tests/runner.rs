@@ -1435,3 +1435,84 @@ fn a_drifting_series_and_a_series_with_two_modes_are_named() {
         "{steady}"
     );
 }
+
+/// Start `sbs-profile ARGS` with its stderr piped.
+fn collector(args: &[&str]) -> std::process::Child {
+    std::process::Command::new(util::sbs_profile())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sbs-profile")
+}
+
+/// Send `signal` to `child`.
+fn signal(child: &std::process::Child, signal: libc::c_int) {
+    // SAFETY: plain kill(2) on the pid of our own child, not yet reaped.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    assert_eq!(sent, 0);
+}
+
+/// `-o` on a FIFO that nobody reads: the report waits for a reader, and Ctrl-C, SIGTERM
+/// and SIGHUP end the wait with 130, the FIFO left as it was and no temporary file. It
+/// used to block in open(2) for good, deaf to all three, and exit 0 once a reader came.
+#[test]
+fn a_report_fifo_without_a_reader_gives_way_to_a_stop_signal() {
+    use std::os::unix::fs::FileTypeExt;
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("report.fifo");
+        // SAFETY: mkfifo(3) with a NUL-terminated path that outlives the call.
+        let made = unsafe { libc::mkfifo(c_path(&fifo).as_ptr(), 0o644) };
+        assert_eq!(made, 0, "mkfifo: {}", std::io::Error::last_os_error());
+        // The cleanup runs after the last run, just before the report is written.
+        let marker = dir.path().join("runs-done");
+        let cleanup = format!("touch {}", marker.display());
+        let child = collector(&[
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--cleanup",
+            &cleanup,
+            "-o",
+            fifo.to_str().unwrap(),
+            "--",
+            fixture!("exit_with"),
+        ]);
+        let start = Instant::now();
+        while !marker.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the runs never ended"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        signal(&child, sig);
+        let out = ends_within(
+            child,
+            Duration::from_secs(5),
+            "a stop signal on a FIFO wait",
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "signal {sig}: {err}");
+        assert!(
+            err.contains("the report was not written there"),
+            "signal {sig}: {err}"
+        );
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo(),
+            "the FIFO was replaced"
+        );
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["report.fifo", "runs-done"], "signal {sig}");
+    }
+}
