@@ -1516,3 +1516,144 @@ fn a_report_fifo_without_a_reader_gives_way_to_a_stop_signal() {
         assert_eq!(names, ["report.fifo", "runs-done"], "signal {sig}");
     }
 }
+
+/// A run that stops (here it stops itself, as the terminal stops a background job that
+/// reads it or writes to it under `stty tostop`) is killed, and the error says why and
+/// what to do; it used to be waited for forever, without a word.
+#[test]
+fn a_stopped_run_ends_with_the_reason() {
+    for (sig, says) in [
+        ("TTOU", "stopped by SIGTTOU: it wrote to the terminal"),
+        ("TTIN", "stopped by SIGTTIN: it read from the terminal"),
+        ("TSTP", "stopped by SIGTSTP (it stopped itself"),
+    ] {
+        let script = format!("kill -{sig} $$; exit 0");
+        // A run at once, and a latched one (the allocation agent attaches before the exec).
+        for extra in [&[][..], &["--alloc"][..]] {
+            let mut args = vec!["--runs", "2", "--warmup", "0"];
+            args.extend(extra);
+            args.extend(["--", "/bin/sh", "-c", &script]);
+            let out = ends_within(collector(&args), Duration::from_secs(10), "a stopped run");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{sig} {extra:?}: {err}");
+            assert!(err.contains(says), "{sig} {extra:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
+    }
+}
+
+/// Run `sbs-profile ARGS` as the foreground job of a pseudo-terminal of its own (stdin,
+/// stdout and stderr on it, its controlling terminal), with `stty tostop` if `tostop`;
+/// give up after 10 s. Its exit code and all it wrote to the terminal.
+fn in_a_terminal(args: &[&str], tostop: bool) -> (Option<i32>, String) {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: posix_openpt returns a new descriptor or -1; grantpt and unlockpt act on it;
+    // ptsname_r writes at most `name.len()` bytes into the buffer.
+    let (master, slave_name) = unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(fd), 0);
+        assert_eq!(libc::unlockpt(fd), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+        let name = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_str()
+            .unwrap()
+            .to_string();
+        (std::fs::File::from_raw_fd(fd), name)
+    };
+    let slave = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&slave_name)
+        .expect("open the terminal's slave side");
+    if tostop {
+        use std::os::fd::AsRawFd;
+        // SAFETY: termios is plain data; tcgetattr fills it from an open terminal.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            assert_eq!(libc::tcgetattr(slave.as_raw_fd(), &mut t), 0);
+            t.c_lflag |= libc::TOSTOP;
+            assert_eq!(libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &t), 0);
+        }
+    }
+    let mut command = std::process::Command::new(util::sbs_profile());
+    command
+        .args(args)
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap());
+    // SAFETY: setsid and ioctl are async-signal-safe system calls; the child makes a
+    // session of its own and takes the terminal on its stdin as its controlling terminal
+    // (its process group is then the terminal's foreground).
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn().expect("spawn sbs-profile in a terminal");
+    // Our copies of the terminal's slave side: the master reads EIO once the child's close.
+    drop((command, slave));
+    let (sent, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Until EIO: every slave descriptor closed.
+        let mut all = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match std::io::Read::read(&mut &master, &mut chunk) {
+                Ok(0) => break,
+                Ok(n) => all.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if e.raw_os_error() != Some(libc::EIO) {
+                        all.extend(format!("(reading the terminal: {e})").bytes());
+                    }
+                    break;
+                }
+            }
+        }
+        let _ = sent.send(all);
+    });
+    let out = ends_within(child, Duration::from_secs(10), "a run in a terminal");
+    let written = received
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|e| format!("(nothing read from the terminal: {e})").into_bytes());
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&written).into_owned(),
+    )
+}
+
+/// In a real terminal: under `stty tostop` a run that writes to it (`--show-output`) is
+/// stopped by SIGTTOU, and one that reads it (`--input /dev/tty`) by SIGTTIN, since each
+/// run has a process group of its own; sbs-profile ends and says why (it used to wait
+/// forever). Without tostop, the output shows.
+#[test]
+fn a_run_stopped_by_its_terminal_ends_with_the_reason() {
+    let run = ["--runs", "1", "--warmup", "0"];
+    let echo = [&run[..], &["--show-output", "--", "/bin/echo", "sbs-hello"]].concat();
+    let (code, text) = in_a_terminal(&echo, false);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("sbs-hello"), "{text}");
+
+    let (code, text) = in_a_terminal(&echo, true);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("/bin/echo was stopped by SIGTTOU: it wrote to the terminal")
+            && text.contains("`stty -tostop`"),
+        "{text}"
+    );
+
+    let cat = [&run[..], &["--input", "/dev/tty", "--", "/bin/cat"]].concat();
+    let (code, text) = in_a_terminal(&cat, false);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("/bin/cat was stopped by SIGTTIN: it read from the terminal")
+            && text.contains("--input FILE"),
+        "{text}"
+    );
+}
