@@ -1446,11 +1446,37 @@ fn collector(args: &[&str]) -> std::process::Child {
         .expect("spawn sbs-profile")
 }
 
+/// Wait up to 20 s for a process whose command line is exactly `argv`.
+fn wait_for_process(argv: &[&str]) {
+    let start = Instant::now();
+    while processes_running(argv).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{argv:?} never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Send `signal` to `child`.
 fn signal(child: &std::process::Child, signal: libc::c_int) {
     // SAFETY: plain kill(2) on the pid of our own child, not yet reaped.
     let sent = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
     assert_eq!(sent, 0);
+}
+
+/// Kill what a failed test leaves running under these command lines, and say whether
+/// there was any.
+fn left_running(argvs: &[&[&str]]) -> Vec<String> {
+    let mut left = Vec::new();
+    for argv in argvs {
+        for pid in processes_running(argv) {
+            // SAFETY: plain kill(2) on a process this test started through sbs-profile.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            left.push(format!("{pid} {argv:?}"));
+        }
+    }
+    left
 }
 
 /// `-o` on a FIFO that nobody reads: the report waits for a reader, and Ctrl-C, SIGTERM
@@ -1515,6 +1541,120 @@ fn a_report_fifo_without_a_reader_gives_way_to_a_stop_signal() {
         names.sort();
         assert_eq!(names, ["report.fifo", "runs-done"], "signal {sig}");
     }
+}
+
+/// A `--setup` starts as a run does: Ctrl-C kills it at once (exit 130, no `sleep`
+/// left), and a `--cleanup` started after Ctrl-C is killed by the next signal. Both used
+/// to be waited for to their end, deaf to the signals sent to sbs-profile.
+#[test]
+fn a_stop_signal_kills_a_running_hook() {
+    let setup = ["sleep", "31.123"];
+    let child = collector(&[
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--setup",
+        "sleep 31.123",
+        "--",
+        fixture!("exit_with"),
+    ]);
+    wait_for_process(&setup);
+    signal(&child, libc::SIGINT);
+    let out = ends_within(child, Duration::from_secs(5), "Ctrl-C during --setup");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let left = left_running(&[&setup, &["sh", "-c", "sleep 31.123"]]);
+    assert!(left.is_empty(), "the setup outlived sbs-profile: {left:?}");
+
+    // Ctrl-C during a run; the cleanup then runs, and SIGTERM ends it.
+    let cleanup = ["sleep", "32.123"];
+    let child = collector(&[
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--cleanup",
+        "sleep 32.123",
+        "--",
+        fixture!("forever"),
+    ]);
+    util::wait_for_child_running(child.id(), fixture!("forever"));
+    signal(&child, libc::SIGINT);
+    wait_for_process(&cleanup);
+    signal(&child, libc::SIGTERM);
+    let out = ends_within(child, Duration::from_secs(5), "SIGTERM during --cleanup");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let left = left_running(&[&cleanup, &["sh", "-c", "sleep 32.123"]]);
+    assert!(
+        left.is_empty(),
+        "the cleanup outlived sbs-profile: {left:?}"
+    );
+}
+
+/// After a SIGKILL of sbs-profile, its running hook dies too (the shell and what it
+/// started): `sh -c sleep 41` and `sleep 41` used to run on, orphans.
+#[test]
+fn a_killed_collector_takes_its_hook_along() {
+    let hook = ["sleep", "41.123"];
+    let shell = ["sh", "-c", "sleep 41.123"];
+    let mut child = collector(&[
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--setup",
+        "sleep 41.123",
+        "--",
+        fixture!("exit_with"),
+    ]);
+    wait_for_process(&hook);
+    child.kill().expect("SIGKILL sbs-profile");
+    child.wait().unwrap();
+    let killed = Instant::now();
+    while killed.elapsed() < Duration::from_secs(2)
+        && !(processes_running(&hook).is_empty() && processes_running(&shell).is_empty())
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left = left_running(&[&hook, &shell]);
+    assert!(
+        left.is_empty(),
+        "the hook of a SIGKILLed sbs-profile still ran 2 s later: {left:?}"
+    );
+}
+
+/// `--timeout` limits each hook as it limits each run: a `--prepare` that never ends is
+/// killed with its group after it, with a line that says so. It used to hang for good.
+#[test]
+fn timeout_limits_a_hook() {
+    let hook = ["sleep", "1000.123"];
+    let child = collector(&[
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "1",
+        "--prepare",
+        "sleep 1000.123",
+        "--",
+        fixture!("exit_with"),
+    ]);
+    let out = ends_within(child, Duration::from_secs(10), "a --prepare past --timeout");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let left = left_running(&[&hook, &["sh", "-c", "sleep 1000.123"]]);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "--prepare command `sleep 1000.123` did not end within 1.000 s (--timeout, which \
+             limits each hook as it limits each run) and was killed with its process group"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(left.is_empty(), "the hook outlived its timeout: {left:?}");
 }
 
 /// A run that stops (here it stops itself, as the terminal stops a background job that

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -179,6 +179,22 @@ impl Cancel {
         matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
     }
 
+    /// Readable once a signal has arrived (and from then on: nothing drains it).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.read.as_fd()
+    }
+
+    /// How many signals have arrived (up to a few thousand): work started after the
+    /// first (a `--cleanup` after Ctrl-C) stops at the next.
+    pub fn signals(&self) -> usize {
+        let mut bytes = [0u8; 4096];
+        nix::sys::socket::recv(
+            self.read.as_raw_fd(),
+            &mut bytes,
+            nix::sys::socket::MsgFlags::MSG_PEEK | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        )
+        .unwrap_or(0)
+    }
 }
 
 impl Drop for Cancel {
