@@ -78,8 +78,9 @@ impl Hook {
     /// Run the command to its end in the environment of the benchmark `config` starts:
     /// its stdout shown with `--show-output` (discarded otherwise), its stderr shown with
     /// it and quoted in the error when it fails. `config.timeout` limits it. A stop
-    /// signal (`cancel`) kills it and ends with [`RunError::Interrupted`]; a hook started
-    /// after one (a `--cleanup` after Ctrl-C) runs on, and the next signal kills it.
+    /// signal (`cancel`) kills it and ends with [`RunError::Interrupted`]. After one, a
+    /// `--setup` or `--prepare` does not start, and a `--cleanup` (after Ctrl-C) runs on
+    /// until the next signal.
     pub fn run(&self, config: &RunConfig, cancel: &Cancel) -> anyhow::Result<()> {
         let cannot_start = |e: &dyn std::fmt::Display| {
             anyhow::anyhow!(
@@ -90,6 +91,11 @@ impl Hook {
                 self.shell.display()
             )
         };
+        let before = cancel.signals();
+        // Once a stop signal came, only a --cleanup still starts.
+        if before > 0 && self.option != "--cleanup" {
+            return Err(RunError::Interrupted.into());
+        }
         let shell = self.shell_path(&config.env).map_err(|e| cannot_start(&e))?;
         let devnull = File::options()
             .read(true)
@@ -118,7 +124,6 @@ impl Hook {
             cpus: &[],
             fds: vec![(devnull.as_fd(), 0), (shown, 1), (stderr_write.as_fd(), 2)],
         };
-        let before = cancel.signals();
         let launched = Instant::now();
         launcher::start(&request).map_err(|e| cannot_start(&e))?;
         drop((report_write, stderr_write));
