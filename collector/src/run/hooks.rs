@@ -187,6 +187,8 @@ impl Hook {
                 let mut chunk = [0u8; 4096];
                 match stderr_pipe.as_mut().map(|p| p.read(&mut chunk)) {
                     Some(Ok(n)) if n > 0 => stderr.extend_from_slice(&chunk[..n]),
+                    Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                    // End of file, or a pipe that cannot be read: only the quote is lost.
                     _ => stderr_pipe = None,
                 }
             }
