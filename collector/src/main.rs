@@ -43,6 +43,14 @@ fn main() -> ExitCode {
                 return ExitCode::from(130);
             }
             if let Some(unwritten) = e.downcast_ref::<Unwritten>() {
+                // A stop signal while waiting for a FIFO's reader: after the runs (and the
+                // save), so each line says what was not written.
+                if unwritten.interrupted() {
+                    for failure in &unwritten.failures {
+                        let _ = writeln!(stderr, "sbs-profile: {}", one_line(failure));
+                    }
+                    return ExitCode::from(130);
+                }
                 // Everything else was done; one line per destination that failed.
                 for failure in &unwritten.failures {
                     let _ = writeln!(stderr, "error: {}", one_line(failure));

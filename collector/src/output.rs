@@ -4,7 +4,10 @@
 //! same directory, renamed into place, so a failed run leaves no partial file behind.
 //! Anything else is written through, as a shell's `>` does: a device or a FIFO is opened
 //! for writing and stays what it was (renaming over `/dev/null` would replace the device
-//! with a regular file). A symbolic link is followed to its final target, which is
+//! with a regular file). A FIFO waits for its reader, and a stop signal (Ctrl-C, SIGTERM,
+//! SIGHUP, SIGQUIT) ends the wait: opened and written without blocking, it is tried
+//! again until then (a blocking `open` would outlast every signal the collector
+//! catches). A symbolic link is followed to its final target, which is
 //! written as above; the link stays a link. Every report file goes through
 //! [`Output::open_named`].
 //!
@@ -178,11 +181,9 @@ impl Output {
                 tmp.persist(&target).map_err(|e| e.error)?;
                 Ok(())
             }
-            Output::Through { target, .. } => {
-                // No O_CREAT (it exists) and no O_TRUNC (meaningless for a device or a
-                // FIFO); no fsync either, which a FIFO refuses.
-                let mut file = std::fs::OpenOptions::new().write(true).open(&target)?;
-                file.write_all(bytes)
+            Output::Through { path, target } => {
+                let file = open_through(&path, &target)?;
+                write_through(&file, bytes)
             }
         }
     }
@@ -198,6 +199,78 @@ impl Output {
             Output::Stdout => None,
         }
     }
+}
+
+/// How often a wait for a FIFO's reader, or for room in it, looks for a stop signal.
+const THROUGH_TICK: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The error of a write through that a stop signal ended.
+fn stopped_waiting() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::Interrupted,
+        crate::run::runner::RunError::Interrupted,
+    )
+}
+
+/// Open `target` (a device or a FIFO, `path` as given) for writing, without blocking.
+/// A FIFO with no reader yet refuses (`ENXIO`): tried again until a reader comes or a
+/// stop signal arrives (then an `Interrupted` error), with a note on stderr after a
+/// second. No O_CREAT (it exists) and no O_TRUNC (meaningless for a device or a FIFO).
+fn open_through(path: &Path, target: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fifo = std::fs::metadata(target).is_ok_and(|m| m.file_type().is_fifo());
+    let started = std::time::Instant::now();
+    let mut told = false;
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(target)
+        {
+            Err(e) if fifo && e.raw_os_error() == Some(libc::ENXIO) => {
+                if crate::run::runner::interrupt_requested() {
+                    return Err(stopped_waiting());
+                }
+                if !told && started.elapsed() >= std::time::Duration::from_secs(1) {
+                    eprintln!(
+                        "sbs-profile: waiting for a reader of the FIFO {} (Ctrl-C gives up)",
+                        path.display()
+                    );
+                    told = true;
+                }
+                std::thread::sleep(THROUGH_TICK);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Write all of `bytes` to `file`, opened without blocking: when it is full (a FIFO
+/// whose reader is slow, or stopped reading), wait for room or a stop signal. No fsync,
+/// which a FIFO refuses.
+fn write_through(mut file: &std::fs::File, mut bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    while !bytes.is_empty() {
+        match file.write(bytes) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if crate::run::runner::interrupt_requested() {
+                    return Err(stopped_waiting());
+                }
+                let mut fds = [nix::poll::PollFd::new(
+                    file.as_fd(),
+                    nix::poll::PollFlags::POLLOUT,
+                )];
+                let tick = nix::poll::PollTimeout::try_from(THROUGH_TICK)
+                    .unwrap_or(nix::poll::PollTimeout::MAX);
+                let _ = nix::poll::poll(&mut fds, tick);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The most symbolic links followed in a row before giving up, as the kernel's `ELOOP`.
@@ -276,6 +349,33 @@ impl std::fmt::Display for Unwritten {
 
 impl std::error::Error for Unwritten {}
 
+impl Unwritten {
+    /// Whether a stop signal ended one of the writes (a FIFO that no reader opened).
+    pub fn interrupted(&self) -> bool {
+        self.failures.iter().any(|f| {
+            f.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<crate::run::runner::RunError>(),
+                    Some(crate::run::runner::RunError::Interrupted)
+                )
+            })
+        })
+    }
+}
+
+/// The failure of a write that a stop signal ended, if `e` is one: nothing replaces it
+/// on stdout (the user asked to stop).
+fn stopped(e: &anyhow::Error, path: &Path) -> Option<anyhow::Error> {
+    let io = e.downcast_ref::<std::io::Error>()?;
+    (io.kind() == std::io::ErrorKind::Interrupted).then(|| {
+        anyhow::Error::new(crate::run::runner::RunError::Interrupted).context(format!(
+            "interrupted while waiting for a reader of the FIFO {}: the report was not \
+             written there",
+            path.display()
+        ))
+    })
+}
+
 /// Where a finished report goes: the main output in its format, then the HTML page and the
 /// exports, each a file of its own.
 pub struct Sinks {
@@ -353,8 +453,10 @@ impl Sinks {
         let main = render(renderer(self.format, color, self.time_unit), report)
             .and_then(|bytes| Ok(self.output.write_all(&bytes)?));
         if let Err(e) = main {
-            failures.push(match main_path {
-                Some(path) => {
+            let stop = main_path.as_deref().and_then(|path| stopped(&e, path));
+            failures.push(match (stop, main_path) {
+                (Some(stop), _) => stop,
+                (None, Some(path)) => {
                     let what = match self.format {
                         Format::Text => "the report",
                         _ => "the text report",
@@ -369,7 +471,7 @@ impl Sinks {
                         path.display()
                     )
                 }
-                None => anyhow::anyhow!("cannot write the report to stdout: {e:#}"),
+                (None, None) => anyhow::anyhow!("cannot write the report to stdout: {e:#}"),
             });
         }
         for file in self.files {
@@ -384,6 +486,10 @@ impl Sinks {
             };
             let written = render(renderer, report).and_then(|b| Ok(file.output.write_all(&b)?));
             if let Err(e) = written {
+                if let Some(stopped) = stopped(&e, &path) {
+                    failures.push(stopped);
+                    continue;
+                }
                 failures.push(anyhow::anyhow!(
                     "cannot write {what} to {}: {e:#}; free space there or choose another {}",
                     path.display(),

@@ -1836,3 +1836,365 @@ fn a_blank_name_and_an_empty_compare_command_are_refused() {
             .fails_with(2, "command 2 of compare is empty");
     }
 }
+
+/// Start `sbs-profile ARGS` with its stderr piped.
+fn collector(args: &[&str]) -> std::process::Child {
+    std::process::Command::new(util::sbs_profile())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sbs-profile")
+}
+
+/// Wait up to 20 s for a process whose command line is exactly `argv`.
+fn wait_for_process(argv: &[&str]) {
+    let start = Instant::now();
+    while processes_running(argv).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{argv:?} never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Send `signal` to `child`.
+fn signal(child: &std::process::Child, signal: libc::c_int) {
+    // SAFETY: plain kill(2) on the pid of our own child, not yet reaped.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    assert_eq!(sent, 0);
+}
+
+/// Kill what a failed test leaves running under these command lines, and say whether
+/// there was any.
+fn left_running(argvs: &[&[&str]]) -> Vec<String> {
+    let mut left = Vec::new();
+    for argv in argvs {
+        for pid in processes_running(argv) {
+            // SAFETY: plain kill(2) on a process this test started through sbs-profile.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            left.push(format!("{pid} {argv:?}"));
+        }
+    }
+    left
+}
+
+/// `-o` on a FIFO that nobody reads: the report waits for a reader, and Ctrl-C, SIGTERM
+/// and SIGHUP end the wait with 130, the FIFO left as it was and no temporary file. It
+/// used to block in open(2) for good, deaf to all three, and exit 0 once a reader came.
+#[test]
+fn a_report_fifo_without_a_reader_gives_way_to_a_stop_signal() {
+    use std::os::unix::fs::FileTypeExt;
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("report.fifo");
+        // SAFETY: mkfifo(3) with a NUL-terminated path that outlives the call.
+        let made = unsafe { libc::mkfifo(c_path(&fifo).as_ptr(), 0o644) };
+        assert_eq!(made, 0, "mkfifo: {}", std::io::Error::last_os_error());
+        // The cleanup runs after the last run, just before the report is written.
+        let marker = dir.path().join("runs-done");
+        let cleanup = format!("touch {}", marker.display());
+        let child = collector(&[
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--cleanup",
+            &cleanup,
+            "-o",
+            fifo.to_str().unwrap(),
+            "--",
+            fixture!("exit_with"),
+        ]);
+        let start = Instant::now();
+        while !marker.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the runs never ended"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        signal(&child, sig);
+        let out = ends_within(
+            child,
+            Duration::from_secs(5),
+            "a stop signal on a FIFO wait",
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "signal {sig}: {err}");
+        assert!(
+            err.contains("the report was not written there"),
+            "signal {sig}: {err}"
+        );
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo(),
+            "the FIFO was replaced"
+        );
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["report.fifo", "runs-done"], "signal {sig}");
+    }
+}
+
+/// A `--setup` starts as a run does: Ctrl-C kills it at once (exit 130, no `sleep`
+/// left), and a `--cleanup` started after Ctrl-C is killed by the next signal. Both used
+/// to be waited for to their end, deaf to the signals sent to sbs-profile.
+#[test]
+fn a_stop_signal_kills_a_running_hook() {
+    let setup = ["sleep", "31.123"];
+    let child = collector(&[
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--setup",
+        "sleep 31.123",
+        "--",
+        fixture!("exit_with"),
+    ]);
+    wait_for_process(&setup);
+    signal(&child, libc::SIGINT);
+    let out = ends_within(child, Duration::from_secs(5), "Ctrl-C during --setup");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let left = left_running(&[&setup, &["sh", "-c", "sleep 31.123"]]);
+    assert!(left.is_empty(), "the setup outlived sbs-profile: {left:?}");
+
+    // Ctrl-C during a run; the cleanup then runs, and SIGTERM ends it.
+    let cleanup = ["sleep", "32.123"];
+    let child = collector(&[
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--cleanup",
+        "sleep 32.123",
+        "--",
+        fixture!("forever"),
+    ]);
+    util::wait_for_child_running(child.id(), fixture!("forever"));
+    signal(&child, libc::SIGINT);
+    wait_for_process(&cleanup);
+    signal(&child, libc::SIGTERM);
+    let out = ends_within(child, Duration::from_secs(5), "SIGTERM during --cleanup");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let left = left_running(&[&cleanup, &["sh", "-c", "sleep 32.123"]]);
+    assert!(
+        left.is_empty(),
+        "the cleanup outlived sbs-profile: {left:?}"
+    );
+}
+
+/// After a SIGKILL of sbs-profile, its running hook dies too (the shell and what it
+/// started): `sh -c sleep 41` and `sleep 41` used to run on, orphans.
+#[test]
+fn a_killed_collector_takes_its_hook_along() {
+    let hook = ["sleep", "41.123"];
+    let shell = ["sh", "-c", "sleep 41.123"];
+    let mut child = collector(&[
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--setup",
+        "sleep 41.123",
+        "--",
+        fixture!("exit_with"),
+    ]);
+    wait_for_process(&hook);
+    child.kill().expect("SIGKILL sbs-profile");
+    child.wait().unwrap();
+    let killed = Instant::now();
+    while killed.elapsed() < Duration::from_secs(2)
+        && !(processes_running(&hook).is_empty() && processes_running(&shell).is_empty())
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left = left_running(&[&hook, &shell]);
+    assert!(
+        left.is_empty(),
+        "the hook of a SIGKILLed sbs-profile still ran 2 s later: {left:?}"
+    );
+}
+
+/// `--timeout` limits each hook as it limits each run: a `--prepare` that never ends is
+/// killed with its group after it, with a line that says so. It used to hang for good.
+#[test]
+fn timeout_limits_a_hook() {
+    let hook = ["sleep", "1000.123"];
+    let child = collector(&[
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "1",
+        "--prepare",
+        "sleep 1000.123",
+        "--",
+        fixture!("exit_with"),
+    ]);
+    let out = ends_within(child, Duration::from_secs(10), "a --prepare past --timeout");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let left = left_running(&[&hook, &["sh", "-c", "sleep 1000.123"]]);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "--prepare command `sleep 1000.123` did not end within 1.000 s (--timeout, which \
+             limits each hook as it limits each run) and was killed with its process group"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(left.is_empty(), "the hook outlived its timeout: {left:?}");
+}
+
+/// A run that stops (here it stops itself, as the terminal stops a background job that
+/// reads it or writes to it under `stty tostop`) is killed, and the error says why and
+/// what to do; it used to be waited for forever, without a word.
+#[test]
+fn a_stopped_run_ends_with_the_reason() {
+    for (sig, says) in [
+        ("TTOU", "stopped by SIGTTOU: it wrote to the terminal"),
+        ("TTIN", "stopped by SIGTTIN: it read from the terminal"),
+        ("TSTP", "stopped by SIGTSTP (it stopped itself"),
+    ] {
+        let script = format!("kill -{sig} $$; exit 0");
+        // A run at once, and a latched one (the allocation agent attaches before the exec).
+        for extra in [&[][..], &["--alloc"][..]] {
+            let mut args = vec!["--runs", "2", "--warmup", "0"];
+            args.extend(extra);
+            args.extend(["--", "/bin/sh", "-c", &script]);
+            let out = ends_within(collector(&args), Duration::from_secs(10), "a stopped run");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{sig} {extra:?}: {err}");
+            assert!(err.contains(says), "{sig} {extra:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
+    }
+}
+
+/// Run `sbs-profile ARGS` as the foreground job of a pseudo-terminal of its own (stdin,
+/// stdout and stderr on it, its controlling terminal), with `stty tostop` if `tostop`;
+/// give up after 10 s. Its exit code and all it wrote to the terminal.
+fn in_a_terminal(args: &[&str], tostop: bool) -> (Option<i32>, String) {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: posix_openpt returns a new descriptor or -1; grantpt and unlockpt act on it;
+    // ptsname_r writes at most `name.len()` bytes into the buffer.
+    let (master, slave_name) = unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(fd), 0);
+        assert_eq!(libc::unlockpt(fd), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+        let name = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_str()
+            .unwrap()
+            .to_string();
+        (std::fs::File::from_raw_fd(fd), name)
+    };
+    let slave = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&slave_name)
+        .expect("open the terminal's slave side");
+    if tostop {
+        use std::os::fd::AsRawFd;
+        // SAFETY: termios is plain data; tcgetattr fills it from an open terminal.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            assert_eq!(libc::tcgetattr(slave.as_raw_fd(), &mut t), 0);
+            t.c_lflag |= libc::TOSTOP;
+            assert_eq!(libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &t), 0);
+        }
+    }
+    let mut command = std::process::Command::new(util::sbs_profile());
+    command
+        .args(args)
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap());
+    // SAFETY: setsid and ioctl are async-signal-safe system calls; the child makes a
+    // session of its own and takes the terminal on its stdin as its controlling terminal
+    // (its process group is then the terminal's foreground).
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn().expect("spawn sbs-profile in a terminal");
+    // Our copies of the terminal's slave side: the master reads EIO once the child's close.
+    drop((command, slave));
+    let (sent, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Until EIO: every slave descriptor closed.
+        let mut all = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match std::io::Read::read(&mut &master, &mut chunk) {
+                Ok(0) => break,
+                Ok(n) => all.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if e.raw_os_error() != Some(libc::EIO) {
+                        all.extend(format!("(reading the terminal: {e})").bytes());
+                    }
+                    break;
+                }
+            }
+        }
+        let _ = sent.send(all);
+    });
+    let out = ends_within(child, Duration::from_secs(10), "a run in a terminal");
+    let written = received
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|e| format!("(nothing read from the terminal: {e})").into_bytes());
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&written).into_owned(),
+    )
+}
+
+/// In a real terminal: under `stty tostop` a run that writes to it (`--show-output`) is
+/// stopped by SIGTTOU, and one that reads it (`--input /dev/tty`) by SIGTTIN, since each
+/// run has a process group of its own; sbs-profile ends and says why (it used to wait
+/// forever). Without tostop, the output shows.
+#[test]
+fn a_run_stopped_by_its_terminal_ends_with_the_reason() {
+    let run = ["--runs", "1", "--warmup", "0"];
+    let echo = [&run[..], &["--show-output", "--", "/bin/echo", "sbs-hello"]].concat();
+    let (code, text) = in_a_terminal(&echo, false);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("sbs-hello"), "{text}");
+
+    let (code, text) = in_a_terminal(&echo, true);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("/bin/echo was stopped by SIGTTOU: it wrote to the terminal")
+            && text.contains("`stty -tostop`"),
+        "{text}"
+    );
+
+    let cat = [&run[..], &["--input", "/dev/tty", "--", "/bin/cat"]].concat();
+    let (code, text) = in_a_terminal(&cat, false);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("/bin/cat was stopped by SIGTTIN: it read from the terminal")
+            && text.contains("--input FILE"),
+        "{text}"
+    );
+}

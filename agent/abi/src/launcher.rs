@@ -27,7 +27,9 @@
 //! it, from just before the vfork to the return of `wait4`. A failed set-up or exec is
 //! reported by the process itself ([`Message::ExecFailed`], [`Message::LauncherFailed`]).
 //! The run parent reaps it and reports [`Message::Exited`] with the status, the rusage
-//! and the wall time, then exits.
+//! and the wall time, then exits. If the process stops instead (a job-control signal:
+//! it is outside the terminal's foreground, so touching the terminal stops it), the run
+//! parent reports [`Message::Stopped`] and goes on waiting: the collector decides.
 //! Every message is [`MESSAGE_WORDS`] little-endian words; a death tie runs from the
 //! benchmark to its run parent to the launcher, which ends with the collector's socket.
 //!
@@ -68,6 +70,7 @@ const TAG_STARTED: u64 = 0x5342_4c31; // "SBL1"
 const TAG_EXEC_FAILED: u64 = 0x5342_4c32;
 const TAG_EXITED: u64 = 0x5342_4c33;
 const TAG_FAILED: u64 = 0x5342_4c34;
+const TAG_STOPPED: u64 = 0x5342_4c35;
 
 /// The step of the launcher that failed ([`Message::LauncherFailed`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +115,11 @@ pub enum Message {
         /// `CLOCK_MONOTONIC`).
         wall_ns: u64,
     },
+    /// It stopped (and is still there, stopped): the run parent goes on waiting for its end.
+    Stopped {
+        /// The signal that stopped it (`SIGTTOU`, `SIGTTIN`, `SIGTSTP`, `SIGSTOP`).
+        signal: i32,
+    },
     /// The launcher, the run parent or the benchmark's process before its exec failed at
     /// `step` with this errno.
     LauncherFailed {
@@ -149,6 +157,7 @@ impl Message {
                 max_rss_kib,
                 wall_ns,
             ],
+            Message::Stopped { signal } => [TAG_STOPPED, signal as u32 as u64, 0, 0, 0, 0],
             Message::LauncherFailed { step, errno } => {
                 [TAG_FAILED, errno as u32 as u64, step as u64, 0, 0, 0]
             }
@@ -188,6 +197,7 @@ impl Message {
                 max_rss_kib: word(4),
                 wall_ns: word(5),
             },
+            TAG_STOPPED => Message::Stopped { signal: int(1) },
             TAG_FAILED => Message::LauncherFailed {
                 errno: int(1),
                 step: match word(2) {
@@ -226,6 +236,7 @@ mod tests {
                 step: Step::Fork,
                 errno: 11,
             },
+            Message::Stopped { signal: 22 },
         ];
         for m in all {
             assert_eq!(Message::decode(&m.encode()), Some(m));

@@ -266,10 +266,18 @@ fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
     }
 }
 
-/// The run parent's side once the benchmark's process has exec'd (or failed).
+/// The run parent's side once the benchmark's process has exec'd (or failed). A stop
+/// is reported and waited through: the process is in a process group of its own, which
+/// the terminal treats as a background job, so reading the terminal (or writing to it
+/// under `stty tostop`) stops it, and nobody else would ever say so.
 fn wait_for(report_fd: i32, pid: i32, start: u64) -> i32 {
     let mut rusage = sys::Rusage::default();
-    match sys::wait4(pid, &mut rusage) {
+    let mut waited = sys::wait4(pid, &mut rusage);
+    while let Some(signal) = waited.ok().and_then(sys::stopped_by) {
+        report(report_fd, Message::Stopped { signal });
+        waited = sys::wait4(pid, &mut rusage);
+    }
+    match waited {
         Ok(status) => {
             let wall_ns = sys::monotonic_ns().saturating_sub(start);
             let us = |sec: i64, usec: i64| (sec as u64) * 1_000_000 + usec as u64;

@@ -38,6 +38,7 @@ const F_SETFD: usize = 2;
 const FD_CLOEXEC: usize = 1;
 const PR_SET_PDEATHSIG: usize = 1;
 const WNOHANG: usize = 1;
+const WUNTRACED: usize = 2;
 const PROT_READ: usize = 1;
 const PROT_WRITE: usize = 2;
 const MAP_PRIVATE: usize = 2;
@@ -461,7 +462,8 @@ pub unsafe fn execve(path: *const u8, argv: *const *const u8, envp: *const *cons
     -(r as i32)
 }
 
-/// `wait4(pid, &status, 0, &rusage)`, retried on EINTR.
+/// `wait4(pid, &status, WUNTRACED, &rusage)`, retried on EINTR: the raw status of the
+/// child's end, or of its stop (see [`stopped_by`]).
 pub fn wait4(pid: i32, rusage: &mut Rusage) -> Result<i32, i32> {
     let mut status: i32 = 0;
     loop {
@@ -471,7 +473,7 @@ pub fn wait4(pid: i32, rusage: &mut Rusage) -> Result<i32, i32> {
                 SYS_WAIT4,
                 pid as usize,
                 &mut status as *mut i32 as usize,
-                0,
+                WUNTRACED,
                 rusage as *mut Rusage as usize,
             )
         };
@@ -481,6 +483,12 @@ pub fn wait4(pid: i32, rusage: &mut Rusage) -> Result<i32, i32> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The signal that stopped the child, if the wait status `status` is a stop's
+/// (`WIFSTOPPED`, `WSTOPSIG`).
+pub fn stopped_by(status: i32) -> Option<i32> {
+    (status & 0xff == 0x7f).then_some((status >> 8) & 0xff)
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds (the clock `std::time::Instant` reads).

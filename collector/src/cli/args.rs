@@ -224,7 +224,8 @@ pub struct RunArgs {
     pub profile_time: bool,
 
     /// Kill a run's whole process group after this long: seconds, or with a unit
-    /// (`500ms`, `2s`, `1m`).
+    /// (`500ms`, `2s`, `1m`). Each --setup, --prepare and --cleanup command gets the same
+    /// limit.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_negative_numbers = true)]
     pub timeout: Option<Duration>,
 
@@ -251,7 +252,7 @@ pub struct RunArgs {
     pub setup: Option<String>,
 
     /// Run CMD once per benchmark after its last run, unmeasured, also when a run or the
-    /// --setup failed.
+    /// --setup failed, and after Ctrl-C (a second stop signal kills it).
     #[arg(long, value_name = "CMD")]
     pub cleanup: Option<String>,
 

@@ -107,6 +107,7 @@ pub fn confirm_with(
         benchmarks,
         &involved,
         executor,
+        cancel,
         " again",
         |benchmarks, executor| run_more(benchmarks, schedule, cancel, groups, runs, executor),
     );

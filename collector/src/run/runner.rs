@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -101,6 +101,14 @@ pub enum RunError {
         /// The cause.
         source: anyhow::Error,
     },
+    /// The child stopped (a job-control signal); it was killed with its process group.
+    #[error("{}", stopped_message(program, *signal))]
+    Stopped {
+        /// The program.
+        program: PathBuf,
+        /// The signal that stopped it.
+        signal: i32,
+    },
     /// The user pressed Ctrl-C, or the collector got SIGTERM, SIGHUP (its terminal or ssh
     /// session closed) or SIGQUIT.
     #[error("interrupted")]
@@ -113,6 +121,38 @@ impl RunError {
     pub fn asks_again(&self) -> bool {
         matches!(self, RunError::Instrument { source, .. }
             if source.is::<crate::run::instrument::RunAgain>())
+    }
+}
+
+/// Why `program` stopped with `signal`, and what to do: one line. Every process the
+/// runner starts has a process group of its own (so that a timeout or Ctrl-C kills all it
+/// started), which a terminal treats as a background job: reading the terminal stops it,
+/// and so does writing to it under `stty tostop`. A stopped run would never end.
+pub fn stopped_message(program: &std::path::Path, signal: i32) -> String {
+    let program = program.display();
+    let own_group = "a run is a background job to the terminal (it has a process group of \
+                     its own), so";
+    match signal {
+        libc::SIGTTOU => format!(
+            "{program} was stopped by SIGTTOU: it wrote to the terminal (or changed its \
+             settings), and {own_group} `stty tostop` stops it there; it was killed; redirect \
+             its output in the command, drop --show-output, or run `stty -tostop`"
+        ),
+        libc::SIGTTIN => format!(
+            "{program} was stopped by SIGTTIN: it read from the terminal, and {own_group} the \
+             terminal stops it there; it was killed; give it its input with --input FILE or a \
+             redirection in the command"
+        ),
+        _ => {
+            let name = Signal::try_from(signal)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {signal}"));
+            format!(
+                "{program} was stopped by {name} (it stopped itself, or another process \
+                 stopped it) and was killed, since a stopped run never ends; benchmark a \
+                 command that does not stop"
+            )
+        }
     }
 }
 
@@ -163,6 +203,23 @@ impl Cancel {
         let mut fds = [PollFd::new(self.read.as_fd(), PollFlags::POLLIN)];
         matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
     }
+
+    /// Readable once a signal has arrived (and from then on: nothing drains it).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.read.as_fd()
+    }
+
+    /// How many signals have arrived (up to a few thousand): work started after the
+    /// first (a `--cleanup` after Ctrl-C) stops at the next.
+    pub fn signals(&self) -> usize {
+        let mut bytes = [0u8; 4096];
+        nix::sys::socket::recv(
+            self.read.as_raw_fd(),
+            &mut bytes,
+            nix::sys::socket::MsgFlags::MSG_PEEK | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        )
+        .unwrap_or(0)
+    }
 }
 
 impl Drop for Cancel {
@@ -205,8 +262,8 @@ fn run_inner(
         return Err(RunError::Interrupted);
     }
     let launch = prepare(config, instruments)?;
-    let child = start(config, instruments, launch, cancel)?;
-    let ended = wait_for_exit(config, &child, cancel)?;
+    let mut child = start(config, instruments, launch, cancel)?;
+    let ended = wait_for_exit(config, &mut child, cancel)?;
     let outcome = reap(config, child, ended, true)?;
     let mut samples = Vec::new();
     for i in instruments.iter_mut() {
@@ -292,6 +349,9 @@ struct Started {
     deadline_from: Instant,
     /// The parent's end of the launcher's report pipe.
     report: File,
+    /// A message read from it while waiting (the end, or a stop), with `None` for end of
+    /// file; [`reap`] reads it before the pipe.
+    early: Option<Option<Message>>,
 }
 
 /// Start the child through the launcher (see `launcher.rs`), which forks the benchmark's
@@ -337,6 +397,7 @@ fn start(
             start: launched,
             deadline_from: launched,
             report,
+            early: None,
         });
     };
     let pidfd = sys::pidfd_open(pid).map_err(err)?;
@@ -354,6 +415,7 @@ fn start(
                 start: launched,
                 deadline_from: launched,
                 report,
+                early: None,
             });
         }
     }
@@ -373,6 +435,7 @@ fn start(
             None => start,
         },
         report,
+        early: None,
     })
 }
 
@@ -526,6 +589,18 @@ fn elf_interpreter(data: &[u8]) -> Option<String> {
     }
 }
 
+impl Started {
+    /// Read the message waiting on the report pipe, kept for [`reap`].
+    fn read_early(&mut self, config: &RunConfig) -> Result<(), RunError> {
+        if self.early.is_none() {
+            let message =
+                launcher::read_message(&mut self.report).map_err(|e| spawn_error(config, e))?;
+            self.early = Some(message);
+        }
+        Ok(())
+    }
+}
+
 /// Our ends of a run's pipes to the launcher.
 struct Pipes {
     /// Its messages.
@@ -597,9 +672,14 @@ struct Ended {
     timed_out: bool,
 }
 
-/// Wait until the child exits, its deadline passes, or a signal asks us to stop (then
-/// the error; the guard kills and reaps the child).
-fn wait_for_exit(config: &RunConfig, child: &Started, cancel: &Cancel) -> Result<Ended, RunError> {
+/// Wait until the child exits or stops, its deadline passes, or a signal asks us to stop
+/// (then the error; the guard kills and reaps the child). A stop is the launcher's
+/// message: [`reap`] reads it.
+fn wait_for_exit(
+    config: &RunConfig,
+    child: &mut Started,
+    cancel: &Cancel,
+) -> Result<Ended, RunError> {
     loop {
         let remaining = match config.timeout {
             Some(t) => match t.checked_sub(child.deadline_from.elapsed()) {
@@ -613,22 +693,29 @@ fn wait_for_exit(config: &RunConfig, child: &Started, cancel: &Cancel) -> Result
             },
             None => PollTimeout::NONE,
         };
+        // A run at once ends when the launcher reports (it reaped the process); a latched
+        // one when its pidfd says so. The launcher reports a stop too.
+        let end = match &child.pidfd {
+            Some(pidfd) => pidfd.as_fd(),
+            None => child.report.as_fd(),
+        };
         let mut fds = [
-            // A run at once ends when the launcher reports (it reaped the process).
-            match &child.pidfd {
-                Some(pidfd) => PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
-                None => PollFd::new(child.report.as_fd(), PollFlags::POLLIN),
-            },
             PollFd::new(cancel.read.as_fd(), PollFlags::POLLIN),
+            PollFd::new(child.report.as_fd(), PollFlags::POLLIN),
+            PollFd::new(end.as_fd(), PollFlags::POLLIN),
         ];
         match poll(&mut fds, remaining) {
             Ok(0) => continue, // re-check the deadline
             Ok(_) => {
-                if fds[1].any().unwrap_or(false) {
+                if fds[0].any().unwrap_or(false) {
                     return Err(RunError::Interrupted);
                 }
+                let wall = child.start.elapsed();
+                if fds[1].any().unwrap_or(false) {
+                    child.read_early(config)?;
+                }
                 return Ok(Ended {
-                    wall: child.start.elapsed(),
+                    wall,
                     timed_out: false,
                 });
             }
@@ -652,6 +739,7 @@ fn reap(
         mut guard,
         mut report,
         pidfd,
+        early,
         ..
     } = child;
     let pid = guard.pid;
@@ -659,25 +747,35 @@ fn reap(
         let _ = killpg(pid, Signal::SIGKILL);
     }
     let err = |e| spawn_error(config, e);
+    let mut next = match early {
+        Some(message) => message,
+        None => launcher::read_message(&mut report).map_err(err)?,
+    };
+    // A stopped process would never end: killed, its end read, and the run is an error.
+    let mut stopped = None;
+    while let Some(Message::Stopped { signal }) = next {
+        let _ = killpg(pid, Signal::SIGKILL);
+        stopped = Some(signal);
+        next = launcher::read_message(&mut report).map_err(err)?;
+    }
     // The launcher reaps the benchmark's process and reports at once; an exec that failed
     // reports that first.
-    let (status, user_us, sys_us, max_rss_kib, wall_ns) =
-        match launcher::read_message(&mut report).map_err(err)? {
-            Some(Message::Exited {
-                status,
-                user_us,
-                sys_us,
-                max_rss_kib,
-                wall_ns,
-            }) => (status, user_us, sys_us, max_rss_kib, wall_ns),
-            Some(other) => return Err(launcher_error(config, other)),
-            None => {
-                return Err(RunError::ParentGone {
-                    program: config.program.clone(),
-                    run_parent: guard.run_parent.as_raw(),
-                })
-            }
-        };
+    let (status, user_us, sys_us, max_rss_kib, wall_ns) = match next {
+        Some(Message::Exited {
+            status,
+            user_us,
+            sys_us,
+            max_rss_kib,
+            wall_ns,
+        }) => (status, user_us, sys_us, max_rss_kib, wall_ns),
+        Some(other) => return Err(launcher_error(config, other)),
+        None => {
+            return Err(RunError::ParentGone {
+                program: config.program.clone(),
+                run_parent: guard.run_parent.as_raw(),
+            })
+        }
+    };
     // The run parent is the launcher's to reap.
     guard.reaped = true;
     // Leftover descendants in the benchmark's process group do not outlive the run.
@@ -690,6 +788,12 @@ fn reap(
         ExitKind::Code(libc::WEXITSTATUS(status))
     };
     let survivors = overlap::survivors(survivors);
+    if let Some(signal) = stopped {
+        return Err(RunError::Stopped {
+            program: config.program.clone(),
+            signal,
+        });
+    }
     // A latched run is timed from its release, by us; a run at once by the launcher, from
     // its fork (it started the clock and saw the end first).
     let wall = match pidfd.is_some() || ended.timed_out {

@@ -46,7 +46,7 @@ impl Executor for Script {
         Ok((outcome, samples))
     }
 
-    fn hook(&mut self, hook: &Hook, config: &RunConfig) -> anyhow::Result<()> {
+    fn hook(&mut self, hook: &Hook, config: &RunConfig, _: &Cancel) -> anyhow::Result<()> {
         self.log.push(format!(
             "{} {}",
             hook.option,

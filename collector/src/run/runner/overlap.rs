@@ -75,7 +75,7 @@ pub fn run_overlapping(
         if pool.flights.is_empty() {
             break;
         }
-        match wait_for_any(&pool.flights, runs, cancel) {
+        match wait_for_any(&mut pool.flights, runs, cancel) {
             Ok((k, ended)) => pool.land(k, ended, sets, runs, stop, done),
             Err(e) => pool.abort_all(sets, e),
         }
@@ -250,10 +250,10 @@ fn land(
     result
 }
 
-/// Wait until one of `flights` ends or passes its deadline (its place among them, and how
-/// it ended), or a signal asks us to stop.
+/// Wait until one of `flights` ends, stops or passes its deadline (its place among them,
+/// and how it ended), or a signal asks us to stop.
 fn wait_for_any(
-    flights: &[Flight],
+    flights: &mut [Flight],
     runs: &[Planned],
     cancel: &Cancel,
 ) -> Result<(usize, Ended), RunError> {
@@ -280,25 +280,36 @@ fn wait_for_any(
         let wait = soonest.map_or(PollTimeout::NONE, |d| {
             PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX)
         });
-        let mut fds: Vec<PollFd> = flights
-            .iter()
-            .map(|f| match &f.started.pidfd {
-                Some(pidfd) => PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
-                None => PollFd::new(f.started.report.as_fd(), PollFlags::POLLIN),
-            })
-            .collect();
-        fds.push(PollFd::new(cancel.read.as_fd(), PollFlags::POLLIN));
+        // Per flight its report pipe (its end for a run at once, a stop for any), then its
+        // pidfd (a latched run's end) if it has one.
+        let mut fds = vec![PollFd::new(cancel.read.as_fd(), PollFlags::POLLIN)];
+        let mut owner = Vec::new();
+        for (k, f) in flights.iter().enumerate() {
+            fds.push(PollFd::new(f.started.report.as_fd(), PollFlags::POLLIN));
+            owner.push((k, true));
+            if let Some(pidfd) = &f.started.pidfd {
+                fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+                owner.push((k, false));
+            }
+        }
         match poll(&mut fds, wait) {
             Ok(0) => continue,
             Ok(_) => {
-                if fds.last().and_then(|f| f.any()).unwrap_or(false) {
+                if fds[0].any().unwrap_or(false) {
                     return Err(RunError::Interrupted);
                 }
-                if let Some(k) = fds.iter().position(|f| f.any().unwrap_or(false)) {
+                let ready = fds[1..].iter().position(|f| f.any().unwrap_or(false));
+                drop(fds);
+                if let Some((k, report)) = ready.map(|i| owner[i]) {
+                    let wall = flights[k].started.start.elapsed();
+                    if report {
+                        let config = runs[flights[k].index].config;
+                        flights[k].started.read_early(config)?;
+                    }
                     return Ok((
                         k,
                         Ended {
-                            wall: flights[k].started.start.elapsed(),
+                            wall,
                             timed_out: false,
                         },
                     ));

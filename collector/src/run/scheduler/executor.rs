@@ -34,9 +34,9 @@ pub trait Executor {
     }
 
     /// Run a `--setup`, `--prepare` or `--cleanup` command for the benchmark `config`
-    /// starts.
-    fn hook(&mut self, hook: &Hook, config: &RunConfig) -> anyhow::Result<()> {
-        hook.run(&config.env, config.show_output)
+    /// starts, until its end, its `--timeout` or a stop signal (`cancel`).
+    fn hook(&mut self, hook: &Hook, config: &RunConfig, cancel: &Cancel) -> anyhow::Result<()> {
+        hook.run(config, cancel)
     }
 }
 

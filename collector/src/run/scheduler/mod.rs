@@ -129,9 +129,14 @@ fn run_all(
     executor: &mut dyn Executor,
 ) -> anyhow::Result<Vec<Collected>> {
     let all: Vec<usize> = (0..benchmarks.len()).collect();
-    with_hooks(benchmarks, &all, executor, "", |benchmarks, executor| {
-        run_groups(benchmarks, schedule, cancel, executor)
-    })
+    with_hooks(
+        benchmarks,
+        &all,
+        executor,
+        cancel,
+        "",
+        |benchmarks, executor| run_groups(benchmarks, schedule, cancel, executor),
+    )
 }
 
 /// `body` between the `--setup` and the `--cleanup` of the benchmarks `involved`: a
@@ -146,6 +151,7 @@ pub(super) fn with_hooks<T>(
     benchmarks: &mut [Benchmark],
     involved: &[usize],
     executor: &mut dyn Executor,
+    cancel: &Cancel,
     again: &str,
     body: impl FnOnce(&mut [Benchmark], &mut dyn Executor) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
@@ -155,7 +161,7 @@ pub(super) fn with_hooks<T>(
         set_up += 1;
         let bench = &benchmarks[b];
         if let Some(setup) = &bench.hooks.setup {
-            if let Err(e) = executor.hook(setup, &bench.run) {
+            if let Err(e) = executor.hook(setup, &bench.run, cancel) {
                 setup_error = Some(e.context(format!("setting up `{}`{again}", bench.name)));
                 break;
             }
@@ -170,7 +176,7 @@ pub(super) fn with_hooks<T>(
         let Some(cleanup) = &bench.hooks.cleanup else {
             continue;
         };
-        let Err(e) = executor.hook(cleanup, &bench.run) else {
+        let Err(e) = executor.hook(cleanup, &bench.run, cancel) else {
             continue;
         };
         if result.is_err() {
@@ -494,7 +500,7 @@ pub(super) fn run_once_more_if_asked(
     loop {
         if let Some(prepare) = &hooks.prepare {
             executor
-                .hook(prepare, config)
+                .hook(prepare, config, cancel)
                 .with_context(|| format!("before a {} run of `{name}`", group.name))?;
         }
         match executor.run(config, &mut group.instruments, cancel) {

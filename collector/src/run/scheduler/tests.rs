@@ -25,7 +25,12 @@ struct Script {
 impl Executor for Script {
     /// Hooks are recorded, not run: a real shell here could be killed by the survivor
     /// check of a runner test running beside it in this test binary.
-    fn hook(&mut self, hook: &crate::run::hooks::Hook, _: &RunConfig) -> anyhow::Result<()> {
+    fn hook(
+        &mut self,
+        hook: &crate::run::hooks::Hook,
+        _: &RunConfig,
+        _: &Cancel,
+    ) -> anyhow::Result<()> {
         self.calls.push(format!("hook {}", hook.command));
         Ok(())
     }
