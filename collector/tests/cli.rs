@@ -60,11 +60,11 @@ fn malformed_numbers_are_rejected() {
                 "--",
                 "true",
             ],
-            "more than 1000000000 runs per group",
+            "at most 1000000000 runs per group",
         ),
         (
             vec!["--runs", "2000000000", "--", "true"],
-            "more than 1000000000 runs per group",
+            "at most 1000000000 runs per group",
         ),
     ];
     for (args, needle) in cases {
