@@ -604,6 +604,16 @@ struct ExecCheck {
     missing_max: u64,
 }
 
+/// What the exec check found in one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Unmeasured {
+    /// Exec'd images that did not report.
+    missing: u64,
+    /// Whether the check saw every exec: false when the kernel's records overflowed, and
+    /// `missing` is then a lower bound.
+    complete: bool,
+}
+
 /// Exec'd images of a run that did not report: execs the kernel saw, less the images that
 /// loaded the agent at start (the benchmark and every exec'd program that kept it). Images
 /// that found no free slot are subtracted too: they did load the agent (and are reported
@@ -631,12 +641,13 @@ impl ExecCheck {
     }
 
     /// This run's unmeasured images, if its watch was open.
-    fn collect(&mut self, reports: &Reports) -> Option<u64> {
+    fn collect(&mut self, reports: &Reports) -> Option<Unmeasured> {
         let seen = self.watch.take()?.count();
         self.runs += 1;
         if seen.saturated {
             self.saturated += 1;
         }
+        let complete = !seen.saturated;
         let missing = unmeasured_images(&seen, reports);
         if missing > 0 {
             self.missing_min = if self.missing_runs == 0 {
@@ -647,7 +658,7 @@ impl ExecCheck {
             self.missing_max = self.missing_max.max(missing);
             self.missing_runs += 1;
         }
-        Some(missing)
+        Some(Unmeasured { missing, complete })
     }
 
     /// `metric`: whether the report has `alloc.unmeasured_images` (not for `--memory`'s
@@ -658,10 +669,11 @@ impl ExecCheck {
         let (counted, bound) = if metric {
             (
                 " (alloc.unmeasured_images counts such programs)",
-                ": alloc.unmeasured_images is a lower bound",
+                ": the alloc.* and heap.* amounts of those runs are lower bounds, not exact, \
+                 and so is alloc.unmeasured_images",
             )
         } else {
-            ("", "")
+            ("", ": the heap.* values of those runs are not exact")
         };
         if self.missing_runs > 0 {
             let (count, was, they, their) = match (self.missing_min, self.missing_max) {
@@ -688,9 +700,10 @@ impl ExecCheck {
         }
         if self.saturated > 0 {
             w.push(format!(
-                "in {} of {all} runs the kernel's exec records overflowed (more than about a \
-                 thousand processes or threads started per CPU), so exec'd programs without \
-                 the allocation agent may have gone unnoticed there{bound}",
+                "in {} of {all} runs the kernel's exec records overflowed (more processes or \
+                 threads started than the records could hold while they were read), so the \
+                 check for exec'd programs without the allocation agent could not complete \
+                 there{bound}",
                 self.saturated
             ));
         }
@@ -756,15 +769,19 @@ impl AllocAgent {
     fn samples(
         &self,
         reports: &Reports,
-        unmeasured: Option<u64>,
+        unmeasured: Option<Unmeasured>,
         outcome: &RunOutcome,
         out: &mut Vec<Sample>,
     ) {
         let t = reports.totals();
         let source = self.path.source();
         // A program exec'd without the agent allocated uncounted: the amounts are lower
-        // bounds then, not exact (the counts of images stay exact).
-        let whole = unmeasured.unwrap_or(0) == 0;
+        // bounds then, not exact (the count of images that reported stays exact). So
+        // they are where the check could not complete (its records overflowed): such a
+        // program may have gone unseen, and the count of unmeasured images is a lower
+        // bound.
+        let complete = unmeasured.is_none_or(|u| u.complete);
+        let whole = unmeasured.is_none_or(|u| u.missing == 0) && complete;
         let m = |id: &str, unit| MetricSpec::new(id, unit, source, whole);
         let images = |id: &str| MetricSpec::new(id, Unit::Count, source, true);
         // Within the stated bound, not exact, when threads allocated at once.
@@ -809,8 +826,11 @@ impl AllocAgent {
             t.live_at_exit as f64,
         ));
         out.push(Sample::new(images("alloc.processes"), t.images as f64));
-        if let Some(n) = unmeasured {
-            out.push(Sample::new(images("alloc.unmeasured_images"), n as f64));
+        if let Some(u) = unmeasured {
+            out.push(Sample::new(
+                MetricSpec::new("alloc.unmeasured_images", Unit::Count, source, complete),
+                u.missing as f64,
+            ));
         }
     }
 }
