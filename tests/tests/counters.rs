@@ -710,7 +710,13 @@ fn a_descendant_that_execs_a_setuid_program_is_named_and_its_counts_not_called_e
     for engine in ["uprobe", "auto"] {
         let (_, plain_malloc, plain_faults, plain_warnings) = run(&plain, engine);
         let (with, malloc, faults, warnings) = run(&setuid, engine);
-        assert_eq!(plain_malloc["exact"], true, "{engine}: {plain_malloc}");
+        // In-process, glibc's malloc is a lower bound anyway: calls made before the
+        // counting library starts are not counted.
+        assert_eq!(
+            plain_malloc["exact"],
+            engine == "uprobe",
+            "{engine}: {plain_malloc}"
+        );
         assert!(
             !plain_warnings.contains("credentials"),
             "{engine}: {plain_warnings}"
