@@ -998,6 +998,55 @@ impl Instrument for AllocAgent {
 mod tests {
     use super::*;
 
+    /// A run whose exec check could not complete (its records overflowed) may hide a
+    /// program that ran without the agent: its amounts and its count of unmeasured images
+    /// are lower bounds, not exact; a complete check that found none leaves them exact.
+    #[test]
+    fn a_check_that_could_not_complete_leaves_no_amount_exact() {
+        // Made on the harness path (no program to read), then taken for the agent's.
+        let mut agent = AllocAgent::new(
+            AllocMetrics::All,
+            AllocPath::Harness,
+            Path::new("/nonexistent/program"),
+            &[],
+        )
+        .unwrap();
+        agent.path = AllocPath::Agent;
+        let reports = Reports {
+            images: vec![SlotValues {
+                origin: Origin::Load.code(),
+                allocs: 10,
+                ..SlotValues::default()
+            }],
+            unreported: 0,
+            tree: TreeValues::default(),
+        };
+        let outcome = RunOutcome {
+            pid: Pid::from_raw(1),
+            wall: std::time::Duration::from_millis(1),
+            user: std::time::Duration::ZERO,
+            sys: std::time::Duration::ZERO,
+            max_rss: 0,
+            exit: crate::run::instrument::ExitKind::Code(0),
+            survivors: Vec::new(),
+        };
+        let exact = |complete: bool| {
+            let mut out = Vec::new();
+            let seen = Unmeasured {
+                missing: 0,
+                complete,
+            };
+            agent.samples(&reports, Some(seen), &outcome, &mut out);
+            out.into_iter()
+                .map(|s| (s.metric.id, s.metric.exact))
+                .collect::<Vec<_>>()
+        };
+        for (id, exact) in exact(false) {
+            assert_eq!(exact, id == "alloc.processes", "{id}");
+        }
+        assert!(exact(true).iter().all(|(_, exact)| *exact));
+    }
+
     #[test]
     fn the_peak_note_says_which_part_of_the_bound_ended_threads_changed() {
         let img = |max_active: u64, unseen: u64| SlotValues {
