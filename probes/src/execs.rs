@@ -9,10 +9,13 @@
 //! that is not bound to a CPU, so there is one event and one ring per online CPU; each
 //! records what the tasks running on its CPU did.
 //!
-//! The rings are read once, after the run, so no reader runs next to the benchmark. A
-//! ring that fills up drops records: the watch says so (the count is then a lower bound).
-//! The events also bring fork and exit records (the kernel adds them to `comm` ones), so
-//! a ring of [`RING_BYTES`] holds about a thousand processes or threads per CPU.
+//! A thread drains the rings while the run goes on (the kernel wakes nothing: the thread
+//! looks every few milliseconds, and at once when the watch is read), so that a run that
+//! starts thousands of processes, or whose process maps and protects code thousands of
+//! times (the in-process counting library's patching writes a mapping record per
+//! `mprotect` of code), does not fill them. A ring that fills up anyway drops records: the
+//! kernel then writes a record of how many it dropped, and the watch says so
+//! ([`ExecCount::saturated`]: the count is then a lower bound).
 //!
 //! # Execs that end the kernel's following
 //!
@@ -31,6 +34,10 @@
 //! [`FOLLOWING_RING_BYTES`] each, and where one fills up the check says so.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use perf_event::events::Software;
 use perf_event::{Builder, Clock, SampleFlag, Sampler};
@@ -93,13 +100,19 @@ pub enum ExecWatchError {
         /// The OS error.
         cause: io::Error,
     },
+    /// The thread that reads the records could not be started.
+    #[error("cannot start the thread that reads the exec records: {cause}")]
+    Thread {
+        /// The OS error.
+        cause: io::Error,
+    },
 }
 
 impl ExecWatchError {
     /// What would make the watch work, for a message that follows this error's.
     pub fn fix(&self) -> String {
         let errno = match self {
-            ExecWatchError::Cpus { .. } => None,
+            ExecWatchError::Cpus { .. } | ExecWatchError::Thread { .. } => None,
             ExecWatchError::Open { cause, .. } | ExecWatchError::Map { cause, .. } => {
                 cause.raw_os_error()
             }
@@ -119,6 +132,11 @@ impl ExecWatchError {
             (ExecWatchError::Map { .. }, Some(libc::EPERM | libc::ENOMEM)) => {
                 "the locked memory for perf buffers is used up (other perf sessions of this \
                  user?); close them, or raise `kernel.perf_event_mlock_kb` or `ulimit -l`"
+                    .to_string()
+            }
+            (ExecWatchError::Thread { .. }, _) => {
+                "too many threads or too little memory for one more: end other work, or raise \
+                 `ulimit -u`"
                     .to_string()
             }
             _ => "this kernel needs perf events (CONFIG_PERF_EVENTS) with comm records \
@@ -147,35 +165,66 @@ pub struct ExecCount {
     pub forked_while_threaded: u64,
 }
 
-/// Exec records of one child process and its descendants, one ring per online CPU.
+/// Exec records of one child process and its descendants, one ring per online CPU,
+/// drained by a thread of its own until [`ExecWatch::count`].
 pub struct ExecWatch {
-    rings: Vec<Sampler>,
+    stop: Arc<AtomicBool>,
+    reader: Option<Reader>,
     /// Whether the rings also hold mapping records and time stamps.
     following: bool,
+}
+
+/// Who reads the rings.
+enum Reader {
+    /// A thread, while the run goes on.
+    Thread(JoinHandle<Drained>),
+    /// [`ExecWatch::count`], once ([`ExecWatch::read_at_end`]).
+    AtEnd(Vec<Sampler>),
 }
 
 impl std::fmt::Debug for ExecWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecWatch")
-            .field("rings", &self.rings.len())
-            .finish()
+            .field("following", &self.following)
+            .finish_non_exhaustive()
     }
+}
+
+/// How long the draining thread sleeps when the rings were empty. A ring holds tens of
+/// kilobytes; no run writes that many records in so short a time.
+const DRAIN_PAUSE: Duration = Duration::from_millis(5);
+
+/// What was read from the rings.
+#[derive(Debug, Default)]
+struct Drained {
+    execs: u64,
+    saturated: bool,
+    /// The steps of a following watch, in the order read (per ring, in time order).
+    timeline: Vec<Step>,
 }
 
 impl ExecWatch {
     /// Watch `pid` (which should not have exec'd yet, so that its own exec counts) and
     /// everything it starts from now on. `pid` 0 is the calling process.
     pub fn open(pid: i32) -> Result<ExecWatch, ExecWatchError> {
-        ExecWatch::open_with(pid, false)
+        ExecWatch::open_with(pid, false, true)
     }
 
     /// Like [`ExecWatch::open`], and also find the execs at which the kernel stopped
     /// following a process (see the module's documentation).
     pub fn following(pid: i32) -> Result<ExecWatch, ExecWatchError> {
-        ExecWatch::open_with(pid, true)
+        ExecWatch::open_with(pid, true, true)
     }
 
-    fn open_with(pid: i32, following: bool) -> Result<ExecWatch, ExecWatchError> {
+    /// Like [`ExecWatch::open`], with the rings read only by [`ExecWatch::count`]: what a
+    /// ring holds at once is then all it can hold, and a run that writes more is
+    /// reported saturated. For tests of that report.
+    #[doc(hidden)]
+    pub fn read_at_end(pid: i32) -> Result<ExecWatch, ExecWatchError> {
+        ExecWatch::open_with(pid, false, false)
+    }
+
+    fn open_with(pid: i32, following: bool, drained: bool) -> Result<ExecWatch, ExecWatchError> {
         let cpus = online_cpus().map_err(|cause| ExecWatchError::Cpus { cause })?;
         let _ = crate::sys::raise_nofile_limit(cpus.len() as u64 + 256);
         let mut rings = Vec::with_capacity(cpus.len());
@@ -209,7 +258,22 @@ impl ExecWatch {
                 .map_err(|cause| ExecWatchError::Map { cpu, cause })?;
             rings.push(ring);
         }
-        Ok(ExecWatch { rings, following })
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = if drained {
+            let flag = stop.clone();
+            let thread = std::thread::Builder::new()
+                .name("sbs-execs".into())
+                .spawn(move || drain(rings, following, &flag))
+                .map_err(|cause| ExecWatchError::Thread { cause })?;
+            Reader::Thread(thread)
+        } else {
+            Reader::AtEnd(rings)
+        };
+        Ok(ExecWatch {
+            stop,
+            reader: Some(reader),
+            following,
+        })
     }
 
     fn ring_bytes(following: bool) -> usize {
@@ -221,36 +285,97 @@ impl ExecWatch {
     }
 
     /// Count the exec records. Call after the watched processes are gone: the count is
-    /// final then. Reading consumes the records.
+    /// final then. The watch ends here: a second call counts nothing.
     pub fn count(&mut self) -> ExecCount {
-        let mut total = ExecCount::default();
-        let mut timeline = Vec::new();
-        let ring_bytes = ExecWatch::ring_bytes(self.following);
-        for ring in &mut self.rings {
-            let mut used = 0usize;
-            while let Some(record) = ring.next_record() {
-                // The header (8 bytes) is not part of `len`.
-                used += record.len() + 8;
-                let exec = record.misc() & MISC_COMM_EXEC != 0;
-                match record.ty() {
-                    PERF_RECORD_COMM if exec => total.execs += 1,
-                    PERF_RECORD_LOST => total.saturated = true,
-                    _ => {}
-                }
-                if self.following {
-                    timeline.extend(Step::read(record.ty(), exec, &record.to_contiguous()));
-                }
+        self.stop.store(true, Ordering::Release);
+        let drained = match self.reader.take() {
+            None => return ExecCount::default(),
+            Some(Reader::Thread(thread)) => {
+                thread.thread().unpark();
+                // A thread that panicked read nothing to trust: say the count is short.
+                thread.join().unwrap_or(Drained {
+                    saturated: true,
+                    ..Drained::default()
+                })
             }
-            // Nothing was read while the run went on, so `used` is all the ring took.
-            if used + LARGEST_RECORD > ring_bytes {
-                total.saturated = true;
+            Some(Reader::AtEnd(mut rings)) => {
+                let mut out = Drained::default();
+                read_rings(&mut rings, self.following, &mut out);
+                out
             }
+        };
+        let Drained {
+            execs,
+            saturated,
+            mut timeline,
+        } = drained;
+        let mut total = ExecCount {
+            execs,
+            saturated,
+            ..ExecCount::default()
+        };
+        if self.following {
+            timeline.sort_by_key(|s| s.time);
+            total.forked_while_threaded = forked_while_threaded(&timeline);
+            total.unfollowed = unfollowed(timeline);
         }
-        timeline.sort_by_key(|s| s.time);
-        total.forked_while_threaded = forked_while_threaded(&timeline);
-        total.unfollowed = unfollowed(timeline);
         total
     }
+}
+
+impl Drop for ExecWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(Reader::Thread(thread)) = self.reader.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Read the rings until `stop` is set, then once more to their end.
+fn drain(mut rings: Vec<Sampler>, following: bool, stop: &AtomicBool) -> Drained {
+    let mut out = Drained::default();
+    loop {
+        let last = stop.load(Ordering::Acquire);
+        let any = read_rings(&mut rings, following, &mut out);
+        if last {
+            return out;
+        }
+        if !any {
+            std::thread::park_timeout(DRAIN_PAUSE);
+        }
+    }
+}
+
+/// Read what the rings hold now into `out`; whether there was anything.
+fn read_rings(rings: &mut [Sampler], following: bool, out: &mut Drained) -> bool {
+    let ring_bytes = ExecWatch::ring_bytes(following);
+    let mut any = false;
+    for ring in rings {
+        let mut used = 0usize;
+        while let Some(record) = ring.next_record() {
+            // The header (8 bytes) is not part of `len`.
+            used += record.len() + 8;
+            let exec = record.misc() & MISC_COMM_EXEC != 0;
+            match record.ty() {
+                PERF_RECORD_COMM if exec => out.execs += 1,
+                PERF_RECORD_LOST => out.saturated = true,
+                _ => {}
+            }
+            if following {
+                out.timeline
+                    .extend(Step::read(record.ty(), exec, &record.to_contiguous()));
+            }
+        }
+        // One pass read all the ring took since the last: a ring read (nearly) full may
+        // have dropped a record the kernel found no room to report.
+        if used + LARGEST_RECORD > ring_bytes {
+            out.saturated = true;
+        }
+        any |= used > 0;
+    }
+    any
 }
 
 /// One record of a following watch, as far as the check needs it.

@@ -117,9 +117,10 @@ fn a_ring_that_fills_up_is_reported() {
         return;
     }
     // Name changes write comm records too (without the exec flag). A thread pinned to
-    // one CPU that renames itself 5000 times writes 160 KB into that CPU's ring.
+    // one CPU that renames itself 5000 times writes 160 KB into that CPU's ring, read
+    // only at the end here (a watch's own thread would empty it as it fills).
     std::thread::spawn(|| {
-        let mut watch = ExecWatch::open(0).expect("open the exec watch on this thread");
+        let mut watch = ExecWatch::read_at_end(0).expect("open the exec watch on this thread");
         // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         // SAFETY: the CPU number is below CPU_SETSIZE.

@@ -915,6 +915,65 @@ fn a_child_run_as_another_user_is_reported_unmeasured() {
     assert_one_child_unmeasured("plain", &child, 2.0);
 }
 
+/// Thousands of execs before the one that escapes the agent (issue 44): more exec records
+/// than the kernel's rings hold at once. The check still sees them all, so the escaped
+/// program is found, and neither the allocation amounts nor the in-process call counts are
+/// called exact; a check that could not complete would say not exact too.
+#[test]
+fn a_child_without_the_agent_after_thousands_of_execs_is_still_found() {
+    if skip_without_exec_watch() {
+        return;
+    }
+    let alloc = fixture!("alloc");
+    let script = format!(
+        "i=0; while [ $i -lt 3000 ]; do /bin/true; i=$((i+1)); done; \
+         exec {alloc} spawn no-preload {alloc} threads 1 1000 24"
+    );
+    let run = sbs([
+        "--alloc",
+        "--invocations",
+        "malloc",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "-f",
+        "json",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .success();
+    let report = run.json();
+    let warnings = report["benchmarks"][0]["warnings"].to_string();
+    // sh, its 3,000 /bin/true and the parent alloc reported; the child alloc did not.
+    assert_eq!(
+        samples(metric(&report, "alloc.unmeasured_images")),
+        vec![1.0],
+        "{warnings}"
+    );
+    assert!(
+        samples(metric(&report, "alloc.processes"))[0] >= 3002.0,
+        "{report:#}"
+    );
+    for id in ["alloc.count", "alloc.bytes", "invocations.malloc"] {
+        assert_eq!(metric(&report, id)["exact"], false, "{id}: {report:#}");
+    }
+    assert!(
+        warnings.contains("1 exec'd program per run was not measured"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("did not load the in-process counting library"),
+        "{warnings}"
+    );
+    // Read while the run went on, the records did not overflow.
+    assert!(!warnings.contains("overflowed"), "{warnings}");
+    let notes = metric(&report, "invocations.malloc")["notes"].to_string();
+    assert!(!notes.contains("overflowed"), "{notes}");
+}
+
 #[test]
 fn an_exec_d_static_program_is_reported_unmeasured() {
     let Some((_dir, exe)) = c_fixture_with("thousand_blocks", &["-static"]) else {

@@ -471,6 +471,48 @@ fn valgrind_counts_children_and_keeps_the_benchmarks_stderr() {
     );
 }
 
+/// Every group runs the argv the user gave (issue 44): under valgrind too, the program
+/// sees the argv[0] typed (`sh`), not the path it was found at. A shell writes its own
+/// command line to a file in every run of each group.
+#[test]
+fn valgrind_runs_the_argv_the_user_gave() {
+    if !util::valgrind_installed() {
+        skip!(
+            Need::Valgrind,
+            "valgrind is not installed (sudo apt-get install -y valgrind)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let lines = dir.path().join("cmdlines");
+    let script = format!(
+        "tr '\\0' ' ' </proc/$$/cmdline >>'{}'; echo >>'{}'",
+        lines.display(),
+        lines.display()
+    );
+    sbs([
+        "-r",
+        "1",
+        "-w",
+        "0",
+        "--time",
+        "--instructions",
+        "valgrind",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .success();
+    let text = std::fs::read_to_string(&lines).expect("the runs wrote their command lines");
+    let seen: Vec<&str> = text.lines().collect();
+    assert_eq!(seen.len(), 2, "one run per group: {text}");
+    for line in &seen {
+        assert!(line.starts_with("sh -c "), "{text}");
+    }
+    assert_eq!(seen[0], seen[1], "{text}");
+}
+
 #[test]
 fn auto_picks_a_mechanism_and_says_which() {
     if pmu_reason().is_some() && !util::valgrind_installed() {
@@ -668,7 +710,13 @@ fn a_descendant_that_execs_a_setuid_program_is_named_and_its_counts_not_called_e
     for engine in ["uprobe", "auto"] {
         let (_, plain_malloc, plain_faults, plain_warnings) = run(&plain, engine);
         let (with, malloc, faults, warnings) = run(&setuid, engine);
-        assert_eq!(plain_malloc["exact"], true, "{engine}: {plain_malloc}");
+        // In-process, glibc's malloc is a lower bound anyway: calls made before the
+        // counting library starts are not counted.
+        assert_eq!(
+            plain_malloc["exact"],
+            engine == "uprobe",
+            "{engine}: {plain_malloc}"
+        );
         assert!(
             !plain_warnings.contains("credentials"),
             "{engine}: {plain_warnings}"

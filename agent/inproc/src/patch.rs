@@ -823,6 +823,11 @@ unsafe fn fill_area(
 /// The jumps from each site to its trampoline at `t`. From here on the trampolines are
 /// in use: never unmapped.
 ///
+/// Each code segment that holds sites is made writable once, for all of its sites, and
+/// given its own protection back after the last: every `mprotect` of code writes a
+/// mapping record into the rings of perf events that watch the process (the collector's
+/// exec watch), and one pair per site filled them on programs with thousands of sites.
+///
 /// # Safety
 /// `loaded` describes a mapped object whose sites were checked ([`check_sites`]), the
 /// trampolines at `t` are complete and executable ([`fill_area`]), and the process has a
@@ -833,36 +838,68 @@ unsafe fn write_jumps(
     loaded: &Loaded,
     t: u64,
 ) -> Result<(), Refusal> {
+    let mut open = None;
+    // SAFETY: contract.
+    let written = unsafe { write_each_jump(table, record, loaded, t, &mut open) };
+    let restored = match open {
+        // SAFETY: back to the segment's own protection.
+        Some((first, end, prot)) => unsafe { sys::mprotect(first, end - first, prot) },
+        None => true,
+    };
+    written?;
+    if restored {
+        Ok(())
+    } else {
+        Err(Refusal::Protect)
+    }
+}
+
+/// [`write_jumps`]'s loop; `open` is the segment it left writable (first page, end of
+/// its last page, its own protection), which the caller protects again.
+///
+/// # Safety
+/// As [`write_jumps`].
+unsafe fn write_each_jump(
+    table: &[u8],
+    record: &ModuleRecord,
+    loaded: &Loaded,
+    t: u64,
+    open: &mut Option<(u64, u64, u64)>,
+) -> Result<(), Refusal> {
     for i in 0..record.sites {
         let s = site(table, record, i).ok_or(Refusal::BytesDiffer)?;
         let at = loaded.bias.wrapping_add(s.address);
-        let (_, _, flags) = loaded
+        let (start, end, flags) = loaded
             .code_segment(at, s.len as u64)
             .ok_or(Refusal::BytesDiffer)?;
         let bytes = s.patch(at, t + s.stub as u64).ok_or(Refusal::OutOfRange)?;
-        let first = at & !(PAGE - 1);
-        let len = (at + s.len as u64 - first).div_ceil(PAGE) * PAGE;
-        // SAFETY: pages of the module's executable segment; they stay executable while
-        // writable (our own code, e.g. libc's, may run from them), and the process has
-        // one thread, so nothing executes the bytes while they change.
-        if !unsafe {
-            sys::mprotect(
-                first,
-                len,
-                sys::PROT_READ | sys::PROT_WRITE | sys::PROT_EXEC,
-            )
-        } {
-            return Err(Refusal::Protect);
+        let first = start & !(PAGE - 1);
+        let last = end.div_ceil(PAGE) * PAGE;
+        if open.is_none_or(|(f, _, _)| f != first) {
+            if let Some((f, e, prot)) = open.take() {
+                // SAFETY: back to that segment's own protection.
+                if !unsafe { sys::mprotect(f, e - f, prot) } {
+                    return Err(Refusal::Protect);
+                }
+            }
+            // SAFETY: the pages of the module's executable segment; they stay executable
+            // while writable (our own code, e.g. libc's, may run from them), and the
+            // process has one thread, so nothing executes the bytes while they change.
+            if !unsafe {
+                sys::mprotect(
+                    first,
+                    last - first,
+                    sys::PROT_READ | sys::PROT_WRITE | sys::PROT_EXEC,
+                )
+            } {
+                return Err(Refusal::Protect);
+            }
+            *open = Some((first, last, crate::plan::protection(flags)));
         }
         for k in 0..s.len as u64 {
             // SAFETY: the site's bytes, writable now; checked to be the collector's
             // original bytes, which no branch enters except at the site (collector).
             unsafe { core::ptr::write_volatile((at + k) as *mut u8, bytes[k as usize]) };
-        }
-        let prot = crate::plan::protection(flags);
-        // SAFETY: back to the segment's own protection.
-        if !unsafe { sys::mprotect(first, len, prot) } {
-            return Err(Refusal::Protect);
         }
     }
     Ok(())

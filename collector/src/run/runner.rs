@@ -316,7 +316,7 @@ fn prepare(
         });
     };
     let mut args = setup.wrapper.clone();
-    args.push(config.program.clone().into_os_string());
+    args.push(program_as_given(config, &env));
     args.extend(config.args.iter().skip(1).cloned());
     // A wrapper is looked up in PATH like a shell would.
     let path = if wrapper.as_encoded_bytes().contains(&b'/') {
@@ -332,6 +332,42 @@ fn prepare(
         env,
         pass_fds: setup.pass_fds,
     })
+}
+
+/// How a wrapper (valgrind) names the program: valgrind runs the program it finds by that
+/// name (through `PATH` when it has no `/`) and gives the program that name as its
+/// `argv[0]`, so the argv[0] the user gave, where it finds the same file as the resolved
+/// program in the child's environment: every group then runs the same argv (a program's
+/// work may depend on its argv[0]: jq 1.6's does). Else the resolved program's path.
+fn program_as_given(config: &RunConfig, env: &[(OsString, OsString)]) -> OsString {
+    let resolved = config.program.clone().into_os_string();
+    let Some(given) = config.args.first() else {
+        return resolved;
+    };
+    let found = if given.as_encoded_bytes().contains(&b'/') {
+        Some(std::path::PathBuf::from(given))
+    } else {
+        let path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone());
+        std::env::current_dir()
+            .ok()
+            .and_then(|cwd| which::which_in(given, path, cwd).ok())
+    };
+    match found.map(|f| same_file(&f, &config.program)) {
+        Some(true) => given.clone(),
+        _ => resolved,
+    }
+}
+
+/// Whether two paths name the same file (device and inode).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 /// A started child, owned by its guard until it is reaped.

@@ -642,6 +642,16 @@ struct ExecCheck {
     missing_max: u64,
 }
 
+/// What the exec check found in one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Unmeasured {
+    /// Exec'd images that did not report.
+    missing: u64,
+    /// Whether the check saw every exec: false when the kernel's records overflowed, and
+    /// `missing` is then a lower bound.
+    complete: bool,
+}
+
 /// Exec'd images of a run that did not report: execs the kernel saw, less the images that
 /// loaded the agent at start (the benchmark and every exec'd program that kept it). Images
 /// that found no free slot are subtracted too: they did load the agent (and are reported
@@ -669,12 +679,13 @@ impl ExecCheck {
     }
 
     /// This run's unmeasured images, if its watch was open.
-    fn collect(&mut self, reports: &Reports) -> Option<u64> {
+    fn collect(&mut self, reports: &Reports) -> Option<Unmeasured> {
         let seen = self.watch.take()?.count();
         self.runs += 1;
         if seen.saturated {
             self.saturated += 1;
         }
+        let complete = !seen.saturated;
         let missing = unmeasured_images(&seen, reports);
         if missing > 0 {
             self.missing_min = if self.missing_runs == 0 {
@@ -685,7 +696,7 @@ impl ExecCheck {
             self.missing_max = self.missing_max.max(missing);
             self.missing_runs += 1;
         }
-        Some(missing)
+        Some(Unmeasured { missing, complete })
     }
 
     /// `metric`: whether the report has `alloc.unmeasured_images` (not for `--memory`'s
@@ -696,10 +707,11 @@ impl ExecCheck {
         let (counted, bound) = if metric {
             (
                 " (alloc.unmeasured_images counts such programs)",
-                ": alloc.unmeasured_images is a lower bound",
+                ": the alloc.* and heap.* amounts of those runs are lower bounds, not exact, \
+                 and so is alloc.unmeasured_images",
             )
         } else {
-            ("", "")
+            ("", ": the heap.* values of those runs are not exact")
         };
         if self.missing_runs > 0 {
             let (count, was, they, their) = match (self.missing_min, self.missing_max) {
@@ -727,9 +739,10 @@ impl ExecCheck {
         }
         if self.saturated > 0 {
             w.push(format!(
-                "in {} of {all} runs the kernel's exec records overflowed (more than about a \
-                 thousand processes or threads started per CPU), so exec'd programs without \
-                 the allocation agent may have gone unnoticed there{bound}",
+                "in {} of {all} runs the kernel's exec records overflowed (more processes or \
+                 threads started than the records could hold while they were read), so the \
+                 check for exec'd programs without the allocation agent could not complete \
+                 there{bound}",
                 self.saturated
             ));
         }
@@ -795,15 +808,19 @@ impl AllocAgent {
     fn samples(
         &self,
         reports: &Reports,
-        unmeasured: Option<u64>,
+        unmeasured: Option<Unmeasured>,
         outcome: &RunOutcome,
         out: &mut Vec<Sample>,
     ) {
         let t = reports.totals();
         let source = self.path.source();
         // A program exec'd without the agent allocated uncounted: the amounts are lower
-        // bounds then, not exact (the counts of images stay exact).
-        let whole = unmeasured.unwrap_or(0) == 0;
+        // bounds then, not exact (the count of images that reported stays exact). So
+        // they are where the check could not complete (its records overflowed): such a
+        // program may have gone unseen, and the count of unmeasured images is a lower
+        // bound.
+        let complete = unmeasured.is_none_or(|u| u.complete);
+        let whole = unmeasured.is_none_or(|u| u.missing == 0) && complete;
         let m = |id: &str, unit| MetricSpec::new(id, unit, source, whole);
         let images = |id: &str| MetricSpec::new(id, Unit::Count, source, true);
         // Within the stated bound, not exact, when threads allocated at once.
@@ -848,8 +865,11 @@ impl AllocAgent {
             t.live_at_exit as f64,
         ));
         out.push(Sample::new(images("alloc.processes"), t.images as f64));
-        if let Some(n) = unmeasured {
-            out.push(Sample::new(images("alloc.unmeasured_images"), n as f64));
+        if let Some(u) = unmeasured {
+            out.push(Sample::new(
+                MetricSpec::new("alloc.unmeasured_images", Unit::Count, source, complete),
+                u.missing as f64,
+            ));
         }
     }
 }
@@ -1016,6 +1036,55 @@ impl Instrument for AllocAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run whose exec check could not complete (its records overflowed) may hide a
+    /// program that ran without the agent: its amounts and its count of unmeasured images
+    /// are lower bounds, not exact; a complete check that found none leaves them exact.
+    #[test]
+    fn a_check_that_could_not_complete_leaves_no_amount_exact() {
+        // Made on the harness path (no program to read), then taken for the agent's.
+        let mut agent = AllocAgent::new(
+            AllocMetrics::All,
+            AllocPath::Harness,
+            Path::new("/nonexistent/program"),
+            &[],
+        )
+        .unwrap();
+        agent.path = AllocPath::Agent;
+        let reports = Reports {
+            images: vec![SlotValues {
+                origin: Origin::Load.code(),
+                allocs: 10,
+                ..SlotValues::default()
+            }],
+            unreported: 0,
+            tree: TreeValues::default(),
+        };
+        let outcome = RunOutcome {
+            pid: Pid::from_raw(1),
+            wall: std::time::Duration::from_millis(1),
+            user: std::time::Duration::ZERO,
+            sys: std::time::Duration::ZERO,
+            max_rss: 0,
+            exit: crate::run::instrument::ExitKind::Code(0),
+            survivors: Vec::new(),
+        };
+        let exact = |complete: bool| {
+            let mut out = Vec::new();
+            let seen = Unmeasured {
+                missing: 0,
+                complete,
+            };
+            agent.samples(&reports, Some(seen), &outcome, &mut out);
+            out.into_iter()
+                .map(|s| (s.metric.id, s.metric.exact))
+                .collect::<Vec<_>>()
+        };
+        for (id, exact) in exact(false) {
+            assert_eq!(exact, id == "alloc.processes", "{id}");
+        }
+        assert!(exact(true).iter().all(|(_, exact)| *exact));
+    }
 
     #[test]
     fn the_peak_note_says_which_part_of_the_bound_ended_threads_changed() {

@@ -51,7 +51,8 @@ impl Following {
     }
 
     /// After the child was reaped: whether the kernel stopped following a process of
-    /// this run (its counts then miss what that process did).
+    /// this run (its counts then miss what that process did), or may have unseen: the
+    /// run's records overflowed, so the check could not complete and guards nothing.
     pub fn lost_one(&mut self) -> bool {
         let Some(mut watch) = self.watch.take() else {
             return false;
@@ -64,7 +65,7 @@ impl Following {
         self.last_forked = seen.forked_while_threaded > 0;
         self.fork_runs += usize::from(self.last_forked);
         if seen.unfollowed.is_empty() {
-            return false;
+            return seen.saturated;
         }
         self.lost_runs += 1;
         self.programs.extend(seen.unfollowed);
@@ -140,9 +141,10 @@ impl Following {
         }
         if self.saturated > 0 {
             out.push(format!(
-                "in {} of {all} runs the kernel's exec records overflowed (more than about \
-                 two hundred processes started per CPU): a descendant that exec'd a setuid \
-                 program may have gone unnoticed there, and {what} would miss its calls",
+                "in {} of {all} runs the kernel's exec records overflowed (more processes \
+                 started, or more code mapped, than the records could hold while they were \
+                 read): a descendant that exec'd a setuid program may have gone unnoticed \
+                 there, so {what} of those runs are lower bounds, not exact",
                 self.saturated
             ));
         }

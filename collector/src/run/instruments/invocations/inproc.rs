@@ -76,9 +76,11 @@ pub(super) struct Inproc {
     no_exec_count: Option<String>,
     /// The run that had the most process images without the library: (without, all).
     unloaded: Option<(u64, u64)>,
-    /// Whether a run's exec count may be low (a ring of the watch filled up).
-    saturated: bool,
-    /// Whether the last run read had images without the counting library.
+    /// Runs whose exec count may be low (a ring of the watch filled up), and runs checked.
+    saturated: usize,
+    checked: usize,
+    /// Whether the last run read had images without the counting library, or may have
+    /// had some unseen (its check could not complete).
     last_missed: bool,
 }
 
@@ -123,7 +125,8 @@ impl Inproc {
             execs: None,
             no_exec_count: None,
             unloaded: None,
-            saturated: false,
+            saturated: 0,
+            checked: 0,
             last_missed: false,
         };
         Ok((inproc, counter_of, refused))
@@ -231,8 +234,11 @@ impl Inproc {
             return;
         };
         let seen = watch.count();
-        self.saturated |= seen.saturated;
-        self.last_missed = seen.execs > images;
+        self.checked += 1;
+        self.saturated += usize::from(seen.saturated);
+        // A check that could not complete guards nothing: an image without the library
+        // may have gone unseen, so the run's counts are not exact either.
+        self.last_missed = seen.execs > images || seen.saturated;
         if seen.execs > images {
             let without = seen.execs - images;
             if self.unloaded.is_none_or(|(most, _)| without > most) {
@@ -241,8 +247,9 @@ impl Inproc {
         }
     }
 
-    /// Whether process images of the run last read ran without the counting library:
-    /// calls they made were not counted in-process.
+    /// Whether process images of the run last read ran without the counting library
+    /// (calls they made were not counted in-process), or may have: its exec records
+    /// overflowed, so the check could not complete.
     pub fn missed_images(&self) -> bool {
         self.last_missed
     }
@@ -273,10 +280,17 @@ impl Inproc {
                  {why}"
             ));
         }
-        self.saturated.then(|| {
-            "the check that every process image loaded the in-process counting library may \
-             have missed some (a run exec'd more programs than its exec records could hold)"
-                .to_string()
+        (self.saturated > 0).then(|| {
+            format!(
+                "not exact (a lower bound) in {} of {} runs: the check that every process \
+                 image loaded the in-process counting library could not complete there (the \
+                 kernel's exec records overflowed: more processes started than the records \
+                 could hold while they were read), so a program that ran without the library \
+                 (setuid, run as another user, LD_PRELOAD cleared) would have gone unnoticed; \
+                 --invocations-engine uprobe (root) counts in such programs when they keep \
+                 the user",
+                self.saturated, self.checked
+            )
         })
     }
 
