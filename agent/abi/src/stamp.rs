@@ -122,6 +122,21 @@ pub fn read(library: &[u8]) -> Option<StampValues> {
     StampValues::from_bytes(&raw)
 }
 
+/// The start of the name of the directory a run's stamped copy of a preload library is
+/// written into (`/dev/shm/sbs-profile.XXXXXX/alloc-agent.so`): what tells the library's
+/// `LD_PRELOAD` entry from the program's own, beside the memfd's `/proc/<pid>/fd/<n>`.
+pub const SHARED_DIR_PREFIX: &str = "sbs-profile.";
+
+/// Whether an `LD_PRELOAD` entry may name a stamped copy of ours: a file in a directory
+/// named with [`SHARED_DIR_PREFIX`], or a descriptor `/proc/<pid>/fd/<n>` (the memfd).
+pub fn may_be_stamped_copy(entry: &str) -> bool {
+    let in_our_dir = entry
+        .rsplit('/')
+        .nth(1)
+        .is_some_and(|dir| dir.starts_with(SHARED_DIR_PREFIX));
+    in_our_dir || (entry.starts_with("/proc/") && entry.contains("/fd/"))
+}
+
 /// Longest path [`proc_fd_path`] writes, its NUL included.
 pub const PROC_FD_PATH_MAX: usize = 64;
 
@@ -158,6 +173,18 @@ fn decimal(mut value: u64, buf: &mut [u8; 20]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_of_ours_is_told_from_the_program_s_own_preloads() {
+        assert!(may_be_stamped_copy(
+            "/dev/shm/sbs-profile.a1B2c3/alloc-agent.so"
+        ));
+        assert!(may_be_stamped_copy("/tmp/sbs-profile.Xy9z0Q/inproc.so"));
+        assert!(may_be_stamped_copy("/proc/4242/fd/11"));
+        assert!(!may_be_stamped_copy("/usr/lib/libasan.so.8"));
+        assert!(!may_be_stamped_copy("libfoo.so"));
+        assert!(!may_be_stamped_copy("/opt/sbs-profile/lib.so"));
+    }
 
     fn library_with(stamps: usize) -> Vec<u8> {
         let mut lib = vec![0x90u8; 100];

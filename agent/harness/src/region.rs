@@ -100,14 +100,14 @@ fn harness_report() -> Result<Option<(File, HeaderValues)>, HarnessError> {
     Ok(header.filter(|h| h.matches(token)).map(|h| (file, h)))
 }
 
-/// The preloaded agent's report file, with its header: the agent library is a
-/// `/proc/<pid>/fd/<n>` entry of `LD_PRELOAD` whose stamp says where the report file is
-/// (see `sbs_agent_abi::stamp`).
+/// The preloaded agent's report file, with its header: the agent library is an entry of
+/// `LD_PRELOAD` (a run's copy in a directory of ours, or a `/proc/<pid>/fd/<n>` memfd)
+/// whose stamp says where the report file is (see `sbs_agent_abi::stamp`).
 fn agent_report() -> Option<(File, HeaderValues)> {
     let preload = std::env::var("LD_PRELOAD").ok()?;
     preload
         .split([' ', ':'])
-        .filter(|entry| entry.starts_with("/proc/") && entry.contains("/fd/"))
+        .filter(|entry| stamp::may_be_stamped_copy(entry))
         .find_map(|entry| {
             let values = stamp::read(&std::fs::read(entry).ok()?)?;
             let file = File::open(format!("/proc/{}/fd/{}", values.pid, values.fd)).ok()?;

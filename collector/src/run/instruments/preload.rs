@@ -185,7 +185,7 @@ fn write_shared(parent: &Path, name: &str, bytes: &[u8]) -> io::Result<Place> {
     }
     let parent = parent.canonicalize()?;
     // mkdtemp: a new directory (never one planted before), mode 0700 until it is ready.
-    let dir = nix::unistd::mkdtemp(&parent.join("sbs-profile.XXXXXX"))?;
+    let dir = nix::unistd::mkdtemp(&parent.join(format!("{}XXXXXX", stamp::SHARED_DIR_PREFIX)))?;
     let file = dir.join(name);
     let place = Place::Shared {
         dir: dir.clone(),
@@ -275,7 +275,7 @@ pub(crate) mod tests {
             .file_name()
             .unwrap()
             .to_string_lossy()
-            .starts_with("sbs-profile."));
+            .starts_with(stamp::SHARED_DIR_PREFIX));
         let file = std::fs::symlink_metadata(&path).unwrap();
         assert!(file.is_file());
         assert_eq!(file.mode() & 0o7777, 0o444);
