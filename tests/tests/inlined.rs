@@ -621,12 +621,21 @@ fn a_push_inside_merged_copies_of_its_caller_is_part_of_their_calls() {
 /// its `Vec::push` counts checked against the second: the run and its report; `None` when
 /// the check or the builds cannot run here (the skip is recorded).
 fn checked_fixture(name: &str, n: &str) -> Option<(util::Finished, serde_json::Value)> {
+    checked_fixture_with(name, "Vec::push", n)
+}
+
+/// [`checked_fixture`] counting `pattern`.
+fn checked_fixture_with(
+    name: &str,
+    pattern: &str,
+    n: &str,
+) -> Option<(util::Finished, serde_json::Value)> {
     if cannot_check() {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let (release, debug) = build_pair(dir.path(), name)?;
-    Some(checked_push(&release, &debug, n))
+    Some(checked(&release, &debug, pattern, n))
 }
 
 /// The groups of call lines of the report's first check.
@@ -663,13 +672,24 @@ fn cannot_check() -> bool {
 /// One run of `release N` counting `Vec::push`, checked against `debug`; the run and its
 /// JSON report.
 fn checked_push(release: &Path, debug: &Path, n: &str) -> (util::Finished, serde_json::Value) {
+    checked(release, debug, "Vec::push", n)
+}
+
+/// One run of `release N` counting `pattern`, checked against `debug`; the run and its
+/// JSON report.
+fn checked(
+    release: &Path,
+    debug: &Path,
+    pattern: &str,
+    n: &str,
+) -> (util::Finished, serde_json::Value) {
     let run = sbs([
         "--runs".as_ref(),
         "1".as_ref(),
         "-f".as_ref(),
         "json".as_ref(),
         "--invocations".as_ref(),
-        "Vec::push".as_ref(),
+        pattern.as_ref(),
         "--invocations-check".as_ref(),
         debug.as_os_str(),
         "--".as_ref(),
@@ -942,4 +962,40 @@ fn main() {
         low.as_u64() <= Some(200) && high.as_u64() >= Some(200),
         "{escape:#}"
     );
+}
+
+/// A debug build counts `Clone::clone` in copies of the precompiled standard library whose
+/// entries are uncertain, so its total is no exact count; its runs made different numbers
+/// of calls (`derived N FILE`). The note of its bounds gave no reason: "(; rows marked
+/// uncertain)". It says why now.
+#[test]
+fn a_bound_from_runs_that_differ_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((_, debug)) = build_pair(dir.path(), "derived") else {
+        return;
+    };
+    let runs_file = dir.path().join("runs");
+    let report = sbs([
+        "--runs".as_ref(),
+        "2".as_ref(),
+        "-f".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        "Clone::clone".as_ref(),
+        "--".as_ref(),
+        debug.as_os_str(),
+        "1000".as_ref(),
+        runs_file.as_os_str(),
+    ])
+    .success()
+    .json();
+    let m = metric(&report, "invocations.Clone::clone");
+    assert_eq!(m["exact"], false, "{m:#}");
+    let notes = m["notes"].to_string();
+    let note = notes
+        .split("\"")
+        .find(|n| n.contains("each run made between"))
+        .unwrap_or_else(|| panic!("no bounds in {notes}"));
+    assert!(!note.contains("(;"), "{note}");
+    assert!(note.contains("from run to run"), "{note}");
 }
