@@ -964,6 +964,54 @@ fn main() {
     );
 }
 
+/// A derived `Clone` places the `Arc`'s clone of `Shared(Arc<...>)` on the
+/// `#[derive(Clone)]` line at opt-level 3 and on the field's line at opt-level 0
+/// (`tests/fixtures/rust/derived.rs`, the shape of regex-automata's `nfa.rs:189/201`):
+/// one equal group was split into two that differed (2,000 counted for 1,000 made at the
+/// attribute's line with `Shared::clone`'s, 0 for 1,000 at the field's). The lines of a
+/// derived item are one place now: every derived item's group is equal.
+#[test]
+fn the_calls_of_a_derived_clone_meet_in_one_group_in_both_builds() {
+    let Some((run, report)) = checked_fixture_with("derived", "Clone::clone", "1000") else {
+        return;
+    };
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/derived.rs"),
+    )
+    .unwrap();
+    let derives: Vec<usize> = src
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("#[derive(Clone)]"))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(derives.len(), 2, "Entry and Shared");
+    let groups = check_groups(&report);
+    let names = |g: &serde_json::Value, what: &str| {
+        g["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains(what))
+    };
+    for line in derives {
+        let place = format!("fixtures/rust/derived.rs:{line}-");
+        let g = groups
+            .iter()
+            .find(|g| names(g, &place))
+            .unwrap_or_else(|| panic!("no group at {place}: {report:#}"));
+        assert_eq!(g["verdict"], "equal", "{g:#}");
+        assert!(g["made"].as_u64().unwrap() >= 1000, "{g:#}");
+    }
+    run.check(
+        groups
+            .iter()
+            .filter(|g| g["verdict"] == "differs")
+            .all(|g| !names(g, "fixtures/rust/derived.rs")),
+        "no line of derived.rs differs",
+    );
+}
+
 /// A debug build counts `Clone::clone` in copies of the precompiled standard library whose
 /// entries are uncertain, so its total is no exact count; its runs made different numbers
 /// of calls (`derived N FILE`). The note of its bounds gave no reason: "(; rows marked
