@@ -175,11 +175,15 @@ fn group(keys: &[Key], sites: &[&Site], truth: &Truth) -> CheckGroup {
     }
     g.lines.sort();
     g.rows = rows.into_iter().collect();
+    // A group that states a bound (some of its sites count passes that may be several
+    // calls, or none) differs when the calls made lie outside it, whatever its other
+    // sites; only a group whose count is all it states may be off at an uncertain site.
+    let states_a_bound = g.counted_low < g.counted_high;
     g.verdict = if g.counted == g.made {
         CheckVerdict::Equal
     } else if g.counted_low <= g.made && g.made <= g.counted_high {
         CheckVerdict::Bounded
-    } else if unbounded {
+    } else if unbounded && !states_a_bound {
         CheckVerdict::Uncertain
     } else {
         CheckVerdict::Differs
@@ -488,5 +492,47 @@ mod shared_code {
         ];
         let check = compare("m", "dbg", &own, &truth, &HashSet::new());
         assert_eq!(check.groups[0].verdict, CheckVerdict::Differs);
+    }
+}
+
+#[cfg(test)]
+mod stated_bounds {
+    use super::*;
+
+    fn site(row: &str, count: u64, calls_per_pass: u64, unbounded: bool) -> Site {
+        Site {
+            row: row.into(),
+            lines: vec!["t.rs:443".into(), "t.rs:445".into()],
+            function: None,
+            count,
+            calls_per_pass,
+            may_continue: false,
+            unbounded,
+        }
+    }
+
+    fn made(n: u64) -> Truth {
+        Truth {
+            by_line: [("t.rs:443".to_string(), n)].into(),
+            without_line: 0,
+            function_of: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_bound_that_misses_the_calls_made_differs_even_with_an_uncertain_site() {
+        // tokei's `range_trie.rs:443/445`: bounded 200 to 300, 100 made. One of its sites
+        // has uncertain entries, but the group states a bound, and it misses.
+        let sites = [site("a", 100, 1, true), site("b", 100, 2, false)];
+        let check = compare("m", "dbg", &sites, &made(100), &HashSet::new());
+        let g = &check.groups[0];
+        assert_eq!((g.counted_low, g.counted_high, g.made), (200, 300, 100));
+        assert_eq!(g.verdict, CheckVerdict::Differs);
+        // Within it: bounded.
+        let check = compare("m", "dbg", &sites, &made(250), &HashSet::new());
+        assert_eq!(check.groups[0].verdict, CheckVerdict::Bounded);
+        // A group whose uncertain site states no bound is off where the report said.
+        let check = compare("m", "dbg", &sites[..1], &made(90), &HashSet::new());
+        assert_eq!(check.groups[0].verdict, CheckVerdict::Uncertain);
     }
 }

@@ -16,6 +16,7 @@
 //! the same libraries), nor calls the debug build inlined itself (said in a note).
 
 pub mod compare;
+pub mod derive;
 
 use std::cell::RefCell;
 use std::collections::hash_map::Entry;
@@ -140,6 +141,7 @@ pub fn check(
     let profile = callgrind_profile(&debug_run, valgrind, cancel)?;
     let debug_name = request.debug.display().to_string();
     let mut out = Vec::new();
+    let mut derives = derive::Derives::default();
     for (k, (metric, rows)) in counts.patterns.iter().enumerate() {
         let mut sites = Vec::new();
         let mut in_libraries = 0usize;
@@ -154,6 +156,9 @@ pub fn check(
                     Some(address) => entry_lines.get(&address).cloned().unwrap_or_default(),
                     None => s.call_lines.clone(),
                 };
+                let mut lines: Vec<String> = lines.iter().map(|l| derives.place(l)).collect();
+                lines.sort();
+                lines.dedup();
                 let function = release.function_label(s.function);
                 sites.push(Site {
                     row: label.clone(),
@@ -166,8 +171,16 @@ pub fn check(
                 });
             }
         }
-        let truth = truth(&profile, &debug, &matched[k].functions)?;
-        let mut result = compare::compare(metric, &debug_name, &sites, &truth, &matched[k].inlined);
+        let truth = by_place(
+            truth(&profile, &debug, &matched[k].functions)?,
+            &mut derives,
+        );
+        let inlined: HashSet<String> = matched[k]
+            .inlined
+            .iter()
+            .map(|l| derives.place(l))
+            .collect();
+        let mut result = compare::compare(metric, &debug_name, &sites, &truth, &inlined);
         if in_libraries > 0 {
             result.notes.push(format!(
                 "{in_libraries} site(s) in shared libraries are not checked: both builds use \
@@ -396,6 +409,24 @@ fn callgrind_profile(
             out_file.display()
         )
     })
+}
+
+/// `truth` with each line read as the place it belongs to (the lines of a derived item
+/// as one: [`derive`]).
+fn by_place(truth: Truth, derives: &mut derive::Derives) -> Truth {
+    let mut out = Truth {
+        without_line: truth.without_line,
+        ..Truth::default()
+    };
+    for (line, n) in truth.by_line {
+        *out.by_line.entry(derives.place(&line)).or_default() += n;
+    }
+    for (line, function) in truth.function_of {
+        out.function_of
+            .entry(derives.place(&line))
+            .or_insert(function);
+    }
+    out
 }
 
 /// The calls the debug build made to `functions` (start addresses in its program), by

@@ -113,6 +113,9 @@ pub struct Invocations {
     per_pass: Vec<Option<(u64, u64)>>,
     /// Per pattern with such a site: the fewest and most calls its runs may have made.
     bounds: Vec<Option<(f64, f64)>>,
+    /// Per pattern with such a site: the fewest and most calls its runs counted (they
+    /// differ when the program's calls vary from run to run).
+    totals: Vec<Option<(u64, u64)>>,
     /// Whether the kernel kept following every process the uprobes count in.
     following: Following,
     /// Per site, what a check against a debug build needs, with the last run's count.
@@ -253,6 +256,7 @@ impl Invocations {
             spare,
             runs: 0,
             bounds: vec![None; rows_len],
+            totals: vec![None; rows_len],
             following: Following::default(),
             counted_sites: sites.iter().map(CountedSite::of).collect(),
             per_pass,
@@ -459,6 +463,36 @@ fn inproc_unavailable(program: &Path, options: Options) -> Option<String> {
             .err()
             .map(|e| format!("it needs LD_PRELOAD: {e}")),
     }
+}
+
+/// The note of a pattern whose runs made between `low` and `high` calls: `why` the
+/// counted passes bound the calls rather than count them (empty: they count them), with
+/// `some_unbounded` sites left out of the bound and the totals that `varied` from run to
+/// run.
+fn bound_note((low, high): (f64, f64), some_unbounded: bool, why: &[&str], varied: bool) -> String {
+    let mut reasons: Vec<&str> = why.to_vec();
+    if varied {
+        reasons.push("the program made a different number of calls from run to run");
+    }
+    if reasons.is_empty() {
+        reasons.push("the runs' counts differ");
+    }
+    format!(
+        "not exact: each run made between {} and {} calls{} ({}{})",
+        sbs_reports::human::count(low),
+        sbs_reports::human::count(high),
+        if some_unbounded {
+            " as far as its other sites bound them"
+        } else {
+            ""
+        },
+        reasons.join("; "),
+        if why.is_empty() {
+            ""
+        } else {
+            "; rows marked uncertain"
+        }
+    )
 }
 
 /// A pattern with a site whose counted pass may stand for several calls (an unrolled
@@ -973,6 +1007,11 @@ impl Instrument for Invocations {
                         .sum()
                 };
                 let (low, high) = (bound(|p| p.0), bound(|p| p.1));
+                let total: u64 = all.iter().map(|&i| count(i)).sum();
+                self.totals[k] = Some(match self.totals[k] {
+                    Some((l, h)) => (l.min(total), h.max(total)),
+                    None => (total, total),
+                });
                 let (low, high) = (low as f64, high as f64);
                 self.bounds[k] = Some(match self.bounds[k] {
                     Some((l, h)) => (l.min(low), h.max(high)),
@@ -1018,7 +1057,7 @@ impl Instrument for Invocations {
 
     fn metric_notes(&self) -> Vec<(String, String)> {
         let mut notes = self.notes.clone();
-        for (p, bounds) in self.patterns.iter().zip(&self.bounds) {
+        for ((p, bounds), totals) in self.patterns.iter().zip(&self.bounds).zip(&self.totals) {
             let sites = p.sites();
             let unbounded = sites
                 .iter()
@@ -1053,16 +1092,11 @@ impl Instrument for Invocations {
                 }
                 notes.push((
                     p.metric.id.clone(),
-                    format!(
-                        "not exact: each run made between {} and {} calls{} ({}; rows marked \
-                         uncertain)",
-                        sbs_reports::human::count(low),
-                        sbs_reports::human::count(high),
-                        match unbounded {
-                            0 => "",
-                            _ => " as far as its other sites bound them",
-                        },
-                        why.join("; ")
+                    bound_note(
+                        (low, high),
+                        unbounded > 0,
+                        &why,
+                        totals.is_some_and(|(l, h)| h > l),
                     ),
                 ));
             }
