@@ -58,6 +58,11 @@ fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
     } else {
         value(m.summary.mean)
     };
+    // A count that is not exact says where the calls lie.
+    let after = match &m.range {
+        Some(r) => format!("{after} (bounds {})", r.describe()),
+        None => after,
+    };
     let Some(c) = &m.comparison else {
         let ci = match (m.summary.ci_low, m.summary.ci_high) {
             _ if zero => String::new(),

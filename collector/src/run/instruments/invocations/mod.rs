@@ -32,6 +32,7 @@ use sbs_probes::patch::{displace, Patch, PatchRefusal};
 use sbs_probes::program::Program;
 use sbs_probes::resolve::{match_patterns, PatternMatch};
 use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
+use sbs_reports::model::CountRange;
 
 use crate::run::instrument::{
     ChildSetup, ExitKind, InFlight, Instrument, RunAgain, RunOutcome, Sample,
@@ -886,6 +887,36 @@ struct InvocationsRun {
     inproc: Option<InprocRun>,
 }
 
+impl Invocations {
+    /// The fewest and most calls this run's counts at the sites of `p` may stand for:
+    /// each site's count times the calls one pass there may be, a site without a bound
+    /// taken as counted (the note says so).
+    fn site_bounds(&self, p: &PatternRows, count: &dyn Fn(usize) -> u64) -> (f64, f64) {
+        let all = p.sites();
+        let bound = |f: fn((u64, u64)) -> u64| -> f64 {
+            all.iter()
+                .map(|&i| count(i).saturating_mul(self.per_pass[i].map_or(1, f)))
+                .sum::<u64>() as f64
+        };
+        (bound(|p| p.0), bound(|p| p.1))
+    }
+
+    /// [`Self::site_bounds`] for the report, with no most when calls went uncounted with
+    /// nothing to bound them: sites left out (`--invocations-partial`), or a process
+    /// that escaped counting (`lost`).
+    fn run_range(&self, p: &PatternRows, count: &dyn Fn(usize) -> u64, lost: bool) -> CountRange {
+        let all = p.sites();
+        let (low, high) = self.site_bounds(p, count);
+        let skipped = all.iter().any(|&i| self.counted[i] == Counted::Skipped);
+        CountRange {
+            low,
+            high: (!skipped && !lost).then_some(high),
+            sites: all.len(),
+            unbounded_sites: all.iter().filter(|&&i| self.per_pass[i].is_none()).count(),
+        }
+    }
+}
+
 impl Instrument for Invocations {
     fn name(&self) -> &str {
         "invocations"
@@ -964,28 +995,21 @@ impl Instrument for Invocations {
                     (label.clone(), n as f64)
                 })
                 .collect();
+            let lost = match p.metric.source.as_str() {
+                "uprobe" => lost_uprobe,
+                "inproc" => lost_inproc,
+                _ => lost_uprobe || lost_inproc,
+            };
             if !p.metric.exact {
-                let all = p.sites();
-                // The sites without a bound count as counted: the note says so.
-                let bound = |f: fn((u64, u64)) -> u64| -> u64 {
-                    all.iter()
-                        .map(|&i| count(i).saturating_mul(self.per_pass[i].map_or(1, f)))
-                        .sum()
-                };
-                let (low, high) = (bound(|p| p.0), bound(|p| p.1));
-                let (low, high) = (low as f64, high as f64);
+                let (low, high) = self.site_bounds(p, &count);
                 self.bounds[k] = Some(match self.bounds[k] {
                     Some((l, h)) => (l.min(low), h.max(high)),
                     None => (low, high),
                 });
             }
             let mut metric = p.metric.clone();
-            let lost = match metric.source.as_str() {
-                "uprobe" => lost_uprobe,
-                "inproc" => lost_inproc,
-                _ => lost_uprobe || lost_inproc,
-            };
             metric.exact &= !lost;
+            metric.range = Some(self.run_range(p, &count, lost));
             out.push(Sample {
                 metric,
                 value: details.iter().map(|(_, v)| v).sum(),
