@@ -58,10 +58,10 @@ fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
     } else {
         value(m.summary.mean)
     };
-    // A count that is not exact says where the calls lie.
-    let after = match &m.range {
-        Some(r) => format!("{after} (bounds {})", r.describe()),
-        None => after,
+    // A count that is not exact says where the calls lie, after its value and interval.
+    let bounds = match &m.range {
+        Some(r) => format!(" (bounds {})", r.describe()),
+        None => String::new(),
     };
     let Some(c) = &m.comparison else {
         let ci = match (m.summary.ci_low, m.summary.ci_high) {
@@ -72,7 +72,7 @@ fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
         return [
             format!("`{}`", m.id.replace('`', "'")),
             "-".into(),
-            cell(&format!("{after}{ci}")),
+            cell(&format!("{after}{ci}{bounds}")),
             "-".into(),
             "-".into(),
         ];
@@ -95,7 +95,7 @@ fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
     [
         format!("`{}`", m.id.replace('`', "'")),
         cell(&value(c.reference_mean)),
-        cell(&after),
+        cell(&format!("{after}{bounds}")),
         cell(&change),
         badge(c.verdict).to_string(),
     ]

@@ -2213,6 +2213,12 @@ fn without_root_the_sites_that_need_uprobes_are_named_and_the_rest_can_be_counte
         notes.contains("partial") && notes.contains("lower bound"),
         "{notes}"
     );
+    // The JSON says so too (issue 44): a fewest, no most; an exact count has no range.
+    let range = &partial["range"];
+    assert_eq!(range["low"], 0.0, "{partial}");
+    assert!(range.get("high").is_none(), "{partial}");
+    assert_eq!(range["unbounded_sites"], 0, "{partial}");
+    assert!(counted.get("range").is_none(), "{counted}");
 }
 
 /// `tests/fixtures/c/SOURCE` built with debug info as the program `dir/NAME`, `args`
