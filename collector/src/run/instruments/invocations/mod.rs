@@ -114,6 +114,9 @@ pub struct Invocations {
     per_pass: Vec<Option<(u64, u64)>>,
     /// Per pattern with such a site: the fewest and most calls its runs may have made.
     bounds: Vec<Option<(f64, f64)>>,
+    /// Per pattern: whether its count may miss calls made before the in-process counting
+    /// library started (its range then has no most).
+    misses_start_up: Vec<bool>,
     /// Whether the kernel kept following every process the uprobes count in.
     following: Following,
     /// Per site, what a check against a debug build needs, with the last run's count.
@@ -232,9 +235,13 @@ impl Invocations {
         notes.extend(label_engines(
             &mut rows, &counted, &fallback, &shared, options,
         ));
-        notes.extend(not_exact_before_start_up(
-            &mut rows, &counted, &sites, &target,
-        ));
+        let early = not_exact_before_start_up(&mut rows, &counted, &sites, &target);
+        // Calls made before the counting library starts: nothing bounds them.
+        let misses_start_up: Vec<bool> = rows
+            .iter()
+            .map(|p| early.iter().any(|(id, _)| *id == p.metric.id))
+            .collect();
+        notes.extend(early);
         let rows_len = rows.len();
         Ok(Invocations {
             patterns: rows,
@@ -254,6 +261,7 @@ impl Invocations {
             spare,
             runs: 0,
             bounds: vec![None; rows_len],
+            misses_start_up,
             following: Following::default(),
             counted_sites: sites.iter().map(CountedSite::of).collect(),
             per_pass,
@@ -901,16 +909,19 @@ impl Invocations {
         (bound(|p| p.0), bound(|p| p.1))
     }
 
-    /// [`Self::site_bounds`] for the report, with no most when calls went uncounted with
-    /// nothing to bound them: sites left out (`--invocations-partial`), or a process
-    /// that escaped counting (`lost`).
-    fn run_range(&self, p: &PatternRows, count: &dyn Fn(usize) -> u64, lost: bool) -> CountRange {
+    /// [`Self::site_bounds`] for the report of pattern `k`, with no most when calls went
+    /// uncounted with nothing to bound them: sites left out (`--invocations-partial`),
+    /// calls before the in-process counting library started, or a process that escaped
+    /// counting (`lost`).
+    fn run_range(&self, k: usize, count: &dyn Fn(usize) -> u64, lost: bool) -> CountRange {
+        let p = &self.patterns[k];
         let all = p.sites();
         let (low, high) = self.site_bounds(p, count);
         let skipped = all.iter().any(|&i| self.counted[i] == Counted::Skipped);
+        let uncounted = skipped || lost || self.misses_start_up[k];
         CountRange {
             low,
-            high: (!skipped && !lost).then_some(high),
+            high: (!uncounted).then_some(high),
             sites: all.len(),
             unbounded_sites: all.iter().filter(|&&i| self.per_pass[i].is_none()).count(),
         }
@@ -1009,7 +1020,7 @@ impl Instrument for Invocations {
             }
             let mut metric = p.metric.clone();
             metric.exact &= !lost;
-            metric.range = Some(self.run_range(p, &count, lost));
+            metric.range = Some(self.run_range(k, &count, lost));
             out.push(Sample {
                 metric,
                 value: details.iter().map(|(_, v)| v).sum(),
