@@ -40,6 +40,16 @@ struct Row<'a> {
     /// The largest error one run's value may carry (`MetricResult::bound`), empty when
     /// none is stated.
     bound: Option<f64>,
+    /// The fewest calls a count that is not exact may stand for (`MetricResult::range`),
+    /// empty on exact counts and measurements.
+    range_low: Option<f64>,
+    /// The most, empty also when nothing bounds it (`range_low` then given).
+    range_high: Option<f64>,
+    /// The places the count is made at, when `range_low` is given.
+    range_sites: Option<usize>,
+    /// How many of them have no bound: `range_low`-`range_high` then holds only as far
+    /// as the other sites go.
+    range_unbounded_sites: Option<usize>,
 }
 
 impl Render for Csv {
@@ -75,6 +85,10 @@ impl Render for Csv {
                     verdict: c.map(|c| c.verdict.id()),
                     notes: m.notes.join("; "),
                     bound: m.bound,
+                    range_low: m.range.map(|r| r.low),
+                    range_high: m.range.and_then(|r| r.high),
+                    range_sites: m.range.map(|r| r.sites),
+                    range_unbounded_sites: m.range.map(|r| r.unbounded_sites),
                 })
                 .map_err(io::Error::other)?;
             }

@@ -29,7 +29,7 @@ th:first-child,td:first-child{text-align:left}td.src{text-align:left;color:#666}
 figure.exact p.value{font-size:1.8rem;font-variant-numeric:tabular-nums;text-align:center;margin:1.5rem 0}
 figure{margin:0;border:1px solid #e4e4e4;padding:.4rem}figcaption{font-size:.85rem;color:#333;margin-bottom:.2rem}
 figure svg{width:100%;height:auto;display:block}
-.warning{color:#8a4b00}.note{color:#444;font-size:.9rem}
+.warning{color:#8a4b00}.note,.bounds{color:#444;font-size:.9rem}
 @media print{body{margin:0;max-width:none}.plots{grid-template-columns:1fr 1fr}figure{break-inside:avoid}}
 ";
 
@@ -415,6 +415,14 @@ impl Render for Html {
             summary_table(&mut page, &b.metrics);
             page.push_str(&crate::verdicts::html_table(b, &mut anovas));
             for m in &b.metrics {
+                if let Some(r) = &m.range {
+                    let _ = writeln!(
+                        page,
+                        "<p class=bounds>bounds ({}): {}</p>",
+                        escape(&m.id),
+                        escape(&r.describe())
+                    );
+                }
                 for n in &m.notes {
                     let _ = writeln!(
                         page,

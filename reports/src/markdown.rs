@@ -58,6 +58,11 @@ fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
     } else {
         value(m.summary.mean)
     };
+    // A count that is not exact says where the calls lie, after its value and interval.
+    let bounds = match &m.range {
+        Some(r) => format!(" (bounds {})", r.describe()),
+        None => String::new(),
+    };
     let Some(c) = &m.comparison else {
         let ci = match (m.summary.ci_low, m.summary.ci_high) {
             _ if zero => String::new(),
@@ -67,7 +72,7 @@ fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
         return [
             format!("`{}`", m.id.replace('`', "'")),
             "-".into(),
-            cell(&format!("{after}{ci}")),
+            cell(&format!("{after}{ci}{bounds}")),
             "-".into(),
             "-".into(),
         ];
@@ -90,7 +95,7 @@ fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
     [
         format!("`{}`", m.id.replace('`', "'")),
         cell(&value(c.reference_mean)),
-        cell(&after),
+        cell(&format!("{after}{bounds}")),
         cell(&change),
         badge(c.verdict).to_string(),
     ]

@@ -133,6 +133,64 @@ pub struct MetricResult {
     /// interval already shows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<f64>,
+    /// Where a count that is not exact lies (an inlined function's calls counted at sites
+    /// whose passes may be several calls or none, docs/inlined.md): the fewest and the most
+    /// calls each run may have made, and how many of the places counted have no bound.
+    /// Absent on exact counts and on measurements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<CountRange>,
+}
+
+/// The bounds of a count that is not exact ([`MetricResult::range`]), over every run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CountRange {
+    /// The fewest calls any run may have made.
+    pub low: f64,
+    /// The most calls any run may have made; absent when calls may have gone uncounted
+    /// with nothing to bound them (sites left out by `--invocations-partial`, a process
+    /// that escaped counting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub high: Option<f64>,
+    /// The places (inlined copies and out-of-line entries) the count is made at.
+    pub sites: usize,
+    /// How many of `sites` are uncertain with no bound that can be given: their counts
+    /// are taken as counted, so `[low, high]` holds only as far as the other sites go.
+    pub unbounded_sites: usize,
+}
+
+impl CountRange {
+    /// The union of two runs' ranges.
+    pub fn union(self, other: CountRange) -> CountRange {
+        CountRange {
+            low: self.low.min(other.low),
+            high: self.high.zip(other.high).map(|(a, b)| a.max(b)),
+            sites: self.sites.max(other.sites),
+            unbounded_sites: self.unbounded_sites.max(other.unbounded_sites),
+        }
+    }
+
+    /// Whether it says more than the count itself: bounds apart, or places unbounded.
+    pub fn informative(&self) -> bool {
+        self.high != Some(self.low) || self.unbounded_sites > 0
+    }
+
+    /// For people: `10,307 to 10,991 per run`, `at least 1,000 per run`, and when some
+    /// sites have no bound `, as far as sites are bounded: 218 of 688 unbounded`.
+    pub fn describe(&self) -> String {
+        let c = crate::human::count;
+        let mut s = match self.high {
+            Some(h) if h == self.low => format!("{} per run", c(h)),
+            Some(h) => format!("{} to {} per run", c(self.low), c(h)),
+            None => format!("at least {} per run", c(self.low)),
+        };
+        if self.unbounded_sites > 0 {
+            s = format!(
+                "{s}, as far as sites are bounded: {} of {} unbounded",
+                self.unbounded_sites, self.sites
+            );
+        }
+        s
+    }
 }
 
 /// One run of a metric's history.

@@ -280,6 +280,11 @@ impl Render for Text {
                 writeln!(out, "{line}")?;
             }
             for m in &b.metrics {
+                if let Some(r) = &m.range {
+                    writeln!(out, "  bounds ({}): {}", m.id, r.describe())?;
+                }
+            }
+            for m in &b.metrics {
                 for n in &m.notes {
                     writeln!(out, "  note ({}): {n}", m.id)?;
                 }

@@ -277,6 +277,7 @@ mod tests {
             trend: vec![],
             distinguishable: None,
             bound: None,
+            range: None,
         }
     }
 

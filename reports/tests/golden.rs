@@ -50,6 +50,7 @@ fn metric(
         trend: Vec::new(),
         distinguishable: None,
         bound: None,
+        range: None,
     }
 }
 
@@ -161,6 +162,25 @@ pub fn report() -> Report {
                 ),
                 calls,
                 MetricResult {
+                    // Inlined calls counted at an unrolled loop and at a copy whose
+                    // entries are uncertain: a count with bounds, one site without.
+                    range: Some(CountRange {
+                        low: 2502.0,
+                        high: Some(9502.0),
+                        sites: 6,
+                        unbounded_sites: 1,
+                    }),
+                    group: "invocations".into(),
+                    ..metric(
+                        "invocations.String::push",
+                        Unit::Count,
+                        "uprobe",
+                        false,
+                        &[2502.0, 2502.0, 2502.0],
+                        Some((2502.0, 2502.0)),
+                    )
+                },
+                MetricResult {
                     // Threads allocated at once: within a stated bound, not exact.
                     bound: Some(16384.0),
                     group: "alloc".into(),
@@ -262,15 +282,15 @@ fn bmf() {
 fn html_is_self_contained_with_one_plot_per_measured_metric() {
     let page = render(&sbs_reports::html::Html);
     assert!(page.starts_with("<!DOCTYPE html>"));
-    // Two measured metrics get a strip plot each; the exact count (the same in every run)
-    // and each of its breakdown lines are a number, not a plot of identical dots.
+    // Two measured metrics get a strip plot each; the counts (the same in every run) and
+    // the heap peak's one run are a number, not a plot of identical dots.
     assert_eq!(
         page.matches("<svg").count(),
         2,
         "one plot per measured metric"
     );
     assert_eq!(page.matches("<figure>").count(), 2);
-    assert_eq!(page.matches("<figure class=exact>").count(), 2);
+    assert_eq!(page.matches("<figure class=exact>").count(), 3);
     assert!(page.contains("invocations.Vec::push — the same in all 3 runs"));
     assert!(!page.contains("<script"), "no scripts");
     assert!(!page.contains("src=\"http"), "no network fetches");
@@ -280,6 +300,11 @@ fn html_is_self_contained_with_one_plot_per_measured_metric() {
     assert!(page.contains("warning: Vec::push also has 37 inlined instances"));
     assert!(page.contains(
         "<p class=note>note (invocations.Vec::push): the measured region only: the 3 operations"
+    ));
+    // A count that is not exact gives its bounds, and says a site has none.
+    assert!(page.contains(
+        "<p class=bounds>bounds (invocations.String::push): 2,502 to 9,502 per run, as far \
+         as sites are bounded: 1 of 6 unbounded</p>"
     ));
     // Every plot has the CI band and the samples (3 runs of each measured metric).
     let points = 3 + 3;
@@ -364,4 +389,21 @@ fn a_calibrated_value_indistinguishable_from_zero_and_the_warnings_summary() {
     let page = String::from_utf8(buf).unwrap();
     assert!(page.contains("<p class=warning>2 warnings in 1 benchmark</p>"));
     assert!(page.contains("<td>≈ 0</td><td>indistinguishable from 0</td>"));
+}
+
+#[test]
+fn a_report_written_before_count_ranges_reads_without_one() {
+    // The JSON of a report from before `range` existed: the field is optional.
+    let mut old: serde_json::Value =
+        serde_json::from_str(&render(&sbs_reports::json::Json)).unwrap();
+    for m in old["benchmarks"][0]["metrics"].as_array_mut().unwrap() {
+        m.as_object_mut().unwrap().remove("range");
+    }
+    let back: Report = serde_json::from_value(old).unwrap();
+    assert!(back.benchmarks[0].metrics.iter().all(|m| m.range.is_none()));
+    // Without a most, `high` is left out and reads back as none.
+    let r: CountRange =
+        serde_json::from_str(r#"{"low": 7, "sites": 2, "unbounded_sites": 0}"#).unwrap();
+    assert_eq!(r.high, None);
+    assert_eq!(r.describe(), "at least 7 per run");
 }

@@ -42,6 +42,7 @@ fn metric(
         trend: Vec::new(),
         distinguishable: None,
         bound: None,
+        range: None,
     }
 }
 

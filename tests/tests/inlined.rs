@@ -543,6 +543,132 @@ fn an_unrolled_loop_is_a_lower_bound_whose_bounds_hold_the_truth() {
     }
 }
 
+/// A whole count as reports print it: `9,502`.
+fn thousands(v: f64) -> String {
+    let digits = format!("{v:.0}");
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The bounds of a count that is not exact were prose only (issue 44): `eight`'s unrolled
+/// loop bounds its pushes, copies whose entries are uncertain have no bound. The JSON
+/// metric carries both now as `range`, the numbers of the notes, its bounds holding the
+/// opt-level-0 build's count; CSV gives them in columns of their own, text and Markdown
+/// in words.
+#[test]
+fn the_bounds_of_a_count_that_is_not_exact_are_in_every_format() {
+    if skip_without_uprobes("uprobes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((release, debug)) = build_shapes(dir.path()) else {
+        return;
+    };
+    let n = "1000";
+    let truth: f64 = push_rows(&debug, "uprobe", n).iter().map(|(_, v)| v).sum();
+    for engine in ENGINES {
+        let report = push_report(&release, engine, n);
+        let m = metric(&report, "invocations.Vec::push");
+        assert_eq!(m["exact"], false, "{engine}: {m:#}");
+        let range = &m["range"];
+        let (low, high) = (
+            range["low"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{engine}: {m:#}")),
+            range["high"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{engine}: {m:#}")),
+        );
+        let (sites, unbounded) = (
+            range["sites"].as_u64().unwrap_or(0),
+            range["unbounded_sites"].as_u64().unwrap_or(0),
+        );
+        // The notes' numbers, from the same runs: the bounds, and the places (copies
+        // whose entries are uncertain) that have none.
+        let notes = m["notes"].to_string();
+        let between = format!(
+            "each run made between {} and {} calls as far as its other sites bound them (",
+            thousands(low),
+            thousands(high)
+        );
+        assert!(notes.contains(&between), "{engine}: {between} in {m:#}");
+        let places = format!("{unbounded} of the {sites} places it counts at");
+        assert!(notes.contains(&places), "{engine}: {places} in {m:#}");
+        assert!(0 < unbounded && unbounded < sites, "{engine}: {range}");
+        assert!(sites as usize >= details(m).len(), "{engine}: {range}");
+        assert_eq!(
+            low,
+            samples(m)[0],
+            "{engine}: the count is the fewest calls"
+        );
+        assert!(
+            low <= truth && truth <= high,
+            "{engine}: {truth} made, {range}"
+        );
+        let format = |f: &str| {
+            sbs([
+                "--invocations-engine".as_ref(),
+                engine.as_ref(),
+                "--runs".as_ref(),
+                "1".as_ref(),
+                "-f".as_ref(),
+                f.as_ref(),
+                "--invocations".as_ref(),
+                "Vec::push".as_ref(),
+                "--".as_ref(),
+                release.as_os_str(),
+                n.as_ref(),
+            ])
+            .success()
+            .stdout()
+        };
+        let csv = format("csv");
+        let mut rows = csv::Reader::from_reader(csv.as_bytes());
+        let header = rows.headers().unwrap().clone();
+        let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+        let row = rows
+            .records()
+            .map(Result::unwrap)
+            .find(|r| &r[column("metric")] == "invocations.Vec::push")
+            .unwrap_or_else(|| panic!("{engine}: no row in {csv}"));
+        let number = |name: &str| -> f64 {
+            row[column(name)]
+                .parse()
+                .unwrap_or_else(|_| panic!("{engine}: {name} in {csv}"))
+        };
+        // The count is the same in every run: the other run's bounds are these.
+        assert_eq!(number("range_low"), low, "{engine}: {csv}");
+        assert_eq!(number("range_high"), high, "{engine}: {csv}");
+        assert_eq!(number("range_sites"), sites as f64, "{engine}: {csv}");
+        assert_eq!(
+            number("range_unbounded_sites"),
+            unbounded as f64,
+            "{engine}: {csv}"
+        );
+        let words = format!(
+            "{} to {} per run, as far as sites are bounded: {unbounded} of {sites} unbounded",
+            thousands(low),
+            thousands(high)
+        );
+        let markdown = format("markdown");
+        assert!(
+            markdown.contains(&format!(" (bounds {words}) |")),
+            "{engine}: {words} in {markdown}"
+        );
+        let text = format("text");
+        assert!(
+            text.contains(&format!("bounds (invocations.Vec::push): {words}\n")),
+            "{engine}: {words} in {text}"
+        );
+    }
+}
+
 /// A loop unrolled into copies of one piece of code on one source line (the shape of
 /// ripgrep's `Pool::new`, `tests/fixtures/rust/slots.rs`): the line table shows nothing
 /// repeated, the machine code does. Its row was counted as exact, one call per `slots`

@@ -2213,6 +2213,12 @@ fn without_root_the_sites_that_need_uprobes_are_named_and_the_rest_can_be_counte
         notes.contains("partial") && notes.contains("lower bound"),
         "{notes}"
     );
+    // The JSON says so too (issue 44): a fewest, no most; an exact count has no range.
+    let range = &partial["range"];
+    assert_eq!(range["low"], 0.0, "{partial}");
+    assert!(range.get("high").is_none(), "{partial}");
+    assert_eq!(range["unbounded_sites"], 0, "{partial}");
+    assert!(counted.get("range").is_none(), "{counted}");
 }
 
 /// `tests/fixtures/c/SOURCE` built with debug info as the program `dir/NAME`, `args`
@@ -2340,12 +2346,19 @@ fn calls_before_the_counting_library_starts_are_said_to_be_uncounted_in_process(
     assert_eq!(samples(m), vec![10.0], "{m:#}");
     assert!(!m["notes"].to_string().contains(said), "{m:#}");
     assert_eq!(m["exact"], true, "{m:#}");
+    assert!(
+        m.get("range").is_none(),
+        "an exact count has no range: {m:#}"
+    );
     for engine in ["inproc", "auto"] {
         let report = run(engine);
         let m = metric(&report, "invocations.early_work");
         assert_eq!(samples(m), vec![3.0], "{engine}: {m:#}");
         assert!(m["notes"].to_string().contains(said), "{engine}: {m:#}");
         assert_eq!(m["exact"], false, "{engine}: {m:#}");
+        // A lower bound with nothing above it, in the JSON too.
+        assert_eq!(m["range"]["low"], 3.0, "{engine}: {m:#}");
+        assert!(m["range"].get("high").is_none(), "{engine}: {m:#}");
     }
 }
 

@@ -593,7 +593,7 @@ fn output_file_is_written_atomically() {
     ])
     .success();
     let text = std::fs::read_to_string(&out).unwrap();
-    assert!(text.starts_with("benchmark,metric,unit,source,group,n,mean,sd,cov,median,min,max,ci_low,ci_high,confidence,reference,change,change_low,change_high,p_value,method,threshold,verdict,notes,bound\n"));
+    assert!(text.starts_with("benchmark,metric,unit,source,group,n,mean,sd,cov,median,min,max,ci_low,ci_high,confidence,reference,change,change_low,change_high,p_value,method,threshold,verdict,notes,bound,range_low,range_high,range_sites,range_unbounded_sites\n"));
     assert!(text.contains(",time.wall,s,clock,timing,2,"));
     // A failing run leaves neither the report nor a temporary file.
     let failed = dir.path().join("failed.json");

@@ -359,6 +359,7 @@ mod tests {
             trend: Vec::new(),
             distinguishable: None,
             bound: None,
+            range: None,
         }
     }
 

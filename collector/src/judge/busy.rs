@@ -181,6 +181,7 @@ mod tests {
             trend: Vec::new(),
             distinguishable: None,
             bound: None,
+            range: None,
         }
     }
 

@@ -83,6 +83,7 @@ pub fn metric_result(
         trend: Vec::new(),
         distinguishable: None,
         bound: None,
+        range: None,
     }
 }
 

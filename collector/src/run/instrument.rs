@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::unistd::Pid;
-use sbs_reports::model::{MetricResult, Unit};
+use sbs_reports::model::{CountRange, MetricResult, Unit};
 
 /// What a metric is: its id, unit, mechanism and kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +28,9 @@ pub struct MetricSpec {
     /// The largest error the value may carry, in its unit, where the instrument states
     /// one (see `MetricResult::bound`); the series keeps the largest of its runs'.
     pub bound: Option<f64>,
+    /// The fewest and most calls a count that is not exact may stand for in this run
+    /// (see `MetricResult::range`); the series keeps the union of its runs'.
+    pub range: Option<CountRange>,
 }
 
 impl MetricSpec {
@@ -39,6 +42,7 @@ impl MetricSpec {
             source: source.into(),
             exact,
             bound: None,
+            range: None,
         }
     }
 
@@ -60,6 +64,9 @@ impl MetricSpec {
         MetricResult {
             group,
             bound: self.bound,
+            // A range that says no more than the samples (no site with doubt counted a
+            // call) is left out.
+            range: self.range.filter(CountRange::informative),
             ..crate::judge::summary::metric_result(
                 self.id,
                 self.unit,

@@ -103,8 +103,11 @@ impl Instrument for Boxing {
         self.inner.collect(outcome, &mut samples)?;
         for mut s in samples {
             // Exact unless the kernel stopped following a process of the run.
-            let exact = s.metric.exact;
-            s.metric = MetricSpec::new(METRIC, Unit::Count, self.inner.source(), exact);
+            let (exact, range) = (s.metric.exact, s.metric.range);
+            s.metric = MetricSpec {
+                range,
+                ..MetricSpec::new(METRIC, Unit::Count, self.inner.source(), exact)
+            };
             out.push(s);
         }
         Ok(())

@@ -123,6 +123,10 @@ impl Collected {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 (a, b) => a.or(b),
             };
+            series.spec.range = match (series.spec.range, s.metric.range) {
+                (Some(a), Some(b)) => Some(a.union(b)),
+                (a, b) => a.or(b),
+            };
             if failed {
                 series.failed.push(series.samples.len());
             }

@@ -32,6 +32,7 @@ use sbs_probes::patch::{displace, Patch, PatchRefusal};
 use sbs_probes::program::Program;
 use sbs_probes::resolve::{match_patterns, PatternMatch};
 use sbs_probes::tracefs::{ProbeSet, ProbeTarget, Tracefs};
+use sbs_reports::model::CountRange;
 
 use crate::run::instrument::{
     ChildSetup, ExitKind, InFlight, Instrument, RunAgain, RunOutcome, Sample,
@@ -116,6 +117,9 @@ pub struct Invocations {
     /// Per pattern with such a site: the fewest and most calls its runs counted (they
     /// differ when the program's calls vary from run to run).
     totals: Vec<Option<(u64, u64)>>,
+    /// Per pattern: whether its count may miss calls made before the in-process counting
+    /// library started (its range then has no most).
+    misses_start_up: Vec<bool>,
     /// Whether the kernel kept following every process the uprobes count in.
     following: Following,
     /// Per site, what a check against a debug build needs, with the last run's count.
@@ -234,9 +238,13 @@ impl Invocations {
         notes.extend(label_engines(
             &mut rows, &counted, &fallback, &shared, options,
         ));
-        notes.extend(not_exact_before_start_up(
-            &mut rows, &counted, &sites, &target,
-        ));
+        let early = not_exact_before_start_up(&mut rows, &counted, &sites, &target);
+        // Calls made before the counting library starts: nothing bounds them.
+        let misses_start_up: Vec<bool> = rows
+            .iter()
+            .map(|p| early.iter().any(|(id, _)| *id == p.metric.id))
+            .collect();
+        notes.extend(early);
         let rows_len = rows.len();
         Ok(Invocations {
             patterns: rows,
@@ -257,6 +265,7 @@ impl Invocations {
             runs: 0,
             bounds: vec![None; rows_len],
             totals: vec![None; rows_len],
+            misses_start_up,
             following: Following::default(),
             counted_sites: sites.iter().map(CountedSite::of).collect(),
             per_pass,
@@ -920,6 +929,39 @@ struct InvocationsRun {
     inproc: Option<InprocRun>,
 }
 
+impl Invocations {
+    /// The fewest and most calls this run's counts at the sites of `p` may stand for:
+    /// each site's count times the calls one pass there may be, a site without a bound
+    /// taken as counted (the note says so).
+    fn site_bounds(&self, p: &PatternRows, count: &dyn Fn(usize) -> u64) -> (f64, f64) {
+        let all = p.sites();
+        let bound = |f: fn((u64, u64)) -> u64| -> f64 {
+            all.iter()
+                .map(|&i| count(i).saturating_mul(self.per_pass[i].map_or(1, f)))
+                .sum::<u64>() as f64
+        };
+        (bound(|p| p.0), bound(|p| p.1))
+    }
+
+    /// [`Self::site_bounds`] for the report of pattern `k`, with no most when calls went
+    /// uncounted with nothing to bound them: sites left out (`--invocations-partial`),
+    /// calls before the in-process counting library started, or a process that escaped
+    /// counting (`lost`).
+    fn run_range(&self, k: usize, count: &dyn Fn(usize) -> u64, lost: bool) -> CountRange {
+        let p = &self.patterns[k];
+        let all = p.sites();
+        let (low, high) = self.site_bounds(p, count);
+        let skipped = all.iter().any(|&i| self.counted[i] == Counted::Skipped);
+        let uncounted = skipped || lost || self.misses_start_up[k];
+        CountRange {
+            low,
+            high: (!uncounted).then_some(high),
+            sites: all.len(),
+            unbounded_sites: all.iter().filter(|&&i| self.per_pass[i].is_none()).count(),
+        }
+    }
+}
+
 impl Instrument for Invocations {
     fn name(&self) -> &str {
         "invocations"
@@ -998,33 +1040,26 @@ impl Instrument for Invocations {
                     (label.clone(), n as f64)
                 })
                 .collect();
+            let lost = match p.metric.source.as_str() {
+                "uprobe" => lost_uprobe,
+                "inproc" => lost_inproc,
+                _ => lost_uprobe || lost_inproc,
+            };
             if !p.metric.exact {
-                let all = p.sites();
-                // The sites without a bound count as counted: the note says so.
-                let bound = |f: fn((u64, u64)) -> u64| -> u64 {
-                    all.iter()
-                        .map(|&i| count(i).saturating_mul(self.per_pass[i].map_or(1, f)))
-                        .sum()
-                };
-                let (low, high) = (bound(|p| p.0), bound(|p| p.1));
-                let total: u64 = all.iter().map(|&i| count(i)).sum();
+                let (low, high) = self.site_bounds(p, &count);
+                let total: u64 = p.sites().iter().map(|&i| count(i)).sum();
                 self.totals[k] = Some(match self.totals[k] {
                     Some((l, h)) => (l.min(total), h.max(total)),
                     None => (total, total),
                 });
-                let (low, high) = (low as f64, high as f64);
                 self.bounds[k] = Some(match self.bounds[k] {
                     Some((l, h)) => (l.min(low), h.max(high)),
                     None => (low, high),
                 });
             }
             let mut metric = p.metric.clone();
-            let lost = match metric.source.as_str() {
-                "uprobe" => lost_uprobe,
-                "inproc" => lost_inproc,
-                _ => lost_uprobe || lost_inproc,
-            };
             metric.exact &= !lost;
+            metric.range = Some(self.run_range(k, &count, lost));
             out.push(Sample {
                 metric,
                 value: details.iter().map(|(_, v)| v).sum(),
