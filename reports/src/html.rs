@@ -420,7 +420,7 @@ impl Render for Html {
                         page,
                         "<p class=bounds>bounds ({}): {}</p>",
                         escape(&m.id),
-                        escape(&r.describe())
+                        escape(&crate::human::count_range(r))
                     );
                 }
                 for n in &m.notes {

@@ -1,6 +1,6 @@
 //! Numbers for people: humanised units and thousands separators.
 
-use crate::model::Unit;
+use crate::model::{CountRange, Unit};
 
 /// What a calibrated value that cannot be told from zero shows instead of its mean.
 pub const INDISTINGUISHABLE: &str = "indistinguishable from 0";
@@ -157,6 +157,24 @@ fn sig(x: f64) -> String {
     } else {
         format!("{x:.3}")
     }
+}
+
+/// The bounds of a count that is not exact, for people: `10,307 to 10,991 per run`,
+/// `at least 1,000 per run`, and when some sites have no bound `, as far as sites are
+/// bounded: 218 of 688 unbounded`.
+pub fn count_range(r: &CountRange) -> String {
+    let mut s = match r.high {
+        Some(h) if h == r.low => format!("{} per run", count(h)),
+        Some(h) => format!("{} to {} per run", count(r.low), count(h)),
+        None => format!("at least {} per run", count(r.low)),
+    };
+    if r.unbounded_sites > 0 {
+        s = format!(
+            "{s}, as far as sites are bounded: {} of {} unbounded",
+            r.unbounded_sites, r.sites
+        );
+    }
+    s
 }
 
 #[cfg(test)]

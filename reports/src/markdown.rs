@@ -60,7 +60,7 @@ fn row(m: &MetricResult, time: Option<human::TimeUnit>) -> [String; 5] {
     };
     // A count that is not exact says where the calls lie, after its value and interval.
     let bounds = match &m.range {
-        Some(r) => format!(" (bounds {})", r.describe()),
+        Some(r) => format!(" (bounds {})", crate::human::count_range(r)),
         None => String::new(),
     };
     let Some(c) = &m.comparison else {

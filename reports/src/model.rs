@@ -173,24 +173,6 @@ impl CountRange {
     pub fn informative(&self) -> bool {
         self.high != Some(self.low) || self.unbounded_sites > 0
     }
-
-    /// For people: `10,307 to 10,991 per run`, `at least 1,000 per run`, and when some
-    /// sites have no bound `, as far as sites are bounded: 218 of 688 unbounded`.
-    pub fn describe(&self) -> String {
-        let c = crate::human::count;
-        let mut s = match self.high {
-            Some(h) if h == self.low => format!("{} per run", c(h)),
-            Some(h) => format!("{} to {} per run", c(self.low), c(h)),
-            None => format!("at least {} per run", c(self.low)),
-        };
-        if self.unbounded_sites > 0 {
-            s = format!(
-                "{s}, as far as sites are bounded: {} of {} unbounded",
-                self.unbounded_sites, self.sites
-            );
-        }
-        s
-    }
 }
 
 /// One run of a metric's history.

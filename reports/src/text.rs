@@ -281,7 +281,7 @@ impl Render for Text {
             }
             for m in &b.metrics {
                 if let Some(r) = &m.range {
-                    writeln!(out, "  bounds ({}): {}", m.id, r.describe())?;
+                    writeln!(out, "  bounds ({}): {}", m.id, human::count_range(r))?;
                 }
             }
             for m in &b.metrics {
