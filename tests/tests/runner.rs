@@ -1541,6 +1541,8 @@ fn the_report_says_what_else_the_machine_ran() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
+    let spun_before = cpu_ticks(neighbour.id());
+    let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let export = dir.path().join("r.json");
     let export_arg = export.to_str().unwrap();
@@ -1555,6 +1557,10 @@ fn the_report_says_what_else_the_machine_ran() {
     ])
     .success()
     .stdout();
+    // The neighbour's own share of one CPU over (a little more than) the runs.
+    let spun = (cpu_ticks(neighbour.id()) - spun_before) as f64
+        / ticks_per_second()
+        / started.elapsed().as_secs_f64();
     let _ = neighbour.kill();
     let _ = neighbour.wait();
     let json: serde_json::Value =
@@ -1565,8 +1571,28 @@ fn the_report_says_what_else_the_machine_ran() {
     // on a loaded machine, and named with its pid.
     let others = m["others"].as_f64().unwrap_or(-1.0);
     assert!(others * cpus as f64 >= 0.2 && others <= 1.0, "{m:#}");
+    // It is named among the three busiest, unless three others each took at least about
+    // as much (a machine building in parallel runs several compilers at once).
     let named = format!("spin_threads ({})", neighbour.id());
-    assert!(m["busy"].to_string().contains(&named), "{m:#}");
+    let listed: Vec<f64> = m["busy"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| {
+            b.as_str()?
+                .rsplit(' ')
+                .next()?
+                .strip_suffix('%')?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(
+        m["busy"].to_string().contains(&named)
+            || (listed.len() == 3 && listed.iter().all(|&p| p / 100.0 >= spun * 0.5)),
+        "the neighbour took {:.0}% of a CPU: {m:#}",
+        spun * 100.0
+    );
     assert!(m["load_start"].as_f64().is_some_and(|l| l >= 0.0), "{m:#}");
     let flagged = cpuinfo
         .lines()
@@ -2197,4 +2223,29 @@ fn a_run_stopped_by_its_terminal_ends_with_the_reason() {
             && text.contains("--input FILE"),
         "{text}"
     );
+}
+
+/// The user and system CPU ticks a process has used so far (`/proc/PID/stat`).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised name: state is field 3, utime 14 and stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(14) + field(15)
+}
+
+/// The kernel's clock ticks per second, as `/proc` counts CPU time.
+fn ticks_per_second() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
 }
