@@ -35,6 +35,7 @@
 //! programs the preload agent cannot see into (`sbs-profile --alloc --alloc-harness`).
 
 pub mod adapter;
+pub mod capture;
 mod child;
 mod counting;
 mod error;
@@ -50,6 +51,9 @@ pub mod words;
 use std::io::Write;
 
 pub use counting::CountingAlloc;
+/// Mark a function of an application so that `sbs-profile capture` records its calls and
+/// `sbs-profile --replay` replays them as benchmarks: see [`mod@capture`].
+pub use sbs_harness_macros::capture;
 pub use error::HarnessError;
 pub use params::Params;
 /// Keeps the optimizer from deleting work whose result is unused, or from computing it
