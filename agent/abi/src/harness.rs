@@ -47,6 +47,11 @@ pub const MODE_FIRST: &str = "first";
 /// pass) is done, and the next.
 pub const FIRST_FRESH_OPS: u64 = 2;
 
+/// Operations a [`MODE_COUNT`] run makes before the region, unmeasured (the replay of a
+/// capture's calls cycles through them from the first, so the counted operations are
+/// calls `COUNT_WARMUP_OPS..COUNT_WARMUP_OPS + ops`, modulo their number).
+pub const COUNT_WARMUP_OPS: u64 = 1;
+
 /// Descriptor number of the record file in the child.
 pub const OUT_FD: i32 = 1017;
 /// Env var and descriptor of the uprobe counters' socket.
