@@ -37,6 +37,8 @@ use sbs_agent_abi::harness::capture::{
     META_FILE, VERSION,
 };
 
+use sbs_agent_abi::harness::{ENV_MODE, MODE_FIRST, MODE_TIME};
+
 use crate::region::{AgentSlot, HeapSnapshot};
 use crate::Suite;
 
@@ -189,10 +191,7 @@ pub mod __private {
     /// arguments (`write`) and start counting its allocations.
     #[cold]
     #[inline(never)]
-    pub fn begin(
-        entry: &'static Entry,
-        write: impl FnOnce(&mut ArgWriter),
-    ) -> Option<Guard> {
+    pub fn begin(entry: &'static Entry, write: impl FnOnce(&mut ArgWriter)) -> Option<Guard> {
         let config = CONFIG.get()?;
         let nested = RECORDING.with(|r| r.get());
         let (slot, call) = {
@@ -241,6 +240,61 @@ pub mod __private {
             args: w.out,
             before: snapshot(),
         })
+    }
+
+    /// Which captured call a replay's next operation replays. Counting runs cycle
+    /// through them all, from the first. The drift checks look for an operation that
+    /// changes its own input by comparing the first operations with each other, which
+    /// calls of different sizes would fool: a drift run ([`MODE_FIRST`]) replays the first
+    /// call every time, and a timing run its first
+    /// [`FIRST_OPS`](crate::child::FIRST_OPS) operations (those timed one at a time),
+    /// then cycles. A few compares per operation, no division.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Cursor {
+        hold: u64,
+        cycle: bool,
+        next: usize,
+    }
+
+    impl Cursor {
+        /// The cursor of this process's run (the harness's mode variable).
+        pub fn new() -> Cursor {
+            let mode = std::env::var(ENV_MODE).ok();
+            let (hold, cycle) = match mode.as_deref() {
+                Some(MODE_FIRST) => (0, false),
+                Some(MODE_TIME) => (crate::child::FIRST_OPS as u64, true),
+                _ => (0, true),
+            };
+            Cursor {
+                hold,
+                cycle,
+                next: 0,
+            }
+        }
+
+        /// The index, among `len` calls, of the next operation's call.
+        #[inline(always)]
+        pub fn next(&mut self, len: usize) -> usize {
+            if self.hold > 0 {
+                self.hold -= 1;
+                return 0;
+            }
+            if !self.cycle {
+                return 0;
+            }
+            let i = self.next;
+            self.next += 1;
+            if self.next >= len {
+                self.next = 0;
+            }
+            i
+        }
+    }
+
+    impl Default for Cursor {
+        fn default() -> Cursor {
+            Cursor::new()
+        }
     }
 
     /// Compile-time check of a captured argument's type (the message says what to derive).
@@ -472,7 +526,11 @@ fn read_capture(dir: &Path) -> Result<(Meta, Vec<serde_json::Value>), String> {
     let text = std::fs::read_to_string(&calls_path)
         .map_err(|e| format!("cannot read {}: {e}", calls_path.display()))?;
     let mut calls = Vec::new();
-    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let call: Call = serde_json::from_str(line).map_err(|e| {
             format!(
                 "{} is corrupt at line {} ({e}); capture again (sbs-profile capture --force -- PROGRAM ...)",

@@ -51,11 +51,11 @@ pub mod words;
 use std::io::Write;
 
 pub use counting::CountingAlloc;
+pub use error::HarnessError;
+pub use params::Params;
 /// Mark a function of an application so that `sbs-profile capture` records its calls and
 /// `sbs-profile --replay` replays them as benchmarks: see [`mod@capture`].
 pub use sbs_harness_macros::capture;
-pub use error::HarnessError;
-pub use params::Params;
 /// Keeps the optimizer from deleting work whose result is unused, or from computing it
 /// ahead from known inputs: wrap inputs and results in it.
 pub use std::hint::black_box;

@@ -140,13 +140,8 @@ fn move_captures(staging: &Path, out: &Path, force: bool) -> anyhow::Result<Vec<
                 .with_context(|| format!("cannot replace {}", target.display()))?;
         }
         let bytes = dir_bytes(&c.dir);
-        std::fs::rename(&c.dir, &target).with_context(|| {
-            format!(
-                "cannot move {} to {}",
-                c.dir.display(),
-                target.display()
-            )
-        })?;
+        std::fs::rename(&c.dir, &target)
+            .with_context(|| format!("cannot move {} to {}", c.dir.display(), target.display()))?;
         moved.push(Moved {
             function: c.meta.function,
             seen: c.meta.calls_seen,

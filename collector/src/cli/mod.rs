@@ -248,8 +248,9 @@ fn harness_target(args: &RunArgs) -> anyhow::Result<HarnessTarget> {
                 .captures
                 .clone()
                 .unwrap_or_else(|| sbs_agent_abi::harness::capture::DEFAULT_DIR.into());
-            let dir = std::path::absolute(&dir)
-                .with_context(|| format!("--captures {}: cannot make it absolute", dir.display()))?;
+            let dir = std::path::absolute(&dir).with_context(|| {
+                format!("--captures {}: cannot make it absolute", dir.display())
+            })?;
             Some(crate::plan::replay::ReplaySource {
                 dir,
                 pattern: pattern.clone(),
@@ -259,7 +260,11 @@ fn harness_target(args: &RunArgs) -> anyhow::Result<HarnessTarget> {
     };
     Ok(HarnessTarget {
         binary,
-        filters: if replay.is_some() { Vec::new() } else { filters },
+        filters: if replay.is_some() {
+            Vec::new()
+        } else {
+            filters
+        },
         params: args.params.clone(),
         samples: args.samples,
         harness_args: args.harness_args.clone(),

@@ -62,7 +62,12 @@ pub fn check(report: &mut Report, in_situ: &[InSitu], ops: u64) {
                 expected.0,
                 human::count as fn(f64) -> String,
             ),
-            ("alloc.bytes/op", mean("alloc.bytes/op"), expected.1, human::bytes),
+            (
+                "alloc.bytes/op",
+                mean("alloc.bytes/op"),
+                expected.1,
+                human::bytes,
+            ),
         ] {
             let Some(replayed) = replayed else { continue };
             // Exact counts on both sides: any difference is a difference.
@@ -97,7 +102,11 @@ mod tests {
     fn expected_is_over_the_replayed_calls() {
         let s = InSitu {
             function: "f".into(),
-            calls: vec![(Some(1), Some(10)), (Some(3), Some(30)), (Some(5), Some(50))],
+            calls: vec![
+                (Some(1), Some(10)),
+                (Some(3), Some(30)),
+                (Some(5), Some(50)),
+            ],
         };
         // Warm-up takes call 0; 3 ops replay 1, 2, 0.
         assert_eq!(s.expected(3), Some((3.0, 30.0)));

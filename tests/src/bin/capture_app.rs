@@ -69,7 +69,9 @@ fn main() {
     for round in 0..40u32 {
         let line = format!("Alpha{round} BETA{} gamma Delta{}", round * 7, round % 3);
         word_count += words(&line).len();
-        let mut v: Vec<u32> = (0..64 + round).map(|i| i.wrapping_mul(2_654_435_761u32) ^ round).collect();
+        let mut v: Vec<u32> = (0..64 + round)
+            .map(|i| i.wrapping_mul(2_654_435_761u32) ^ round)
+            .collect();
         sort_in_place(&mut v);
         total = total.wrapping_add(u64::from(v[0]));
         let data: Vec<u8> = (0..256 + round * 16).map(|i| (i ^ round) as u8).collect();

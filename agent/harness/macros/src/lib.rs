@@ -108,9 +108,12 @@ fn classify(ty: &Type) -> syn::Result<(Type, Kind)> {
     match ty {
         Type::Reference(r) => {
             let elem = &*r.elem;
-            let is_str = matches!(elem, Type::Path(p) if p.qself.is_none() && p.path.is_ident("str"));
+            let is_str =
+                matches!(elem, Type::Path(p) if p.qself.is_none() && p.path.is_ident("str"));
             match (r.mutability.is_some(), elem) {
-                (false, _) if is_str => Ok((syn::parse_quote!(::std::string::String), Kind::RefStr)),
+                (false, _) if is_str => {
+                    Ok((syn::parse_quote!(::std::string::String), Kind::RefStr))
+                }
                 (false, Type::Slice(s)) => {
                     let t = &s.elem;
                     Ok((syn::parse_quote!(::std::vec::Vec<#t>), Kind::RefSlice))
@@ -198,9 +201,17 @@ fn expand(opts: Opts, func: ItemFn) -> syn::Result<Tokens> {
         ));
     }
     if let Some(v) = &sig.variadic {
-        return Err(syn::Error::new(v.span(), "a variadic fn cannot be captured"));
+        return Err(syn::Error::new(
+            v.span(),
+            "a variadic fn cannot be captured",
+        ));
     }
-    if let Some(g) = sig.generics.params.iter().find(|g| !matches!(g, GenericParam::Lifetime(_))) {
+    if let Some(g) = sig
+        .generics
+        .params
+        .iter()
+        .find(|g| !matches!(g, GenericParam::Lifetime(_)))
+    {
         return Err(syn::Error::new(
             g.span(),
             format!(
@@ -366,6 +377,7 @@ fn expand(opts: Opts, func: ItemFn) -> syn::Result<Tokens> {
                 vals: ::std::option::Option<(#(#val_tys,)*)>,
                 spent: ::std::option::Option<(#(#mut_tys,)*)>,
                 next: usize,
+                cursor: #private::Cursor,
             }
             fn __fill(__s: &mut __State) {
                 __s.muts = ::std::option::Option::Some((#(#mut_src,)*));
@@ -379,7 +391,9 @@ fn expand(opts: Opts, func: ItemFn) -> syn::Result<Tokens> {
                         vals: ::std::option::Option::None,
                         spent: ::std::option::Option::None,
                         next: 0,
+                        cursor: #private::Cursor::new(),
                     };
+                    __s.next = __s.cursor.next(__s.pristine.len());
                     __fill(&mut __s);
                     __s
                 })
@@ -387,11 +401,11 @@ fn expand(opts: Opts, func: ItemFn) -> syn::Result<Tokens> {
                     // The last operation's mutated arguments are dropped here, outside
                     // the measured region, and fresh clones made for the next one.
                     drop(__s.spent.take());
+                    __s.next = __s.cursor.next(__s.pristine.len());
                     __fill(__s);
                 })
                 .run(|__s: &mut __State| {
                     let __i = __s.next;
-                    __s.next = (__i + 1) % __s.pristine.len();
                     #[allow(unused_mut, unused_variables)]
                     let (#(mut #mut_names,)*) = __s.muts.take().expect("filled by the reset");
                     #[allow(unused_variables)]
@@ -409,11 +423,10 @@ fn expand(opts: Opts, func: ItemFn) -> syn::Result<Tokens> {
                 .bench(__name, move |_| {
                     let __pristine: ::std::vec::Vec<__Args> =
                         #private::decode(&__calls).expect("checked before the set-up");
-                    (__pristine, 0usize)
+                    (__pristine, #private::Cursor::new())
                 })
-                .run(|__s: &mut (::std::vec::Vec<__Args>, usize)| {
-                    let __i = __s.1;
-                    __s.1 = (__i + 1) % __s.0.len();
+                .run(|__s: &mut (::std::vec::Vec<__Args>, #private::Cursor)| {
+                    let __i = __s.1.next(__s.0.len());
                     #[allow(unused_variables)]
                     let __p = &__s.0[__i];
                     let __r = #call;
