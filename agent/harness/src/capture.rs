@@ -59,8 +59,49 @@ struct Config {
 }
 
 thread_local! {
-    /// A kept call is running on this thread.
-    static RECORDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The kept call running on this thread, if one is.
+    static PENDING: std::cell::RefCell<Option<Pending>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A kept call in progress.
+struct Pending {
+    entry: &'static Entry,
+    slot: usize,
+    call: u64,
+    args: String,
+    before: Option<HeapSnapshot>,
+}
+
+/// The kept call of this thread ends: read the counters, keep the record if its slot
+/// was not given to a later call meanwhile.
+#[cold]
+#[inline(never)]
+fn finish() {
+    let after = snapshot();
+    let Some(p) = PENDING.with(|p| p.borrow_mut().take()) else {
+        return;
+    };
+    let cost = p.before.zip(after).map(|(b, a)| {
+        (
+            a.allocs.saturating_sub(b.allocs),
+            a.bytes.saturating_sub(b.bytes),
+        )
+    });
+    let mut r = lock(p.entry.site);
+    if r.owner.get(p.slot) == Some(&p.call) {
+        let slot = p.slot;
+        let record = Record {
+            call: p.call,
+            args: p.args,
+            cost,
+        };
+        if slot < r.kept.len() {
+            r.kept[slot] = Some(record);
+        } else {
+            r.kept.resize_with(slot, || None);
+            r.kept.push(Some(record));
+        }
+    }
 }
 
 /// What the expansion of `#[sbs_harness::capture]` uses; not an API.
@@ -151,39 +192,17 @@ pub mod __private {
         }
     }
 
-    /// A kept call in progress: its drop reads the allocation counters again.
+    /// A kept call in progress (its state is the thread's [`PENDING`]): its drop reads
+    /// the allocation counters again. One byte, so the function that holds it pays
+    /// for little more than a test when nothing is captured.
     pub struct Guard {
-        entry: &'static Entry,
-        slot: usize,
-        call: u64,
-        args: String,
-        before: Option<HeapSnapshot>,
+        _kept: std::num::NonZeroU8,
     }
 
     impl Drop for Guard {
+        #[inline]
         fn drop(&mut self) {
-            let after = snapshot();
-            RECORDING.with(|r| r.set(false));
-            let cost = self.before.zip(after).map(|(b, a)| {
-                (
-                    a.allocs.saturating_sub(b.allocs),
-                    a.bytes.saturating_sub(b.bytes),
-                )
-            });
-            let mut r = lock(self.entry.site);
-            if r.owner.get(self.slot) == Some(&self.call) {
-                let record = Record {
-                    call: self.call,
-                    args: std::mem::take(&mut self.args),
-                    cost,
-                };
-                if self.slot < r.kept.len() {
-                    r.kept[self.slot] = Some(record);
-                } else {
-                    r.kept.resize_with(self.slot, || None);
-                    r.kept.push(Some(record));
-                }
-            }
+            super::finish();
         }
     }
 
@@ -193,7 +212,7 @@ pub mod __private {
     #[inline(never)]
     pub fn begin(entry: &'static Entry, write: impl FnOnce(&mut ArgWriter)) -> Option<Guard> {
         let config = CONFIG.get()?;
-        let nested = RECORDING.with(|r| r.get());
+        let nested = PENDING.with(|p| p.borrow().is_some());
         let (slot, call) = {
             let mut r = lock(entry.site);
             r.seen += 1;
@@ -232,13 +251,23 @@ pub mod __private {
             w.out.push('[');
         }
         w.out.push(']');
-        RECORDING.with(|r| r.set(true));
-        Some(Guard {
+        let pending = Pending {
             entry,
             slot,
             call,
             args: w.out,
-            before: snapshot(),
+            before: None,
+        };
+        // The thread-local's first use may allocate: before the counters are read.
+        PENDING.with(|p| *p.borrow_mut() = Some(pending));
+        let before = snapshot();
+        PENDING.with(|p| {
+            if let Some(p) = p.borrow_mut().as_mut() {
+                p.before = before;
+            }
+        });
+        Some(Guard {
+            _kept: std::num::NonZeroU8::MIN,
         })
     }
 
