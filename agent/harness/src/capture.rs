@@ -180,7 +180,7 @@ pub mod __private {
 
     impl ArgWriter {
         /// Append one argument.
-        pub fn arg<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
+        pub fn arg<T: CaptureSerialize + ?Sized>(&mut self, value: &T) {
             if self.error.is_some() {
                 return;
             }
@@ -356,6 +356,15 @@ pub mod __private {
     )]
     pub trait Capturable: serde::Serialize + serde::de::DeserializeOwned {}
     impl<T: serde::Serialize + serde::de::DeserializeOwned> Capturable for T {}
+
+    /// An argument a capture can write (its type implements `Serialize`).
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be captured: it does not implement serde's `Serialize` and `Deserialize`",
+        label = "this argument of a #[sbs_harness::capture] function",
+        note = "add #[derive(serde::Serialize, serde::Deserialize)] to its type (serde with its `derive` feature)"
+    )]
+    pub trait CaptureSerialize: serde::Serialize {}
+    impl<T: serde::Serialize + ?Sized> CaptureSerialize for T {}
 
     /// A type a replay can clone before every operation (`&mut` and by-value arguments).
     #[diagnostic::on_unimplemented(

@@ -217,7 +217,7 @@ fn expand(opts: Opts, func: ItemFn) -> syn::Result<Tokens> {
             format!(
                 "`{name}` is generic: a capture must know the concrete types to rebuild its \
                  arguments; mark a non-generic function that calls it with the types your \
-                 application uses (e.g. `fn {name}_u64(x: &[u64]) -> u64 {{ {name}(x) }}`)"
+                 application uses (e.g. a `fn {name}_u64` that calls `{name}::<u64>`)"
             ),
         ));
     }
