@@ -20,10 +20,6 @@
 // The tests build a report file in ordinary memory, which takes one `unsafe` block.
 #![cfg_attr(test, deny(unsafe_code))]
 
-// The capture format's types own their strings.
-#[cfg(all(feature = "capture", not(test)))]
-extern crate std;
-
 pub mod attach;
 pub mod counters;
 pub mod inproc;

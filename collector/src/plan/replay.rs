@@ -1,11 +1,11 @@
 //! `--replay PATTERN`: the captures `sbs-profile capture` wrote (one directory per marked
-//! function, `sbs_agent_abi::harness::capture`), which of them a pattern selects, and
+//! function, `sbs_harness::capture::format`), which of them a pattern selects, and
 //! whether the program still has each one's function.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use sbs_agent_abi::harness::capture::{Call, Meta, CALLS_FILE, FORMAT, META_FILE, VERSION};
+use sbs_harness::capture::format::{Call, Meta, CALLS_FILE, FORMAT, META_FILE, VERSION};
 use sbs_probes::pattern::Pattern;
 
 use super::bench_binary::Listed;

@@ -17,7 +17,7 @@
 //!   kept calls pay for serializing their arguments), each with the allocations the
 //!   allocation agent counted while it ran. At exit each function's capture is written
 //!   into a directory of its own (`meta.json`, `calls.jsonl`;
-//!   `sbs_agent_abi::harness::capture`). A call of a marked function made while another
+//!   `format`). A call of a marked function made while another
 //!   kept call runs on the same thread is counted but not kept (its serialization would
 //!   be charged to the outer call). The variables are removed, so the program's children
 //!   do not capture.
@@ -32,10 +32,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use sbs_agent_abi::harness::capture::{
-    dir_name, Call, Meta, CALLS_FILE, ENV_CAPTURE, ENV_CAPTURE_CALLS, ENV_REPLAY, FORMAT,
-    META_FILE, VERSION,
-};
+pub mod format;
+
+use format::{dir_name, Call, Meta, CALLS_FILE, FORMAT, META_FILE, VERSION};
+use sbs_agent_abi::harness::capture::{ENV_CAPTURE, ENV_CAPTURE_CALLS, ENV_REPLAY};
 
 use sbs_agent_abi::harness::{ENV_MODE, MODE_FIRST, MODE_TIME};
 
