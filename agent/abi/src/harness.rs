@@ -47,6 +47,11 @@ pub const MODE_FIRST: &str = "first";
 /// pass) is done, and the next.
 pub const FIRST_FRESH_OPS: u64 = 2;
 
+/// Operations a [`MODE_COUNT`] run makes before the region, unmeasured (the replay of a
+/// capture's calls cycles through them from the first, so the counted operations are
+/// calls `COUNT_WARMUP_OPS..COUNT_WARMUP_OPS + ops`, modulo their number).
+pub const COUNT_WARMUP_OPS: u64 = 1;
+
 /// Descriptor number of the record file in the child.
 pub const OUT_FD: i32 = 1017;
 /// Env var and descriptor of the uprobe counters' socket.
@@ -143,4 +148,26 @@ mod tests {
         fds.sort_unstable();
         assert!(fds.windows(2).all(|w| w[0] != w[1]));
     }
+}
+
+/// Capture and replay (`#[sbs_harness::capture]`, `sbs-profile capture`, `--replay`).
+pub mod capture {
+    /// Env var: the directory a capturing process writes its captures into (one
+    /// directory per marked function that ran); set by `sbs-profile capture`.
+    pub const ENV_CAPTURE: &str = "SBS_CAPTURE";
+    /// Env var: how many calls of each marked function a capture keeps.
+    pub const ENV_CAPTURE_CALLS: &str = "SBS_CAPTURE_CALLS";
+    /// Env var: the captures directory a process replays from: the program then runs no
+    /// `main` but its captured calls as harness benchmarks (`--list`, `--sbs-run NAME`).
+    pub const ENV_REPLAY: &str = "SBS_REPLAY";
+    /// The `format` field of every capture's `meta.json`.
+    pub const FORMAT: &str = "sbs-capture";
+    /// The version of the capture format; a reader refuses any other.
+    pub const VERSION: u64 = 1;
+    /// A capture's description (JSON).
+    pub const META_FILE: &str = "meta.json";
+    /// A capture's calls, one JSON object per line.
+    pub const CALLS_FILE: &str = "calls.jsonl";
+    /// The default captures directory.
+    pub const DEFAULT_DIR: &str = "sbs-captures";
 }

@@ -20,7 +20,7 @@ use crate::Runnable;
 /// operation can do one-time work (under callgrind the first operation of the `pushes`
 /// fixture ran 268 instructions more than every later one, its first `sized` allocation
 /// 116 more), which would make the per-operation numbers depend on `--ops`.
-pub(crate) const COUNT_WARMUP: u64 = 1;
+pub(crate) const COUNT_WARMUP: u64 = proto::COUNT_WARMUP_OPS;
 
 /// Operations timed one at a time at the start of a timing process, before the batches: the
 /// first operation against the next ones shows an operation that changes its own input

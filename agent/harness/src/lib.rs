@@ -35,6 +35,7 @@
 //! programs the preload agent cannot see into (`sbs-profile --alloc --alloc-harness`).
 
 pub mod adapter;
+pub mod capture;
 mod child;
 mod counting;
 mod error;
@@ -52,6 +53,9 @@ use std::io::Write;
 pub use counting::CountingAlloc;
 pub use error::HarnessError;
 pub use params::Params;
+/// Mark a function of an application so that `sbs-profile capture` records its calls and
+/// `sbs-profile --replay` replays them as benchmarks: see [`mod@capture`].
+pub use sbs_harness_macros::capture;
 /// Keeps the optimizer from deleting work whose result is unused, or from computing it
 /// ahead from known inputs: wrap inputs and results in it.
 pub use std::hint::black_box;

@@ -38,7 +38,7 @@ pub(crate) struct AgentSlot {
 impl AgentSlot {
     /// The slot of this process, if the agent is loaded (or `--alloc-harness` announced
     /// its report file) and a slot carries our pid.
-    fn find() -> Result<Option<AgentSlot>, HarnessError> {
+    pub(crate) fn find() -> Result<Option<AgentSlot>, HarnessError> {
         let Some((file, header)) = harness_report()?.or_else(agent_report) else {
             return Ok(None);
         };

@@ -430,6 +430,17 @@ pub struct RunArgs {
     #[arg(long)]
     pub harness: bool,
 
+    /// COMMAND is an application with functions marked #[sbs_harness::capture]: measure
+    /// the captured calls (`sbs-profile capture`) of each function whose path PATTERN
+    /// matches (whole path segments, as --invocations), one benchmark per function named by
+    /// its path, each operation one captured call, per operation as --harness.
+    #[arg(long, value_name = "PATTERN", conflicts_with_all = ["bench", "harness"])]
+    pub replay: Option<String>,
+
+    /// With --replay: the captures directory [default: sbs-captures].
+    #[arg(long, value_name = "DIR", requires = "replay")]
+    pub captures: Option<PathBuf>,
+
     /// List the benchmarks of the harness binary (COMMAND, or the --bench target) and exit.
     #[arg(long)]
     pub list: bool,

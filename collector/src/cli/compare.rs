@@ -39,6 +39,9 @@ pub(super) fn targets(args: &RunArgs) -> anyhow::Result<Vec<Target>> {
     {
         bail!("compare got the name `{dup}` twice; each command needs its own name");
     }
+    if args.replay.is_some() {
+        bail!("--replay does not apply to compare; replay one build with --save and compare it with the next through --baseline");
+    }
     let mut texts: Vec<&str> = Vec::new();
     let mut targets = Vec::new();
     for (i, command) in args.command.iter().enumerate() {

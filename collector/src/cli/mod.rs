@@ -6,11 +6,13 @@
 //!   commands of `compare` split in [`compare`];
 //! - `report`: [`report`];
 //! - `pinpoint`: [`pinpoint`] (the search itself is [`crate::pinpoint`]);
+//! - `capture`: [`capture`] (`--replay` is a plain run's, through [`crate::plan::replay`]);
 //! - `completions` and `man`: [`completions`], [`man`];
 //! - the options they share and their conversion: [`args`]; the values of a parameter
 //!   scan: [`scan`].
 
 pub mod args;
+pub mod capture;
 mod compare;
 mod completions;
 pub mod man;
@@ -95,6 +97,12 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
     /// instruction count (or allocations, or CPU time) got worse (SBS's DiggingFind and
     /// BinaryFind).
     Pinpoint(Box<pinpoint::PinpointArgs>),
+    /// Run an application once as it runs alone (its output and exit code pass through)
+    /// and record the calls of its functions marked #[sbs_harness::capture]: up to N per
+    /// function, chosen across the whole run, each with its in-situ allocations, into
+    /// ./sbs-captures/ (one directory per function). `--replay PATTERN -- PROGRAM` then
+    /// measures them.
+    Capture(Box<capture::CaptureArgs>),
 }
 
 /// Carry out what the command line asks for; the exit code on success.
@@ -120,6 +128,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Subcommand::Man(args)) => man::execute(&args),
         Some(Subcommand::Pinpoint(args)) => pinpoint::execute(&args),
+        Some(Subcommand::Capture(args)) => capture::execute(&args),
         None => {
             let targets = vec![run_target(&cli.run)?];
             run::measure(&cli.run, targets, Mode::Run)
@@ -144,7 +153,11 @@ fn list_benchmarks(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let target = harness_target(args)?;
     let exe = bench_binary::locate(&target.binary)?;
     let mut text = String::new();
-    for l in bench_binary::list(&exe, &target.filters)? {
+    let mut listed = bench_binary::list(&exe, &target.filters, &target.env())?;
+    if let Some(source) = &target.replay {
+        listed = crate::plan::replay::select(source, &exe, listed)?;
+    }
+    for l in listed {
         text.push_str(&l.name);
         if !l.params.is_empty() {
             text.push_str(&format!("  ({})", l.params));
@@ -159,7 +172,7 @@ fn list_benchmarks(args: &RunArgs) -> anyhow::Result<ExitCode> {
 
 /// What a plain run measures: its command, or the benchmarks of a harness binary.
 fn run_target(args: &RunArgs) -> anyhow::Result<Target> {
-    if args.bench.is_some() || args.harness {
+    if args.bench.is_some() || args.harness || args.replay.is_some() {
         if args.shell.is_some() {
             anyhow::bail!(
                 "--shell does not apply to --bench or --harness: their binary is run directly"
@@ -223,12 +236,39 @@ fn harness_target(args: &RunArgs) -> anyhow::Result<HarnessTarget> {
             args.command[1..].to_vec(),
         )
     };
+    let replay = match &args.replay {
+        Some(pattern) => {
+            if filters.iter().any(|f| !f.is_empty()) {
+                anyhow::bail!(
+                    "--replay runs PROGRAM in replay mode, its arguments unused; give only the \
+                     program after `--` (PATTERN selects the functions)"
+                );
+            }
+            let dir = args
+                .captures
+                .clone()
+                .unwrap_or_else(|| sbs_agent_abi::harness::capture::DEFAULT_DIR.into());
+            let dir = std::path::absolute(&dir).with_context(|| {
+                format!("--captures {}: cannot make it absolute", dir.display())
+            })?;
+            Some(crate::plan::replay::ReplaySource {
+                dir,
+                pattern: pattern.clone(),
+            })
+        }
+        None => None,
+    };
     Ok(HarnessTarget {
         binary,
-        filters,
+        filters: if replay.is_some() {
+            Vec::new()
+        } else {
+            filters
+        },
         params: args.params.clone(),
         samples: args.samples,
         harness_args: args.harness_args.clone(),
+        replay,
     })
 }
 

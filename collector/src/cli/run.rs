@@ -29,6 +29,13 @@ pub(super) fn measure(
         Some(debug) => Some((debug, check::preflight(debug)?)),
         None => None,
     };
+    let targets_replay: Vec<Option<plan::replay::ReplaySource>> = targets
+        .iter()
+        .map(|t| match t {
+            Target::Harness(h) => h.replay.clone(),
+            _ => None,
+        })
+        .collect();
     let Checked {
         plan,
         regression,
@@ -44,6 +51,10 @@ pub(super) fn measure(
     let unchecked = check.and_then(|(debug, valgrind)| {
         check_all(&plan.benchmarks, debug, &valgrind, &cancel, &mut report).err()
     });
+    if let Some(source) = replayed(&targets_replay) {
+        let in_situ = in_situ_of(source)?;
+        crate::judge::fidelity::check(&mut report, &in_situ, args.ops);
+    }
     let schedule = &plan.schedule;
     let regressions = judge(
         &mut report,
@@ -99,6 +110,30 @@ pub(super) fn measure(
     } else {
         Err(Unwritten { failures }.into())
     }
+}
+
+/// The captures a `--replay` run replays, if it is one.
+fn replayed(targets: &[Option<plan::replay::ReplaySource>]) -> Option<&plan::replay::ReplaySource> {
+    targets.iter().flatten().next()
+}
+
+/// The in-situ allocations of the calls each replayed capture holds.
+fn in_situ_of(
+    source: &plan::replay::ReplaySource,
+) -> anyhow::Result<Vec<crate::judge::fidelity::InSitu>> {
+    plan::replay::matching(source)?
+        .into_iter()
+        .map(|c| {
+            let calls = plan::replay::read_calls(&c.dir)?;
+            Ok(crate::judge::fidelity::InSitu {
+                function: c.meta.function,
+                calls: calls
+                    .iter()
+                    .map(|call| (call.alloc_count, call.alloc_bytes))
+                    .collect(),
+            })
+        })
+        .collect()
 }
 
 /// A plan whose every flag was checked, and what its judge and its report need.

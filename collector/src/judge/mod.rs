@@ -4,6 +4,7 @@
 pub mod busy;
 pub mod compare;
 pub mod confirm;
+pub mod fidelity;
 pub mod from_history;
 pub mod growth;
 pub mod headline;

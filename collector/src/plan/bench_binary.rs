@@ -78,10 +78,15 @@ pub fn parse_list(text: &str) -> Vec<Listed> {
 }
 
 /// Ask `program` for its benchmarks (those whose name contains one of `filters`).
-pub fn list(program: &Path, filters: &[OsString]) -> anyhow::Result<Vec<Listed>> {
+pub fn list(
+    program: &Path,
+    filters: &[OsString],
+    env: &[(OsString, OsString)],
+) -> anyhow::Result<Vec<Listed>> {
     let out = Command::new(program)
         .arg(ARG_LIST)
         .args(filters)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("cannot run `{} {ARG_LIST}`", program.display()))?;

@@ -240,9 +240,17 @@ fn harness_benchmarks(
         );
     }
     let exe = bench_binary::locate(&h.binary)?;
-    let listed = bench_binary::list(&exe, &h.filters)?;
+    let listed = bench_binary::list(&exe, &h.filters, &h.env())?;
+    let listed = match &h.replay {
+        Some(source) => super::replay::select(source, &exe, listed)?,
+        None => listed,
+    };
     bench_binary::check_params(&h.params, &listed)?;
-    let env = child_env(&request.controls);
+    let mut env = child_env(&request.controls);
+    for (k, v) in h.env() {
+        env.retain(|(ek, _)| *ek != k);
+        env.push((k, v));
+    }
     let mut benchmarks = Vec::new();
     for l in listed {
         let child_args =

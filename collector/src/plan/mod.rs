@@ -6,6 +6,7 @@ pub mod bench_binary;
 mod build;
 pub mod counters;
 mod groups;
+pub mod replay;
 mod request;
 
 pub use crate::run::spec::BenchmarkSpec;

@@ -59,6 +59,24 @@ pub struct HarnessTarget {
     pub samples: usize,
     /// Arguments passed to the binary as they are.
     pub harness_args: Vec<String>,
+    /// `--replay`: the binary is an application whose captured calls are its benchmarks.
+    pub replay: Option<super::replay::ReplaySource>,
+}
+
+impl HarnessTarget {
+    /// Variables the binary needs in every run (its listing included): `--replay`'s
+    /// captures directory.
+    pub fn env(&self) -> Vec<(OsString, OsString)> {
+        self.replay
+            .iter()
+            .map(|r| {
+                (
+                    sbs_agent_abi::harness::capture::ENV_REPLAY.into(),
+                    r.dir.clone().into_os_string(),
+                )
+            })
+            .collect()
+    }
 }
 
 /// Where a harness binary comes from.
