@@ -90,7 +90,7 @@ pub fn metric_result(
 /// A modified z-score (Iglewicz and Hoaglin) above this marks an outlier.
 pub(crate) const OUTLIER_Z: f64 = 3.5;
 /// Timing runs whose coefficient of variation is above this are too noisy to trust.
-const NOISY_COV: f64 = 0.2;
+pub(crate) const NOISY_COV: f64 = 0.2;
 
 /// How every warning of [`timing_warnings`] starts: with the id of the time it judges.
 pub const NOISY_TIMES: [&str; 2] = ["time.wall", "time.op"];
