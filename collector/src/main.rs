@@ -4,8 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-use sbs_profile::cli::{execute, Cli};
+use sbs_profile::cli::{execute, help};
 use sbs_profile::RunError;
 use sbs_profile::Unwritten;
 
@@ -27,7 +26,7 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = help::parse();
     match execute(cli) {
         Ok(code) => code,
         Err(e) => {

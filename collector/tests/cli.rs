@@ -291,5 +291,144 @@ fn every_manual_page_the_pages_refer_to_is_there() {
     );
     let (code, err) = sbs(&["man", "pinpiont"]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("no manual page for `pinpiont`"), "{err}");
+    assert!(err.contains("invalid value 'pinpiont'"), "{err}");
+    assert!(err.contains("pinpoint"), "{err}");
+}
+
+#[test]
+fn short_help_fits_a_screen_and_long_help_is_grouped() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .arg("-h")
+        .output()
+        .unwrap();
+    let short = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        short.lines().count() <= 60,
+        "{} lines:\n{short}",
+        short.lines().count()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let long = String::from_utf8(out.stdout).unwrap();
+    let headings = [
+        "What to measure:",
+        "How to run:",
+        "Statistics and the gate:",
+        "Output:",
+        "History:",
+    ];
+    for help in [&short, &long] {
+        let at: Vec<Option<usize>> = headings.iter().map(|h| help.find(h)).collect();
+        assert!(at.iter().all(Option::is_some), "{at:?}\n{help}");
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}\n{help}");
+    }
+    // -h is the common options; --help has them all.
+    assert!(!short.contains("--export-csv") && long.contains("--export-csv"));
+}
+
+#[test]
+fn the_manual_on_a_terminal_is_formatted() {
+    // `script` gives the command a terminal for its stdout; MANPAGER=cat prints what the
+    // pager would show.
+    if Command::new("script").arg("--version").output().is_err() {
+        sbs_skip::skip!(
+            sbs_skip::Need::UtilLinux,
+            "`script` is not installed (apt-get install bsdutils)"
+        );
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_sbs-profile");
+    let out = Command::new("script")
+        .args(["-qec", &format!("{exe} man compare"), "/dev/null"])
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "80")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let has_man = Command::new("man").arg("--version").output().is_ok();
+    if has_man {
+        assert!(out.status.success(), "{shown}");
+        assert!(!shown.contains(".TH "), "roff on a terminal: {shown:.500}");
+        assert!(
+            shown.contains("SYNOPSIS") || shown.contains("S\x08SY"),
+            "{shown:.500}"
+        );
+    } else {
+        assert!(shown.contains("`man` could not be started"), "{shown:.500}");
+    }
+    // Into a pipe it stays roff, for `> sbs-profile.1`.
+    let (code, _) = sbs(&["man"]);
+    assert_eq!(code, Some(0));
+    let out = Command::new(exe).arg("man").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(".TH sbs-profile 1"));
+}
+
+#[test]
+fn bash_completes_page_names_and_bench_targets() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .args(["completions", "bash"])
+        .output()
+        .expect("run sbs-profile");
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sbs-profile.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+
+    let pages = bash_candidates(&script, &["sbs-profile", "man", ""]);
+    for page in ["compare", "pinpoint", "report"] {
+        assert!(pages.iter().any(|p| p == page), "{pages:?}");
+    }
+
+    // A cargo project with two bench targets; the completion runs in its directory with
+    // this sbs-profile first in PATH.
+    let project = dir.path().join("proj");
+    std::fs::create_dir_all(project.join("benches")).unwrap();
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::write(
+        project.join("Cargo.toml"),
+        "[package]\nname = \"proj\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [[bench]]\nname = \"parse\"\nharness = false\n\n\
+         [[bench]]\nname = \"print\"\nharness = false\n",
+    )
+    .unwrap();
+    std::fs::write(project.join("src/lib.rs"), "").unwrap();
+    for b in ["parse", "print"] {
+        std::fs::write(project.join(format!("benches/{b}.rs")), "fn main() {}\n").unwrap();
+    }
+    let exe_dir = std::path::Path::new(env!("CARGO_BIN_EXE_sbs-profile"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        exe_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let program = r#"
+        source "$1"; shift
+        COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+        _sbs__profile sbs-profile "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+        printf '%s\n' "${COMPREPLY[@]}"
+    "#;
+    let out = Command::new("bash")
+        .args(["-c", program, "bash"])
+        .arg(&script)
+        .args(["sbs-profile", "--bench", "p"])
+        .current_dir(&project)
+        .env("PATH", path)
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        got,
+        ["parse", "print"],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

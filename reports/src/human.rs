@@ -148,6 +148,18 @@ pub fn signed_percent(f: f64) -> String {
     }
 }
 
+/// A difference of counts in words, the one wording every report uses: `2,484 instructions
+/// more`, `2,484 instructions fewer`, `as many instructions` (never a signed "-2,484 more").
+pub fn more_or_fewer(difference: f64, what: &str) -> String {
+    if difference > 0.0 {
+        format!("{} {what} more", count(difference))
+    } else if difference < 0.0 {
+        format!("{} {what} fewer", count(-difference))
+    } else {
+        format!("as many {what}")
+    }
+}
+
 fn sig(x: f64) -> String {
     let a = x.abs();
     if a >= 100.0 {
@@ -180,6 +192,19 @@ pub fn count_range(r: &CountRange) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_difference_is_more_or_fewer_never_a_negative_more() {
+        assert_eq!(
+            more_or_fewer(2484.0, "instructions"),
+            "2,484 instructions more"
+        );
+        assert_eq!(
+            more_or_fewer(-205_168.0, "instructions"),
+            "205,168 instructions fewer"
+        );
+        assert_eq!(more_or_fewer(0.0, "instructions"), "as many instructions");
+    }
 
     #[test]
     fn humanised() {

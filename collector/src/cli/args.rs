@@ -157,34 +157,6 @@ pub struct OutputArgs {
 /// Options of a measuring run.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Measured runs per metric group.
-    #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs, allow_negative_numbers = true)]
-    pub runs: u64,
-
-    /// Keep adding timing runs until the interval of the wall time is within PCT percent
-    /// of its mean (`--target-ci 2`: ±2%), from --min-runs up to --max-runs; the report
-    /// warns when the maximum came first.
-    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
-    pub target_ci: Option<f64>,
-
-    /// With --target-ci: the runs to start from (default: --runs).
-    #[arg(short = 'm', long, value_name = "N", requires = "target_ci", value_parser = parse_runs)]
-    pub min_runs: Option<u64>,
-
-    /// With --target-ci: the most runs per group (default: 10 times the minimum).
-    #[arg(short = 'M', long, value_name = "N", requires = "target_ci", value_parser = parse_runs)]
-    pub max_runs: Option<u64>,
-
-    /// Discarded warm-up runs before each group's measured runs.
-    #[arg(
-        short = 'w',
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        allow_negative_numbers = true
-    )]
-    pub warmup: u64,
-
     /// Measure wall, user and system time and peak RSS (the default when no other group
     /// is asked for).
     #[arg(long)]
@@ -222,6 +194,34 @@ pub struct RunArgs {
     /// the runs. See docs/pinpoint.md for how stacks are sampled and unwound.
     #[arg(long)]
     pub profile_time: bool,
+
+    /// Measured runs per metric group.
+    #[arg(short = 'r', long, value_name = "N", default_value_t = 10, value_parser = parse_runs, allow_negative_numbers = true)]
+    pub runs: u64,
+
+    /// Keep adding timing runs until the interval of the wall time is within PCT percent
+    /// of its mean (`--target-ci 2`: ±2%), from --min-runs up to --max-runs; the report
+    /// warns when the maximum came first.
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub target_ci: Option<f64>,
+
+    /// With --target-ci: the runs to start from (default: --runs).
+    #[arg(short = 'm', long, value_name = "N", requires = "target_ci", value_parser = parse_runs)]
+    pub min_runs: Option<u64>,
+
+    /// With --target-ci: the most runs per group (default: 10 times the minimum).
+    #[arg(short = 'M', long, value_name = "N", requires = "target_ci", value_parser = parse_runs)]
+    pub max_runs: Option<u64>,
+
+    /// Discarded warm-up runs before each group's measured runs.
+    #[arg(
+        short = 'w',
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub warmup: u64,
 
     /// Kill a run's whole process group after this long: seconds, or with a unit
     /// (`500ms`, `2s`, `1m`). Each --setup, --prepare and --cleanup command gets the same

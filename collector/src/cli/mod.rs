@@ -15,6 +15,7 @@ pub mod args;
 pub mod capture;
 mod compare;
 mod completions;
+pub mod help;
 pub mod man;
 pub mod pinpoint;
 pub mod report;
@@ -38,10 +39,8 @@ pub use args::{OutputArgs, RunArgs};
     name = "sbs-profile",
     version,
     about,
-    after_help = "Each metric group runs in its own series of fresh child processes, so timing is \
-never measured in a run that carries an agent, a probe or a counter.\n\n\
-Exit codes: 0 success, 1 a metric regressed past its threshold (also with --strict and \
-warnings), 2 error (it comes before 1; the regressions are still named), 130 interrupted.",
+    after_help = "Exit codes: 0 success, 1 regression, 2 error, 130 interrupted. \
+All options: --help; the manual: sbs-profile man.",
     after_long_help = "Each metric group runs in its own series of fresh child processes, so timing \
 is never measured in a run that carries an agent, a probe or a counter.\n\n\
 Examples:\n  sbs-profile -- ./target/release/mybench\n  \
@@ -63,8 +62,9 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Subcommand {
-    /// Compare two or more commands: they run interleaved (A B A B ...) so drift hits all
-    /// alike, and every metric of B, C... gets a verdict against A's, judged on the pairs
+    /// Compare two or more commands, run interleaved
+    ///
+    /// The commands run interleaved (A B A B ...) so drift hits all alike, and every metric of B, C... gets a verdict against A's, judged on the pairs
     /// of runs of each round (a paired t interval of the log ratios; an ANOVA as context
     /// for three or more).
     #[command(
@@ -77,32 +77,46 @@ Exit codes: 0 no regression, 1 a later command regressed past its threshold agai
 (also with --strict and warnings), 2 error (it comes before 1; the regressions are still named), 130 interrupted."
     )]
     Compare(Box<RunArgs>),
-    /// Render a report from the saved history without running anything: per benchmark,
+    /// Report from the saved history, without running anything
+    ///
+    /// Per benchmark,
     /// its latest entry compared with the ones before, and every metric's trend over the
     /// history (in the JSON report and the HTML page).
     Report(Box<report::ReportArgs>),
-    /// Print a completion script for SHELL on stdout, e.g. `sbs-profile completions bash >
+    /// Print a completion script for SHELL
+    ///
+    /// On stdout, e.g. `sbs-profile completions bash >
     /// ~/.local/share/bash-completion/completions/sbs-profile`.
     Completions {
         /// The shell to complete for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff) on stdout, e.g. `sbs-profile man >
-    /// ~/.local/share/man/man1/sbs-profile.1`, or a subcommand's (`sbs-profile man
-    /// pinpoint`); `--dir DIR` writes them all.
+    /// Show the manual page (through `man` on a terminal)
+    ///
+    /// On a terminal the page is shown through `man -l -` (or `less`); into a pipe or a
+    /// file it is printed as roff, e.g. `sbs-profile man >
+    /// ~/.local/share/man/man1/sbs-profile.1`. `sbs-profile man pinpoint` shows a
+    /// subcommand's page; `--dir DIR` writes them all.
     Man(man::ManArgs),
-    /// Find where a regression is: dig from a function of two builds (previous and
+    /// Find the code where a regression is
+    ///
+    /// Dig from a function of two builds (previous and
     /// current) down the call tree, layer by layer, to the smallest piece of code whose
     /// instruction count (or allocations, or CPU time) got worse (SBS's DiggingFind and
     /// BinaryFind).
     Pinpoint(Box<pinpoint::PinpointArgs>),
+    /// Record the calls of an application's marked functions, to replay as benchmarks
+    ///
     /// Run an application once as it runs alone (its output and exit code pass through)
     /// and record the calls of its functions marked #[sbs_harness::capture]: up to N per
     /// function, chosen across the whole run, each with its in-situ allocations, into
     /// ./sbs-captures/ (one directory per function). `--replay PATTERN -- PROGRAM` then
     /// measures them.
     Capture(Box<capture::CaptureArgs>),
+    /// List the bench targets of the cargo workspace here, for the completion of --bench.
+    #[command(name = "bench-targets", hide = true)]
+    BenchTargets,
 }
 
 /// Carry out what the command line asks for; the exit code on success.
@@ -129,6 +143,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Subcommand::Man(args)) => man::execute(&args),
         Some(Subcommand::Pinpoint(args)) => pinpoint::execute(&args),
         Some(Subcommand::Capture(args)) => capture::execute(&args),
+        Some(Subcommand::BenchTargets) => completions::bench_targets(),
         None => {
             let targets = vec![run_target(&cli.run)?];
             run::measure(&cli.run, targets, Mode::Run)

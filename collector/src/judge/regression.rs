@@ -482,7 +482,8 @@ impl Regression {
             .zip(&saved)
             .map(|(label, samples)| Series { label, samples })
             .collect();
-        let comparison = judge_against_history(&series, &metric.samples, &self.policy(metric))?;
+        let mut comparison = judge_against_history(&series, &metric.samples, &self.policy(metric))?;
+        crate::judge::compare::bound_by_range(&mut comparison, &metric.id);
         // The trend's last point is this run: it carries the verdict the table gives (and
         // the gate acts on), against the history as a whole, not a step against the entry
         // before it alone, so that the plot and the table agree.
@@ -605,7 +606,8 @@ impl Regression {
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?
             };
-            for (&(b, m), comparison) in found[1..].iter().zip(comparisons) {
+            for (&(b, m), mut comparison) in found[1..].iter().zip(comparisons) {
+                crate::judge::compare::bound_by_range(&mut comparison, &id);
                 benchmarks[b].metrics[m].comparison = Some(comparison);
             }
         }

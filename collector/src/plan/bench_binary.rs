@@ -211,7 +211,7 @@ fn build_bench(name: &str, cargo_args: &[String]) -> anyhow::Result<PathBuf> {
         bail!(
             "`cargo bench --no-run --bench {name}` failed ({status}); see cargo's messages \
              above. Run sbs-profile from the directory of the package that has the bench \
-             target, or name the package with --cargo-arg=-p --cargo-arg=PACKAGE"
+             target, or name the package with -p PACKAGE"
         );
     }
     executable.with_context(|| {

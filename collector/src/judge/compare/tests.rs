@@ -831,3 +831,35 @@ fn an_absolute_threshold_lets_small_counts_move() {
         Verdict::BelowThreshold
     );
 }
+
+#[test]
+fn a_quantity_that_cannot_be_negative_cannot_fall_by_more_than_all_of_it() {
+    // time.sys of a few skewed runs near 0: Welch's symmetric interval reached -248.9%.
+    let old = [0.004, 0.0, 0.0, 0.012, 0.0];
+    let new = [0.0, 0.0, 0.004, 0.0, 0.0];
+    let series = [
+        Series {
+            label: "old",
+            samples: &old,
+        },
+        Series {
+            label: "new",
+            samples: &new,
+        },
+    ];
+    let raw = compare(&series, 0, 1, &policy(0.02, false)).unwrap();
+    assert!(raw.relative_ci_low.unwrap() < -1.0, "{raw:?}");
+    for (id, cut) in [("time.sys", true), ("heap.live_at_exit", false)] {
+        let mut c = raw.clone();
+        bound_by_range(&mut c, id);
+        match cut {
+            true => {
+                assert_eq!(c.relative_ci_low, Some(-1.0), "{id}");
+                close(c.ci_low.unwrap(), -c.reference_mean, 1e-12);
+            }
+            false => assert_eq!(c.relative_ci_low, raw.relative_ci_low, "{id}"),
+        }
+        assert_eq!(c.ci_high, raw.ci_high);
+        assert_eq!(c.verdict, raw.verdict);
+    }
+}

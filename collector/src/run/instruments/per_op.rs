@@ -60,6 +60,8 @@ pub struct PerOpRecords {
     file: Option<File>,
     runs: usize,
     not_steady: usize,
+    /// Per timing run: its time per operation (seconds).
+    op_times: Vec<f64>,
     /// Source of the allocation metrics: `agent`, or `harness` (`--alloc-harness`).
     alloc_source: &'static str,
     /// Whether the runs reported per-operation allocations (the group counts them).
@@ -115,6 +117,7 @@ impl PerOpRecords {
             file: None,
             runs: 0,
             not_steady: 0,
+            op_times: Vec::new(),
             alloc_source: "agent",
             saw_alloc: false,
             empty: false,
@@ -123,6 +126,34 @@ impl PerOpRecords {
             kept: Vec::new(),
             drift: DriftJudge::TimingOnly(NOT_COUNTED.into()),
         }
+    }
+
+    /// The coefficient of variation of the processes' times per operation, from 2 on.
+    fn op_cov(&self) -> Option<f64> {
+        (self.op_times.len() >= 2)
+            .then(|| crate::judge::summary::summarize(&self.op_times, 0.95).cov)
+            .flatten()
+    }
+
+    /// The note on `time.op` when some processes found no steady state yet their times per
+    /// operation agree: context, nothing to act on.
+    fn unsteady_note(&self) -> Option<(String, String)> {
+        if self.not_steady == 0 {
+            return None;
+        }
+        let cov = self.op_cov().unwrap_or(0.0);
+        (cov <= crate::judge::summary::NOISY_COV).then(|| {
+            (
+                "time.op".to_string(),
+                format!(
+                    "no steady state in {} of {} processes (their last measurements were kept), \
+                     yet their times per operation agree within {:.0}% (CoV)",
+                    self.not_steady,
+                    self.runs,
+                    (cov * 100.0).max(1.0)
+                ),
+            )
+        })
     }
 
     /// Who judges the drift of this timing group's runs.
@@ -181,6 +212,7 @@ impl PerOpRecords {
         let t = get(records, proto::REC_TIME_OP).ok_or_else(|| self.missing("time.op"))?;
         let seconds = |id: &str| MetricSpec::new(id, Unit::Seconds, "harness", false);
         out.push(Sample::new(seconds("time.op"), t));
+        self.op_times.push(t);
         if let Some(e) = get(records, proto::REC_TIME_EMPTY) {
             out.push(Sample::new(
                 seconds(&time_op().with_variant(Variant::Empty).to_string()),
@@ -438,7 +470,7 @@ impl Instrument for PerOpRecords {
     fn metric_notes(&self) -> Vec<(String, String)> {
         // The per-run totals of one harnessed report cover two different spans; say which.
         let PerOpMode::Count { ops } = self.mode else {
-            return Vec::new();
+            return self.unsteady_note().into_iter().collect();
         };
         if self.empty || self.size.is_some() {
             return Vec::new();
@@ -480,14 +512,25 @@ impl Instrument for PerOpRecords {
             // The count of the first operations judges, after its run.
             DriftJudge::Counted(_) => Vec::new(),
         };
+        // Processes that found no steady state matter only when their times per operation
+        // disagree (the gate then cannot see a small change); otherwise it is a note.
         if self.not_steady == 0 {
             return warnings;
         }
-        warnings.push(format!(
-            "time.op: no steady state in {} of {} processes, warm-up runs included (their last measurements were kept); \
-             pass --harness-arg=--max-iterations=N or --harness-arg=--cov=X, or quiet the machine",
-            self.not_steady, self.runs
-        ));
+        if let Some(cov) = self
+            .op_cov()
+            .filter(|c| *c > crate::judge::summary::NOISY_COV)
+        {
+            warnings.push(format!(
+                "time.op: no steady state in {} of {} processes, warm-up runs included (their \
+                 last measurements were kept), and their times per operation vary by {:.0}% \
+                 (CoV), too much to trust small changes; pass --harness-arg=--max-iterations=N \
+                 or --harness-arg=--cov=X, or quiet the machine",
+                self.not_steady,
+                self.runs,
+                cov * 100.0
+            ));
+        }
         warnings
     }
 }
@@ -562,11 +605,30 @@ mod tests {
             ExitKind::Code(0),
         )
         .unwrap();
+        // Two processes within 13% of each other: a note, not a warning.
+        assert!(inst.warnings().is_empty(), "{:?}", inst.warnings());
+        let notes = inst.metric_notes();
+        assert!(
+            notes[0].0 == "time.op"
+                && notes[0]
+                    .1
+                    .starts_with("no steady state in 1 of 2 processes"),
+            "{notes:?}"
+        );
+        // A third, unsteady and twice as slow: the spread is the warning, with the fix.
+        run(
+            &mut inst,
+            "time.op 6e-6\nnot_steady 1\n",
+            vec![],
+            ExitKind::Code(0),
+        )
+        .unwrap();
         let w = inst.warnings();
         assert!(
-            w[0].contains("no steady state in 1 of 2 processes"),
+            w[0].contains("no steady state in 2 of 3 processes") && w[0].contains("vary by"),
             "{w:?}"
         );
+        assert!(inst.metric_notes().is_empty());
     }
 
     #[test]

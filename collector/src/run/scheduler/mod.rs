@@ -70,7 +70,7 @@ pub fn execute(
         // After each warning about noisy times, which it explains.
         for b in report.benchmarks.iter_mut() {
             for w in b.warnings.iter_mut() {
-                if w.starts_with(crate::judge::summary::NOISY_TIMES) {
+                if crate::judge::summary::is_noise_warning(w) {
                     if !w.ends_with('.') {
                         w.push('.');
                     }
