@@ -375,3 +375,100 @@ fn bytesize_published_benches_run_unchanged() {
         &format!("a timing line per benchmark of benches/display.rs: {timed:?}"),
     );
 }
+
+/// The (count, bytes) of divan's `alloc:` rows in the mean column (the third cell from the
+/// end: mean │ samples │ iters); `None` when it prints none or they do not parse.
+fn divan_mean_allocs(stdout: &str) -> Option<(f64, f64)> {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let mean = |line: &str| -> Option<String> {
+        let cells: Vec<&str> = line.split('│').collect();
+        Some(cells.get(cells.len().checked_sub(3)?)?.trim().to_string())
+    };
+    let at = lines.iter().position(|l| {
+        l.trim_start_matches(|c: char| !c.is_alphanumeric())
+            .starts_with("alloc:")
+    })?;
+    let count: f64 = mean(lines.get(at + 1)?)?.parse().ok()?;
+    let bytes = mean(lines.get(at + 2)?)?;
+    let (number, unit) = bytes.split_once(' ')?;
+    let scale = match unit {
+        "B" => 1.0,
+        "KB" => 1e3,
+        _ => return None,
+    };
+    Some((count, number.parse::<f64>().ok()? * scale))
+}
+
+/// `vart` 0.9.3 as published: `benches/allocs.rs` (`b.counter(count)` with a `usize`,
+/// `AllocProfiler` as the global allocator, `seq_insert` inserting a random key into a
+/// tree that grows with every operation) compiles unchanged with sbs-divan. sbs-profile
+/// counts one operation after one warm-up operation: the second insert into a fresh
+/// tree. divan 0.1.21's own `AllocProfiler`, on the same file, counts that insert as its
+/// second one-iteration sample: twice the mean of two samples less the first alone.
+/// (The keys are random: when two of the first keys share their first byte, 1 in 256,
+/// the tree's shape, and so the count, differs from the usual 15.)
+#[test]
+fn vart_published_allocs_bench_agrees_with_divans_alloc_profiler() {
+    let krate = registry::fetch("vart", "0.9.3");
+    let divan = repo().join("agent/divan");
+    let criterion = repo().join("agent/criterion");
+    // criterion (for its other bench file) is swapped too, so that neither build compiles
+    // criterion itself.
+    let sbs_criterion = ("criterion", "sbs-criterion", criterion.as_path());
+    krate.swap_dependencies(&[("divan", "sbs-divan", divan.as_path()), sbs_criterion]);
+    let out = sbs_in(
+        &krate.dir,
+        &registry::target_dir(),
+        &[
+            "--bench",
+            "allocs",
+            "--alloc",
+            "--runs",
+            "2",
+            "--ops",
+            "1",
+            "--harness-arg=--max-iterations=40",
+            "-f",
+            "json",
+        ],
+    )
+    .success();
+    let report = out.json();
+    let id = "allocs::seq_insert::1000000";
+    out.check(names(&report) == [id], "divan's path, the argument by name");
+    let ours = (
+        per_op(&report, id, "alloc.count/op"),
+        per_op(&report, id, "alloc.bytes/op"),
+    );
+
+    let with_divan = krate.variant("divan", ("divan", &format!("={DIVAN}")), &[sbs_criterion]);
+    let samples = |n: &str| {
+        let out = cargo_bench(
+            &with_divan,
+            &registry::target_dir(),
+            "allocs",
+            &[
+                "--sample-count",
+                n,
+                "--sample-size",
+                "1",
+                "--color",
+                "never",
+            ],
+        )
+        .success();
+        let got = divan_mean_allocs(&out.stdout());
+        out.check(got.is_some(), "divan prints its alloc: rows");
+        got.unwrap_or_default()
+    };
+    let first = samples("1");
+    let two = samples("2");
+    let second = (2.0 * two.0 - first.0, 2.0 * two.1 - first.1);
+    out.check(
+        ours == (vec![second.0; 2], vec![second.1; 2]),
+        &format!(
+            "the second insert: divan's AllocProfiler {second:?} (first {first:?}, two {two:?}), \
+             sbs-profile's {ours:?}"
+        ),
+    );
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use sbs_harness::adapter::ChildRun;
 
 use crate::black_box;
-use crate::counter::{AnyCounter, IntoCounter};
+use crate::counter::{any_counter, AnyCounter, AsCountUInt, Counter, IntoCounter};
 
 /// How `cargo bench` samples a benchmark (divan's options, merged).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -149,7 +149,7 @@ impl<'a, 'b> Bencher<'a, 'b> {
 
     /// The work of one iteration, for the throughput `cargo bench` prints.
     pub fn counter<C: IntoCounter>(self, counter: C) -> Self {
-        self.state.counter = Some(counter.into_counter());
+        self.state.counter = Some(any_counter(counter));
         self
     }
 
@@ -173,7 +173,7 @@ where
 {
     /// The work of one iteration, for the throughput `cargo bench` prints.
     pub fn counter<C: IntoCounter>(self, counter: C) -> Self {
-        self.state.counter = Some(counter.into_counter());
+        self.state.counter = Some(any_counter(counter));
         self
     }
 
@@ -186,9 +186,19 @@ where
     {
         if let Job::Measure(_) = self.state.job {
             let input = (self.config.gen)();
-            self.state.counter = Some(count(&input).into_counter());
+            self.state.counter = Some(any_counter(count(&input)));
         }
         self
+    }
+
+    /// The work of one iteration is its input, an unsigned integer, counted as `C`
+    /// (`count_inputs_as::<ItemsCount>()`); as [`Self::input_counter`].
+    pub fn count_inputs_as<C>(self) -> Self
+    where
+        C: Counter + From<u64>,
+        I: AsCountUInt,
+    {
+        self.input_counter(|input: &I| C::from(input.as_u64()))
     }
 
     /// Benchmark `routine` on inputs it takes by value (dropping them is its work).

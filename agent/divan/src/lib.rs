@@ -90,6 +90,10 @@ pub struct Divan {
     defaults: __private::Options,
     /// Paths to skip: (filter, exact).
     skips: Vec<(String, bool)>,
+    /// How `cargo bench` prints byte throughputs.
+    bytes_format: counter::BytesFormat,
+    /// The counter of benchmarks that declare none.
+    counter: Option<counter::AnyCounter>,
 }
 
 impl Divan {
@@ -100,7 +104,68 @@ impl Divan {
 
     /// Run the selected benchmarks.
     pub fn main(&self) {
-        run::main(self.defaults, &self.skips);
+        run::main(run::Settings {
+            defaults: self.defaults,
+            skips: &self.skips,
+            bytes_format: self.bytes_format,
+            counter: self.counter,
+        });
+    }
+
+    /// As [`Divan::main`] (divan's name for running without reading the command line
+    /// again; the command line is always read here).
+    pub fn run_benches(&self) {
+        self.main();
+    }
+
+    /// The runner as the command line configures it (the command line is always read, so
+    /// this is the runner unchanged).
+    pub fn config_with_args(self) -> Self {
+        self
+    }
+
+    /// Print byte throughputs in powers of 1000 (`MB/s`, the default) or of 1024
+    /// (`MiB/s`) under `cargo bench`.
+    pub fn bytes_format(mut self, format: counter::BytesFormat) -> Self {
+        self.bytes_format = format;
+        self
+    }
+
+    /// The work of one iteration of every benchmark that declares no counter of its own,
+    /// for the throughput `cargo bench` prints.
+    pub fn counter<C: counter::IntoCounter>(mut self, counter: C) -> Self {
+        self.counter = Some(counter::any_counter(counter));
+        self
+    }
+
+    /// [`Divan::counter`] with a count of items.
+    pub fn items_count<C: Into<counter::ItemsCount>>(self, count: C) -> Self {
+        self.counter(count.into())
+    }
+
+    /// [`Divan::counter`] with a count of bytes.
+    pub fn bytes_count<C: Into<counter::BytesCount>>(self, count: C) -> Self {
+        self.counter(count.into())
+    }
+
+    /// [`Divan::counter`] with a count of characters.
+    pub fn chars_count<C: Into<counter::CharsCount>>(self, count: C) -> Self {
+        self.counter(count.into())
+    }
+
+    /// [`Divan::counter`] with a count of cycles.
+    pub fn cycles_count<C: Into<counter::CyclesCount>>(self, count: C) -> Self {
+        self.counter(count.into())
+    }
+
+    /// Accepted; sbs-divan's timings include no per-iteration overhead to subtract.
+    pub fn skip_ext_time(self, _skip: bool) -> Self {
+        self
+    }
+
+    /// Accepted; the output has no colours.
+    pub fn color(self, _yes: impl Into<Option<bool>>) -> Self {
+        self
     }
 
     /// Samples per benchmark under `cargo bench`.

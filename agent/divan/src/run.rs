@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::__private::{BenchEntry, GroupEntry, Instances, Options, Run, BENCHES, GROUPS};
 use crate::bencher::{Bencher, Job, Measured, Outcome, Plan, State};
 use crate::cli::{self, Cli, Mode};
+use crate::counter::{AnyCounter, BytesFormat};
 use crate::fail;
 
 /// One benchmark instance: its path, merged options and run.
@@ -75,9 +76,19 @@ fn check_unique(benches: &[Bench]) {
     }
 }
 
-/// Run the program's benchmarks as the command line asks; `defaults` and `skips` are the
-/// `Divan` builder's.
-pub(crate) fn main(defaults: Options, skips: &[(String, bool)]) {
+/// What the `Divan` builder sets for every benchmark.
+pub(crate) struct Settings<'a> {
+    pub defaults: Options,
+    /// Paths to skip: (filter, exact).
+    pub skips: &'a [(String, bool)],
+    pub bytes_format: BytesFormat,
+    /// The counter of benchmarks that declare none.
+    pub counter: Option<AnyCounter>,
+}
+
+/// Run the program's benchmarks as the command line and `settings` ask.
+pub(crate) fn main(settings: Settings<'_>) {
+    let skips = settings.skips;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cli = cli::parse(&args)
         .and_then(|c| c.with_env(|name| std::env::var(name).ok()))
@@ -128,12 +139,12 @@ pub(crate) fn main(defaults: Options, skips: &[(String, bool)]) {
                 let _ = writeln!(out, "{} ... ok", b.path);
             }
         }
-        _ => sample_all(&selected, defaults, &cli, &mut out),
+        _ => sample_all(&selected, &settings, &cli, &mut out),
     }
 }
 
 /// Run `bench` for `job`; what it measured, if anything.
-fn run_job(bench: &Bench, job: Job<'_>) -> Option<(Measured, Option<crate::counter::AnyCounter>)> {
+fn run_job(bench: &Bench, job: Job<'_>) -> Option<(Measured, Option<AnyCounter>)> {
     let mut state = State {
         job,
         outcome: Outcome::NotRun,
@@ -171,7 +182,7 @@ fn plan(options: Options, defaults: Options, cli: &Cli) -> Plan {
 }
 
 /// Sample each benchmark and print a line for it.
-fn sample_all(selected: &[&Bench], defaults: Options, cli: &Cli, out: &mut impl Write) {
+fn sample_all(selected: &[&Bench], settings: &Settings<'_>, cli: &Cli, out: &mut impl Write) {
     let width = selected
         .iter()
         .map(|b| b.path.chars().count())
@@ -183,7 +194,7 @@ fn sample_all(selected: &[&Bench], defaults: Options, cli: &Cli, out: &mut impl 
         "benchmark", "fastest", "slowest", "median", "mean", "samples", "iters"
     );
     for b in selected {
-        let job = Job::Measure(plan(b.options, defaults, cli));
+        let job = Job::Measure(plan(b.options, settings.defaults, cli));
         let Some((m, counter)) = run_job(b, job) else {
             continue;
         };
@@ -198,8 +209,9 @@ fn sample_all(selected: &[&Bench], defaults: Options, cli: &Cli, out: &mut impl 
             m.per_iter.len(),
             m.iters * m.per_iter.len() as u64
         );
-        if let Some(c) = counter {
-            line.push_str(&format!("  {} (median)", c.throughput(s.median)));
+        if let Some(c) = counter.or(settings.counter) {
+            let throughput = c.throughput(s.median, settings.bytes_format);
+            line.push_str(&format!("  {throughput} (median)"));
         }
         let _ = writeln!(out, "{line}");
         let _ = out.flush();

@@ -233,6 +233,54 @@ impl RegistryCrate {
         }
     }
 
+    /// [`RegistryCrate::swap_dependency`] for several dependencies at once: each of
+    /// `swaps` is (dependency, package, path).
+    pub fn swap_dependencies(&self, swaps: &[(&str, &str, &Path)]) {
+        let manifest = swaps
+            .iter()
+            .fold(self.published_manifest(), |m, (dep, package, path)| {
+                swap_dependency(&m, dep, package, path)
+            });
+        write_if_changed(&self.dir.join("Cargo.toml"), &manifest);
+    }
+
+    /// A copy of the published package beside this checkout's copy
+    /// (`NAME-VERSION-SUFFIX`), its dependency `pin.0` pinned to version `pin.1`
+    /// (`=0.1.21`) and the dependencies of `swaps` renamed as
+    /// [`RegistryCrate::swap_dependencies`] does. The manifest is written only when it
+    /// changes, so that a cached build stays fresh.
+    pub fn variant(
+        &self,
+        suffix: &str,
+        pin: (&str, &str),
+        swaps: &[(&str, &str, &Path)],
+    ) -> PathBuf {
+        let published = unpack(&self.name, &self.version);
+        let dir = self
+            .dir
+            .with_file_name(format!("{}-{}-{suffix}", self.name, self.version));
+        if !dir.join(PRISTINE).exists() {
+            let partial = dir.with_file_name(format!(
+                ".{}-{}-{suffix}.{}",
+                self.name,
+                self.version,
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&partial);
+            copy_tree(&published, &partial).expect("copy the published package");
+            if std::fs::rename(&partial, &dir).is_err() {
+                // Another test got there first.
+                let _ = std::fs::remove_dir_all(&partial);
+            }
+        }
+        let manifest = swaps.iter().fold(
+            pin_dependency(&self.published_manifest(), pin.0, pin.1),
+            |m, (dep, package, path)| swap_dependency(&m, dep, package, path),
+        );
+        write_if_changed(&dir.join("Cargo.toml"), &manifest);
+        dir
+    }
+
     /// A command run in the package's directory, its builds in [`target_dir`].
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(program);
@@ -281,4 +329,37 @@ impl RegistryCrate {
         }
         dir
     }
+}
+
+/// Write `text` to `path` unless the file already holds it (a cached build stays fresh).
+fn write_if_changed(path: &Path, text: &str) {
+    if std::fs::read_to_string(path).ok().as_deref() != Some(text) {
+        std::fs::write(path, text).expect("write the manifest");
+    }
+}
+
+/// The manifest with dependency `dep`'s version requirement set to `version` wherever
+/// it is declared (the dev-dependency a published bench file was written against, pinned
+/// to the release the tests compare with). Panics when the manifest does not declare it.
+pub fn pin_dependency(manifest: &str, dep: &str, version: &str) -> String {
+    let mut doc: toml_edit::DocumentMut = manifest.parse().expect("a TOML manifest");
+    let mut pinned = 0;
+    for section in ["dependencies", "dev-dependencies"] {
+        let Some(item) = doc
+            .get_mut(section)
+            .and_then(|d| d.as_table_like_mut())
+            .and_then(|d| d.get_mut(dep))
+        else {
+            continue;
+        };
+        pinned += 1;
+        match item.as_table_like_mut() {
+            Some(table) => {
+                table.insert("version", toml_edit::value(version));
+            }
+            None => *item = toml_edit::value(version),
+        }
+    }
+    assert!(pinned > 0, "the manifest declares no dependency `{dep}`");
+    doc.to_string()
 }
