@@ -1173,3 +1173,135 @@ fn a_bound_from_runs_that_differ_says_so() {
     assert!(!note.contains("(;"), "{note}");
     assert!(note.contains("from run to run"), "{note}");
 }
+
+/// The groups of a check whose lines include `file:LINE` for a line of `file` (a fixture
+/// under `fixtures/rust/`) holding `text`.
+fn groups_at<'a>(
+    report: &'a serde_json::Value,
+    file: &str,
+    text: &str,
+) -> Vec<&'a serde_json::Value> {
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/rust/{file}")),
+    )
+    .unwrap();
+    let line = src
+        .lines()
+        .position(|l| l.contains(text) && !l.trim_start().starts_with("//"))
+        .unwrap_or_else(|| panic!("no `{text}` in {file}"))
+        + 1;
+    let place = format!("fixtures/rust/{file}:{line}");
+    check_groups(report)
+        .iter()
+        .filter(|g| {
+            g["lines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l.as_str().is_some_and(|l| l.ends_with(&place)))
+        })
+        .collect()
+}
+
+/// The arms of a depth-first walk share the store of their pushes and the jump back to
+/// the loop (`tests/fixtures/rust/tails.rs`, the shape of regex-automata's `nfa.rs:1334`
+/// in fd, 9 counted for 2 made): DWARF gives that jump to the copy at
+/// `stack.push(alt1)`, whose entry then counted every push of the loop (16 for 7 made,
+/// "off at uncertain sites"), and `Capture`'s push, which has no code of its own, read 0
+/// for 6 made ("differs"). That copy now stands for the calls that share the code, with
+/// the bounds of shared code: nothing differs.
+#[test]
+fn the_end_of_shared_code_named_after_one_call_is_bounded_with_its_calls() {
+    let Some((run, report)) = checked_fixture_with("tails", "Vec::push", "1000") else {
+        return;
+    };
+    let capture = groups_at(&report, "tails.rs", "State::Capture { next, .. } =>");
+    assert!(
+        capture.is_empty(),
+        "the match arm's line is not a call line"
+    );
+    let alt1 = groups_at(&report, "tails.rs", "stack.push(alt1)");
+    assert_eq!(alt1.len(), 1, "{report:#}");
+    let g = alt1[0];
+    let lines = g["lines"].to_string();
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust/tails.rs"),
+    )
+    .unwrap();
+    // The line after the arm's.
+    let capture_push = src
+        .lines()
+        .position(|l| l.contains("State::Capture { next, .. } =>"))
+        .unwrap()
+        + 2;
+    assert!(
+        lines.contains(&format!("tails.rs:{capture_push}\"")),
+        "Capture's push is in the group of the code it shares: {g:#}"
+    );
+    assert_eq!(g["verdict"], "bounded", "{g:#}");
+    let (low, high, made) = (
+        g["counted_low"].as_u64().unwrap(),
+        g["counted_high"].as_u64().unwrap(),
+        g["made"].as_u64().unwrap(),
+    );
+    assert!(low <= made && made <= high && made > 0, "{g:#}");
+    run.check(
+        check_groups(&report)
+            .iter()
+            .all(|g| g["verdict"] != "differs" && g["verdict"] != "uncertain"),
+        "nothing differs, nothing is off",
+    );
+}
+
+/// Loops of 8 pushes that the optimizer unrolls and vectorizes
+/// (`tests/fixtures/rust/packed.rs`): the bound of an unrolled loop counted one call per
+/// instruction of the repeated line, 6 for `bytes`' 8 pushes and 2 for `words`' (one
+/// `movdqu` stores 4), so the calls made lay above the bound: "differs". A store from a
+/// vector register may hold one value per byte: the bounds hold the 8,000 pushes now.
+#[test]
+fn an_unrolled_loop_whose_stores_are_vectorized_is_bounded_above_its_calls() {
+    let Some((run, report)) = checked_fixture_with("packed", "Vec::push", "1000") else {
+        return;
+    };
+    for f in ["seed.wrapping_mul(k + 1)", "seed.wrapping_add(k)"] {
+        let at = groups_at(&report, "packed.rs", f);
+        assert_eq!(at.len(), 1, "{f}: {report:#}");
+        let g = at[0];
+        assert_eq!(g["made"], 8000, "{g:#}");
+        assert_eq!(g["verdict"], "bounded", "{f}: {g:#}");
+        assert!(g["counted_high"].as_u64() >= Some(8000), "{g:#}");
+    }
+    run.check(
+        check_groups(&report)
+            .iter()
+            .all(|g| g["verdict"] != "differs"),
+        "nothing differs",
+    );
+}
+
+/// The clones of the zero-sized allocator inside `Vec::clone` and `Arc::clone`
+/// (`tests/fixtures/rust/derived.rs`) are calls in the opt-level-0 build and have no
+/// code in the release build: nothing there can be counted, as the "not counted"
+/// warning says. Their groups read "differs" (0 counted, 1,000 made); they are told
+/// apart now (`no_code`).
+#[test]
+fn calls_the_release_build_has_no_code_for_are_not_called_a_difference() {
+    let Some((run, report)) = checked_fixture_with("derived", "Clone::clone", "1000") else {
+        return;
+    };
+    let groups = check_groups(&report);
+    let no_code: Vec<&serde_json::Value> = groups
+        .iter()
+        .filter(|g| g["verdict"] == "no_code")
+        .collect();
+    run.check(!no_code.is_empty(), "some groups have no code to count");
+    for g in &no_code {
+        assert_eq!(g["counted"], 0, "{g:#}");
+        assert!(g["rows"].as_array().unwrap().is_empty(), "{g:#}");
+        assert!(g["made"].as_u64().unwrap() >= 1000, "{g:#}");
+    }
+    run.check(
+        groups.iter().all(|g| g["verdict"] != "differs"),
+        "nothing differs",
+    );
+}
