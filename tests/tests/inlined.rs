@@ -1305,3 +1305,153 @@ fn calls_the_release_build_has_no_code_for_are_not_called_a_difference() {
         "nothing differs",
     );
 }
+
+/// fd 10.2.0 from the registry, built as a user builds it (`cargo install --locked`) in
+/// release with debug info (its release profile strips, so `strip` off), and the same at
+/// opt-level 0 (without LTO, to build faster): not `--debug`, whose debug assertions run
+/// code the release build does not have (clap's `debug_asserts.rs`: 93 pushes and 65,936
+/// clones of its own). Kept in the test cache outside the clone (util::registry), the
+/// executables `fd-10.2.0-{release,O0}/bin/fd` there; built from scratch when missing
+/// (22 and about 10 minutes on this 2-core machine under load).
+fn fd_builds() -> (PathBuf, PathBuf) {
+    let cache = util::registry::cache_dir();
+    std::fs::create_dir_all(&cache).unwrap();
+    let build = |name: &str| -> PathBuf {
+        let root = cache.join(format!("fd-10.2.0-{name}"));
+        let exe = root.join("bin/fd");
+        if exe.exists() {
+            return exe;
+        }
+        let partial = cache.join(format!(".fd-10.2.0-{name}.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&partial);
+        let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cargo
+            .args(["install", "-q", "--locked", "fd-find@10.2.0", "--root"])
+            .arg(&partial)
+            .env("CARGO_TARGET_DIR", util::registry::target_dir());
+        cargo
+            .env("CARGO_PROFILE_RELEASE_DEBUG", "true")
+            .env("CARGO_PROFILE_RELEASE_STRIP", "false");
+        if name == "O0" {
+            cargo
+                .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
+                .env("CARGO_PROFILE_RELEASE_LTO", "false")
+                .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16");
+        }
+        let built = cargo.output().expect("run cargo");
+        assert!(
+            built.status.success(),
+            "cargo install fd-find 10.2.0 ({name}; crates.io must be reachable the first \
+             time): {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        // Another test may have got there first.
+        if std::fs::rename(&partial, &root).is_err() {
+            let _ = std::fs::remove_dir_all(&partial);
+        }
+        exe
+    };
+    (build("release"), build("O0"))
+}
+
+/// A tree for fd to walk: 8 directories of 3 levels with 12 files each, a third of them
+/// `.rs`.
+fn fd_tree(dir: &Path) {
+    for d in 0..8 {
+        let mut at = dir.to_path_buf();
+        for level in 0..3 {
+            at = at.join(format!("d{d}-{level}"));
+            std::fs::create_dir_all(&at).unwrap();
+            for f in 0..12 {
+                let ext = ["rs", "txt", "md"][f % 3];
+                std::fs::write(at.join(format!("f{f}.{ext}")), "x\n").unwrap();
+            }
+        }
+    }
+}
+
+/// fd 10.2.0 from the registry (`fd_builds`) walking a small tree (`fd -j1 -e rs .`),
+/// `Vec::push` checked against its opt-level-0 build. Every verdict follows from its
+/// numbers (`equal` only when counted equals made, `bounded` only within the bounds; a
+/// group that states a bound and misses it differs); no group of a derived item's lines
+/// differs; regex-automata's `nfa.rs:1334` (9 counted for 2 made, not marked uncertain)
+/// does not differ; calls the release build has no code for are `no_code`, not
+/// `differs`. The verdicts' counts are printed. (`Clone::clone` on the same run needs
+/// 3,000 probes and took 14 minutes with the test build of sbs-profile: measured by hand,
+/// docs/inlined.md.)
+#[test]
+fn fd_from_the_registry_gets_true_verdicts_against_its_opt_level_0_build() {
+    if cannot_check() {
+        return;
+    }
+    let (release, o0) = fd_builds();
+    let dir = tempfile::tempdir().unwrap();
+    fd_tree(dir.path());
+    let run = sbs([
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "-f".as_ref(),
+        "json".as_ref(),
+        "--invocations".as_ref(),
+        "Vec::push".as_ref(),
+        "--invocations-check".as_ref(),
+        o0.as_os_str(),
+        "--".as_ref(),
+        release.as_os_str(),
+        "-j1".as_ref(),
+        "-e".as_ref(),
+        "rs".as_ref(),
+        ".".as_ref(),
+        dir.path().as_os_str(),
+    ])
+    .success();
+    let report = run.json();
+    let checks = report["benchmarks"][0]["invocation_checks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no checks: {report:#}"));
+    assert_eq!(checks.len(), 1, "{report:#}");
+    for c in checks {
+        let groups = c["groups"].as_array().unwrap();
+        let mut verdicts: std::collections::BTreeMap<String, usize> = Default::default();
+        for g in groups {
+            let n = |k: &str| g[k].as_u64().unwrap_or_else(|| panic!("{k}: {g:#}"));
+            let (counted, low, high, made) =
+                (n("counted"), n("counted_low"), n("counted_high"), n("made"));
+            let verdict = g["verdict"].as_str().unwrap();
+            *verdicts.entry(verdict.to_string()).or_default() += 1;
+            let within = low <= made && made <= high;
+            let consistent = match verdict {
+                "equal" => counted == made,
+                "bounded" => counted != made && within,
+                "uncertain" => counted != made && !within && low == high,
+                "no_code" => counted == 0 && made > 0 && g["rows"] == serde_json::json!([]),
+                "differs" => counted != made && !within,
+                _ => false,
+            };
+            assert!(consistent, "{}: {g:#}", c["metric"]);
+            let lines = g["lines"].to_string();
+            // A derived item's place reads `file:FIRST-LAST`.
+            let derived = g["lines"].as_array().unwrap().iter().all(|l| {
+                l.as_str()
+                    .unwrap()
+                    .rsplit(':')
+                    .next()
+                    .unwrap()
+                    .contains('-')
+            });
+            assert!(
+                !(derived && verdict == "differs"),
+                "a derived item's group differs: {g:#}"
+            );
+            assert!(
+                !(lines.contains("thompson/nfa.rs:1334\"") && verdict == "differs"),
+                "nfa.rs:1334: {g:#}"
+            );
+        }
+        eprintln!(
+            "{}: {} counted, {} made; groups: {verdicts:?}",
+            c["metric"], c["counted"], c["made"]
+        );
+        assert!(verdicts.get("equal").copied().unwrap_or(0) > 10, "{c:#}");
+    }
+}
