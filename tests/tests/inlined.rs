@@ -1380,6 +1380,7 @@ fn fd_tree(dir: &Path) {
 /// 3,000 probes and took 14 minutes with the test build of sbs-profile: measured by hand,
 /// docs/inlined.md.)
 #[test]
+#[ignore = "15 minutes with the cache warm (over the CI budget): cargo test -p sbs-tests --test inlined -- --ignored fd_from"]
 fn fd_from_the_registry_gets_true_verdicts_against_its_opt_level_0_build() {
     if cannot_check() {
         return;
