@@ -40,7 +40,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind};
 
 use crate::elf::{safe_offset, Function, Image};
 
@@ -78,6 +78,9 @@ struct Insn {
     refused: Option<UprobeRefusal>,
     /// `lock add`, `add`: for messages.
     name: String,
+    /// Bytes it stores to memory from a vector register (0 for anything else): values the
+    /// optimizer packed together, up to one per byte.
+    vector_store: u64,
 }
 
 impl Insn {
@@ -110,7 +113,22 @@ impl Insn {
             } else {
                 mnemonic
             },
+            vector_store: vector_store_bytes(i),
         }
+    }
+}
+
+/// The bytes `i` stores to memory from a vector register (`movdqu %xmm0,(%rax)`: 16,
+/// `movd %xmm0,0x1(%rax)`: 4), 0 when it is no such store.
+fn vector_store_bytes(i: &Instruction) -> u64 {
+    let stores = i.op_count() >= 2
+        && i.op0_kind() == OpKind::Memory
+        && (1..i.op_count())
+            .any(|k| i.op_kind(k) == OpKind::Register && i.op_register(k).is_vector_register());
+    if stores {
+        i.memory_size().size() as u64
+    } else {
+        0
     }
 }
 
@@ -501,13 +519,88 @@ pub fn shared_entries(
     Some(entries_among(image, shared, Some(&starts)))
 }
 
+/// The probe points (of `points`) of the instance with code `ranges` that control reaches
+/// only from code several calls of its function share (`shared`: copies without a call
+/// line, or inside a merged copy), where several ways join: every instruction leading to
+/// the point from outside the instance lies in that code, and control enters that code
+/// from two places or more. A point like that is the end of the shared code's path
+/// that DWARF gave this instance's line (regex-automata's `nfa.rs:1334`, a `jmp` back to
+/// the loop that every push of the loop passes, was counted 9 times for 2 calls): its
+/// passes may be calls of the other lines that share the code. Empty when the function
+/// cannot be read.
+pub fn fed_by_shared(
+    image: &Image,
+    ranges: &[(u64, u64)],
+    points: &[u64],
+    shared: &[(u64, u64)],
+) -> Vec<u64> {
+    if shared.is_empty() || points.is_empty() {
+        return Vec::new();
+    }
+    let Some(function) = ranges.first().and_then(|&(b, _)| image.function_at(b)) else {
+        return Vec::new();
+    };
+    let Some(Ok(insns)) = image
+        .code_of(function)
+        .map(|c| decode_in(image, function, c))
+    else {
+        return Vec::new();
+    };
+    let flow = Flow::new(insns, ranges);
+    let in_shared = |k: usize| {
+        let ip = flow.insns[k].ip;
+        shared.iter().any(|&(b, e)| ip >= b && ip < e)
+    };
+    points
+        .iter()
+        .copied()
+        .filter(|&a| {
+            let Ok(k) = flow.insns.binary_search_by_key(&a, |i| i.ip) else {
+                return false;
+            };
+            let from_outside: Vec<usize> = flow.preds[k]
+                .iter()
+                .copied()
+                .filter(|&p| !flow.inside[p])
+                .collect();
+            if k == 0 || from_outside.is_empty() || !from_outside.iter().all(|&p| in_shared(p)) {
+                return false;
+            }
+            // A tail: several ways join in the shared code before it. Shared code with one
+            // way in is set-up hoisted before this copy (`escape`'s capacity check in
+            // `tests/fixtures/rust/shapes.rs`), part of its calls.
+            let mut ways = HashSet::new();
+            let mut seen: HashSet<usize> = from_outside.iter().copied().collect();
+            let mut stack = from_outside;
+            while let Some(j) = stack.pop() {
+                if j == 0 {
+                    ways.insert(usize::MAX);
+                }
+                for &p in &flow.preds[j] {
+                    if in_shared(p) && !flow.inside[p] {
+                        if seen.insert(p) {
+                            stack.push(p);
+                        }
+                    } else {
+                        ways.insert(p);
+                    }
+                }
+            }
+            ways.len() >= 2
+        })
+        .collect()
+}
+
 /// How many calls one pass through an inlined instance may make when its code repeats
 /// one source line in pieces starting at `starts`, the line's code lying in `spans`: when
 /// every pass through the first piece goes through each next one in turn, each as often
 /// (copies one after the other, as a loop the optimizer unrolled leaves, whole or in
 /// part; not alternative paths, not set-up hoisted out of a loop), the number of
-/// instructions of that line (each copy of the call has at least one). `None` otherwise,
-/// or when the function cannot be read.
+/// instructions of that line (each copy of the call has at least one), a store from a
+/// vector register counted as many times as it stores bytes (the vectorizer packs the
+/// values of several calls into one: `for k in 0..8u8 { v.push(s * (k + 1)) }` stores 4
+/// of them with one `movd`, `for k in 0..8u32` all 8 with two `movdqu`). `None`
+/// otherwise, or when the function cannot be read.
 pub fn unrolled_calls(image: &Image, starts: &[u64], spans: &[(u64, u64)]) -> Option<u64> {
     let function = image.function_at(*starts.first()?)?;
     let insns = decode_in(image, function, image.code_of(function)?).ok()?;
@@ -528,7 +621,8 @@ pub fn unrolled_calls(image: &Image, starts: &[u64], spans: &[(u64, u64)]) -> Op
     let most = insns
         .iter()
         .filter(|i| !i.padding && spans.iter().any(|&(b, e)| i.ip >= b && i.ip < e))
-        .count() as u64;
+        .map(|i| i.vector_store.max(1))
+        .sum::<u64>();
     (most >= 2).then_some(most)
 }
 

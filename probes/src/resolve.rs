@@ -405,7 +405,15 @@ impl Inlined {
         let mut shared = Vec::new();
         // (function body, inlined function) -> the call lines of its calls there.
         let mut lines_in: HashMap<(u64, String), Vec<String>> = HashMap::new();
+        // (function body, inlined function) -> the code its calls there share.
+        let mut shared_in: HashMap<(u64, String), Vec<(u64, u64)>> = HashMap::new();
         for instance in &instances {
+            if instance.no_call_line || instance.in_merged {
+                shared_in
+                    .entry((instance.parent, instance.demangled.clone()))
+                    .or_default()
+                    .extend(&instance.ranges);
+            }
             self.copies
                 .entry((i, instance.demangled.clone()))
                 .or_default()
@@ -469,10 +477,33 @@ impl Inlined {
                 e
             };
             let unbounded = e.uncertain.is_some();
+            let key = (instance.parent, instance.demangled.clone());
+            let tail = match (&instance.split_from, shared_in.get(&key)) {
+                (None, Some(shared)) => {
+                    let points: Vec<u64> = e.points.iter().map(|p| p.address).collect();
+                    !crate::entries::fed_by_shared(image, &instance.ranges, &points, shared)
+                        .is_empty()
+                }
+                _ => false,
+            };
             let (e, calls_per_pass) = unrolled(image, e, &instance);
             let mut site = InlinedSite::new(image, i, instance, e, calls_per_pass);
             // The doubts of its entries, not the unrolled loop's, which has a bound.
             site.unbounded = unbounded;
+            if tail {
+                // The end of code that the calls at `lines` share, which DWARF gave this
+                // copy's line: a pass may be any of their calls. It stands for them all,
+                // and bounds its own from none to its count.
+                let why = "control reaches it only from code that the optimizer shares \
+                           between calls of the function: a pass may continue one of those \
+                           calls";
+                site.uncertain = Some(match site.uncertain.take() {
+                    Some(more) => format!("{why}; {more}"),
+                    None => why.to_string(),
+                });
+                site.may_continue = true;
+                site.shared_by = lines_in.get(&key).cloned().unwrap_or_default();
+            }
             self.sites.push(site);
         }
         for instance in shared {

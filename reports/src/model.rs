@@ -278,6 +278,11 @@ pub enum CheckVerdict {
     /// Counted more or fewer calls than were made, at a site the report marks uncertain
     /// with no bound: the disagreement it warned of.
     Uncertain,
+    /// Nothing counted for calls made at lines where every inlined copy in the measured
+    /// program has no code (optimised away or merged into other instructions: a clone of
+    /// a `Copy` value, of a zero-sized one): nothing there can be counted, as its
+    /// "not counted" warning says.
+    NoCode,
 }
 
 /// Conditions the runs were measured under.

@@ -195,7 +195,7 @@ fn check_lines(c: &InvocationCheck) -> Vec<String> {
     let of = |v: CheckVerdict| c.groups.iter().filter(|g| g.verdict == v).count();
     let mut lines = vec![format!(
         "  check ({}) against {}: {} counted, {} made; {} group(s) of call lines equal, {} \
-         within their bound, {} off at uncertain sites, {} differ",
+         within their bound, {} off at uncertain sites, {} differ{}",
         c.metric,
         c.debug_program,
         human::count(c.counted as f64),
@@ -204,6 +204,13 @@ fn check_lines(c: &InvocationCheck) -> Vec<String> {
         of(CheckVerdict::Bounded),
         of(CheckVerdict::Uncertain),
         of(CheckVerdict::Differs),
+        match of(CheckVerdict::NoCode) {
+            0 => String::new(),
+            n => format!(
+                "; {n} made calls where {} has no code to count (optimised away)",
+                c.metric
+            ),
+        },
     )];
     let off = || {
         c.groups

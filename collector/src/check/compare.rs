@@ -50,13 +50,16 @@ pub const NO_LINE: &str = "(no call line)";
 /// Compare the `sites` counted for `metric` with the calls of `truth`. Sites whose
 /// calls are all written at `unknown` lines (where the debug build inlines the function
 /// too: code of the precompiled standard library) are left out, as are groups in which
-/// nothing was counted or made; notes say how many.
+/// nothing was counted or made; notes say how many. `with_code`, when known: the call
+/// lines of the measured program's copies of the function that have code; a group with no
+/// site whose lines are none of them is `NoCode` (nothing there to count).
 pub fn compare(
     metric: &str,
     debug_program: &str,
     sites: &[Site],
     truth: &Truth,
     unknown: &HashSet<String>,
+    with_code: Option<&HashSet<String>>,
 ) -> InvocationCheck {
     let (sites, inlined_too): (Vec<&Site>, Vec<&Site>) = sites
         .iter()
@@ -64,7 +67,7 @@ pub fn compare(
     let mut out: Vec<CheckGroup> = link(&sites, truth)
         .components()
         .into_iter()
-        .map(|keys| group(&keys, &sites, truth))
+        .map(|keys| group(&keys, &sites, truth, with_code))
         .collect();
     let idle = out.len();
     out.retain(|g| g.counted > 0 || g.made > 0);
@@ -74,7 +77,8 @@ pub fn compare(
         let rank = |g: &CheckGroup| match g.verdict {
             CheckVerdict::Differs => 0,
             CheckVerdict::Uncertain => 1,
-            _ => 2,
+            CheckVerdict::NoCode => 2,
+            _ => 3,
         };
         rank(a)
             .cmp(&rank(b))
@@ -113,15 +117,19 @@ fn link(sites: &[&Site], truth: &Truth) -> Groups {
     for (i, site) in sites.iter().enumerate() {
         let node = groups.node(Key::Site(i));
         let mut lines: Vec<&String> = site.lines.iter().collect();
-        if lines.is_empty() {
-            // A copy DWARF gives no call line (calls the optimizer merged into one): the
-            // lines of its function that no other site stands for.
-            lines = truth
-                .function_of
-                .iter()
-                .filter(|(line, f)| Some(*f) == site.function.as_ref() && !claimed.contains(line))
-                .map(|(line, _)| line)
-                .collect();
+        if lines.is_empty() || site.may_continue {
+            // A copy DWARF gives no call line (calls the optimizer merged into one), or
+            // code that calls share: the lines of its function that no other site stands
+            // for (calls whose own copies the optimizer left no trace of may pass there).
+            lines.extend(
+                truth
+                    .function_of
+                    .iter()
+                    .filter(|(line, f)| {
+                        Some(*f) == site.function.as_ref() && !claimed.contains(line)
+                    })
+                    .map(|(line, _)| line),
+            );
         }
         if lines.is_empty() {
             groups.join(node, Key::Line(NO_LINE.to_string()));
@@ -140,7 +148,12 @@ fn link(sites: &[&Site], truth: &Truth) -> Groups {
 }
 
 /// The group of `keys`: its sites' counts against its lines' calls.
-fn group(keys: &[Key], sites: &[&Site], truth: &Truth) -> CheckGroup {
+fn group(
+    keys: &[Key],
+    sites: &[&Site],
+    truth: &Truth,
+    with_code: Option<&HashSet<String>>,
+) -> CheckGroup {
     let mut g = CheckGroup {
         lines: Vec::new(),
         rows: Vec::new(),
@@ -185,6 +198,12 @@ fn group(keys: &[Key], sites: &[&Site], truth: &Truth) -> CheckGroup {
         CheckVerdict::Bounded
     } else if unbounded && !states_a_bound {
         CheckVerdict::Uncertain
+    } else if g.rows.is_empty()
+        && !g.lines.is_empty()
+        && with_code.is_some_and(|w| g.lines.iter().all(|l| l != NO_LINE && !w.contains(l)))
+    {
+        // No site, and no copy with code at its lines: nothing there to count.
+        CheckVerdict::NoCode
     } else {
         CheckVerdict::Differs
     };
@@ -299,7 +318,7 @@ mod tests {
             ],
             1,
         );
-        let check = compare("invocations.push", "dbg", &sites, &t, &HashSet::new());
+        let check = compare("invocations.push", "dbg", &sites, &t, &HashSet::new(), None);
         assert_eq!((check.counted, check.made), (26, 33));
         let by_first_line: HashMap<&str, &CheckGroup> = check
             .groups
@@ -335,7 +354,7 @@ mod tests {
     #[test]
     fn a_site_without_a_line_meets_the_calls_without_one() {
         let sites = [site("push [indirect only]", &[], 3, 1)];
-        let check = compare("m", "dbg", &sites, &truth(&[], 3), &HashSet::new());
+        let check = compare("m", "dbg", &sites, &truth(&[], 3), &HashSet::new(), None);
         assert_eq!(check.groups.len(), 1);
         assert_eq!(check.groups[0].verdict, CheckVerdict::Equal);
         assert_eq!(check.groups[0].lines, [NO_LINE]);
@@ -374,7 +393,7 @@ mod unknown_lines {
             function_of: HashMap::new(),
         };
         let unknown: HashSet<String> = ["std.rs:58".to_string()].into();
-        let check = compare("m", "dbg", &sites, &truth, &unknown);
+        let check = compare("m", "dbg", &sites, &truth, &unknown, None);
         assert_eq!(check.groups.len(), 1);
         assert_eq!(check.groups[0].verdict, CheckVerdict::Equal);
         assert_eq!(check.counted, 4);
@@ -427,7 +446,7 @@ mod merged_calls {
             .map(|(l, f)| (l.to_string(), f.to_string()))
             .into(),
         };
-        let check = compare("m", "dbg", &sites, &truth, &HashSet::new());
+        let check = compare("m", "dbg", &sites, &truth, &HashSet::new(), None);
         let merged = check
             .groups
             .iter()
@@ -476,7 +495,7 @@ mod shared_code {
             without_line: 0,
             function_of: HashMap::new(),
         };
-        let check = compare("m", "dbg", &sites, &truth, &HashSet::new());
+        let check = compare("m", "dbg", &sites, &truth, &HashSet::new(), None);
         assert_eq!(check.groups.len(), 1, "{:#?}", check.groups);
         let g = &check.groups[0];
         assert_eq!(
@@ -490,7 +509,7 @@ mod shared_code {
             sites[1].clone(),
             site("s", &["v.rs:218"], 70, false),
         ];
-        let check = compare("m", "dbg", &own, &truth, &HashSet::new());
+        let check = compare("m", "dbg", &own, &truth, &HashSet::new(), None);
         assert_eq!(check.groups[0].verdict, CheckVerdict::Differs);
     }
 }
@@ -524,15 +543,48 @@ mod stated_bounds {
         // tokei's `range_trie.rs:443/445`: bounded 200 to 300, 100 made. One of its sites
         // has uncertain entries, but the group states a bound, and it misses.
         let sites = [site("a", 100, 1, true), site("b", 100, 2, false)];
-        let check = compare("m", "dbg", &sites, &made(100), &HashSet::new());
+        let check = compare("m", "dbg", &sites, &made(100), &HashSet::new(), None);
         let g = &check.groups[0];
         assert_eq!((g.counted_low, g.counted_high, g.made), (200, 300, 100));
         assert_eq!(g.verdict, CheckVerdict::Differs);
         // Within it: bounded.
-        let check = compare("m", "dbg", &sites, &made(250), &HashSet::new());
+        let check = compare("m", "dbg", &sites, &made(250), &HashSet::new(), None);
         assert_eq!(check.groups[0].verdict, CheckVerdict::Bounded);
         // A group whose uncertain site states no bound is off where the report said.
-        let check = compare("m", "dbg", &sites[..1], &made(90), &HashSet::new());
+        let check = compare("m", "dbg", &sites[..1], &made(90), &HashSet::new(), None);
         assert_eq!(check.groups[0].verdict, CheckVerdict::Uncertain);
+    }
+
+    #[test]
+    fn calls_at_lines_whose_copies_have_no_code_are_not_a_difference() {
+        // fd's derived clones of `Copy` values (`map.rs:212-222`): made in the debug
+        // build, no code in the release build, nothing counted.
+        let with_code: HashSet<String> = ["t.rs:500".to_string()].into();
+        let check = compare(
+            "m",
+            "dbg",
+            &[],
+            &made(40),
+            &HashSet::new(),
+            Some(&with_code),
+        );
+        assert_eq!(check.groups[0].verdict, CheckVerdict::NoCode);
+        // Without that knowledge, with a copy that has code at the line, or with a
+        // counted site, it differs.
+        let check = compare("m", "dbg", &[], &made(40), &HashSet::new(), None);
+        assert_eq!(check.groups[0].verdict, CheckVerdict::Differs);
+        let coded: HashSet<String> = ["t.rs:443".to_string()].into();
+        let check = compare("m", "dbg", &[], &made(40), &HashSet::new(), Some(&coded));
+        assert_eq!(check.groups[0].verdict, CheckVerdict::Differs);
+        let sites = [site("a", 10, 1, false)];
+        let check = compare(
+            "m",
+            "dbg",
+            &sites,
+            &made(40),
+            &HashSet::new(),
+            Some(&with_code),
+        );
+        assert_eq!(check.groups[0].verdict, CheckVerdict::Differs);
     }
 }

@@ -28,8 +28,9 @@ use anyhow::Context;
 use nix::unistd::Pid;
 use sbs_probes::callgrind;
 use sbs_probes::calls::{call_sites, CallTargets, Callee};
-use sbs_probes::dwarf::lines_at;
+use sbs_probes::dwarf::{inlined_instances, lines_at};
 use sbs_probes::elf::Image;
+use sbs_probes::pattern::Pattern;
 use sbs_probes::program::Program;
 use sbs_probes::resolve::match_patterns;
 use sbs_reports::model::InvocationCheck;
@@ -133,6 +134,7 @@ pub fn check(
     let counts = count_sites(run, request, cancel)?;
     let release = Image::load(&run.program)?;
     let entry_lines = entry_lines(&release, &counts)?;
+    let with_code = lines_with_code(&release, &request.patterns);
     let debug_run = RunConfig {
         program: request.debug.clone(),
         ..run.clone()
@@ -180,7 +182,17 @@ pub fn check(
             .iter()
             .map(|l| derives.place(l))
             .collect();
-        let mut result = compare::compare(metric, &debug_name, &sites, &truth, &inlined);
+        let with_code: Option<HashSet<String>> = with_code[k]
+            .as_ref()
+            .map(|lines| lines.iter().map(|l| derives.place(l)).collect());
+        let mut result = compare::compare(
+            metric,
+            &debug_name,
+            &sites,
+            &truth,
+            &inlined,
+            with_code.as_ref(),
+        );
         if in_libraries > 0 {
             result.notes.push(format!(
                 "{in_libraries} site(s) in shared libraries are not checked: both builds use \
@@ -324,6 +336,28 @@ fn entry_lines(image: &Image, counts: &SiteCounts) -> anyhow::Result<HashMap<u64
         }
     }
     Ok(out)
+}
+
+/// Per pattern, the call lines of the measured program's inlined copies that have code
+/// (DWARF): at any other line, the release build has nothing of the function to count
+/// (copies optimised away, with or without a trace in DWARF: the clone of a zero-sized
+/// allocator inside `Arc::clone` leaves none). `None` when its DWARF cannot be read.
+fn lines_with_code(image: &Image, patterns: &[String]) -> Vec<Option<HashSet<String>>> {
+    let data = image.dwarf_data();
+    patterns
+        .iter()
+        .map(|p| {
+            let pattern = Pattern::parse(p).ok()?;
+            let found = inlined_instances(data?, &pattern).ok()?;
+            Some(
+                found
+                    .into_iter()
+                    .filter(|i| !i.ranges.is_empty())
+                    .filter_map(|i| i.call_line)
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 /// What the debug build has of one pattern.

@@ -165,11 +165,14 @@ fn inlined_rows(
             "an inlined copy of `{}` in `{}`",
             site.function, site.caller
         );
-        // Code shared by calls stands for the lines of those calls.
-        let call_lines: Vec<String> = match &site.call_line {
-            Some(line) => vec![line.clone()],
-            None => site.shared_by.clone(),
-        };
+        // Code shared by calls stands for the lines of those calls (a copy with a line
+        // that is the end of such code, for its own line and theirs).
+        let mut call_lines: Vec<String> = site.call_line.iter().cloned().collect();
+        for line in &site.shared_by {
+            if !call_lines.contains(line) {
+                call_lines.push(line.clone());
+            }
+        }
         let indices: Vec<usize> = site
             .points
             .iter()
