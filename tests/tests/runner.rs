@@ -2249,3 +2249,52 @@ fn ticks_per_second() -> f64 {
         .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
         .unwrap_or(100.0)
 }
+
+/// A run nothing attaches to costs one process, as hyperfine's does: the launcher starts
+/// the benchmark's process itself (its parent is the launcher, whose parent is
+/// sbs-profile), with no run parent in between; a latched run (`--counters`) keeps one. The
+/// run prints the pid of its parent's parent (issue 48 item 4).
+#[test]
+fn a_timing_run_is_started_by_the_launcher_itself() {
+    let grandparent = |extra: &[&str]| -> (u32, String) {
+        let mut args = vec!["--runs", "1", "--warmup", "0", "--show-output"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"grandparent=$(cut -d' ' -f4 /proc/$PPID/stat)\"",
+        ]);
+        let child = std::process::Command::new(util::sbs_profile())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn sbs-profile");
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (pid, text)
+    };
+    let (sbs, text) = grandparent(&[]);
+    assert!(
+        text.contains(&format!("grandparent={sbs}\n")),
+        "the run's parent is not the launcher started by sbs-profile ({sbs}): {text}"
+    );
+    // The counters group's run is latched (the counter attaches before it execs).
+    let (sbs, text) = grandparent(&["--counters", "task-clock"]);
+    let others = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("grandparent="))
+        .filter(|p| *p != sbs.to_string())
+        .count();
+    assert_eq!(
+        others, 1,
+        "a latched run has a run parent between it and the launcher: {text}"
+    );
+}

@@ -30,6 +30,9 @@
 //! and the wall time, then exits. If the process stops instead (a job-control signal:
 //! it is outside the terminal's foreground, so touching the terminal stops it), the run
 //! parent reports [`Message::Stopped`] and goes on waiting: the collector decides.
+//! A run that is not latched is *direct*: the launcher itself vforks the benchmark's
+//! process, reaps it and reports the same messages (`run_parent` 0 in
+//! [`Message::Started`]); one process fewer per run.
 //! Every message is [`MESSAGE_WORDS`] little-endian words; a death tie runs from the
 //! benchmark to its run parent to the launcher, which ends with the collector's socket.
 //!
@@ -93,7 +96,8 @@ pub enum Message {
     Started {
         /// Its pid.
         pid: i32,
-        /// The pid of its run parent, the launcher's child that reaps it.
+        /// The pid of its run parent, the launcher's child that reaps it; 0 in a direct
+        /// run, which the launcher starts and reaps itself.
         run_parent: i32,
     },
     /// Its `execve` failed with this errno.

@@ -12,11 +12,11 @@
 pub mod request;
 pub mod sys;
 
-use core::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 use request::ReceivedRequest;
 use sbs_agent_abi::launcher::{
-    Message, Step, DATAGRAM_WORDS, MAX_TARGETS, REQUEST_MAGIC, SOCKET_FD,
+    Message, Step, DATAGRAM_WORDS, FLAG_LATCHED, MAX_TARGETS, REQUEST_MAGIC, SOCKET_FD,
 };
 
 /// Tell the collector on `fd`; if it is gone, nobody needs to know, and the death signal
@@ -31,18 +31,24 @@ const STACK_BYTES: usize = 64 * 1024;
 /// Run parents alive at once, at most (more wait for one to end).
 const MAX_RUNS: usize = 256;
 
-/// A run the launcher started: its run parent, the run parent's stack, and the
-/// benchmark's process (written by that process itself, which shares our memory, hence
-/// atomics, and shared references only).
+/// A run the launcher started: its child (the run parent, or for a direct run the
+/// benchmark's process itself), the run parent's stack, and the benchmark's process
+/// (written by that process itself, which shares our memory, hence atomics, and shared
+/// references only). A direct run also has its report pipe, which the launcher holds
+/// until it reaps the process, and its start time.
 struct Run {
     parent: AtomicI32,
     stack: AtomicPtr<u8>,
     benchmark: AtomicI32,
+    report: AtomicI32,
+    start: AtomicU64,
 }
 
 /// What a run parent starts from, written at the top of its stack.
 struct RunArgs {
     launcher: i32,
+    /// The signal mask the benchmark's process restores before its exec.
+    sigmask: Option<u64>,
     /// Where the benchmark's process writes its pid.
     benchmark: *const AtomicI32,
     len: usize,
@@ -61,37 +67,87 @@ fn stack_with<T>(value: T) -> Option<(*mut u8, *mut u8)> {
 }
 
 /// Serve requests until the collector closes its end of the socket; returns the exit
-/// code. Each request gets a run parent: a process that shares the launcher's memory
-/// (no page table copied) on a stack of its own, which the launcher unmaps once it has
-/// reaped it. When the collector is gone (its socket closed, also after a SIGKILL), the
-/// process groups of the benchmarks still running are killed: the death signals reach
-/// the processes, not what they started in their group.
+/// code. A run that nothing attaches to (no start latch) is a *direct* run: the launcher
+/// vforks the benchmark's process itself, on a stack of its own, and sleeps only until
+/// its exec; it learns of its end from SIGCHLD (through a signalfd, polled with the
+/// socket), reaps it and reports. A latched run gets a run parent: a process that shares
+/// the launcher's memory (no page table copied) on a stack of its own, which starts the
+/// benchmark's process and waits at the latch with it while the launcher serves other
+/// requests; the launcher unmaps its stack once it has reaped it. Direct runs save a
+/// process per run (BENCHMARKS.md, "Timing runs at hyperfine's cost"); where the
+/// signalfd cannot be made, every run gets a run parent. When the collector is gone
+/// (its socket closed, also after a SIGKILL), the process groups of the benchmarks still
+/// running are killed: the death signals reach the processes, not what they started in
+/// their group.
 pub fn serve() -> i32 {
     // The launcher lives as long as the collector's socket, not as long as the collector
     // thread that happened to start it.
     sys::no_death_signal();
     let launcher = sys::getpid();
+    // A direct run's process is a vfork of the launcher: the socket must not reach it.
+    let _ = sys::set_cloexec(SOCKET_FD, true);
+    let (sigfd, sigmask) = match sys::sigchld_fd() {
+        Ok((fd, mask)) => (fd, Some(mask)),
+        Err(_) => (-1, None),
+    };
+    // The stack of a direct run's process until its exec (one at a time: we sleep meanwhile).
+    let direct_stack = match sigfd {
+        -1 => None,
+        _ => sys::map(STACK_BYTES, -1).ok(),
+    };
     let runs: [Run; MAX_RUNS] = core::array::from_fn(|_| Run {
         parent: AtomicI32::new(0),
         stack: AtomicPtr::new(core::ptr::null_mut()),
         benchmark: AtomicI32::new(0),
+        report: AtomicI32::new(-1),
+        start: AtomicU64::new(0),
     });
-    let free = |pid: i32| {
-        if let Some(run) = runs.iter().find(|r| r.parent.load(Ordering::SeqCst) == pid) {
+    let ended = |r: sys::Reaped| {
+        let Some(run) = runs
+            .iter()
+            .find(|x| x.parent.load(Ordering::SeqCst) == r.pid)
+        else {
+            return;
+        };
+        let report_fd = run.report.load(Ordering::SeqCst);
+        if report_fd >= 0 {
+            // A direct run's process: its stop is the collector's to handle (see
+            // `wait_for`), its end is reported here.
+            if let Some(signal) = sys::stopped_by(r.status) {
+                report(report_fd, Message::Stopped { signal });
+                return;
+            }
+            let wall_ns = sys::monotonic_ns().saturating_sub(run.start.load(Ordering::SeqCst));
+            report(report_fd, exited(r.status, &r.rusage, wall_ns));
+            sys::close(report_fd);
+            run.report.store(-1, Ordering::SeqCst);
+        } else {
+            if sys::stopped_by(r.status).is_some() {
+                return; // a run parent stopped by hand: it ends when continued
+            }
             let stack = run.stack.swap(core::ptr::null_mut(), Ordering::SeqCst);
             // SAFETY: the stack of a run parent that has exited: nobody uses it.
             unsafe { sys::unmap(stack, STACK_BYTES) };
-            run.benchmark.store(0, Ordering::SeqCst);
-            run.parent.store(0, Ordering::SeqCst);
         }
+        run.benchmark.store(0, Ordering::SeqCst);
+        run.parent.store(0, Ordering::SeqCst);
     };
     loop {
-        while let Some(pid) = sys::reap_any(false) {
-            free(pid);
+        let (request_ready, _) = sys::poll_two(SOCKET_FD, sigfd);
+        if sigfd >= 0 {
+            let mut info = [0u8; 128 * 4];
+            while sys::read(sigfd, &mut info).is_ok_and(|n| n > 0) {}
+        }
+        while let Some(r) = sys::wait_any(false) {
+            ended(r);
+        }
+        if !request_ready {
+            continue;
         }
         let mut datagram = [0u8; DATAGRAM_WORDS * 8];
         let mut args = RunArgs {
             launcher,
+            sigmask,
             benchmark: core::ptr::null(),
             len: 0,
             count: 0,
@@ -117,8 +173,9 @@ pub fn serve() -> i32 {
         args.count = count;
         args.len = word(1) as usize;
         let fds = args.fds;
+        let mut keep_report = false;
         if n == datagram.len() && word(0) == REQUEST_MAGIC && count >= 2 {
-            // A free slot for its stack, waiting for a run to end if need be.
+            // A free slot, waiting for a run to end if need be.
             let slot = loop {
                 if let Some(i) = runs
                     .iter()
@@ -126,32 +183,85 @@ pub fn serve() -> i32 {
                 {
                     break Some(i);
                 }
-                match sys::reap_any(true) {
-                    Some(pid) => free(pid),
+                match sys::wait_any(true) {
+                    Some(r) => ended(r),
                     None => break None,
                 }
             };
             if let Some(slot) = slot {
                 args.benchmark = &runs[slot].benchmark;
             }
-            if let (Some(slot), Some((base, top))) = (slot, stack_with(args)) {
-                // SAFETY: `top` is the top of a fresh stack that only the run parent uses
-                // until the launcher reaps it; `run_parent` never returns and reads only
-                // the `RunArgs` above `top` and mappings of its own.
-                match unsafe { sys::spawn_sharing(false, top, run_parent, top as usize) } {
-                    Ok(pid) => {
-                        runs[slot].stack.store(base, Ordering::SeqCst);
-                        runs[slot].parent.store(pid as i32, Ordering::SeqCst);
+            match (slot, direct_stack) {
+                (Some(slot), Some(stack)) if !latched(fds[0]) => {
+                    let run = &runs[slot];
+                    // SAFETY: the end of the direct stack, which only the benchmark's process
+                    // uses, until its exec, while we sleep.
+                    let top = unsafe { stack.add(STACK_BYTES) };
+                    if let Ok((pid, start)) = start(
+                        launcher,
+                        true,
+                        &run.benchmark,
+                        &fds[..count],
+                        args.len,
+                        sigmask,
+                        top,
+                    ) {
+                        run.report.store(fds[1], Ordering::SeqCst);
+                        run.start.store(start, Ordering::SeqCst);
+                        run.parent.store(pid, Ordering::SeqCst);
+                        keep_report = true;
                     }
-                    // The collector sees its report pipe close without a word.
-                    // SAFETY: the stack was never used.
-                    Err(_) => unsafe { sys::unmap(base, STACK_BYTES) },
                 }
+                (Some(slot), _) => {
+                    if let Some((base, top)) = stack_with(args) {
+                        // SAFETY: `top` is the top of a fresh stack that only the run parent
+                        // uses until the launcher reaps it; `run_parent` never returns and
+                        // reads only the `RunArgs` above `top` and mappings of its own.
+                        match unsafe { sys::spawn_sharing(false, top, run_parent, top as usize) } {
+                            Ok(pid) => {
+                                runs[slot].stack.store(base, Ordering::SeqCst);
+                                runs[slot].parent.store(pid as i32, Ordering::SeqCst);
+                            }
+                            // The collector sees its report pipe close without a word.
+                            // SAFETY: the stack was never used.
+                            Err(_) => unsafe { sys::unmap(base, STACK_BYTES) },
+                        }
+                    }
+                }
+                (None, _) => {}
             }
         }
-        for &fd in &fds[..count] {
-            sys::close(fd);
+        for (i, &fd) in fds[..count].iter().enumerate() {
+            if !(keep_report && i == 1) {
+                sys::close(fd);
+            }
         }
+    }
+}
+
+/// Whether the request in memfd `fd` asks for a start latch (its flags, the second word).
+/// A request that cannot be read goes the run parent's way, which reports why.
+fn latched(fd: i32) -> bool {
+    let mut head = [0u8; 16];
+    match sys::pread_start(fd, &mut head) {
+        Ok(16) => {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&head[8..]);
+            u64::from_le_bytes(w) & FLAG_LATCHED != 0
+        }
+        _ => true,
+    }
+}
+
+/// The message for a process that ended with wait status `status` and `rusage`.
+fn exited(status: i32, rusage: &sys::Rusage, wall_ns: u64) -> Message {
+    let us = |sec: i64, usec: i64| (sec as u64) * 1_000_000 + usec as u64;
+    Message::Exited {
+        status,
+        user_us: us(rusage.utime_sec, rusage.utime_usec),
+        sys_us: us(rusage.stime_sec, rusage.stime_usec),
+        max_rss_kib: rusage.maxrss as u64,
+        wall_ns,
     }
 }
 
@@ -162,7 +272,13 @@ extern "C" fn run_parent(arg: usize) -> ! {
     sys::close(SOCKET_FD);
     // SAFETY: `serve` points it at a slot of its table that stays until it reaps us.
     let slot = unsafe { &*args.benchmark };
-    let code = run(args.launcher, slot, &args.fds[..args.count], args.len);
+    let code = run(
+        args.launcher,
+        slot,
+        &args.fds[..args.count],
+        args.len,
+        args.sigmask,
+    );
     sys::exit(code)
 }
 
@@ -181,6 +297,9 @@ impl Drop for Mapping {
 /// the run parent sleeps until the exec).
 struct BenchArgs<'a> {
     run_parent: i32,
+    /// A direct run: its parent is the launcher, announced as no run parent (0), which
+    /// the collector must not kill.
+    direct: bool,
     /// The report pipe and the latch, as received.
     report: i32,
     latch: Option<i32>,
@@ -190,28 +309,70 @@ struct BenchArgs<'a> {
     passed: &'a [i32],
     program: *const u8,
     table: &'a [*const u8],
+    /// The signal mask to restore before the exec (the launcher blocks SIGCHLD).
+    sigmask: Option<u64>,
 }
 
-/// The run parent: read the request from its memfd (`fds[0]`, `len` bytes), start the
-/// benchmark's process, reap it, report; returns the exit code.
-fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
+/// The run parent: start the benchmark's process ([`start`]), reap it, report; returns
+/// the exit code.
+fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize, sigmask: Option<u64>) -> i32 {
     // Die with the launcher, which dies with the collector's socket.
     if sys::die_with_parent().is_err() || sys::getppid() != launcher {
         return 125;
     }
+    let Some(&report_fd) = fds.get(1) else {
+        return 125;
+    };
+    let stack = match sys::map(STACK_BYTES, -1) {
+        Ok(p) => Mapping(p, STACK_BYTES),
+        Err(errno) => {
+            report(
+                report_fd,
+                Message::LauncherFailed {
+                    step: Step::Fork,
+                    errno,
+                },
+            );
+            return 125;
+        }
+    };
+    // SAFETY: the end of the fresh mapping above.
+    let top = unsafe { stack.0.add(STACK_BYTES) };
+    let started = start(sys::getpid(), false, slot, fds, len, sigmask, top);
+    drop(stack);
+    match started {
+        Err(code) => code,
+        Ok((pid, start)) => wait_for(report_fd, pid, start),
+    }
+}
+
+/// Read the request from its memfd (`fds[0]`, `len` bytes) and start the benchmark's
+/// process as a vfork of the caller (`runner`: its parent, the run parent or the
+/// launcher) on the stack that ends at `stack_top`; returns its pid and the time it was
+/// started, or the exit code of a failure (reported on the report pipe where there is
+/// one).
+fn start(
+    runner: i32,
+    direct: bool,
+    slot: &AtomicI32,
+    fds: &[i32],
+    len: usize,
+    sigmask: Option<u64>,
+    stack_top: *mut u8,
+) -> Result<(i32, u64), i32> {
     let request_map = match sys::map(len.max(1), fds[0]) {
         Ok(p) => Mapping(p, len.max(1)),
-        Err(_) => return 125,
+        Err(_) => return Err(125),
     };
     // SAFETY: a private mapping of `len` bytes (at least one), ours alone.
     let bytes = unsafe { core::slice::from_raw_parts(request_map.0, len) };
     // After the request: the report pipe, the latch of a latched run, the targets.
     let Some(&report_fd) = fds.get(1) else {
-        return 125;
+        return Err(125);
     };
     let Some(request) = ReceivedRequest::parse(bytes, fds.len() - 1) else {
         // A report pipe in a request that does not parse cannot be trusted.
-        return 125;
+        return Err(125);
     };
     let (latch, passed) = match request.latched {
         true => (Some(fds[2]), &fds[3..]),
@@ -219,10 +380,10 @@ fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
     };
     let fail = |step, errno| {
         report(report_fd, Message::LauncherFailed { step, errno });
-        125
+        Err(125)
     };
     // The argument and environment pointer arrays, NULL-terminated, in a mapping of their
-    // own (the run parent links no allocator).
+    // own (the launcher links no allocator).
     let slots = request.args + 1 + request.env + 1;
     let table_map = match sys::map(slots * 8, -1) {
         Ok(p) => Mapping(p, slots * 8),
@@ -234,7 +395,8 @@ fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
         return fail(Step::Request, 22);
     };
     let bench = BenchArgs {
-        run_parent: sys::getpid(),
+        run_parent: runner,
+        direct,
         report: report_fd,
         latch,
         slot,
@@ -242,27 +404,23 @@ fn run(launcher: i32, slot: &AtomicI32, fds: &[i32], len: usize) -> i32 {
         passed,
         program,
         table,
-    };
-    let stack = match sys::map(STACK_BYTES, -1) {
-        Ok(p) => Mapping(p, STACK_BYTES),
-        Err(errno) => return fail(Step::Fork, errno),
+        sigmask,
     };
     let start = sys::monotonic_ns();
-    // SAFETY: the benchmark's process runs on its own fresh stack while this process
-    // sleeps (vfork) until its exec or exit, so `bench` and what it points to stay put;
-    // `benchmark` never returns.
+    // SAFETY: the benchmark's process runs on its own stack (the caller's promise) while
+    // this process sleeps (vfork) until its exec or exit, so `bench` and what it points
+    // to stay put; `benchmark` never returns.
     let spawned = unsafe {
         sys::spawn_sharing(
             true,
-            stack.0.add(STACK_BYTES),
+            stack_top,
             benchmark,
             &bench as *const BenchArgs as usize,
         )
     };
-    drop(stack);
     match spawned {
         Err(errno) => fail(Step::Fork, errno),
-        Ok(pid) => wait_for(report_fd, pid as i32, start),
+        Ok(pid) => Ok((pid as i32, start)),
     }
 }
 
@@ -280,17 +438,7 @@ fn wait_for(report_fd: i32, pid: i32, start: u64) -> i32 {
     match waited {
         Ok(status) => {
             let wall_ns = sys::monotonic_ns().saturating_sub(start);
-            let us = |sec: i64, usec: i64| (sec as u64) * 1_000_000 + usec as u64;
-            report(
-                report_fd,
-                Message::Exited {
-                    status,
-                    user_us: us(rusage.utime_sec, rusage.utime_usec),
-                    sys_us: us(rusage.stime_sec, rusage.stime_usec),
-                    max_rss_kib: rusage.maxrss as u64,
-                    wall_ns,
-                },
-            );
+            report(report_fd, exited(status, &rusage, wall_ns));
             0
         }
         Err(errno) => {
@@ -306,14 +454,16 @@ fn wait_for(report_fd: i32, pid: i32, start: u64) -> i32 {
     }
 }
 
-/// The benchmark's process before its exec: its own process group, a death tie to the
-/// run parent, its descriptors at their numbers, ASLR and CPUs as asked, the report of
+/// The benchmark's process before its exec: the signal mask the launcher found, its own
+/// process group, a death tie to its parent (the run parent, or the launcher for a direct
+/// run), its descriptors at their numbers, ASLR and CPUs as asked, the report of
 /// its start, the latch if the run is latched, the exec. It shares the run parent's (and the
 /// launcher's) memory until the exec: it writes only its own stack.
 extern "C" fn benchmark(arg: usize) -> ! {
     // SAFETY: `run` passed its `BenchArgs`, which stay put while it sleeps.
     let BenchArgs {
         run_parent,
+        direct,
         report: received_report,
         latch: received_latch,
         slot,
@@ -321,7 +471,11 @@ extern "C" fn benchmark(arg: usize) -> ! {
         passed,
         program,
         table,
+        sigmask,
     } = unsafe { &*(arg as *const BenchArgs) };
+    if let Some(mask) = sigmask {
+        sys::set_signal_mask(*mask);
+    }
     // Own process group, so that a timeout or Ctrl-C kills the benchmark's whole tree;
     // the launcher kills it too if the collector dies.
     let _ = sys::setpgid(0, 0);
@@ -366,7 +520,7 @@ extern "C" fn benchmark(arg: usize) -> ! {
         report_fd,
         Message::Started {
             pid: sys::getpid(),
-            run_parent: *run_parent,
+            run_parent: if *direct { 0 } else { *run_parent },
         },
     );
     sys::set_aslr(!request.no_aslr);

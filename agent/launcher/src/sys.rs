@@ -4,6 +4,15 @@
 use core::arch::asm;
 
 const SYS_READ: usize = 0;
+const SYS_POLL: usize = 7;
+const SYS_RT_SIGPROCMASK: usize = 14;
+const SYS_PREAD64: usize = 17;
+const SYS_SIGNALFD4: usize = 289;
+const SIG_BLOCK: usize = 0;
+const SIG_SETMASK: usize = 2;
+const SFD_NONBLOCK: usize = 0o4000;
+const SFD_CLOEXEC: usize = 0o2000000;
+const POLLIN: i16 = 1;
 const SYS_WRITE: usize = 1;
 const SYS_CLOSE: usize = 3;
 const SYS_MMAP: usize = 9;
@@ -31,6 +40,7 @@ const CLOCK_MONOTONIC: usize = 1;
 pub const EINTR: i32 = 4;
 pub const SIGCHLD: usize = 17;
 pub const SIGKILL: usize = 9;
+pub const SIGPIPE: usize = 13;
 const CLONE_VM: usize = 0x100;
 const CLONE_VFORK: usize = 0x4000;
 const F_DUPFD_CLOEXEC: usize = 1030;
@@ -314,26 +324,143 @@ pub fn recv_with_fds(sock: i32, buf: &mut [u8], fds: &mut [i32]) -> Result<(usiz
     Ok((n, count))
 }
 
-/// Reap a child that has ended: without waiting unless `block`; its pid, if one was.
-pub fn reap_any(block: bool) -> Option<i32> {
+/// A child that ended or stopped: its pid, raw wait status and rusage.
+pub struct Reaped {
+    pub pid: i32,
+    pub status: i32,
+    pub rusage: Rusage,
+}
+
+/// Reap a child that has ended, or see one that stopped (`WUNTRACED`), with its rusage:
+/// without waiting unless `block`.
+pub fn wait_any(block: bool) -> Option<Reaped> {
     let mut status: i32 = 0;
+    let mut rusage = Rusage::default();
     loop {
-        // SAFETY: a pointer to a live `i32`; no rusage.
+        // SAFETY: pointers to a live `i32` and a live `Rusage`, laid out as the kernel's.
         let r = unsafe {
             syscall4(
                 SYS_WAIT4,
                 usize::MAX, // -1: any child
                 &mut status as *mut i32 as usize,
-                if block { 0 } else { WNOHANG },
-                0,
+                WUNTRACED | if block { 0 } else { WNOHANG },
+                &mut rusage as *mut Rusage as usize,
             )
         };
         match result(r) {
             Err(EINTR) => continue,
             Ok(0) | Err(_) => return None,
-            Ok(pid) => return Some(pid as i32),
+            Ok(pid) => {
+                return Some(Reaped {
+                    pid: pid as i32,
+                    status,
+                    rusage,
+                })
+            }
         }
     }
+}
+
+/// Block SIGCHLD and SIGPIPE and return a non-blocking, close-on-exec signalfd that reads
+/// SIGCHLD, with the signal mask as it was before (for the benchmark's process to restore
+/// before its exec). SIGPIPE: the launcher reports a direct run's end itself, on a pipe
+/// whose reader may be gone (a run the collector gave up on); the write then fails with
+/// EPIPE instead of killing the launcher. `Err` (the mask unchanged) where either call
+/// fails.
+pub fn sigchld_fd() -> Result<(i32, u64), i32> {
+    let set: u64 = 1 << (SIGCHLD - 1);
+    let blocked: u64 = set | 1 << (SIGPIPE - 1);
+    let mut old: u64 = 0;
+    // SAFETY: pointers to live 8-byte signal sets, the size the kernel's sigset_t has.
+    result(unsafe {
+        syscall4(
+            SYS_RT_SIGPROCMASK,
+            SIG_BLOCK,
+            &blocked as *const u64 as usize,
+            &mut old as *mut u64 as usize,
+            8,
+        )
+    })?;
+    // SAFETY: a pointer to a live 8-byte signal set; -1 asks for a new descriptor.
+    match result(unsafe {
+        syscall6(
+            SYS_SIGNALFD4,
+            [
+                usize::MAX,
+                &set as *const u64 as usize,
+                8,
+                SFD_NONBLOCK | SFD_CLOEXEC,
+                0,
+                0,
+            ],
+        )
+    }) {
+        Ok(fd) => Ok((fd as i32, old)),
+        Err(e) => {
+            set_signal_mask(old);
+            Err(e)
+        }
+    }
+}
+
+/// Set the signal mask to `mask` (restore what [`sigchld_fd`] changed).
+pub fn set_signal_mask(mask: u64) {
+    // SAFETY: a pointer to a live 8-byte signal set; the old one is not asked for.
+    unsafe {
+        syscall4(
+            SYS_RT_SIGPROCMASK,
+            SIG_SETMASK,
+            &mask as *const u64 as usize,
+            0,
+            8,
+        )
+    };
+}
+
+/// Wait until `a` or `b` (-1: none) is readable; returns which, retried on EINTR.
+pub fn poll_two(a: i32, b: i32) -> (bool, bool) {
+    #[repr(C)]
+    struct PollFd {
+        fd: i32,
+        events: i16,
+        revents: i16,
+    }
+    let mut fds = [
+        PollFd {
+            fd: a,
+            events: POLLIN,
+            revents: 0,
+        },
+        PollFd {
+            fd: b,
+            events: POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: a pointer to two live `struct pollfd`; a negative fd is skipped.
+        let r = unsafe { syscall4(SYS_POLL, fds.as_mut_ptr() as usize, 2, usize::MAX, 0) };
+        match result(r) {
+            Err(EINTR) => continue,
+            // Any event on the socket (data, hang-up, error) is for `recvmsg` to tell.
+            Ok(_) => return (fds[0].revents != 0, fds[1].revents != 0),
+            Err(_) => return (true, false),
+        }
+    }
+}
+
+/// `pread` of up to `buf.len()` bytes from offset 0.
+pub fn pread_start(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: `buf` is a live, writable buffer of `buf.len()` bytes.
+    result(unsafe {
+        syscall4(
+            SYS_PREAD64,
+            fd as usize,
+            buf.as_mut_ptr() as usize,
+            buf.len(),
+            0,
+        )
+    })
 }
 
 /// SIGKILL to process group `pgid`.

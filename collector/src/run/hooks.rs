@@ -56,7 +56,7 @@ enum End {
     TimedOut(Duration),
 }
 
-/// Kills a hook's process group and its run parent unless it ended.
+/// Kills a hook's process group and its run parent (if it has one) unless it ended.
 struct Guard {
     pid: Pid,
     run_parent: Pid,
@@ -69,7 +69,10 @@ impl Drop for Guard {
         let _ = killpg(self.pid, Signal::SIGKILL);
         if !self.ended {
             let _ = kill(self.pid, Signal::SIGKILL);
-            let _ = kill(self.run_parent, Signal::SIGKILL);
+            // 0: a direct run, whose parent is the launcher itself (it stays).
+            if self.run_parent.as_raw() > 0 {
+                let _ = kill(self.run_parent, Signal::SIGKILL);
+            }
         }
     }
 }

@@ -18,8 +18,8 @@ pub struct Before {
     at: Instant,
     load: f64,
     steal: u64,
-    /// CPU ticks of every process, by pid, with its name.
-    ticks: HashMap<i32, (String, u64)>,
+    /// CPU time of every process in nanoseconds, by pid.
+    times: HashMap<i32, u64>,
 }
 
 /// Read the machine before the first run.
@@ -28,7 +28,7 @@ pub fn before() -> Before {
         at: Instant::now(),
         load: load_average(),
         steal: steal_ticks(),
-        ticks: process_ticks(),
+        times: process_times(),
     }
 }
 
@@ -42,19 +42,19 @@ impl Before {
             .max(1);
         let hz = procfs::ticks_per_second() as f64;
         let ours = own_tree();
-        let mut busy: Vec<(f64, String)> = Vec::new();
+        let mut busy: Vec<(f64, i32)> = Vec::new();
         let mut others = 0.0;
-        for (pid, (name, now)) in process_ticks() {
-            let Some((_, then)) = self.ticks.get(&pid) else {
+        for (pid, now) in process_times() {
+            let Some(then) = self.times.get(&pid) else {
                 continue;
             };
             if ours.contains(&pid) {
                 continue;
             }
-            let share = now.saturating_sub(*then) as f64 / hz / elapsed;
+            let share = now.saturating_sub(*then) as f64 / 1e9 / elapsed;
             others += share;
             if share >= NAMED_SHARE {
-                busy.push((share, format!("{name} ({pid}) {:.0}%", share * 100.0)));
+                busy.push((share, pid));
             }
         }
         busy.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -65,7 +65,11 @@ impl Before {
             load_end: load_average(),
             others: others / cpus as f64,
             steal: steal / cpus as f64,
-            busy: busy.into_iter().take(3).map(|(_, s)| s).collect(),
+            busy: busy
+                .into_iter()
+                .take(3)
+                .map(|(share, pid)| format!("{} ({pid}) {:.0}%", process_name(pid), share * 100.0))
+                .collect(),
             governor: governor(),
             turbo: turbo(),
             virtual_machine: virtual_machine(),
@@ -129,14 +133,71 @@ fn steal_ticks() -> u64 {
         .unwrap_or(0)
 }
 
-/// User and system ticks of every process now, with its name.
-fn process_ticks() -> HashMap<i32, (String, u64)> {
-    let Ok(all) = procfs::process::all_processes() else {
-        return HashMap::new();
+/// The CPU time (user + system, all its threads) of every process now, in nanoseconds,
+/// by pid. Read by hand from `/proc/PID/stat`, three system calls a process (open, read,
+/// close): the `procfs` crate's `all_processes` and `stat()` made nine (it opens and
+/// stats each process's directory first), and two such reads over a hundred processes
+/// cost about as much as a hundred runs of `/bin/true` spend in the launcher
+/// (BENCHMARKS.md, "Timing runs at hyperfine's cost"). `/proc/PID/schedstat` would be
+/// cheaper to make for the kernel, but it counts the main thread only.
+fn process_times() -> HashMap<i32, u64> {
+    let mut times = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return times;
     };
-    all.filter_map(|p| p.ok()?.stat().ok())
-        .map(|s| (s.pid, (s.comm, s.utime + s.stime)))
-        .collect()
+    let ns_per_tick = 1e9 / procfs::ticks_per_second() as f64;
+    let mut buf = [0u8; 1024];
+    let mut path = String::with_capacity(32);
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(pid_number) = pid.parse::<i32>() else {
+            continue;
+        };
+        // `None`: gone since the listing.
+        if let Some((_, ticks)) = read_proc(&mut path, pid, "stat", &mut buf).and_then(parse_stat) {
+            times.insert(pid_number, (ticks as f64 * ns_per_tick) as u64);
+        }
+    }
+    times
+}
+
+/// The start of `/proc/PID/FILE` (what fits in `buf`), with open, read and close.
+fn read_proc<'b>(path: &mut String, pid: &str, file: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    use std::io::Read;
+    path.clear();
+    path.push_str("/proc/");
+    path.push_str(pid);
+    path.push('/');
+    path.push_str(file);
+    let n = std::fs::File::open(&*path).ok()?.read(buf).ok()?;
+    buf.get(..n)
+}
+
+/// The name of process `pid` (`/proc/PID/comm`), or `?` once it is gone.
+fn process_name(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
+/// The name and the user + system ticks from the text of `/proc/PID/stat`: `pid (comm)
+/// state ...`, where utime and stime are the 12th and 13th fields after the name (the
+/// name may hold spaces and parentheses: it ends at the last `)`).
+fn parse_stat(text: &[u8]) -> Option<(String, u64)> {
+    let open = text.iter().position(|&b| b == b'(')?;
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let comm = String::from_utf8_lossy(text.get(open + 1..close)?).into_owned();
+    let rest = std::str::from_utf8(text.get(close + 1..)?).ok()?;
+    let mut fields = rest.split_ascii_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((comm, utime + stime))
 }
 
 /// This process and its launcher: their CPU time is the measurement's own.
@@ -271,6 +332,23 @@ mod tests {
         assert_eq!((m.load_start, m.load_end), (0.5, 2.5));
         assert_eq!((m.others, m.steal), (0.4, 0.1));
         assert_eq!(m.busy, ["rustc (42) 80%", "cc1 (7) 10%"]);
+    }
+
+    #[test]
+    fn a_stat_line_gives_its_name_and_ticks() {
+        let line =
+            b"4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 17 5 0 0 20 0 1 0 99 1000 10\n";
+        assert_eq!(parse_stat(line), Some(("a (b) c".to_string(), 22)));
+        assert_eq!(parse_stat(b"4242 (x) S 1"), None);
+        let me = std::process::id() as i32;
+        let before = process_times()[&me];
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+        assert!(process_times()[&me] > before, "{x}");
+        let name = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(process_name(me), name.trim_end());
     }
 
     #[test]

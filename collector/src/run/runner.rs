@@ -647,6 +647,17 @@ struct Pipes {
     launched: Instant,
 }
 
+/// `/dev/null`, open for reading and writing, opened once per collector: every run's
+/// stdin and (without `--show-output`) output.
+fn dev_null() -> io::Result<&'static File> {
+    static DEV_NULL: std::sync::OnceLock<File> = std::sync::OnceLock::new();
+    if let Some(f) = DEV_NULL.get() {
+        return Ok(f);
+    }
+    let file = File::options().read(true).write(true).open("/dev/null")?;
+    Ok(DEV_NULL.get_or_init(|| file))
+}
+
 /// Ask the launcher for the run: the command as the instruments laid it out, ASLR and CPUs
 /// as configured, stdin, the output, the instruments' descriptors, the report pipe and,
 /// if `latched`, the latch at their numbers. Our copies of the child's ends are closed once
@@ -658,11 +669,7 @@ fn send(
     input: Option<&File>,
 ) -> Result<Pipes, RunError> {
     let err = |e| spawn_error(config, e);
-    let devnull = File::options()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map_err(err)?;
+    let devnull = dev_null().map_err(err)?;
     let (report_read, report_write) = sys::pipe_cloexec().map_err(err)?;
     let (latch_read, latch_write) = match latched {
         true => {
@@ -672,7 +679,7 @@ fn send(
         false => (None, None),
     };
     let (stdout, stderr) = (io::stdout(), io::stderr());
-    let mut fds: Vec<(BorrowedFd, i32)> = vec![(input.unwrap_or(&devnull).as_fd(), 0)];
+    let mut fds: Vec<(BorrowedFd, i32)> = vec![(input.unwrap_or(devnull).as_fd(), 0)];
     if config.show_output {
         fds.push((stdout.as_fd(), 1));
         fds.push((stderr.as_fd(), 2));
@@ -808,7 +815,10 @@ fn reap(
         None => {
             return Err(RunError::ParentGone {
                 program: config.program.clone(),
-                run_parent: guard.run_parent.as_raw(),
+                run_parent: match guard.run_parent.as_raw() {
+                    0 => launcher::server_pid().map_or(0, Pid::as_raw),
+                    pid => pid,
+                },
             })
         }
     };
@@ -908,7 +918,8 @@ fn spawn_error(config: &RunConfig, source: io::Error) -> RunError {
 struct ChildGuard {
     /// The benchmark's process.
     pid: Pid,
-    /// Its parent, the launcher's child.
+    /// Its parent, the launcher's child; 0 for a direct run, whose parent is the
+    /// launcher.
     run_parent: Pid,
     reaped: bool,
 }
@@ -918,7 +929,10 @@ impl Drop for ChildGuard {
         if !self.reaped {
             let _ = killpg(self.pid, Signal::SIGKILL);
             let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
-            let _ = nix::sys::signal::kill(self.run_parent, Signal::SIGKILL);
+            // 0: a direct run, whose parent is the launcher itself (it stays).
+            if self.run_parent.as_raw() > 0 {
+                let _ = nix::sys::signal::kill(self.run_parent, Signal::SIGKILL);
+            }
         }
     }
 }
