@@ -46,10 +46,12 @@ pub struct InlinedSite {
     pub shared_by: Vec<String>,
     /// A pass through it may continue a call counted at another site rather than start
     /// one: the count is an upper bound of its own calls (shared code also entered from
-    /// elsewhere).
+    /// elsewhere, entries one call may pass twice). A point marked
+    /// [`EntryPoint::unwinding`] is such on its own.
     pub may_continue: bool,
-    /// Its count may be off in a way no bound can be given: a reason in `uncertain` other
-    /// than an unrolled loop's or shared code's, which bound it.
+    /// Its count may be off in a way no bound can be given: a call may pass none of its
+    /// probes ([`Entries::misses`]). The other reasons in `uncertain` bound it: an unrolled
+    /// loop, shared code, entries one call may pass twice, landing pads.
     pub unbounded: bool,
 }
 
@@ -70,11 +72,12 @@ impl InlinedSite {
             call_site: instance.call_site,
             call_line: instance.call_line,
             points: e.points,
-            unbounded: e.uncertain.is_some(),
+            unbounded: e.misses,
             uncertain: e.uncertain,
             calls_per_pass,
             shared_by: Vec::new(),
-            may_continue: false,
+            // Every call passes a probe; a pass may be part of a call counted already.
+            may_continue: e.repeats,
         }
     }
 }
@@ -468,7 +471,7 @@ impl Inlined {
                 }
                 e
             };
-            let unbounded = e.uncertain.is_some();
+            let unbounded = e.misses;
             let (e, calls_per_pass) = unrolled(image, e, &instance);
             let mut site = InlinedSite::new(image, i, instance, e, calls_per_pass);
             // The doubts of its entries, not the unrolled loop's, which has a bound.
@@ -543,7 +546,7 @@ impl Inlined {
             Some(e) => e,
         };
         let mut site = InlinedSite::new(image, i, instance, e, None);
-        site.may_continue = !alone;
+        site.may_continue |= !alone;
         if !alone {
             let why = "code that the optimizer shares between calls of the function (without \
                        a call line, or inside a merged copy of its caller), entered also from \
@@ -678,6 +681,8 @@ fn split_part_entries(
             "a part GCC split off its function, entered from outside the copy it was split from"
                 .into(),
         ),
+        misses: true,
+        repeats: false,
     }))
 }
 
