@@ -528,6 +528,66 @@ pub fn shared_entries(
     Some(entries_among(image, shared, Some(&starts)))
 }
 
+/// Whether passes through other copies of the function in the same caller (`others`:
+/// their code) may continue into one of the `points` of the instance with code `ranges`:
+/// control reaches the point only right after leaving the instance or those copies (never
+/// from the function's start, nor from code that nothing leads to), and some of it from
+/// those copies. The optimizer leaves that when it merges the tails of two calls into code
+/// that DWARF gives one of their call lines: the other call, counted at its own entry,
+/// passes this entry too (regex-syntax's `Drop for Ast`: 10 counted at one line where 9
+/// were made). `false` when the function cannot be read.
+pub fn continues_others(
+    image: &Image,
+    ranges: &[(u64, u64)],
+    points: &[u64],
+    others: &[(u64, u64)],
+) -> bool {
+    let Some(function) = points.first().and_then(|&a| image.function_at(a)) else {
+        return false;
+    };
+    let Some(Ok(insns)) = image
+        .code_of(function)
+        .map(|c| decode_in(image, function, c))
+    else {
+        return false;
+    };
+    let flow = Flow::new(insns, ranges);
+    let in_others: Vec<bool> = flow
+        .insns
+        .iter()
+        .map(|i| others.iter().any(|&(b, e)| i.ip >= b && i.ip < e))
+        .collect();
+    // Backwards from the point through code of neither: every way must start in the
+    // instance or in the others, some in each (the instance's own pass leaves it and comes
+    // back there, as do the others'; a copy that merely runs before this one is no tail).
+    let fed_by_others = |k: usize| {
+        let mut seen = vec![false; flow.preds.len()];
+        let mut stack = vec![k];
+        let (mut own, mut theirs) = (false, false);
+        while let Some(j) = stack.pop() {
+            if j == 0 || flow.preds[j].is_empty() {
+                return false;
+            }
+            for &p in &flow.preds[j] {
+                if in_others[p] {
+                    theirs = true;
+                } else if flow.inside[p] {
+                    own |= j != k;
+                } else if !seen[p] {
+                    seen[p] = true;
+                    stack.push(p);
+                }
+            }
+        }
+        own && theirs
+    };
+    points
+        .iter()
+        .filter_map(|&a| flow.insns.binary_search_by_key(&a, |i| i.ip).ok())
+        .filter(|&k| !in_others[k])
+        .any(fed_by_others)
+}
+
 /// How many calls one pass through an inlined instance may make when its code repeats
 /// one source line in pieces starting at `starts`, the line's code lying in `spans`: when
 /// every pass through the first piece goes through each next one in turn, each as often
