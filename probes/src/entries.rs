@@ -1252,6 +1252,38 @@ mod tests {
     }
 
     #[test]
+    fn a_landing_pad_inside_the_instance_is_probed_apart() {
+        let code = [
+            0x31, 0xc0, // 0x0 xor eax,eax
+            0xff, 0xc0, // 0x2 inc eax (instance; entered by fall-through)
+            0xc3, // 0x4 ret
+            0xff, 0xc1, // 0x5 inc ecx (instance; nothing leads here: a landing pad)
+            0xc3, // 0x7 ret
+        ];
+        let analysed = |pads: HashSet<u64>| {
+            analyze(
+                decode(&code, 0).unwrap(),
+                0,
+                &[(0x2, 0x8)],
+                &HashSet::new(),
+                None,
+                &pads,
+            )
+            .unwrap()
+        };
+        // Unknown: not probed, a call there would be missed.
+        let unknown = analysed(HashSet::new());
+        assert_eq!(unknown.points, vec![(0x2, 2)]);
+        assert!(unknown.misses && !unknown.repeats, "{:?}", unknown.reasons);
+        // A landing pad: probed, marked, and nothing is missed.
+        let pad = analysed(HashSet::from([0x5]));
+        assert_eq!(pad.points, vec![(0x2, 2), (0x5, 2)]);
+        assert_eq!(pad.unwinding, HashSet::from([0x5]));
+        assert!(!pad.misses && !pad.repeats, "{:?}", pad.reasons);
+        assert!(pad.reasons[0].contains("landing pads"), "{:?}", pad.reasons);
+    }
+
+    #[test]
     fn alignment_nop_before_a_loop_head_is_not_an_entry() {
         let code = [
             0x31, 0xc0, // 0x0 xor eax,eax
@@ -1326,6 +1358,17 @@ mod tests {
             reasons[0].contains("goes back to its entry 0x2"),
             "{reasons:?}"
         );
+        // Every call passes the entry, some passes may be more of one: bounded.
+        let found = analyze(
+            decode(&code, 0).unwrap(),
+            0,
+            &[(0x2, 0x6)],
+            &HashSet::new(),
+            None,
+            &HashSet::new(),
+        )
+        .unwrap();
+        assert!(found.repeats && !found.misses);
     }
 
     #[test]
@@ -1455,6 +1498,7 @@ mod tests {
             &[(0x2, 0x7)],
             &HashSet::new(),
             None,
+            &HashSet::new(),
         )
         .unwrap();
         assert_eq!(found.points, vec![(0x7, 3)]);
@@ -1466,6 +1510,7 @@ mod tests {
             &[(0x2, 0x7)],
             &HashSet::from([0x7]),
             None,
+            &HashSet::new(),
         )
         .unwrap();
         assert_eq!(found.points, vec![]);
