@@ -51,6 +51,9 @@ pub struct EntryPoint {
     pub address: u64,
     /// Its file offset: what the uprobe definition needs.
     pub offset: u64,
+    /// It starts a landing pad, entered only by the unwinder (a panic passing a call): a
+    /// pass there may continue a call counted already, or be one.
+    pub unwinding: bool,
 }
 
 /// The entry analysis of one inlined instance.
@@ -62,6 +65,12 @@ pub struct Entries {
     pub points: Vec<EntryPoint>,
     /// Why the count may differ from the number of calls, if it may.
     pub uncertain: Option<String>,
+    /// A call may pass no probe (a doubt in `uncertain` that no bound covers: code not
+    /// probed, a target missed); without it every call is counted at least once.
+    pub misses: bool,
+    /// A pass at a probe may continue a call counted already (two entries one call may
+    /// both pass, a jump back to an entry): each call counts at least once, maybe more.
+    pub repeats: bool,
 }
 
 #[derive(Clone)]
@@ -392,6 +401,8 @@ fn entries_among(image: &Image, ranges: &[(u64, u64)], only: Option<&HashSet<u64
         caller,
         points: Vec::new(),
         uncertain: Some(why),
+        misses: true,
+        repeats: false,
     };
     if ranges.is_empty() {
         return none(String::new(), "it has no code".into());
@@ -431,22 +442,29 @@ fn entries_among(image: &Image, ranges: &[(u64, u64)], only: Option<&HashSet<u64
         return none(caller, "its function's bytes are not in the file".into());
     };
     let insns = decode_in(image, function, code);
-    let mut found = insns
-        .clone()
-        .and_then(|insns| analyze(insns, function.address, ranges, &HashSet::new(), only));
+    // Landing pads: only the unwinder enters them. When they cannot be read, blocks that
+    // nothing leads to stay unknown.
+    let pads: HashSet<u64> = crate::lsda::landing_pads(image, function.address)
+        .map(|p| p.into_iter().collect())
+        .unwrap_or_default();
+    let run = |insns: Vec<Insn>, more: &HashSet<u64>| {
+        analyze(insns, function.address, ranges, more, only, &pads)
+    };
+    let mut found = insns.clone().and_then(|insns| run(insns, &HashSet::new()));
     if found.as_ref().is_ok_and(|a| a.stepped) {
         // A probe moved past a refused instruction: check again with the jumps of the
         // function's split-off parts, which could reach the place it moved to.
         found = match cold_part_targets(image, function) {
-            Ok(more) => {
-                insns.and_then(|insns| analyze(insns, function.address, ranges, &more, only))
-            }
+            Ok(more) => insns.and_then(|insns| run(insns, &more)),
             Err(e) => Err(e),
         };
     }
     let Analysis {
         points,
         mut reasons,
+        unwinding,
+        mut misses,
+        repeats,
         ..
     } = match found {
         Ok(found) => found,
@@ -455,12 +473,21 @@ fn entries_among(image: &Image, ranges: &[(u64, u64)], only: Option<&HashSet<u64
     let mut probes = Vec::new();
     for (a, len) in points {
         match safe_offset(&image.exec_segments, a, len) {
-            Some(offset) => probes.push(EntryPoint { address: a, offset }),
-            None => reasons.push(format!("entry {a:#x} is outside an executable segment")),
+            Some(offset) => probes.push(EntryPoint {
+                address: a,
+                offset,
+                unwinding: unwinding.contains(&a),
+            }),
+            None => {
+                reasons.push(format!("entry {a:#x} is outside an executable segment"));
+                misses = true;
+            }
         }
     }
     Entries {
         caller,
+        misses: misses || probes.is_empty(),
+        repeats,
         points: probes,
         uncertain: (!reasons.is_empty()).then(|| reasons.join("; ")),
     }
@@ -591,6 +618,66 @@ pub fn fed_by_shared(
         .collect()
 }
 
+/// Whether passes through other copies of the function in the same caller (`others`:
+/// their code) may continue into one of the `points` of the instance with code `ranges`:
+/// control reaches the point only right after leaving the instance or those copies (never
+/// from the function's start, nor from code that nothing leads to), and some of it from
+/// those copies. The optimizer leaves that when it merges the tails of two calls into code
+/// that DWARF gives one of their call lines: the other call, counted at its own entry,
+/// passes this entry too (regex-syntax's `Drop for Ast`: 10 counted at one line where 9
+/// were made). `false` when the function cannot be read.
+pub fn continues_others(
+    image: &Image,
+    ranges: &[(u64, u64)],
+    points: &[u64],
+    others: &[(u64, u64)],
+) -> bool {
+    let Some(function) = points.first().and_then(|&a| image.function_at(a)) else {
+        return false;
+    };
+    let Some(Ok(insns)) = image
+        .code_of(function)
+        .map(|c| decode_in(image, function, c))
+    else {
+        return false;
+    };
+    let flow = Flow::new(insns, ranges);
+    let in_others: Vec<bool> = flow
+        .insns
+        .iter()
+        .map(|i| others.iter().any(|&(b, e)| i.ip >= b && i.ip < e))
+        .collect();
+    // Backwards from the point through code of neither: every way must start in the
+    // instance or in the others, some in each (the instance's own pass leaves it and comes
+    // back there, as do the others'; a copy that merely runs before this one is no tail).
+    let fed_by_others = |k: usize| {
+        let mut seen = vec![false; flow.preds.len()];
+        let mut stack = vec![k];
+        let (mut own, mut theirs) = (false, false);
+        while let Some(j) = stack.pop() {
+            if j == 0 || flow.preds[j].is_empty() {
+                return false;
+            }
+            for &p in &flow.preds[j] {
+                if in_others[p] {
+                    theirs = true;
+                } else if flow.inside[p] {
+                    own |= j != k;
+                } else if !seen[p] {
+                    seen[p] = true;
+                    stack.push(p);
+                }
+            }
+        }
+        own && theirs
+    };
+    points
+        .iter()
+        .filter_map(|&a| flow.insns.binary_search_by_key(&a, |i| i.ip).ok())
+        .filter(|&k| !in_others[k])
+        .any(fed_by_others)
+}
+
 /// How many calls one pass through an inlined instance may make when its code repeats
 /// one source line in pieces starting at `starts`, the line's code lying in `spans`: when
 /// every pass through the first piece goes through each next one in turn, each as often
@@ -676,40 +763,70 @@ struct Analysis {
     reasons: Vec<String>,
     /// A point moved past an instruction that uprobes refuse ([`step_over`]).
     stepped: bool,
+    /// The points that only landing pads lead to.
+    unwinding: HashSet<u64>,
+    /// A call may pass no point (see [`Entries::misses`]).
+    misses: bool,
+    /// A pass at a point may continue a call counted already (see [`Entries::repeats`]).
+    repeats: bool,
 }
 
 /// The kept entries of the instance with code `ranges` in the function whose bytes `code`
 /// start at `start`, and the reasons for doubt; an error when the function does not
-/// decode. `more_targets`: jump targets from outside the function (its `.cold` parts).
+/// decode. `more_targets`: jump targets from outside the function (its `.cold` parts);
+/// `pads`: the function's landing pads.
+///
+/// A block of the instance that only the unwinder enters (a landing pad) is probed apart
+/// from the kept entries: a pass there, while a panic unwinds, may continue a call counted
+/// already or be one, so its points are marked `unwinding` (they bound the calls from none
+/// to their count) and they take no part in the one-pass rule.
 fn analyze(
     insns: Vec<Insn>,
     start: u64,
     ranges: &[(u64, u64)],
     more_targets: &HashSet<u64>,
     only: Option<&HashSet<u64>>,
+    pads: &HashSet<u64>,
 ) -> Result<Analysis, String> {
     let end = insns.last().map_or(start, |i| i.ip + i.len);
-    let mut reasons = Vec::new();
+    let mut found = Analysis::default();
     if ranges.iter().any(|&(b, e)| b < start || e > end) {
-        reasons.push(
+        found.reasons.push(
             "part of its code lies outside its function's symbol (a split-off cold part is not probed)"
                 .to_string(),
         );
+        found.misses = true;
     }
     let flow = Flow::new(insns, ranges);
-    let (mut candidates, orphans) = flow.candidates(&mut reasons);
+    let before = found.reasons.len();
+    let (mut candidates, orphans) = flow.candidates(&mut found.reasons);
+    // A jump into the middle of an instruction: a way in that is not probed.
+    found.misses |= found.reasons.len() > before;
+    let (unwinders, orphans): (Vec<usize>, Vec<usize>) = orphans
+        .into_iter()
+        .partition(|&k| pads.contains(&flow.insns[k].ip));
     if let Some(only) = only {
         candidates.retain(|&c| only.contains(&flow.insns[c].ip));
     }
     let (kept, counted_elsewhere) = flow.one_pass(&candidates);
     let moved = flow.moves_to_edges(&kept, &counted_elsewhere);
-    flow.doubts(&kept, &moved, &mut reasons);
-    if orphans > 0 {
-        reasons.push(format!(
-            "{orphans} of its blocks are reached by no direct jump nor fall-through (landing pads, or targets of a jump table that cannot be read): not probed"
+    let before = found.reasons.len();
+    flow.doubts(&kept, &moved, &mut found.reasons);
+    found.repeats = found.reasons.len() > before;
+    if !unwinders.is_empty() {
+        found.reasons.push(format!(
+            "{} of its blocks are landing pads, entered only while a panic unwinds: probed, a pass there may or may not be a call of its own",
+            unwinders.len()
         ));
     }
-    flow.place_probes(&kept, &moved, more_targets, reasons)
+    if !orphans.is_empty() {
+        found.reasons.push(format!(
+            "{} of its blocks are reached by no direct jump nor fall-through (landing pads that cannot be read, or targets of a jump table that cannot be read): not probed",
+            orphans.len()
+        ));
+        found.misses = true;
+    }
+    flow.place_probes(&kept, &unwinders, &moved, more_targets, found)
 }
 
 /// One function's decoded instructions, its control flow, and which instructions belong
@@ -766,11 +883,12 @@ impl Flow {
     }
 
     /// Candidate entries, where control comes in from outside the instance (sorted), and
-    /// how many of its blocks nothing falls into and no direct jump targets.
-    fn candidates(&self, reasons: &mut Vec<String>) -> (Vec<usize>, usize) {
+    /// the blocks of the instance that nothing falls into and no direct jump targets (their
+    /// first instructions, sorted; padding is no such block).
+    fn candidates(&self, reasons: &mut Vec<String>) -> (Vec<usize>, Vec<usize>) {
         let insns = &self.insns;
         let mut candidates: Vec<usize> = Vec::new();
-        let mut orphans = 0;
+        let mut orphans = Vec::new();
         for (k, insn) in insns.iter().enumerate().filter(|&(k, _)| self.inside[k]) {
             match k.checked_sub(1) {
                 None => candidates.push(k),
@@ -782,7 +900,9 @@ impl Flow {
                 // Nothing falls into it: reached by a direct jump, else by an indirect one
                 // (a jump table) or the unwinder, which this analysis cannot follow.
                 Some(_) => {
-                    orphans += usize::from(!insn.padding && !self.targeted.contains(&insn.ip))
+                    if !insn.padding && !self.targeted.contains(&insn.ip) {
+                        orphans.push(k);
+                    }
                 }
             }
         }
@@ -916,14 +1036,17 @@ impl Flow {
 
     /// Where the uprobes go: a kept entry's own instruction, the first real instruction
     /// after it when it is padding, the next instruction when uprobes refuse it, or the
-    /// caller's instructions it moved to. `more_targets`: jump targets from outside the
-    /// function. An instance with an entry that no instruction can count gets no points.
+    /// caller's instructions it moved to; the same for the landing pads `unwinders`, whose
+    /// points are `unwinding` unless a kept entry has the same point. `more_targets`: jump
+    /// targets from outside the function. `found` holds the doubts so far. An instance
+    /// with an entry that no instruction can count gets no points.
     fn place_probes(
         &self,
         kept: &[usize],
+        unwinders: &[usize],
         moved: &HashMap<usize, Vec<usize>>,
         more_targets: &HashSet<u64>,
-        mut reasons: Vec<String>,
+        mut found: Analysis,
     ) -> Result<Analysis, String> {
         let insns = &self.insns;
         let inside = |j: usize| self.inside[j];
@@ -934,8 +1057,10 @@ impl Flow {
         targeted.extend(more_targets);
         let mut stepped = false;
         let mut points: Vec<(u64, u64)> = Vec::new();
-        for &k in kept {
-            if let Some(edges) = moved.get(&k) {
+        let reasons = &mut found.reasons;
+        for (n, &k) in kept.iter().chain(unwinders).enumerate() {
+            let unwinding = n >= kept.len();
+            if let Some(edges) = moved.get(&k).filter(|_| !unwinding) {
                 for &p in edges {
                     if !points.iter().any(|&(a, _)| a == insns[p].ip) {
                         points.push((insns[p].ip, insns[p].len));
@@ -952,6 +1077,7 @@ impl Flow {
                     "its entry {:#x} is only NOPs, which uprobes do not count: not probed",
                     insns[k].ip
                 ));
+                found.misses = true;
                 continue;
             }
             if j != k && targeted.contains(&insns[j].ip) && !kept.contains(&j) {
@@ -959,6 +1085,7 @@ impl Flow {
                     "its entry {:#x} is a NOP, probed at {:#x}, which a jump also reaches",
                     insns[k].ip, insns[j].ip
                 ));
+                found.repeats = true;
             }
             if let Some(why) = insns[j].refused {
                 // A uprobe would never fire there: the next instruction counts the passes
@@ -983,6 +1110,7 @@ impl Flow {
                         );
                         return Ok(Analysis {
                             reasons: vec![why],
+                            misses: true,
                             ..Analysis::default()
                         });
                     }
@@ -990,13 +1118,14 @@ impl Flow {
             }
             if !points.iter().any(|&(a, _)| a == insns[j].ip) {
                 points.push((insns[j].ip, insns[j].len));
+                if unwinding {
+                    found.unwinding.insert(insns[j].ip);
+                }
             }
         }
-        Ok(Analysis {
-            points,
-            reasons,
-            stepped,
-        })
+        found.points = points;
+        found.stepped = stepped;
+        Ok(found)
     }
 }
 
@@ -1201,11 +1330,51 @@ mod tests {
     use super::*;
 
     fn kept(code: &[u8], ranges: &[(u64, u64)]) -> (Vec<u64>, Vec<String>) {
-        let found = analyze(decode(code, 0).unwrap(), 0, ranges, &HashSet::new(), None).unwrap();
+        let found = analyze(
+            decode(code, 0).unwrap(),
+            0,
+            ranges,
+            &HashSet::new(),
+            None,
+            &HashSet::new(),
+        )
+        .unwrap();
         (
             found.points.into_iter().map(|(a, _)| a).collect(),
             found.reasons,
         )
+    }
+
+    #[test]
+    fn a_landing_pad_inside_the_instance_is_probed_apart() {
+        let code = [
+            0x31, 0xc0, // 0x0 xor eax,eax
+            0xff, 0xc0, // 0x2 inc eax (instance; entered by fall-through)
+            0xc3, // 0x4 ret
+            0xff, 0xc1, // 0x5 inc ecx (instance; nothing leads here: a landing pad)
+            0xc3, // 0x7 ret
+        ];
+        let analysed = |pads: HashSet<u64>| {
+            analyze(
+                decode(&code, 0).unwrap(),
+                0,
+                &[(0x2, 0x8)],
+                &HashSet::new(),
+                None,
+                &pads,
+            )
+            .unwrap()
+        };
+        // Unknown: not probed, a call there would be missed.
+        let unknown = analysed(HashSet::new());
+        assert_eq!(unknown.points, vec![(0x2, 2)]);
+        assert!(unknown.misses && !unknown.repeats, "{:?}", unknown.reasons);
+        // A landing pad: probed, marked, and nothing is missed.
+        let pad = analysed(HashSet::from([0x5]));
+        assert_eq!(pad.points, vec![(0x2, 2), (0x5, 2)]);
+        assert_eq!(pad.unwinding, HashSet::from([0x5]));
+        assert!(!pad.misses && !pad.repeats, "{:?}", pad.reasons);
+        assert!(pad.reasons[0].contains("landing pads"), "{:?}", pad.reasons);
     }
 
     #[test]
@@ -1283,6 +1452,17 @@ mod tests {
             reasons[0].contains("goes back to its entry 0x2"),
             "{reasons:?}"
         );
+        // Every call passes the entry, some passes may be more of one: bounded.
+        let found = analyze(
+            decode(&code, 0).unwrap(),
+            0,
+            &[(0x2, 0x6)],
+            &HashSet::new(),
+            None,
+            &HashSet::new(),
+        )
+        .unwrap();
+        assert!(found.repeats && !found.misses);
     }
 
     #[test]
@@ -1412,6 +1592,7 @@ mod tests {
             &[(0x2, 0x7)],
             &HashSet::new(),
             None,
+            &HashSet::new(),
         )
         .unwrap();
         assert_eq!(found.points, vec![(0x7, 3)]);
@@ -1423,6 +1604,7 @@ mod tests {
             &[(0x2, 0x7)],
             &HashSet::from([0x7]),
             None,
+            &HashSet::new(),
         )
         .unwrap();
         assert_eq!(found.points, vec![]);

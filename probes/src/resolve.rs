@@ -46,10 +46,12 @@ pub struct InlinedSite {
     pub shared_by: Vec<String>,
     /// A pass through it may continue a call counted at another site rather than start
     /// one: the count is an upper bound of its own calls (shared code also entered from
-    /// elsewhere).
+    /// elsewhere, entries one call may pass twice). A point marked
+    /// [`EntryPoint::unwinding`] is such on its own.
     pub may_continue: bool,
-    /// Its count may be off in a way no bound can be given: a reason in `uncertain` other
-    /// than an unrolled loop's or shared code's, which bound it.
+    /// Its count may be off in a way no bound can be given: a call may pass none of its
+    /// probes ([`Entries::misses`]). The other reasons in `uncertain` bound it: an unrolled
+    /// loop, shared code, entries one call may pass twice, landing pads.
     pub unbounded: bool,
 }
 
@@ -70,11 +72,12 @@ impl InlinedSite {
             call_site: instance.call_site,
             call_line: instance.call_line,
             points: e.points,
-            unbounded: e.uncertain.is_some(),
+            unbounded: e.misses,
             uncertain: e.uncertain,
             calls_per_pass,
             shared_by: Vec::new(),
-            may_continue: false,
+            // Every call passes a probe; a pass may be part of a call counted already.
+            may_continue: e.repeats,
         }
     }
 }
@@ -402,6 +405,7 @@ impl Inlined {
     /// Analyse the entries of the inlined instances of image `i`.
     fn add_instances(&mut self, image: &Image, i: usize, instances: Vec<InlinedInstance>) {
         let instances = fold_split_parts(instances);
+        let first = self.sites.len();
         let mut shared = Vec::new();
         // (function body, inlined function) -> the call lines of its calls there.
         let mut lines_in: HashMap<(u64, String), Vec<String>> = HashMap::new();
@@ -476,7 +480,7 @@ impl Inlined {
                 }
                 e
             };
-            let unbounded = e.uncertain.is_some();
+            let unbounded = e.misses;
             let key = (instance.parent, instance.demangled.clone());
             let tail = match (&instance.split_from, shared_in.get(&key)) {
                 (None, Some(shared)) => {
@@ -506,6 +510,9 @@ impl Inlined {
             }
             self.sites.push(site);
         }
+        for k in first..self.sites.len() {
+            self.merged_into(image, k);
+        }
         for instance in shared {
             let lines = lines_in
                 .get(&(instance.parent, instance.demangled.clone()))
@@ -513,6 +520,48 @@ impl Inlined {
                 .unwrap_or_default();
             self.add_shared(image, i, instance, lines);
         }
+    }
+
+    /// Site `k` (of `image`, with a call line) when passes through copies of its function
+    /// at other lines of the same caller may continue into its entries
+    /// ([`crate::entries::continues_others`]: their tails merged into code that DWARF
+    /// gives this line): a pass there may be no call of its own, so its count bounds its
+    /// calls from none to itself.
+    fn merged_into(&mut self, image: &Image, k: usize) {
+        let s = &self.sites[k];
+        let Some(line) = &s.call_line else {
+            return;
+        };
+        let Some(function) = s.points.first().and_then(|p| image.function_at(p.address)) else {
+            return;
+        };
+        let (lo, hi) = (function.address, function.address + function.size);
+        let own = &self.copies_at[&(s.image, s.function.clone(), line.clone())];
+        // The copies at other call lines (code without one is walked through: it may be
+        // the merged tail itself).
+        let others: Vec<(u64, u64)> = self
+            .copies_at
+            .iter()
+            .filter(|((image, function, at), _)| {
+                *image == s.image && *function == s.function && at != line
+            })
+            .flat_map(|(_, ranges)| ranges)
+            .filter(|r| r.0 >= lo && r.0 < hi && !own.contains(r))
+            .copied()
+            .collect();
+        let points: Vec<u64> = s.points.iter().map(|p| p.address).collect();
+        if others.is_empty() || !crate::entries::continues_others(image, own, &points, &others) {
+            return;
+        }
+        let why = "calls of the function at other lines of its caller continue into its \
+                   entries (their tails merged into its code): a pass there may be no call \
+                   of its own";
+        let s = &mut self.sites[k];
+        s.may_continue = true;
+        s.uncertain = Some(match s.uncertain.take() {
+            Some(more) => format!("{why}; {more}"),
+            None => why.to_string(),
+        });
     }
 
     /// An instance without a call line: code the optimizer shares between calls of the
@@ -574,7 +623,7 @@ impl Inlined {
             Some(e) => e,
         };
         let mut site = InlinedSite::new(image, i, instance, e, None);
-        site.may_continue = !alone;
+        site.may_continue |= !alone;
         if !alone {
             let why = "code that the optimizer shares between calls of the function (without \
                        a call line, or inside a merged copy of its caller), entered also from \
@@ -709,6 +758,8 @@ fn split_part_entries(
             "a part GCC split off its function, entered from outside the copy it was split from"
                 .into(),
         ),
+        misses: true,
+        repeats: false,
     }))
 }
 

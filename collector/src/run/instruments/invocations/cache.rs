@@ -45,7 +45,8 @@ use crate::run::instrument::MetricSpec;
 /// Bumped when what is stored changes meaning.
 // 4: code without a call line shared by inlined copies is no site of its own; sites
 // carry the calls one pass may make (an unrolled loop). 10: files start with [`FORMAT`].
-const VERSION: u32 = 10;
+// 12: landing pads probed apart, tails of merged calls bounded, vector stores per byte.
+const VERSION: u32 = 12;
 /// The first field of every entry: marks a file as one sbs-profile wrote.
 const FORMAT: &str = "sbs-profile invocation sites";
 /// Entries unused for this long are removed.

@@ -1121,8 +1121,10 @@ impl Instrument for Invocations {
                 }
                 if sites.iter().any(|&i| bounded(i).0 == 0) {
                     why.push(
-                        "code that calls of a function share may be entered by a call \
-                         counted already, so a pass there may be no call of its own",
+                        "a pass at some places may continue a call counted already, so it \
+                         may be no call of its own (code that calls of a function share, \
+                         two entries that one call may both pass, a landing pad entered \
+                         while a panic unwinds)",
                     );
                 }
                 notes.push((

@@ -32,7 +32,8 @@ pub(super) struct Site {
     /// At most this many calls per counted pass (an unrolled loop; else 1).
     pub calls_per_pass: u64,
     /// A pass may continue a call counted at another site rather than start one (code
-    /// without a call line that calls of the function share): at least no call per pass.
+    /// without a call line that calls of the function share, entries one call may pass
+    /// twice, a landing pad): at least no call per pass.
     pub may_continue: bool,
     /// Its count may be off in a way no bound can be given (an uncertain entry).
     pub unbounded: bool,
@@ -186,7 +187,7 @@ fn inlined_rows(
                     kind: SiteKind::Inside,
                     what: what.clone(),
                     calls_per_pass: site.calls_per_pass.unwrap_or(1),
-                    may_continue: site.may_continue,
+                    may_continue: site.may_continue || p.unwinding,
                     unbounded: site.unbounded,
                     call_lines: call_lines.clone(),
                 })
