@@ -421,7 +421,10 @@ fn qemu_per_op_count_equals_callgrind_s_on_list_sort() {
         return;
     }
     if !valgrind_installed() {
-        skip!(Need::Valgrind, "no callgrind to compare the per-op count with");
+        skip!(
+            Need::Valgrind,
+            "no callgrind to compare the per-op count with"
+        );
         return;
     }
     let out = in_example(
@@ -461,6 +464,9 @@ fn qemu_per_op_count_equals_callgrind_s_on_list_sort() {
     let callgrind = numbers[1];
     out.check(
         (ours[0] - callgrind).abs() <= 0.001 * callgrind,
-        &format!("qemu {} per op within 0.1% of callgrind's {callgrind}", ours[0]),
+        &format!(
+            "qemu {} per op within 0.1% of callgrind's {callgrind}",
+            ours[0]
+        ),
     );
 }
