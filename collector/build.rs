@@ -25,11 +25,13 @@ fn main() {
     let inproc_src = agent.join("inproc/src/lib.rs");
     let launcher_lib = agent.join("launcher/src/lib.rs");
     let launcher_main = agent.join("launcher/src/main.rs");
+    let qemu_src = agent.join("qemu/src/lib.rs");
     for dir in [
         agent.join("src"),
         agent.join("abi/src"),
         agent.join("inproc/src"),
         agent.join("launcher/src"),
+        agent.join("qemu/src"),
     ] {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
@@ -39,6 +41,7 @@ fn main() {
         &inproc_src,
         &launcher_lib,
         &launcher_main,
+        &qemu_src,
     ]
     .iter()
     .any(|p| !p.exists())
@@ -103,6 +106,24 @@ fn main() {
             "link-arg=-nostartfiles",
         ],
     );
+    // The TCG plugin of `--instructions qemu` (`agent/qemu`), loaded by qemu-x86_64: its
+    // QEMU functions stay undefined until QEMU loads it (QEMU exports them).
+    compile(
+        &rustc,
+        &target,
+        &out,
+        &qemu_src,
+        "sbs_qemu_plugin",
+        "cdylib",
+        &[
+            "--extern",
+            &extern_abi,
+            "-C",
+            "strip=debuginfo",
+            "-C",
+            "link-arg=-nostartfiles",
+        ],
+    );
     // The launcher every measured child starts through (`src/run/launcher.rs`): a static
     // program with no libc, so that it maps a few pages (about 3 KB of file).
     compile(
@@ -144,7 +165,12 @@ fn main() {
             "strip=symbols",
         ],
     );
-    for name in ["libsbs_agent.so", "libsbs_inproc.so", "sbs_launcher_bin"] {
+    for name in [
+        "libsbs_agent.so",
+        "libsbs_inproc.so",
+        "libsbs_qemu_plugin.so",
+        "sbs_launcher_bin",
+    ] {
         let lib = out.join(name);
         assert!(lib.exists(), "rustc did not produce {}", lib.display());
     }

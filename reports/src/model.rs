@@ -304,6 +304,10 @@ pub struct Conditions {
     pub pinned_cpus: Vec<usize>,
     /// Whether the child started from a clean environment.
     pub clean_env: bool,
+    /// The instruction engine and its CPU model where it pins one (`qemu -cpu MODEL`):
+    /// counts of another engine or model are another series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
     /// What the machine was like during the runs, where it could be read: what spoils
     /// timings, so that a reader of a saved report sees why two entries differ.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1039,6 +1043,7 @@ mod tests {
             (100, vec![g("timing", 100), g("alloc", 10)])
         );
         let c = Conditions {
+            instructions: None,
             runs,
             group_runs: groups,
             warmup: 1,
@@ -1049,6 +1054,7 @@ mod tests {
         };
         assert_eq!(c.measured_runs(), "100 timing runs, 10 alloc runs");
         let one = Conditions {
+            instructions: None,
             runs: 1,
             group_runs: vec![],
             ..c

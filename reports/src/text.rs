@@ -118,6 +118,9 @@ fn conditions_line(c: &Conditions, confidence: Option<f64>) -> String {
         }
         .into(),
     );
+    if let Some(engine) = &c.instructions {
+        parts.push(format!("instructions by {engine}"));
+    }
     if !c.pinned_cpus.is_empty() {
         let cpus: Vec<String> = c.pinned_cpus.iter().map(|c| c.to_string()).collect();
         parts.push(format!("pinned to CPU {}", cpus.join(",")));

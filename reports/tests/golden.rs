@@ -139,6 +139,7 @@ pub fn report() -> Report {
         schema_version: SCHEMA_VERSION,
         tool_version: "0.1.0".into(),
         conditions: Conditions {
+            instructions: None,
             runs: 3,
             group_runs: Vec::new(),
             warmup: 1,

@@ -117,6 +117,7 @@ fn report() -> Report {
         schema_version: SCHEMA_VERSION,
         tool_version: "0.1.0".into(),
         conditions: Conditions {
+            instructions: None,
             runs: 5,
             group_runs: Vec::new(),
             warmup: 1,

@@ -437,3 +437,71 @@ fn warnings_are_counted_and_strict_fails_on_them() {
     ])
     .success();
 }
+
+/// `--instructions qemu` counts the harness's measured region from the same marker points
+/// where it toggles callgrind: `list/sort`'s instructions per operation equal, within
+/// 0.1%, callgrind's count of single operations in the same run (the drift check counts
+/// the first operations one at a time under callgrind and quotes them in its warning).
+#[test]
+fn qemu_per_op_count_equals_callgrind_s_on_list_sort() {
+    let qemu = Command::new("qemu-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !qemu {
+        skip!(
+            Need::Qemu,
+            "qemu-x86_64 is not installed (sudo apt-get install -y qemu-user)"
+        );
+        return;
+    }
+    if !valgrind_installed() {
+        skip!(
+            Need::Valgrind,
+            "no callgrind to compare the per-op count with"
+        );
+        return;
+    }
+    let out = in_example(
+        "pitfalls-bench",
+        &[
+            "--bench",
+            "pitfalls",
+            "--instructions",
+            "qemu",
+            "--runs",
+            "3",
+            "--ops",
+            "3",
+            "-f",
+            "json",
+        ],
+    )
+    .success();
+    let report = out.json();
+    let b = bench(&report, "list/sort");
+    let per_op = metric_of(b, "counter.instructions/op");
+    assert!(per_op["source"].as_str().unwrap().starts_with("qemu:"));
+    let ours = samples(per_op);
+    assert!(ours.windows(2).all(|w| w[0] == w[1]), "{ours:?}");
+    // "... run 15,087,935, 700,033, 700,033 and 700,033 instructions ...": the steady
+    // operations' count.
+    let warning = pitfall_warnings(&report, "list/sort")
+        .into_iter()
+        .find(|w| w.contains("counted alone under callgrind"))
+        .unwrap_or_else(|| panic!("no drift warning in {b:#}"));
+    let numbers: Vec<f64> = warning
+        .split(|c: char| !(c.is_ascii_digit() || c == ','))
+        .map(|t| t.replace(',', ""))
+        .filter(|t| t.len() >= 5)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let callgrind = numbers[1];
+    out.check(
+        (ours[0] - callgrind).abs() <= 0.001 * callgrind,
+        &format!(
+            "qemu {} per op within 0.1% of callgrind's {callgrind}",
+            ours[0]
+        ),
+    );
+}

@@ -24,6 +24,7 @@ pub mod attach;
 pub mod counters;
 pub mod inproc;
 pub mod launcher;
+pub mod qemu;
 pub mod stamp;
 pub mod tree;
 

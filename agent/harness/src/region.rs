@@ -10,6 +10,7 @@ use std::os::unix::fs::FileExt;
 
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use sbs_agent_abi::harness::{ENV_REGION_CALLGRIND, REGION_SOCKET_ENVS};
+use sbs_agent_abi::qemu::ENV_REGION_QEMU;
 use sbs_agent_abi::{
     parse_fd, parse_token, slot_offset, stamp, HeaderValues, Origin, SlotValues, ENV_HARNESS_FD,
     ENV_HARNESS_TOKEN, HEADER_SIZE, SLOT_COUNT, SLOT_SIZE,
@@ -129,6 +130,8 @@ pub(crate) struct Region {
     perf: Vec<OwnedFd>,
     /// Toggle callgrind's collection around each operation ([`ENV_REGION_CALLGRIND`]).
     callgrind: bool,
+    /// Mark the region for the QEMU engine's plugin ([`ENV_REGION_QEMU`]).
+    qemu: bool,
     pub agent: Option<AgentSlot>,
 }
 
@@ -138,6 +141,7 @@ impl Region {
         let mut region = Region {
             perf: Vec::new(),
             callgrind: std::env::var_os(ENV_REGION_CALLGRIND).is_some_and(|v| v == "1"),
+            qemu: std::env::var_os(ENV_REGION_QEMU).is_some_and(|v| v == "1"),
             agent: AgentSlot::find()?,
         };
         for (var, _) in REGION_SOCKET_ENVS {
@@ -172,10 +176,14 @@ impl Region {
         }
     }
 
-    /// Switch every perf event, and callgrind's collection, on (`true`) or off. Callgrind
-    /// is switched innermost: on last, off first.
+    /// Switch every perf event, callgrind's collection and the QEMU engine's region on
+    /// (`true`) or off. Callgrind and QEMU are switched innermost: on last, off first, at
+    /// the same point.
     #[inline]
     pub(crate) fn switch(&self, on: bool) -> Result<(), HarnessError> {
+        if !on && self.qemu {
+            sys::qemu_mark(false);
+        }
         if !on && self.callgrind {
             valgrind::toggle_collect();
         }
@@ -192,6 +200,9 @@ impl Region {
         }
         if on && self.callgrind {
             valgrind::toggle_collect();
+        }
+        if on && self.qemu {
+            sys::qemu_mark(true);
         }
         Ok(())
     }

@@ -56,6 +56,18 @@ pub(crate) fn thread_cpu_time() -> Option<std::time::Duration> {
     ))
 }
 
+/// The QEMU engine's region marker: a system call no kernel defines (ENOSYS natively, at
+/// the cost of one system call), which the engine's plugin sees before QEMU answers it
+/// the same way. `on` switches the calling thread's region on, else off.
+#[inline]
+pub(crate) fn qemu_mark(on: bool) {
+    // SAFETY: an undefined system call number with one integer argument: the kernel (or
+    // QEMU) returns ENOSYS and touches no memory.
+    unsafe {
+        libc::syscall(sbs_agent_abi::qemu::MARKER_SYSCALL, libc::c_long::from(on));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

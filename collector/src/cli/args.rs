@@ -77,7 +77,9 @@ pub enum InstructionsArg {
     Perf,
     /// valgrind's cachegrind (source `valgrind`).
     Valgrind,
-    /// The PMU if it works here, otherwise valgrind.
+    /// QEMU's user-mode emulator with a counting plugin (source `qemu:MODEL`).
+    Qemu,
+    /// The PMU if it works here, otherwise qemu if installed, otherwise valgrind.
     Auto,
 }
 
@@ -86,6 +88,7 @@ impl From<InstructionsArg> for InstructionsMode {
         match m {
             InstructionsArg::Perf => InstructionsMode::Perf,
             InstructionsArg::Valgrind => InstructionsMode::Valgrind,
+            InstructionsArg::Qemu => InstructionsMode::Qemu,
             InstructionsArg::Auto => InstructionsMode::Auto,
         }
     }
@@ -333,10 +336,18 @@ pub struct RunArgs {
     #[arg(long)]
     pub counters_best_effort: bool,
 
-    /// Count instructions: `perf` (the PMU), `valgrind` (cachegrind, no PMU needed) or
-    /// `auto` (the PMU if it works here, otherwise valgrind). The two are never compared.
+    /// Count instructions: `perf` (the PMU), `qemu` (QEMU's user mode with a pinned CPU
+    /// model: the same count on every x86-64 host, no PMU needed), `valgrind` (cachegrind)
+    /// or `auto` (the PMU if it works here, otherwise qemu if installed, otherwise
+    /// valgrind). Counts of different engines are never compared.
     #[arg(long, value_name = "MODE", value_enum)]
     pub instructions: Option<InstructionsArg>,
+
+    /// The CPU model `--instructions qemu` emulates (`qemu-x86_64 -cpu help` lists them);
+    /// default: Haswell-v2,-pcid,-x2apic,-tsc-deadline,-invpcid (AVX2, no TSX). Counts of
+    /// different models are never compared: glibc picks its code by CPUID.
+    #[arg(long, value_name = "MODEL")]
+    pub qemu_cpu: Option<String>,
 
     /// List the perf events this machine can count, and why not and how to fix it for the
     /// others; then exit.
@@ -602,6 +613,7 @@ impl RunArgs {
                 best_effort: self.counters_best_effort,
                 instructions: self.instructions.map(Into::into),
                 region: false,
+                qemu_cpu: self.qemu_cpu.clone(),
             },
             ops: self.ops,
         }

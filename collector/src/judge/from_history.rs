@@ -81,6 +81,7 @@ pub fn build(args: &HistoryRequest) -> anyhow::Result<(Report, Vec<Regressed>, V
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         conditions: Conditions {
+            instructions: None,
             runs: max_n,
             // Saved entries keep no group names: the runs of the metric with the most.
             group_runs: Vec::new(),

@@ -905,6 +905,7 @@ mod tests {
             schema_version: 1,
             tool_version: "t".into(),
             conditions: sbs_reports::model::Conditions {
+                instructions: None,
                 runs: 3,
                 group_runs: Vec::new(),
                 warmup: 0,

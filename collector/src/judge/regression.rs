@@ -959,6 +959,7 @@ mod tests {
             schema_version: SCHEMA_VERSION,
             tool_version: String::new(),
             conditions: Conditions {
+                instructions: None,
                 runs: 1,
                 group_runs: Vec::new(),
                 warmup: 0,

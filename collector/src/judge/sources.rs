@@ -26,11 +26,13 @@ pub struct SourceMismatch {
 }
 
 /// The option that selects a source, for the message.
-fn option_for(source: &str) -> Option<&'static str> {
+fn option_for(source: &str) -> Option<String> {
     match source {
-        "valgrind" => Some("--instructions valgrind"),
-        "perf-hw" => Some("--instructions perf"),
-        _ => None,
+        "valgrind" => Some("--instructions valgrind".into()),
+        "perf-hw" => Some("--instructions perf".into()),
+        _ => source
+            .strip_prefix("qemu:")
+            .map(|cpu| format!("--instructions qemu --qemu-cpu {cpu}")),
     }
 }
 
@@ -43,9 +45,17 @@ pub fn ensure_same_source(
     if baseline == current {
         return Ok(());
     }
-    let hint = option_for(baseline)
-        .map(|o| format!(" (re-measure with {o})"))
-        .unwrap_or_default();
+    let model = |s: &str| s.strip_prefix("qemu:").map(str::to_string);
+    let hint = match (model(baseline), model(current)) {
+        (Some(_), Some(_)) => format!(
+            " (both counted by qemu, but with different CPU models: the model is part of the \
+             count, as programs pick their code by CPUID; re-measure with {})",
+            option_for(baseline).unwrap_or_default()
+        ),
+        _ => option_for(baseline)
+            .map(|o| format!(" (re-measure with {o})"))
+            .unwrap_or_default(),
+    };
     Err(SourceMismatch {
         metric: metric.to_string(),
         baseline: baseline.to_string(),
@@ -74,6 +84,20 @@ pub fn resolution(source: &str, unit: Unit) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qemu_models_are_different_series_and_the_message_says_why() {
+        let e = ensure_same_source("counter.instructions", "qemu:Haswell-v2", "qemu:max")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("different CPU models"), "{e}");
+        assert!(e.contains("--qemu-cpu Haswell-v2"), "{e}");
+        let e = ensure_same_source("counter.instructions", "qemu:max", "valgrind")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--instructions qemu --qemu-cpu max"), "{e}");
+        assert!(ensure_same_source("counter.instructions", "qemu:max", "qemu:max").is_ok());
+    }
 
     #[test]
     fn same_source_compares() {

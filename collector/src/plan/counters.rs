@@ -25,7 +25,9 @@ pub enum InstructionsMode {
     Perf,
     /// valgrind's cachegrind (source `valgrind`).
     Valgrind,
-    /// The PMU if it works here, otherwise valgrind.
+    /// QEMU's user mode with our plugin (source `qemu:MODEL`).
+    Qemu,
+    /// The PMU if it works here, otherwise QEMU if installed, otherwise valgrind.
     Auto,
 }
 
@@ -43,6 +45,8 @@ pub struct CounterOptions {
     pub instructions: Option<InstructionsMode>,
     /// A harnessed benchmark: perf counters count inside its measured region only.
     pub region: bool,
+    /// `--qemu-cpu MODEL` (the default model otherwise).
+    pub qemu_cpu: Option<String>,
 }
 
 /// Groups of runs for the counters, and the plan-time warnings (also handed to the first
@@ -62,16 +66,32 @@ pub enum InstructionSource {
     Perf,
     /// valgrind.
     Valgrind,
+    /// QEMU with the counting plugin.
+    Qemu,
 }
 
-/// Decide the events and the instruction mechanism: pure, with `probe` and
-/// `valgrind_installed` standing for the machine.
+/// Which instruction engines are installed here (PATH lookups), for [`resolve`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Engines {
+    /// `valgrind` is on PATH.
+    pub valgrind: bool,
+    /// `qemu-x86_64` is on PATH.
+    pub qemu: bool,
+}
+
+/// Decide the events and the instruction mechanism: pure, with `probe` and `engines`
+/// standing for the machine.
+///
+/// `auto` takes the PMU where it counts instructions (native speed), then QEMU where
+/// `qemu-x86_64` is installed (about half of cachegrind's cost, and the same count on
+/// every x86-64 host: the CPU model is pinned), then valgrind.
 pub fn resolve(
     opts: &CounterOptions,
     probe: &mut dyn FnMut(&CounterRequest) -> Support,
-    valgrind_installed: bool,
+    engines: Engines,
     warnings: &mut Vec<String>,
 ) -> anyhow::Result<(Vec<CounterRequest>, Option<InstructionSource>)> {
+    let valgrind_installed = engines.valgrind;
     let mut reqs = match &opts.counters {
         Some(list) => parse_counter_list(list)?,
         None => Vec::new(),
@@ -82,6 +102,7 @@ pub fn resolve(
         None => None,
         Some(InstructionsMode::Valgrind) => Some(InstructionSource::Valgrind),
         Some(InstructionsMode::Perf) => Some(InstructionSource::Perf),
+        Some(InstructionsMode::Qemu) => Some(InstructionSource::Qemu),
         Some(InstructionsMode::Auto) => {
             let ins = CounterRequest::new(find_event("instructions").expect("in catalogue"));
             match probe(&ins) {
@@ -89,17 +110,29 @@ pub fn resolve(
                     warnings.push("--instructions auto: counting with the PMU (perf-hw)".into());
                     Some(InstructionSource::Perf)
                 }
+                Support::Unsupported { reason, .. } if engines.qemu => {
+                    warnings.push(format!(
+                        "--instructions auto: no PMU instruction counter ({reason}); counting \
+                         with qemu (installed: faster than valgrind, and the same count on \
+                         every x86-64 host), whose counts are not comparable with perf-hw or \
+                         valgrind counts"
+                    ));
+                    Some(InstructionSource::Qemu)
+                }
                 Support::Unsupported { reason, .. } => {
                     if !valgrind_installed {
                         bail!(
                             "--instructions auto: the PMU cannot count instructions here ({reason}) \
-                             and valgrind is not installed: install it with `{}`",
+                             and neither qemu-x86_64 nor valgrind is installed: install one with \
+                             `{}` or `{}`",
+                            crate::run::instruments::qemu::INSTALL_HINT,
                             valgrind::INSTALL_HINT
                         );
                     }
                     warnings.push(format!(
-                        "--instructions auto: no PMU instruction counter ({reason}); counting \
-                         with valgrind, whose counts are not comparable with perf-hw counts"
+                        "--instructions auto: no PMU instruction counter ({reason}) and no \
+                         qemu-x86_64 (Debian's qemu-user); counting with valgrind, whose counts \
+                         are not comparable with perf-hw counts"
                     ));
                     Some(InstructionSource::Valgrind)
                 }
@@ -114,6 +147,23 @@ pub fn resolve(
     }
     if instructions == Some(InstructionSource::Valgrind) && !valgrind_installed {
         return Err(valgrind::ValgrindError::NotInstalled.into());
+    }
+    if instructions == Some(InstructionSource::Qemu) && !engines.qemu {
+        return Err(crate::run::instruments::qemu::not_installed());
+    }
+    if let Some(cpu) = &opts.qemu_cpu {
+        if instructions != Some(InstructionSource::Qemu) {
+            bail!(
+                "--qemu-cpu applies to the qemu engine: add --instructions qemu (this run counts \
+                 with {})",
+                match instructions {
+                    Some(InstructionSource::Perf) => "the PMU",
+                    Some(InstructionSource::Valgrind) => "valgrind",
+                    _ => "no instruction engine",
+                }
+            );
+        }
+        crate::run::instruments::qemu::check_cpu(cpu)?;
     }
     let mut kept = Vec::with_capacity(reqs.len());
     for r in reqs {
@@ -164,11 +214,14 @@ pub fn groups(opts: &CounterOptions) -> anyhow::Result<Vec<GroupSpec>> {
 pub fn probed_groups(opts: &CounterOptions) -> anyhow::Result<CounterGroups> {
     let facts = MachineFacts::read();
     let mut warnings = Vec::new();
-    let installed = valgrind::find_valgrind().is_ok();
+    let engines = Engines {
+        valgrind: valgrind::find_valgrind().is_ok(),
+        qemu: crate::run::instruments::qemu::find_qemu().is_ok(),
+    };
     let (reqs, instructions) = resolve(
         opts,
         &mut |r| capability::probe(r, &facts),
-        installed,
+        engines,
         &mut warnings,
     )?;
     let groups = counter_groups(opts, &reqs, instructions, &warnings);
@@ -214,6 +267,19 @@ pub fn counter_groups(
             instruments: vec![InstrumentSpec::ValgrindInstructions {
                 notes: notes.take().unwrap_or_default(),
                 region: opts.region,
+            }],
+        });
+    }
+    if instructions == Some(InstructionSource::Qemu) {
+        groups.push(GroupSpec {
+            name: "qemu".into(),
+            instruments: vec![InstrumentSpec::QemuInstructions {
+                notes: notes.take().unwrap_or_default(),
+                region: opts.region,
+                cpu: opts
+                    .qemu_cpu
+                    .clone()
+                    .unwrap_or_else(|| crate::run::instruments::qemu::DEFAULT_CPU.to_string()),
             }],
         });
     }
@@ -308,6 +374,65 @@ mod tests {
     use crate::run::instrument::{ExitKind, Instrument, RunOutcome, Sample};
     use crate::run::spec::perf_counters;
 
+    const VG: Engines = Engines {
+        valgrind: true,
+        qemu: false,
+    };
+    const NONE: Engines = Engines {
+        valgrind: false,
+        qemu: false,
+    };
+    const BOTH: Engines = Engines {
+        valgrind: true,
+        qemu: true,
+    };
+
+    #[test]
+    fn auto_prefers_the_pmu_then_qemu_then_valgrind_and_says_why() {
+        let mut o = opts(None);
+        o.instructions = Some(InstructionsMode::Auto);
+        let mut w = Vec::new();
+        let (_, ins) = resolve(&o, &mut no_pmu, BOTH, &mut w).unwrap();
+        assert_eq!(ins, Some(InstructionSource::Qemu));
+        assert!(w[0].contains("counting with qemu"), "{w:?}");
+        let (_, ins) = resolve(&o, &mut |_| Support::Supported, BOTH, &mut Vec::new()).unwrap();
+        assert_eq!(ins, Some(InstructionSource::Perf));
+        let mut w = Vec::new();
+        let (_, ins) = resolve(&o, &mut no_pmu, VG, &mut w).unwrap();
+        assert_eq!(ins, Some(InstructionSource::Valgrind));
+        assert!(w[0].contains("no qemu-x86_64"), "{w:?}");
+        let e = resolve(&o, &mut no_pmu, NONE, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("qemu-user") && e.contains("valgrind"), "{e}");
+    }
+
+    #[test]
+    fn qemu_needs_qemu_and_the_model_option_needs_qemu() {
+        let mut o = opts(None);
+        o.instructions = Some(InstructionsMode::Qemu);
+        let e = resolve(&o, &mut no_pmu, VG, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("package qemu-user"), "{e}");
+        o.qemu_cpu = Some("Nehalem-v1".into());
+        let (_, ins) = resolve(&o, &mut no_pmu, BOTH, &mut Vec::new()).unwrap();
+        assert_eq!(ins, Some(InstructionSource::Qemu));
+        let groups = counter_groups(&o, &[], ins, &[]);
+        assert!(matches!(
+            &groups[0].instruments[0],
+            InstrumentSpec::QemuInstructions { cpu, .. } if cpu == "Nehalem-v1"
+        ));
+        o.instructions = Some(InstructionsMode::Valgrind);
+        let e = resolve(&o, &mut no_pmu, BOTH, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--qemu-cpu applies to the qemu engine"), "{e}");
+        o.instructions = Some(InstructionsMode::Qemu);
+        o.qemu_cpu = Some("x=1".into());
+        assert!(resolve(&o, &mut no_pmu, BOTH, &mut Vec::new()).is_err());
+    }
+
     fn no_pmu(r: &CounterRequest) -> Support {
         match r.event.class() {
             EventClass::Software => Support::Supported,
@@ -328,7 +453,7 @@ mod tests {
     #[test]
     fn unsupported_event_is_an_error_naming_it() {
         let mut w = Vec::new();
-        let e = resolve(&opts(Some("page-faults,cycles")), &mut no_pmu, true, &mut w)
+        let e = resolve(&opts(Some("page-faults,cycles")), &mut no_pmu, VG, &mut w)
             .unwrap_err()
             .to_string();
         assert!(e.contains("`cycles` is not supported"), "{e}");
@@ -341,7 +466,7 @@ mod tests {
         let mut w = Vec::new();
         let mut o = opts(Some("page-faults,cycles"));
         o.best_effort = true;
-        let (reqs, ins) = resolve(&o, &mut no_pmu, true, &mut w).unwrap();
+        let (reqs, ins) = resolve(&o, &mut no_pmu, VG, &mut w).unwrap();
         assert_eq!(reqs.len(), 1);
         assert_eq!(reqs[0].name(), "page-faults");
         assert_eq!(ins, None);
@@ -353,17 +478,17 @@ mod tests {
         let mut w = Vec::new();
         let mut o = opts(None);
         o.instructions = Some(InstructionsMode::Auto);
-        let (reqs, ins) = resolve(&o, &mut no_pmu, true, &mut w).unwrap();
+        let (reqs, ins) = resolve(&o, &mut no_pmu, VG, &mut w).unwrap();
         assert!(reqs.is_empty());
         assert_eq!(ins, Some(InstructionSource::Valgrind));
         assert!(w[0].contains("valgrind"), "{w:?}");
 
-        let e = resolve(&o, &mut no_pmu, false, &mut Vec::new())
+        let e = resolve(&o, &mut no_pmu, NONE, &mut Vec::new())
             .unwrap_err()
             .to_string();
         assert!(e.contains("apt-get install -y valgrind"), "{e}");
 
-        let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
+        let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, NONE, &mut Vec::new()).unwrap();
         assert_eq!(ins, Some(InstructionSource::Perf));
         assert_eq!(reqs[0].name(), "instructions");
     }
@@ -372,12 +497,12 @@ mod tests {
     fn perf_instructions_without_pmu_is_an_error_and_valgrind_needs_valgrind() {
         let mut o = opts(None);
         o.instructions = Some(InstructionsMode::Perf);
-        let e = resolve(&o, &mut no_pmu, true, &mut Vec::new())
+        let e = resolve(&o, &mut no_pmu, VG, &mut Vec::new())
             .unwrap_err()
             .to_string();
         assert!(e.contains("`instructions` is not supported"), "{e}");
         o.instructions = Some(InstructionsMode::Valgrind);
-        let e = resolve(&o, &mut no_pmu, false, &mut Vec::new())
+        let e = resolve(&o, &mut no_pmu, NONE, &mut Vec::new())
             .unwrap_err()
             .to_string();
         assert!(e.contains("valgrind is not installed"), "{e}");
@@ -442,7 +567,7 @@ mod tests {
     fn no_multiplex_gives_each_hardware_group_its_own_runs() {
         let mut o = opts(Some(SEVEN));
         o.no_multiplex = true;
-        let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
+        let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, NONE, &mut Vec::new()).unwrap();
         // Each series opens one hardware group: it has the PMU to itself.
         let groups = counter_groups(&o, &reqs, ins, &[]);
         let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
@@ -471,7 +596,7 @@ mod tests {
     #[test]
     fn multiplexed_groups_share_runs_and_are_scaled_and_reported() {
         let o = opts(Some(SEVEN));
-        let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, false, &mut Vec::new()).unwrap();
+        let (reqs, ins) = resolve(&o, &mut |_| Support::Supported, NONE, &mut Vec::new()).unwrap();
         // Two hardware groups in one run: the PMU rotates them, each counts half the time.
         let groups = counter_groups(&o, &reqs, ins, &["planned".into()]);
         assert_eq!(groups.len(), 1);

@@ -322,7 +322,9 @@ fn per_op_records(benchmark: &str, group: &str, measures: &Measures) -> PerOpSpe
         "timing" => (PerOpMode::Time, Vec::new()),
         "invocations" => (count, vec![Family::Invocations]),
         "boxing" => (count, vec![Family::Boxing]),
-        n if n.starts_with("counters") || n == "valgrind" => (count, vec![Family::Counter]),
+        n if n.starts_with("counters") || n == "valgrind" || n == "qemu" => {
+            (count, vec![Family::Counter])
+        }
         _ => (count, Vec::new()),
     };
     PerOpSpec {

@@ -168,6 +168,10 @@ pub struct ChildSetup {
     pub pass_fds: Vec<(OwnedFd, i32)>,
     /// A command prefix the benchmark runs under (e.g. `valgrind --tool=...`).
     pub wrapper: Vec<OsString>,
+    /// The wrapper's option that sets the program's argv[0] (QEMU's `-0`): the runner
+    /// then passes it with the argv[0] the user gave, followed by the program's resolved
+    /// path (such a wrapper searches no `PATH`).
+    pub argv0_option: Option<OsString>,
 }
 
 /// A measuring mechanism, driven by the runner once per run.

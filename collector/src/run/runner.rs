@@ -316,7 +316,20 @@ fn prepare(
         });
     };
     let mut args = setup.wrapper.clone();
-    args.push(program_as_given(config, &env));
+    match setup.argv0_option.take() {
+        Some(option) => {
+            args.push(option);
+            args.push(
+                config
+                    .args
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| config.program.clone().into_os_string()),
+            );
+            args.push(config.program.clone().into_os_string());
+        }
+        None => args.push(program_as_given(config, &env)),
+    }
     args.extend(config.args.iter().skip(1).cloned());
     // A wrapper is looked up in PATH like a shell would.
     let path = if wrapper.as_encoded_bytes().contains(&b'/') {

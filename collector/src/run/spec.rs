@@ -22,6 +22,7 @@ use crate::run::instruments::first_ops::FirstOps;
 use crate::run::instruments::invocations::{Invocations, Options as InvocationOptions};
 use crate::run::instruments::memory::{self, Memory};
 use crate::run::instruments::per_op::{DriftCell, DriftJudge, PerOpMode, PerOpRecords};
+use crate::run::instruments::qemu::{self, QemuInstructions};
 use crate::run::instruments::stacks::{self, TimeProfile};
 use crate::run::instruments::timing::{self, Timing};
 use crate::run::instruments::valgrind::{self, ValgrindInstructions};
@@ -169,6 +170,15 @@ pub enum InstrumentSpec {
         /// Count inside a harness's measured region only.
         region: bool,
     },
+    /// Instructions under QEMU with the counting plugin.
+    QemuInstructions {
+        /// What planning them decided.
+        notes: Vec<String>,
+        /// Count inside a harness's measured region only.
+        region: bool,
+        /// The CPU model (`-cpu`).
+        cpu: String,
+    },
     /// A harnessed benchmark's first operations counted under callgrind (the drift check).
     FirstOps {
         /// The benchmark's name in the harness.
@@ -242,7 +252,9 @@ impl InstrumentSpec {
             InstrumentSpec::Invocations { .. } => vec![Family::Invocations],
             InstrumentSpec::Boxing { .. } => vec![Family::Boxing],
             InstrumentSpec::TimeProfile => vec![Family::Profile],
-            InstrumentSpec::Counters { .. } | InstrumentSpec::ValgrindInstructions { .. } => {
+            InstrumentSpec::Counters { .. }
+            | InstrumentSpec::ValgrindInstructions { .. }
+            | InstrumentSpec::QemuInstructions { .. } => {
                 vec![Family::Counter]
             }
             InstrumentSpec::FirstOps { .. } => Vec::new(),
@@ -268,6 +280,7 @@ impl InstrumentSpec {
                 series.events().map(|e| e.metric_id()).collect()
             }
             InstrumentSpec::ValgrindInstructions { .. } => owned(&[valgrind::METRIC]),
+            InstrumentSpec::QemuInstructions { .. } => owned(&[qemu::METRIC]),
             InstrumentSpec::FirstOps { .. } => Vec::new(),
             InstrumentSpec::PerOp(p) => p.metric_ids_after(before),
         }
@@ -463,6 +476,10 @@ fn make(
         )),
         InstrumentSpec::ValgrindInstructions { notes, region } => {
             let inst = ValgrindInstructions::new()?.with_plan_warnings(notes.clone());
+            Box::new(if *region { inst.in_region() } else { inst })
+        }
+        InstrumentSpec::QemuInstructions { notes, region, cpu } => {
+            let inst = QemuInstructions::new(cpu)?.with_plan_warnings(notes.clone());
             Box::new(if *region { inst.in_region() } else { inst })
         }
         InstrumentSpec::FirstOps { benchmark } => {

@@ -87,11 +87,14 @@ pub enum Need {
     /// temporary directory, not mounted `noexec`), where sbs-profile puts its preload
     /// libraries for a run.
     SharedDir,
+    /// QEMU's user-mode emulator `qemu-x86_64` with TCG plugin support (Debian's
+    /// `qemu-user`): the `--instructions qemu` engine.
+    Qemu,
 }
 
 impl Need {
     /// Every capability, in the order the docs list them.
-    pub const ALL: [Need; 21] = [
+    pub const ALL: [Need; 22] = [
         Need::Root,
         Need::Tracefs,
         Need::PerfEvents,
@@ -113,6 +116,7 @@ impl Need {
         Need::PythonTestsuite,
         Need::PythonDbg,
         Need::SharedDir,
+        Need::Qemu,
     ];
 
     /// The name used in `SBS_REQUIRE` and in reports.
@@ -139,6 +143,7 @@ impl Need {
             Need::PythonTestsuite => "python3.11-testsuite",
             Need::PythonDbg => "python3.11-dbg",
             Need::SharedDir => "shared-dir",
+            Need::Qemu => "qemu-user",
         }
     }
 

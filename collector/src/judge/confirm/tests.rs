@@ -54,6 +54,7 @@ fn report(metrics: Vec<MetricResult>) -> Report {
         schema_version: SCHEMA_VERSION,
         tool_version: String::new(),
         conditions: Conditions {
+            instructions: None,
             runs: 5,
             group_runs: Vec::new(),
             warmup: 0,

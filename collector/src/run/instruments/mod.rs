@@ -10,6 +10,7 @@ pub mod invocations;
 pub mod memory;
 pub mod per_op;
 pub mod preload;
+pub mod qemu;
 pub mod stacks;
 pub mod timing;
 pub mod valgrind;

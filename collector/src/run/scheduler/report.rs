@@ -61,7 +61,7 @@ pub(super) fn report(
         .iter()
         .flat_map(|c| c.group_runs.iter().cloned())
         .collect();
-    let results = benchmarks
+    let results: Vec<BenchmarkResult> = benchmarks
         .iter()
         .zip(collected)
         .map(|(bench, c)| {
@@ -114,10 +114,19 @@ pub(super) fn report(
     let first = benchmarks.first().map(|b| &b.run);
     let scans = scans(benchmarks);
     let (runs, group_runs) = Conditions::runs_made(collected_runs, schedule.runs);
+    let instructions = results
+        .iter()
+        .flat_map(|b: &BenchmarkResult| &b.metrics)
+        .find_map(|m| {
+            m.source
+                .strip_prefix("qemu:")
+                .map(|cpu| format!("qemu -cpu {cpu}"))
+        });
     Report {
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         conditions: Conditions {
+            instructions,
             runs,
             group_runs,
             warmup: schedule.warmup,
