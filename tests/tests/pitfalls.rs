@@ -475,6 +475,9 @@ fn qemu_per_op_count_equals_callgrind_s_on_list_sort() {
             "3",
             "-f",
             "json",
+            "--",
+            "--exact",
+            "list/sort",
         ],
     )
     .success();

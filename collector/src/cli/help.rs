@@ -45,6 +45,7 @@ const GROUPS: &[(&str, &[Entry])] = &[
             ("no_multiplex", None),
             ("counters_best_effort", None),
             ("instructions", Some("Count instructions")),
+            ("qemu_cpu", None),
             ("list_counters", None),
             (
                 "invocations",
@@ -65,6 +66,11 @@ const GROUPS: &[(&str, &[Entry])] = &[
             ),
             ("list", None),
             ("params", None),
+            (
+                "replay",
+                Some("Replay the captured calls of functions PATTERN names"),
+            ),
+            ("captures", None),
         ],
     ),
     (
