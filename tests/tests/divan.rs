@@ -416,59 +416,67 @@ fn vart_published_allocs_bench_agrees_with_divans_alloc_profiler() {
     // criterion itself.
     let sbs_criterion = ("criterion", "sbs-criterion", criterion.as_path());
     krate.swap_dependencies(&[("divan", "sbs-divan", divan.as_path()), sbs_criterion]);
-    let out = sbs_in(
-        &krate.dir,
-        &registry::target_dir(),
-        &[
-            "--bench",
-            "allocs",
-            "--alloc",
-            "--runs",
-            "2",
-            "--ops",
-            "1",
-            "--harness-arg=--max-iterations=40",
-            "-f",
-            "json",
-        ],
-    )
-    .success();
-    let report = out.json();
-    let id = "allocs::seq_insert::1000000";
-    out.check(names(&report) == [id], "divan's path, the argument by name");
-    let ours = (
-        per_op(&report, id, "alloc.count/op"),
-        per_op(&report, id, "alloc.bytes/op"),
-    );
-
     let with_divan = krate.variant("divan", ("divan", &format!("={DIVAN}")), &[sbs_criterion]);
-    let samples = |n: &str| {
-        let out = cargo_bench(
-            &with_divan,
+    // Random keys change the count about 1 time in 256 per process: a disagreement is
+    // measured again, up to three times, before it fails.
+    for attempt in 1..=3 {
+        let out = sbs_in(
+            &krate.dir,
             &registry::target_dir(),
-            "allocs",
             &[
-                "--sample-count",
-                n,
-                "--sample-size",
+                "--bench",
+                "allocs",
+                "--alloc",
+                "--runs",
+                "2",
+                "--ops",
                 "1",
-                "--color",
-                "never",
+                "--harness-arg=--max-iterations=40",
+                "-f",
+                "json",
             ],
         )
         .success();
-        let got = divan_mean_allocs(&out.stdout());
-        out.check(got.is_some(), "divan prints its alloc: rows");
-        got.unwrap_or_default()
-    };
-    let first = samples("1");
-    let two = samples("2");
-    let second = (2.0 * two.0 - first.0, 2.0 * two.1 - first.1);
-    out.check(
-        ours == (vec![second.0; 2], vec![second.1; 2]),
-        &format!(
-            "the second insert: divan's AllocProfiler {second:?} (first {first:?}, two {two:?}), \
-             sbs-profile's {ours:?}"
-        ),
-    );
+        let report = out.json();
+        let id = "allocs::seq_insert::1000000";
+        out.check(names(&report) == [id], "divan's path, the argument by name");
+        let ours = (
+            per_op(&report, id, "alloc.count/op"),
+            per_op(&report, id, "alloc.bytes/op"),
+        );
+
+        let samples = |n: &str| {
+            let out = cargo_bench(
+                &with_divan,
+                &registry::target_dir(),
+                "allocs",
+                &[
+                    "--sample-count",
+                    n,
+                    "--sample-size",
+                    "1",
+                    "--color",
+                    "never",
+                ],
+            )
+            .success();
+            let got = divan_mean_allocs(&out.stdout());
+            out.check(got.is_some(), "divan prints its alloc: rows");
+            got.unwrap_or_default()
+        };
+        let first = samples("1");
+        let two = samples("2");
+        let second = (2.0 * two.0 - first.0, 2.0 * two.1 - first.1);
+        let agree = ours == (vec![second.0; 2], vec![second.1; 2]);
+        if agree || attempt == 3 {
+            out.check(
+                agree,
+                &format!(
+                    "the second insert: divan's AllocProfiler {second:?} (first {first:?}, two \
+                     {two:?}), sbs-profile's {ours:?}, in 3 attempts"
+                ),
+            );
+            return;
+        }
+    }
 }
