@@ -177,15 +177,17 @@ impl Region {
     }
 
     /// Switch every perf event, callgrind's collection and the QEMU engine's region on
-    /// (`true`) or off. Callgrind and QEMU are switched innermost: on last, off first, at
-    /// the same point.
+    /// (`true`) or off. Callgrind is switched innermost (on last, off first), so the test
+    /// of the QEMU flag lies outside its region, as it did before there was one; the QEMU
+    /// marker comes next, its region holding only the constant test of the callgrind
+    /// flag besides the operation.
     #[inline]
     pub(crate) fn switch(&self, on: bool) -> Result<(), HarnessError> {
-        if !on && self.qemu {
-            sys::qemu_mark(false);
-        }
         if !on && self.callgrind {
             valgrind::toggle_collect();
+        }
+        if !on && self.qemu {
+            sys::qemu_mark(false);
         }
         for fd in &self.perf {
             sys::perf_switch(fd.as_raw_fd(), on).map_err(|source| HarnessError::Descriptor {
@@ -198,11 +200,11 @@ impl Region {
                 source,
             })?;
         }
-        if on && self.callgrind {
-            valgrind::toggle_collect();
-        }
         if on && self.qemu {
             sys::qemu_mark(true);
+        }
+        if on && self.callgrind {
+            valgrind::toggle_collect();
         }
         Ok(())
     }
