@@ -19,9 +19,9 @@
 //! GPL-2.0-or-later.
 //!
 //! The plugin API (version 1, QEMU 7.2) is declared by hand in `api`: the library must
-//! build with a bare `rustc` (no dependencies) as the agent does, and the maintained Rust
-//! binding (the `qemu-plugin` crate) targets later API versions, which QEMU 7.2 refuses to
-//! load.
+//! build with a bare `rustc` (no dependencies, no std) as the agent does. The maintained
+//! Rust binding (the `qemu-plugin` crate, which has an API-version-1 feature) needs std and
+//! several crates, and is GPL-2.0-only, which would take away the MIT alternative.
 #![cfg_attr(not(test), no_std)]
 
 pub mod words;
