@@ -73,6 +73,14 @@ fn main() {
     // crtbegin's destructor would call `__cxa_finalize` as the library is unloaded, one
     // call the program's count of it would include. Their `.init_array` constructors need
     // none of crti/crtbegin.
+    let preloaded = [
+        "--extern",
+        &extern_abi,
+        "-C",
+        "strip=debuginfo",
+        "-C",
+        "link-arg=-nostartfiles",
+    ];
     compile(
         &rustc,
         &target,
@@ -80,14 +88,7 @@ fn main() {
         &agent_src,
         "sbs_agent",
         "cdylib",
-        &[
-            "--extern",
-            &extern_abi,
-            "-C",
-            "strip=debuginfo",
-            "-C",
-            "link-arg=-nostartfiles",
-        ],
+        &preloaded,
     );
     // The in-process counting library (`--invocations-engine inproc`), built the same way.
     compile(
@@ -97,14 +98,7 @@ fn main() {
         &inproc_src,
         "sbs_inproc",
         "cdylib",
-        &[
-            "--extern",
-            &extern_abi,
-            "-C",
-            "strip=debuginfo",
-            "-C",
-            "link-arg=-nostartfiles",
-        ],
+        &preloaded,
     );
     // The TCG plugin of `--instructions qemu` (`agent/qemu`), loaded by qemu-x86_64: its
     // QEMU functions stay undefined until QEMU loads it (QEMU exports them).
@@ -115,14 +109,7 @@ fn main() {
         &qemu_src,
         "sbs_qemu_plugin",
         "cdylib",
-        &[
-            "--extern",
-            &extern_abi,
-            "-C",
-            "strip=debuginfo",
-            "-C",
-            "link-arg=-nostartfiles",
-        ],
+        &preloaded,
     );
     // The launcher every measured child starts through (`src/run/launcher.rs`): a static
     // program with no libc, so that it maps a few pages (about 3 KB of file).

@@ -255,6 +255,18 @@ impl RegistryCrate {
         pin: (&str, &str),
         swaps: &[(&str, &str, &Path)],
     ) -> PathBuf {
+        let (_, dir) = self.copy_beside(suffix);
+        let manifest = swaps.iter().fold(
+            pin_dependency(&self.published_manifest(), pin.0, pin.1),
+            |m, (dep, package, path)| swap_dependency(&m, dep, package, path),
+        );
+        write_if_changed(&dir.join("Cargo.toml"), &manifest);
+        dir
+    }
+
+    /// The published package and a copy of it beside this checkout's copy
+    /// (`NAME-VERSION-SUFFIX`), made once (atomically: another test may race for it).
+    fn copy_beside(&self, suffix: &str) -> (PathBuf, PathBuf) {
         let published = unpack(&self.name, &self.version);
         let dir = self
             .dir
@@ -273,12 +285,7 @@ impl RegistryCrate {
                 let _ = std::fs::remove_dir_all(&partial);
             }
         }
-        let manifest = swaps.iter().fold(
-            pin_dependency(&self.published_manifest(), pin.0, pin.1),
-            |m, (dep, package, path)| swap_dependency(&m, dep, package, path),
-        );
-        write_if_changed(&dir.join("Cargo.toml"), &manifest);
-        dir
+        (published, dir)
     }
 
     /// A command run in the package's directory, its builds in [`target_dir`].
@@ -296,24 +303,7 @@ impl RegistryCrate {
     /// change). Files are written only when they change, so that a cached build stays
     /// fresh. Panics when the file has no such line.
     pub fn planted(&self, suffix: &str, file: &str, anchor: &str, added: &str) -> PathBuf {
-        let published = unpack(&self.name, &self.version);
-        let dir = self
-            .dir
-            .with_file_name(format!("{}-{}-{suffix}", self.name, self.version));
-        if !dir.join(PRISTINE).exists() {
-            let partial = dir.with_file_name(format!(
-                ".{}-{}-{suffix}.{}",
-                self.name,
-                self.version,
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&partial);
-            copy_tree(&published, &partial).expect("copy the published package");
-            if std::fs::rename(&partial, &dir).is_err() {
-                // Another test got there first.
-                let _ = std::fs::remove_dir_all(&partial);
-            }
-        }
+        let (published, dir) = self.copy_beside(suffix);
         let text = std::fs::read_to_string(published.join(file))
             .unwrap_or_else(|e| panic!("{file} of {} {}: {e}", self.name, self.version));
         let at = text
