@@ -69,7 +69,8 @@ fn main() {
         "sbs_agent_abi={}",
         out.join("libsbs_agent_abi.rlib").display()
     );
-    // Both preload libraries are linked without the C start files (`-nostartfiles`):
+    // The two preload libraries and the QEMU plugin are linked without the C start files
+    // (`-nostartfiles`):
     // crtbegin's destructor would call `__cxa_finalize` as the library is unloaded, one
     // call the program's count of it would include. Their `.init_array` constructors need
     // none of crti/crtbegin.
