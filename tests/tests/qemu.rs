@@ -159,6 +159,15 @@ fn qemu_counts_a_forked_child_and_reports_an_exec() {
         warnings.contains("exec'd 1 image") && warnings.contains("NOT measured"),
         "{warnings}"
     );
+    // And nothing that missed the exec'd image is called exact.
+    let metric = r["benchmarks"][0]["metrics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["id"] == "counter.instructions")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(metric["exact"], false, "{metric:#}");
 }
 
 #[test]

@@ -264,7 +264,10 @@ impl Instrument for QemuInstructions {
         } else {
             values.total
         };
-        out.push(Sample::new(Self::metric(&self.cpu), value as f64));
+        // An image exec'd in this run ran natively, uncounted: the run's count is not exact.
+        let mut metric = Self::metric(&self.cpu);
+        metric.exact &= values.execs == 0;
+        out.push(Sample::new(metric, value as f64));
         Ok(())
     }
 
